@@ -1,0 +1,186 @@
+//! The running process: runtime, listeners, health checks and admin, and the one path every
+//! config change takes (start, SIGHUP, `POST /api/reload`).
+//!
+//! `apply` binds every new listen address before it swaps the generation, so a config whose port
+//! is taken is refused whole and the old one keeps running; then it stops the listeners the config
+//! dropped and restarts the health checks over the new generation.
+
+use std::collections::HashMap;
+use std::net::SocketAddr;
+use std::path::PathBuf;
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use anyhow::Context;
+use tokio_util::sync::CancellationToken;
+use tracing::{error, info, warn};
+
+use crate::config::{self, Config};
+use crate::runtime::Runtime;
+use crate::shutdown::Shutdown;
+use crate::{admin, health, proxy};
+
+pub struct App {
+    pub runtime: Arc<Runtime>,
+    pub shutdown: Shutdown,
+    /// The file `reload` re-reads; `None` for an embedded config (the demo).
+    pub path: Option<PathBuf>,
+    listeners: Mutex<HashMap<SocketAddr, CancellationToken>>,
+    health: Mutex<CancellationToken>,
+    /// Serialises config changes so two reloads cannot interleave their binds and swaps.
+    changing: tokio::sync::Mutex<()>,
+    /// Where the admin listener ended up (tests and the demo bind port 0).
+    pub admin_addr: Option<SocketAddr>,
+}
+
+impl App {
+    /// Starts everything `config` describes: first health round, listeners, admin.
+    pub async fn start(config: Config, path: Option<PathBuf>, shutdown: Shutdown) -> anyhow::Result<Arc<App>> {
+        let admin_cfg = config.admin.clone();
+        let first_round = config.services.iter().map(|s| s.health.timeout).max().unwrap_or_default();
+        let runtime = Arc::new(tokio::task::spawn_blocking(move || Runtime::new(config)).await?.map_err(anyhow::Error::msg)?);
+        let admin_listener = match &admin_cfg {
+            Some(a) => {
+                let addr: SocketAddr = a.listen.parse().with_context(|| format!("admin listen address {}", a.listen))?;
+                let l = tokio::net::TcpListener::bind(addr).await.with_context(|| format!("cannot listen on admin address {addr}"))?;
+                Some(l)
+            }
+            None => None,
+        };
+        let admin_addr = admin_listener.as_ref().and_then(|l| l.local_addr().ok());
+        let app = Arc::new(App {
+            runtime: runtime.clone(),
+            shutdown: shutdown.clone(),
+            path,
+            listeners: Mutex::default(),
+            health: Mutex::new(CancellationToken::new()),
+            changing: tokio::sync::Mutex::new(()),
+            admin_addr,
+        });
+        let generation = runtime.current();
+        app.restart_health();
+        health::wait_first_round(&generation, first_round + Duration::from_millis(200)).await;
+        let mut bound = Vec::new();
+        for s in &generation.services {
+            let l = proxy::listener::bind(s.listen).with_context(|| format!("service {}: cannot listen on {}", s.config.name, s.listen))?;
+            bound.push((s.listen, l));
+        }
+        app.start_listeners(bound);
+        if let Some(listener) = admin_listener {
+            info!(addr = %listener.local_addr()?, "admin API listening");
+            tokio::spawn(admin::serve(listener, app.clone()));
+        }
+        Ok(app)
+    }
+
+    /// Re-reads the config file and applies it; on any error the running config stays.
+    pub async fn reload(&self) -> Result<String, String> {
+        let Some(path) = self.path.clone() else { return Err("this instance runs an embedded config; nothing to reload".into()) };
+        let loaded = tokio::task::spawn_blocking(move || config::load(&path)).await.map_err(|e| e.to_string())?;
+        match loaded {
+            Ok(l) => self.apply(l.config).await,
+            Err(d) => Err(format!("config refused, the running config stays:\n{d}")),
+        }
+    }
+
+    /// Applies a validated config: bind new addresses, swap, stop dropped listeners, restart checks.
+    pub async fn apply(&self, config: Config) -> Result<String, String> {
+        let _one_at_a_time = self.changing.lock().await;
+        if config.admin != self.runtime.current().config.admin {
+            warn!("admin listener changes take effect at the next restart");
+        }
+        let wanted: Vec<(String, SocketAddr)> = config
+            .services
+            .iter()
+            .filter_map(|s| s.listen.parse().ok().map(|a| (s.name.clone(), a)))
+            .collect();
+        let mut bound = Vec::new();
+        {
+            let listeners = self.listeners.lock().map_err(|_| "listener table poisoned")?;
+            for (name, addr) in &wanted {
+                if !listeners.contains_key(addr) {
+                    let l = proxy::listener::bind(*addr).map_err(|e| format!("service {name}: cannot listen on {addr}: {e}; the running config stays"))?;
+                    bound.push((*addr, l));
+                }
+            }
+        }
+        let runtime = self.runtime.clone();
+        let applied = tokio::task::spawn_blocking(move || runtime.apply(config)).await.map_err(|e| e.to_string())??;
+        for key in &applied.terminated {
+            info!(service = %key.service, server = %key.address, "closed the connections of a disabled or removed server (terminate_on_disable)");
+        }
+        let added = bound.len();
+        self.start_listeners(bound);
+        let mut removed = 0;
+        if let Ok(mut listeners) = self.listeners.lock() {
+            listeners.retain(|addr, stop| {
+                let keep = wanted.iter().any(|(_, a)| a == addr);
+                if !keep {
+                    stop.cancel();
+                    removed += 1;
+                }
+                keep
+            });
+        }
+        self.restart_health();
+        let generation = self.runtime.current();
+        let servers: usize = generation.services.iter().map(|s| s.servers().count()).sum();
+        let msg = format!("config applied: {} services, {servers} servers, {added} listeners added, {removed} removed", generation.services.len());
+        info!("{msg}");
+        Ok(msg)
+    }
+
+    fn start_listeners(&self, bound: Vec<(SocketAddr, std::net::TcpListener)>) {
+        let Ok(mut listeners) = self.listeners.lock() else { return };
+        for (addr, l) in bound {
+            let stop = CancellationToken::new();
+            listeners.insert(addr, stop.clone());
+            tokio::spawn(proxy::listener::serve(l, addr, self.runtime.clone(), stop, self.shutdown.clone()));
+        }
+    }
+
+    fn restart_health(&self) {
+        let stop = CancellationToken::new();
+        if let Ok(mut h) = self.health.lock() {
+            h.cancel();
+            *h = stop.clone();
+        }
+        health::spawn(&self.runtime.current(), &stop);
+    }
+
+    /// Serves until SIGTERM or SIGINT (reloading on SIGHUP), then drains.
+    pub async fn run_until_signal(self: Arc<Self>) -> anyhow::Result<()> {
+        use tokio::signal::unix::{SignalKind, signal};
+        let mut hup = signal(SignalKind::hangup())?;
+        let mut term = signal(SignalKind::terminate())?;
+        let mut int = signal(SignalKind::interrupt())?;
+        loop {
+            tokio::select! {
+                _ = hup.recv() => {
+                    info!("SIGHUP: reloading {}", self.path.as_ref().map(|p| p.display().to_string()).unwrap_or_default());
+                    if let Err(e) = self.reload().await {
+                        error!("reload refused: {e}");
+                    }
+                }
+                _ = term.recv() => break,
+                _ = int.recv() => break,
+            }
+        }
+        self.stop().await;
+        Ok(())
+    }
+
+    /// Stops accepting, drains connections up to the grace period, and stops health checks.
+    pub async fn stop(&self) {
+        let grace = self.runtime.current().config.shutdown_grace;
+        info!("shutting down: draining connections for up to {}", humantime::format_duration(grace));
+        if let Ok(h) = self.health.lock() {
+            h.cancel();
+        }
+        let left = self.shutdown.drain(grace).await;
+        if left > 0 {
+            warn!("closed {left} connections still open after the grace period");
+        }
+        info!("stopped");
+    }
+}

@@ -1,0 +1,68 @@
+//! Balancing algorithms: one file per algorithm behind the one small [`Balancer`] trait.
+//!
+//! A balancer sees its pool only through [`Pool`]: effective weights (0 for a server that is down,
+//! disabled or draining), connections in flight, and a stable key per server. It never sees health
+//! checks, config or sockets, so each algorithm is testable on its own and a reload that keeps a pool
+//! keeps its balancer state. What to hash (`key.rs`) is apart from how to map it (`maglev.rs`).
+
+use std::net::IpAddr;
+
+use crate::config::Algorithm;
+
+/// What a balancer may look at when it picks one server for one connection.
+#[derive(Debug, Clone, Copy)]
+pub struct Pick<'a> {
+    /// The client's address: the source-hash key.
+    pub client: IpAddr,
+    /// Servers that already failed for this connection (redispatch): never picked again while
+    /// another usable server exists.
+    pub avoid: &'a [usize],
+}
+
+impl Pick<'_> {
+    pub fn avoids(&self, i: usize) -> bool {
+        self.avoid.contains(&i)
+    }
+}
+
+/// The live view of a pool's servers, indexed `0..len()` in config order.
+pub trait Pool {
+    fn len(&self) -> usize;
+    /// Effective weight now: 0 while the server is down, disabled or draining.
+    fn weight(&self, i: usize) -> u32;
+    /// Connections to this server in flight.
+    fn active(&self, i: usize) -> u64;
+    /// A stable identity (the configured address) for hashing algorithms: two processes with the
+    /// same pool agree on it.
+    fn key(&self, i: usize) -> &str;
+    /// Changes whenever any effective weight changes, so precomputed tables know to rebuild.
+    fn epoch(&self) -> u64;
+}
+
+/// A balancing algorithm. Implementations keep their own state behind `&self` (atomics or a
+/// short per-pool lock), since one balancer serves every worker thread.
+pub trait Balancer: Send + Sync {
+    /// One usable server (weight > 0, not avoided), or `None` when there is none.
+    fn pick(&self, pick: &Pick<'_>, pool: &dyn Pool) -> Option<usize>;
+}
+
+/// The balancer for an algorithm named in the config.
+pub fn build(algorithm: Algorithm) -> Box<dyn Balancer> {
+    match algorithm {
+        Algorithm::RoundRobin => Box::new(round_robin::RoundRobin::default()),
+        Algorithm::StaticRr => Box::new(static_rr::StaticRr::default()),
+        Algorithm::Random => Box::new(random::Random::default()),
+        Algorithm::LeastConn => Box::new(least_conn::LeastConn::default()),
+        Algorithm::SourceHash => Box::new(source_hash::SourceHash::default()),
+    }
+}
+
+pub mod key;
+pub mod least_conn;
+pub mod maglev;
+pub mod random;
+pub mod round_robin;
+pub mod source_hash;
+pub mod static_rr;
+#[cfg(test)]
+pub(crate) mod testing;

@@ -1,0 +1,100 @@
+//! Subcommands: `run`, `check`, `demo`, `backend`.
+
+use std::path::PathBuf;
+use std::process::ExitCode;
+
+use anyhow::Context;
+use clap::{Parser, Subcommand};
+
+use crate::app::App;
+use crate::backend::BackendArgs;
+use crate::config;
+use crate::shutdown::Shutdown;
+
+#[derive(Debug, Parser)]
+#[command(name = "fulcrum", version, about = "A TCP server load balancer")]
+pub struct Cli {
+    /// Log filter (error, warn, info, debug, trace, or a tracing filter); RUST_LOG overrides it.
+    #[arg(long, global = true, default_value = "info")]
+    pub log: String,
+    #[command(subcommand)]
+    pub command: Command,
+}
+
+#[derive(Debug, Subcommand)]
+pub enum Command {
+    /// Run the services of a config file; SIGHUP reloads it, SIGTERM drains and exits.
+    Run { config: PathBuf },
+    /// Validate config files and print every error with its line and a hint.
+    Check {
+        #[arg(required = true)]
+        configs: Vec<PathBuf>,
+    },
+    /// Start four built-in real servers, a service over them and light traffic.
+    Demo(crate::demo::DemoArgs),
+    /// Run one real server (HTTP) for tests, the demo and the lab.
+    Backend(BackendArgs),
+}
+
+pub fn main() -> ExitCode {
+    let cli = Cli::parse();
+    init_tracing(&cli.log);
+    let result = match cli.command {
+        Command::Check { configs } => return check(&configs),
+        Command::Run { config } => run(config),
+        Command::Demo(args) => runtime(0).and_then(|rt| rt.block_on(crate::demo::run(args))),
+        Command::Backend(args) => runtime(1).and_then(|rt| rt.block_on(crate::backend::serve(args, ctrl_c()))),
+    };
+    match result {
+        Ok(()) => ExitCode::SUCCESS,
+        Err(e) => {
+            eprintln!("fulcrum: error: {e:#}");
+            ExitCode::FAILURE
+        }
+    }
+}
+
+fn init_tracing(level: &str) {
+    use tracing_subscriber::EnvFilter;
+    let filter = EnvFilter::try_from_default_env()
+        .or_else(|_| EnvFilter::try_new(level))
+        .unwrap_or_else(|_| EnvFilter::new("info"));
+    tracing_subscriber::fmt().with_env_filter(filter).with_writer(std::io::stderr).init();
+}
+
+fn check(paths: &[PathBuf]) -> ExitCode {
+    let mut failed = false;
+    for path in paths {
+        match config::load(path) {
+            Ok(l) => println!("{}: ok ({} services)", path.display(), l.config.services.len()),
+            Err(d) => {
+                failed = true;
+                eprintln!("{d}");
+                eprintln!("{}: {} error{}", path.display(), d.len(), if d.len() == 1 { "" } else { "s" });
+            }
+        }
+    }
+    if failed { ExitCode::FAILURE } else { ExitCode::SUCCESS }
+}
+
+/// A multi-threaded runtime with `workers` threads (0: one per core).
+fn runtime(workers: usize) -> anyhow::Result<tokio::runtime::Runtime> {
+    let mut b = tokio::runtime::Builder::new_multi_thread();
+    if workers > 0 {
+        b.worker_threads(workers);
+    }
+    b.enable_all().build().context("cannot start the async runtime")
+}
+
+fn run(path: PathBuf) -> anyhow::Result<()> {
+    let loaded = config::load(&path).map_err(|d| anyhow::anyhow!("invalid config:\n{d}"))?;
+    let rt = runtime(loaded.config.workers)?;
+    rt.block_on(async move {
+        let app = App::start(loaded.config, Some(path), Shutdown::new()).await?;
+        app.run_until_signal().await
+    })
+}
+
+async fn ctrl_c() {
+    let _ = tokio::signal::ctrl_c().await;
+}

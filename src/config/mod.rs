@@ -1,0 +1,64 @@
+//! The config file: schema, defaults, and validation that points at the line a user must fix.
+//!
+//! Loading is two passes. Serde checks types and unknown keys (toml gives those errors a span);
+//! `validate` then checks what types cannot say (duplicate listen addresses, empty pools, weights out
+//! of range, host names that do not resolve) and locates each problem through the parsed document's
+//! spans, so every error names file, line and column.
+
+mod diagnostic;
+mod schema;
+mod validate;
+
+use std::path::{Path, PathBuf};
+
+pub use diagnostic::{Diagnostic, Diagnostics};
+pub use schema::*;
+pub use validate::{resolve_server, validate};
+
+/// A parsed, validated config and where it came from.
+#[derive(Debug, Clone)]
+pub struct Loaded {
+    pub config: Config,
+    pub path: Option<PathBuf>,
+}
+
+/// Reads, parses and validates a config file.
+pub fn load(path: &Path) -> Result<Loaded, Diagnostics> {
+    let text = std::fs::read_to_string(path).map_err(|e| {
+        Diagnostics::single(Diagnostic {
+            file: path.display().to_string(),
+            line: 0,
+            column: 0,
+            message: format!("cannot read the config file: {e}"),
+            hint: Some("check the path and its permissions".into()),
+        })
+    })?;
+    let config = parse(&text, &path.display().to_string())?;
+    Ok(Loaded { config, path: Some(path.to_path_buf()) })
+}
+
+/// Parses and validates config text; `file` names it in errors.
+pub fn parse(text: &str, file: &str) -> Result<Config, Diagnostics> {
+    parse_with(text, file, Resolve::Yes)
+}
+
+/// Whether validation resolves server host names (tests of the parser alone skip it).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Resolve {
+    Yes,
+    No,
+}
+
+pub fn parse_with(text: &str, file: &str, resolve: Resolve) -> Result<Config, Diagnostics> {
+    let config: Config = toml::from_str(text).map_err(|e| {
+        let (line, column) = e.span().map(|s| diagnostic::line_col(text, s.start)).unwrap_or((0, 0));
+        let message = e.message().to_string();
+        let hint = diagnostic::hint_for_parse_error(&message);
+        Diagnostics::single(Diagnostic { file: file.into(), line, column, message, hint })
+    })?;
+    let problems = validate(&config, text, file, resolve);
+    if problems.is_empty() { Ok(config) } else { Err(problems) }
+}
+
+#[cfg(test)]
+mod tests;

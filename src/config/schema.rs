@@ -1,0 +1,248 @@
+//! The TOML schema: what a user writes, with defaults. Validation beyond types lives in `validate.rs`.
+//!
+//! Every struct denies unknown fields, so a typo is an error with a line and column instead of a
+//! setting silently ignored.
+
+use std::time::Duration;
+
+use serde::{Deserialize, Serialize};
+
+/// The whole config file.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct Config {
+    /// Runtime threads. 0 means one per core.
+    #[serde(default)]
+    pub workers: usize,
+    /// How long SIGTERM waits for connections in flight before it closes them.
+    #[serde(default = "defaults::shutdown_grace", with = "duration")]
+    pub shutdown_grace: Duration,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub admin: Option<Admin>,
+    #[serde(default, rename = "service")]
+    pub services: Vec<Service>,
+}
+
+/// The admin listener: JSON API and (later) the dashboard.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct Admin {
+    #[serde(default = "defaults::admin_listen")]
+    pub listen: String,
+}
+
+/// How a service understands its traffic.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum Mode {
+    Tcp,
+}
+
+/// The balancing algorithm of a service.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum Algorithm {
+    RoundRobin,
+    StaticRr,
+    Random,
+    LeastConn,
+    SourceHash,
+}
+
+impl Algorithm {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Algorithm::RoundRobin => "round-robin",
+            Algorithm::StaticRr => "static-rr",
+            Algorithm::Random => "random",
+            Algorithm::LeastConn => "least-conn",
+            Algorithm::SourceHash => "source-hash",
+        }
+    }
+}
+
+/// One balancing rule: a virtual address in front of a pool of real servers.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct Service {
+    pub name: String,
+    /// The virtual IP and port, `ip:port` (`[::1]:port` for IPv6).
+    pub listen: String,
+    #[serde(default = "defaults::mode")]
+    pub mode: Mode,
+    #[serde(default = "defaults::algorithm")]
+    pub algorithm: Algorithm,
+    /// Pass a FIN from one side on and keep the other direction open until it ends too.
+    #[serde(default = "defaults::yes")]
+    pub half_close: bool,
+    /// Close a server's connections at once when it is disabled, instead of letting them finish.
+    #[serde(default)]
+    pub terminate_on_disable: bool,
+    #[serde(default = "defaults::connect_timeout", with = "duration")]
+    pub connect_timeout: Duration,
+    /// Consecutive connect failures that mark a server down until its health check passes.
+    /// 0 turns passive checking off.
+    #[serde(default = "defaults::failure_limit")]
+    pub failure_limit: u32,
+    /// Further servers tried after a connect failure (redispatch).
+    #[serde(default = "defaults::retries")]
+    pub retries: u32,
+    /// Close a connection after this long with no byte from the client.
+    #[serde(default = "defaults::idle_timeout", with = "duration")]
+    pub client_timeout: Duration,
+    /// Close a connection after this long with no byte from the server.
+    #[serde(default = "defaults::idle_timeout", with = "duration")]
+    pub server_timeout: Duration,
+    /// Concurrent client connections the service accepts; 0 means no limit.
+    #[serde(default)]
+    pub maxconn: u32,
+    #[serde(default)]
+    pub health: Health,
+    #[serde(default, rename = "server")]
+    pub servers: Vec<Server>,
+}
+
+/// What kind of active health check runs against each server.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum HealthKind {
+    None,
+    Tcp,
+    Http,
+}
+
+/// The paper's "KeepAlive": how each real server is checked.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct Health {
+    #[serde(default = "defaults::health_kind")]
+    pub kind: HealthKind,
+    #[serde(default = "defaults::health_interval", with = "duration")]
+    pub interval: Duration,
+    #[serde(default = "defaults::health_timeout", with = "duration")]
+    pub timeout: Duration,
+    /// Passing checks in a row that bring a down server up.
+    #[serde(default = "defaults::rise")]
+    pub rise: u32,
+    /// Failing checks in a row that take an up server down.
+    #[serde(default = "defaults::fall")]
+    pub fall: u32,
+    /// HTTP checks: the document requested.
+    #[serde(default = "defaults::health_path")]
+    pub path: String,
+    /// HTTP checks: the status the server must answer.
+    #[serde(default = "defaults::expect_status")]
+    pub expect_status: u16,
+    /// HTTP checks: text the body must contain; a page without it marks the server down.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub expect_text: Option<String>,
+}
+
+impl Default for Health {
+    fn default() -> Self {
+        Health {
+            kind: defaults::health_kind(),
+            interval: defaults::health_interval(),
+            timeout: defaults::health_timeout(),
+            rise: defaults::rise(),
+            fall: defaults::fall(),
+            path: defaults::health_path(),
+            expect_status: defaults::expect_status(),
+            expect_text: None,
+        }
+    }
+}
+
+/// One real server.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct Server {
+    /// `host:port` or `ip:port`; host names are resolved at load and on every reload.
+    pub address: String,
+    #[serde(default = "defaults::weight")]
+    pub weight: u32,
+    /// Used only while no primary server is usable.
+    #[serde(default)]
+    pub backup: bool,
+    #[serde(default = "defaults::yes")]
+    pub enabled: bool,
+}
+
+/// Weights are 1..=256 (as in HAProxy): wide enough for any ratio a pool needs, small enough that
+/// the smooth weighted round robin state cannot overflow.
+pub const MAX_WEIGHT: u32 = 256;
+
+pub(crate) mod defaults {
+    use super::*;
+    pub fn yes() -> bool {
+        true
+    }
+    pub fn mode() -> Mode {
+        Mode::Tcp
+    }
+    pub fn algorithm() -> Algorithm {
+        Algorithm::RoundRobin
+    }
+    pub fn connect_timeout() -> Duration {
+        Duration::from_secs(2)
+    }
+    pub fn failure_limit() -> u32 {
+        5
+    }
+    pub fn retries() -> u32 {
+        3
+    }
+    pub fn idle_timeout() -> Duration {
+        Duration::from_secs(300)
+    }
+    pub fn shutdown_grace() -> Duration {
+        Duration::from_secs(10)
+    }
+    pub fn admin_listen() -> String {
+        "127.0.0.1:9090".into()
+    }
+    pub fn health_kind() -> HealthKind {
+        HealthKind::Tcp
+    }
+    pub fn health_interval() -> Duration {
+        Duration::from_secs(2)
+    }
+    pub fn health_timeout() -> Duration {
+        Duration::from_secs(1)
+    }
+    pub fn rise() -> u32 {
+        2
+    }
+    pub fn fall() -> u32 {
+        3
+    }
+    pub fn health_path() -> String {
+        "/".into()
+    }
+    pub fn expect_status() -> u16 {
+        200
+    }
+    pub fn weight() -> u32 {
+        1
+    }
+}
+
+/// Durations as humans write them: "2s", "500ms", "1m 30s".
+pub(crate) mod duration {
+    use std::time::Duration;
+
+    use serde::{Deserialize, Deserializer, Serializer, de::Error};
+
+    pub fn serialize<S: Serializer>(d: &Duration, s: S) -> Result<S::Ok, S::Error> {
+        s.serialize_str(&humantime::format_duration(*d).to_string())
+    }
+
+    pub fn deserialize<'de, D: Deserializer<'de>>(d: D) -> Result<Duration, D::Error> {
+        let text = String::deserialize(d)?;
+        humantime::parse_duration(&text).map_err(|e| {
+            D::Error::custom(format!(
+                "invalid duration {text:?}: {e} (write a number and a unit, e.g. \"2s\", \"500ms\", \"1m\")"
+            ))
+        })
+    }
+}

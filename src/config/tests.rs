@@ -1,0 +1,101 @@
+use std::time::Duration;
+
+use proptest::prelude::*;
+
+use super::*;
+
+const PAPER: &str = include_str!("../../examples/paper-http.toml");
+
+#[test]
+fn paper_rule_parses_with_its_settings() {
+    let c = parse(PAPER, "paper-http.toml").expect("the paper's rule is valid");
+    let s = &c.services[0];
+    assert_eq!(s.name, "http");
+    assert_eq!(s.algorithm, Algorithm::RoundRobin);
+    assert!(s.half_close);
+    assert!(!s.terminate_on_disable);
+    assert_eq!(s.connect_timeout, Duration::from_secs(2));
+    assert_eq!(s.failure_limit, 5);
+    assert_eq!(s.health.kind, HealthKind::Http);
+    assert_eq!(s.health.interval, Duration::from_secs(60));
+    assert_eq!(s.health.timeout, Duration::from_secs(5));
+    assert_eq!(s.health.path, "/index.html");
+    assert_eq!(s.health.expect_status, 200);
+    assert_eq!(s.health.expect_text.as_deref(), Some("TARGET"));
+    assert_eq!(s.servers.len(), 4);
+}
+
+#[test]
+fn defaults_fill_a_minimal_service() {
+    let c = parse("[[service]]\nname = \"a\"\nlisten = \"127.0.0.1:1000\"\n[[service.server]]\naddress = \"127.0.0.1:1001\"\n", "t").unwrap();
+    let s = &c.services[0];
+    assert_eq!(s.mode, Mode::Tcp);
+    assert_eq!(s.retries, 3);
+    assert_eq!(s.servers[0].weight, 1);
+    assert!(s.servers[0].enabled && !s.servers[0].backup);
+    assert_eq!(c.admin, None);
+}
+
+fn first_error(text: &str) -> Diagnostic {
+    let d = parse(text, "t.toml").expect_err("config must be refused");
+    d.0[0].clone()
+}
+
+#[test]
+fn unknown_key_is_reported_at_its_line() {
+    let d = first_error("[[service]]\nname = \"a\"\nlisten = \"127.0.0.1:1000\"\nhalf_closed = true\n");
+    assert_eq!(d.line, 4, "{d}");
+    assert!(d.message.contains("half_closed"), "{d}");
+}
+
+#[test]
+fn bad_duration_names_the_value_and_the_fix() {
+    let d = first_error("[[service]]\nname = \"a\"\nlisten = \"127.0.0.1:1000\"\nconnect_timeout = \"soon\"\n");
+    assert_eq!(d.line, 4, "{d}");
+    assert!(d.message.contains("soon"), "{d}");
+    assert!(d.hint.is_some());
+}
+
+#[test]
+fn every_semantic_error_is_reported_not_just_the_first() {
+    let text = "[[service]]\nname = \"a\"\nlisten = \"127.0.0.1:1000\"\n[[service.server]]\naddress = \"127.0.0.1:1001\"\nweight = 0\n\
+                [[service]]\nname = \"b\"\nlisten = \"127.0.0.1:1000\"\n";
+    let d = parse(text, "t.toml").unwrap_err();
+    let lines: Vec<usize> = d.0.iter().map(|d| d.line).collect();
+    assert!(lines.contains(&6), "weight at line 6: {d}");
+    assert!(lines.contains(&9), "duplicate listen at line 9: {d}");
+    assert!(lines.contains(&8), "no servers at the name, line 8: {d}");
+}
+
+#[test]
+fn admin_off_loopback_is_refused() {
+    let d = first_error("[admin]\nlisten = \"0.0.0.0:9090\"\n");
+    assert_eq!(d.line, 2);
+    assert!(d.message.contains("loopback"));
+}
+
+#[test]
+fn line_col_counts_characters() {
+    assert_eq!(diagnostic::line_col("ab\ncd", 4), (2, 2));
+    assert_eq!(diagnostic::line_col("é\nx", 3), (2, 1));
+}
+
+proptest! {
+    #![proptest_config(ProptestConfig::with_cases(256))]
+
+    #[test]
+    fn no_input_panics_the_parser(text in "\\PC{0,200}") {
+        let _ = parse_with(&text, "fuzz.toml", Resolve::No);
+    }
+
+    #[test]
+    fn no_edit_of_a_valid_config_panics(pos in 0usize..2000, insert in "[\\[\\]=\"a-z0-9 \\n.:#]{0,12}", cut in 0usize..8) {
+        let mut text = PAPER.to_string();
+        let pos = pos.min(text.len());
+        let pos = (0..=pos).rev().find(|&i| text.is_char_boundary(i)).unwrap_or(0);
+        let end = (pos + cut).min(text.len());
+        let end = (end..=text.len()).find(|&i| text.is_char_boundary(i)).unwrap_or(text.len());
+        text.replace_range(pos..end, &insert);
+        let _ = parse_with(&text, "fuzz.toml", Resolve::No);
+    }
+}

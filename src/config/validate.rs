@@ -1,0 +1,208 @@
+//! Checks that serde's types cannot express, each reported at the place in the file it concerns.
+
+use std::collections::HashMap;
+use std::net::{SocketAddr, ToSocketAddrs};
+
+use toml::Spanned;
+use toml::de::{DeTable, DeValue};
+
+use super::diagnostic::{Diagnostic, Diagnostics, line_col};
+use super::Resolve;
+use super::schema::{Config, HealthKind, MAX_WEIGHT, Server, Service};
+
+/// One step of a path into the document: a key, or an index into an array of tables.
+#[derive(Debug, Clone, Copy)]
+enum Seg<'a> {
+    Key(&'a str),
+    Index(usize),
+}
+
+/// Finds the line and column of a path in the parsed document, falling back to the deepest part of
+/// the path that exists (a missing key is reported at its table).
+struct Locator<'t> {
+    text: &'t str,
+    root: Option<Spanned<DeValue<'t>>>,
+}
+
+impl<'t> Locator<'t> {
+    fn new(text: &'t str) -> Self {
+        let root = DeTable::parse(text).ok().map(|t| {
+            let span = t.span();
+            Spanned::new(span, DeValue::Table(t.into_inner()))
+        });
+        Locator { text, root }
+    }
+
+    fn locate(&self, path: &[Seg<'_>]) -> (usize, usize) {
+        let Some(root) = &self.root else { return (1, 1) };
+        let mut node = root;
+        let mut best = 0;
+        for seg in path {
+            let next = match seg {
+                Seg::Key(k) => node.get_ref().get(*k),
+                Seg::Index(i) => node.get_ref().get(*i),
+            };
+            match next {
+                Some(n) => {
+                    node = n;
+                    best = n.span().start;
+                }
+                None => break,
+            }
+        }
+        line_col(self.text, best)
+    }
+}
+
+struct Report<'t> {
+    file: &'t str,
+    locator: Locator<'t>,
+    out: Vec<Diagnostic>,
+    resolve: Resolve,
+}
+
+impl Report<'_> {
+    fn error(&mut self, path: &[Seg<'_>], message: String, hint: &str) {
+        let (line, column) = self.locator.locate(path);
+        self.out.push(Diagnostic {
+            file: self.file.into(),
+            line,
+            column,
+            message,
+            hint: (!hint.is_empty()).then(|| hint.to_string()),
+        });
+    }
+}
+
+/// Every problem in `config` beyond its types; `text` is the file it was parsed from.
+pub fn validate(config: &Config, text: &str, file: &str, resolve: Resolve) -> Diagnostics {
+    let mut report = Report { file, locator: Locator::new(text), out: Vec::new(), resolve };
+    if let Some(admin) = &config.admin {
+        match admin.listen.parse::<SocketAddr>() {
+            Err(_) => report.error(
+                &[Seg::Key("admin"), Seg::Key("listen")],
+                format!("admin listen address {:?} is not ip:port", admin.listen),
+                "write an IP address and port, e.g. \"127.0.0.1:9090\"",
+            ),
+            Ok(addr) if !addr.ip().is_loopback() => report.error(
+                &[Seg::Key("admin"), Seg::Key("listen")],
+                format!("admin listen address {addr} is not a loopback address"),
+                "the admin API has no authentication yet, so it only listens on 127.0.0.1 or [::1]",
+            ),
+            Ok(_) => {}
+        }
+    }
+    if config.workers > 1024 {
+        report.error(&[Seg::Key("workers")], format!("workers = {} is too many", config.workers), "use 0 (one per core) or a number up to 1024");
+    }
+    let mut names: HashMap<&str, usize> = HashMap::new();
+    let mut listens: HashMap<SocketAddr, usize> = HashMap::new();
+    for (i, service) in config.services.iter().enumerate() {
+        let at = |key| [Seg::Key("service"), Seg::Index(i), Seg::Key(key)];
+        if service.name.is_empty() || !service.name.chars().all(|c| c.is_ascii_alphanumeric() || "-_.".contains(c)) {
+            report.error(&at("name"), format!("service name {:?} is not a plain name", service.name), "use letters, digits, '-', '_' and '.'");
+        }
+        if let Some(first) = names.insert(&service.name, i) {
+            report.error(&at("name"), format!("service name {:?} is used twice (also by service #{})", service.name, first + 1), "give every service its own name");
+        }
+        match service.listen.parse::<SocketAddr>() {
+            Err(_) => report.error(
+                &at("listen"),
+                format!("listen address {:?} is not ip:port", service.listen),
+                "write an IP address and port, e.g. \"0.0.0.0:8080\" or \"[::1]:8080\"",
+            ),
+            Ok(addr) => {
+                if addr.port() == 0 {
+                    report.error(&at("listen"), format!("listen address {addr} has port 0"), "choose a fixed port");
+                }
+                if let Some(first) = listens.insert(addr, i) {
+                    report.error(
+                        &at("listen"),
+                        format!("listen address {addr} is used by service {:?} too", config.services[first].name),
+                        "every service needs its own address and port",
+                    );
+                }
+            }
+        }
+        validate_service(service, i, &mut report);
+    }
+    Diagnostics(report.out)
+}
+
+fn validate_service(service: &Service, i: usize, report: &mut Report<'_>) {
+    let at = |key| [Seg::Key("service"), Seg::Index(i), Seg::Key(key)];
+    if service.connect_timeout.is_zero() {
+        report.error(&at("connect_timeout"), "connect_timeout must be longer than 0".into(), "the paper's rule uses \"2s\"");
+    }
+    for key in ["client_timeout", "server_timeout"] {
+        let d = if key == "client_timeout" { service.client_timeout } else { service.server_timeout };
+        if d.is_zero() {
+            report.error(&at(key), format!("{key} must be longer than 0"), "use a duration such as \"5m\"");
+        }
+    }
+    let health = &service.health;
+    let hat = |key| [Seg::Key("service"), Seg::Index(i), Seg::Key("health"), Seg::Key(key)];
+    if health.kind != HealthKind::None {
+        if health.interval.is_zero() {
+            report.error(&hat("interval"), "health interval must be longer than 0".into(), "e.g. \"2s\"; the paper checks every \"60s\"");
+        }
+        if health.timeout.is_zero() {
+            report.error(&hat("timeout"), "health timeout must be longer than 0".into(), "e.g. \"1s\"");
+        }
+        if health.rise == 0 || health.fall == 0 {
+            report.error(&hat(if health.rise == 0 { "rise" } else { "fall" }), "rise and fall must be at least 1".into(), "");
+        }
+    }
+    if health.kind == HealthKind::Http {
+        if !health.path.starts_with('/') || health.path.chars().any(|c| c.is_whitespace() || c.is_control()) {
+            report.error(&hat("path"), format!("health path {:?} is not an absolute path", health.path), "e.g. \"/index.html\"");
+        }
+        if !(100..=599).contains(&health.expect_status) {
+            report.error(&hat("expect_status"), format!("expect_status {} is not an HTTP status", health.expect_status), "use 100 to 599");
+        }
+    }
+    if service.servers.is_empty() {
+        report.error(&at("name"), format!("service {:?} has no servers", service.name), "add at least one [[service.server]] with an address");
+    }
+    for (j, server) in service.servers.iter().enumerate() {
+        let sat = |key| [Seg::Key("service"), Seg::Index(i), Seg::Key("server"), Seg::Index(j), Seg::Key(key)];
+        if server.weight == 0 || server.weight > MAX_WEIGHT {
+            report.error(&sat("weight"), format!("weight {} is out of range", server.weight), "weights go from 1 to 256; disable a server with enabled = false");
+        }
+        let checked = if report.resolve == Resolve::Yes { resolve_server(server).map(|_| ()) } else { split_host_port(&server.address).map(|_| ()) };
+        if let Err(message) = checked {
+            report.error(&sat("address"), message, "write host:port or ip:port of a reachable real server");
+        }
+    }
+    let mut seen: HashMap<&str, usize> = HashMap::new();
+    for (j, server) in service.servers.iter().enumerate() {
+        if seen.insert(&server.address, j).is_some() {
+            let sat = [Seg::Key("service"), Seg::Index(i), Seg::Key("server"), Seg::Index(j), Seg::Key("address")];
+            report.error(&sat, format!("server {} is listed twice", server.address), "list each real server once; use weight for a larger share");
+        }
+    }
+}
+
+/// Resolves a server's `host:port` to the first address the system resolver gives.
+pub fn resolve_server(server: &Server) -> Result<SocketAddr, String> {
+    let address = &server.address;
+    split_host_port(address)?;
+    match address.to_socket_addrs() {
+        Ok(mut addrs) => addrs.next().ok_or_else(|| format!("host name in {address:?} resolves to no address")),
+        Err(e) => Err(format!("cannot resolve {address:?}: {e}")),
+    }
+}
+
+/// Checks the form `host:port` without resolving.
+fn split_host_port(address: &str) -> Result<(&str, u16), String> {
+    let Some((host, port)) = address.rsplit_once(':') else {
+        return Err(format!("server address {address:?} has no port"));
+    };
+    if host.is_empty() {
+        return Err(format!("server address {address:?} has no host"));
+    }
+    match port.parse::<u16>() {
+        Ok(0) | Err(_) => Err(format!("server address {address:?} has no valid port")),
+        Ok(p) => Ok((host, p)),
+    }
+}

@@ -1,0 +1,101 @@
+//! `fulcrum demo`: the embedded default. Four built-in real servers, the paper's `http` rule over
+//! them (`examples/demo.toml`), light traffic, and a line every few seconds of what each server got.
+
+use std::net::SocketAddr;
+use std::time::Duration;
+
+use anyhow::Context;
+use tokio::io::{AsyncReadExt, AsyncWriteExt};
+use tokio::net::TcpStream;
+
+use crate::app::App;
+use crate::backend::{self, BackendArgs};
+use crate::config;
+use crate::shutdown::Shutdown;
+
+const TEMPLATE: &str = include_str!("../examples/demo.toml");
+
+#[derive(Debug, Clone, clap::Args)]
+pub struct DemoArgs {
+    /// The service's virtual address.
+    #[arg(long, default_value = "127.0.0.1:8080")]
+    pub listen: SocketAddr,
+    /// The admin API's address.
+    #[arg(long, default_value = "127.0.0.1:9090")]
+    pub admin: SocketAddr,
+    /// Requests per second of the built-in traffic (0: none).
+    #[arg(long, default_value_t = 5)]
+    pub rate: u32,
+    /// Stop after this many seconds (0: run until Ctrl-C).
+    #[arg(long, default_value_t = 0)]
+    pub seconds: u64,
+}
+
+pub async fn run(args: DemoArgs) -> anyhow::Result<()> {
+    let mut text = TEMPLATE.replace("{LISTEN}", &args.listen.to_string()).replace("{ADMIN}", &args.admin.to_string());
+    for i in 1..=4 {
+        let name = format!("server{i}");
+        let (addr, serving) = backend::bind(BackendArgs {
+            listen: "127.0.0.1:0".parse()?,
+            name: name.clone(),
+            index_text: None,
+            large_size: 64 << 20,
+            backlog: 1024,
+        })
+        .await
+        .with_context(|| format!("starting built-in real server {name}"))?;
+        tokio::spawn(serving);
+        text = text.replace(&format!("{{SERVER{i}}}"), &addr.to_string());
+    }
+    let config = config::parse(&text, "demo.toml").map_err(|d| anyhow::anyhow!("embedded demo config is invalid:\n{d}"))?;
+    let shutdown = Shutdown::new();
+    let app = App::start(config, None, shutdown.clone()).await?;
+    println!("Fulcrum demo");
+    println!("  service http (round robin over 4 real servers): http://{}/", args.listen);
+    println!("  stats (JSON):                                   http://{}/api/stats", args.admin);
+    println!("  try: curl -s http://{}/name ; press Ctrl-C to stop", args.listen);
+    if args.rate > 0 {
+        tokio::spawn(traffic(args.listen, args.rate));
+    }
+    let report = tokio::spawn(report(app.clone()));
+    let wait = async {
+        if args.seconds > 0 {
+            tokio::time::sleep(Duration::from_secs(args.seconds)).await;
+        } else {
+            let _ = tokio::signal::ctrl_c().await;
+        }
+    };
+    wait.await;
+    report.abort();
+    app.stop().await;
+    Ok(())
+}
+
+/// Light traffic: `rate` requests a second, one connection each, as the paper's clients did.
+async fn traffic(target: SocketAddr, rate: u32) {
+    let mut tick = tokio::time::interval(Duration::from_secs(1) / rate);
+    loop {
+        tick.tick().await;
+        tokio::spawn(async move {
+            if let Ok(Ok(mut s)) = tokio::time::timeout(Duration::from_secs(2), TcpStream::connect(target)).await {
+                let _ = s.write_all(b"GET /name HTTP/1.1\r\nHost: demo\r\nConnection: close\r\n\r\n").await;
+                let mut sink = Vec::new();
+                let _ = tokio::time::timeout(Duration::from_secs(5), s.read_to_end(&mut sink)).await;
+            }
+        });
+    }
+}
+
+/// Prints each server's state and total connections every five seconds.
+async fn report(app: std::sync::Arc<App>) {
+    let mut tick = tokio::time::interval(Duration::from_secs(5));
+    tick.tick().await;
+    loop {
+        tick.tick().await;
+        let snap = crate::stats::snapshot(&app.runtime.current());
+        for s in &snap.services {
+            let line: Vec<String> = s.servers.iter().map(|v| format!("{} {:?} {}", v.address, v.state, v.total)).collect();
+            println!("  {}: {}", s.name, line.join(" | "));
+        }
+    }
+}

@@ -1,0 +1,94 @@
+//! Health checking: active checks (`tcp`, `http`) on a schedule, and the rise/fall state machine
+//! that turns samples into transitions. Passive checking (`failure_limit` consecutive connect
+//! failures) is counted on the data path in `runtime::ServerState` and ended here by the next
+//! passing check. Only transitions are logged, once each, with the reason.
+
+mod http;
+mod scheduler;
+mod tcp;
+
+pub use scheduler::{spawn, wait_first_round};
+
+/// Rise/fall hysteresis: `rise` passes in a row bring a server up, `fall` failures take it down.
+#[derive(Debug, Clone)]
+pub struct RiseFall {
+    rise: u32,
+    fall: u32,
+    up: bool,
+    /// Consecutive samples that disagree with the current state.
+    streak: u32,
+    /// A server never checked goes up or down on its first sample, so start-up needs no `rise`.
+    first: bool,
+}
+
+impl RiseFall {
+    pub fn new(rise: u32, fall: u32, up: bool, checked_before: bool) -> Self {
+        RiseFall { rise: rise.max(1), fall: fall.max(1), up, streak: 0, first: !checked_before }
+    }
+
+    pub fn is_up(&self) -> bool {
+        self.up
+    }
+
+    /// Records one sample; returns the new state when it changed (or on the first sample).
+    pub fn record(&mut self, ok: bool) -> Option<bool> {
+        if std::mem::take(&mut self.first) {
+            self.up = ok;
+            self.streak = 0;
+            return Some(ok);
+        }
+        if ok == self.up {
+            self.streak = 0;
+            return None;
+        }
+        self.streak += 1;
+        let needed = if ok { self.rise } else { self.fall };
+        if self.streak >= needed {
+            self.up = ok;
+            self.streak = 0;
+            Some(ok)
+        } else {
+            None
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::RiseFall;
+
+    #[test]
+    fn first_sample_decides_a_new_server() {
+        let mut m = RiseFall::new(2, 3, false, false);
+        assert_eq!(m.record(true), Some(true));
+        let mut m = RiseFall::new(2, 3, false, false);
+        assert_eq!(m.record(false), Some(false));
+    }
+
+    #[test]
+    fn up_server_goes_down_after_fall_failures_in_a_row() {
+        let mut m = RiseFall::new(2, 3, true, true);
+        assert_eq!(m.record(false), None);
+        assert_eq!(m.record(false), None);
+        assert_eq!(m.record(false), Some(false));
+        assert!(!m.is_up());
+    }
+
+    #[test]
+    fn a_pass_between_failures_resets_the_streak() {
+        let mut m = RiseFall::new(2, 2, true, true);
+        assert_eq!(m.record(false), None);
+        assert_eq!(m.record(true), None);
+        assert_eq!(m.record(false), None);
+        assert_eq!(m.record(false), Some(false));
+    }
+
+    #[test]
+    fn down_server_rises_after_rise_passes() {
+        let mut m = RiseFall::new(3, 2, false, true);
+        assert_eq!(m.record(true), None);
+        assert_eq!(m.record(true), None);
+        assert_eq!(m.record(true), Some(true));
+        assert_eq!(m.record(true), None);
+    }
+}

@@ -1,0 +1,88 @@
+//! One check task per server of a generation. A reload cancels the old generation's tasks and
+//! starts the new one's; state lives in `ServerState`, so the hand-over loses nothing.
+
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use tokio_util::sync::CancellationToken;
+use tracing::{info, warn};
+
+use super::RiseFall;
+use super::http::HttpCheck;
+use crate::config::{Health, HealthKind};
+use crate::runtime::{Generation, ServerEntry, Service};
+
+/// Starts the checks of every server in `generation`; they stop when `stop` fires.
+pub fn spawn(generation: &Generation, stop: &CancellationToken) {
+    for service in &generation.services {
+        for entry in service.servers() {
+            tokio::spawn(run(service.clone(), entry.clone(), stop.clone()));
+        }
+    }
+}
+
+/// Waits until every checked server has its first result, or `limit` passes, so a server that
+/// serves the wrong page never sees traffic at start-up.
+pub async fn wait_first_round(generation: &Generation, limit: Duration) {
+    let deadline = Instant::now() + limit;
+    let pending = || {
+        generation
+            .services
+            .iter()
+            .filter(|s| s.config.health.kind != HealthKind::None)
+            .flat_map(|s| s.servers())
+            .any(|e| !e.state.checked())
+    };
+    while pending() && Instant::now() < deadline {
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
+}
+
+async fn run(service: Arc<Service>, entry: Arc<ServerEntry>, stop: CancellationToken) {
+    let cfg: &Health = &service.config.health;
+    let state = &entry.state;
+    let name = &service.config.name;
+    let address = &state.key.address;
+    let mut machine = RiseFall::new(cfg.rise, cfg.fall, state.health_up(), state.checked());
+    let mut http = HttpCheck::default();
+    loop {
+        let started = Instant::now();
+        let result = match cfg.kind {
+            // No active check: a passive hold ends after one interval.
+            HealthKind::None => Ok("no check".to_string()),
+            HealthKind::Tcp => timed(cfg.timeout, super::tcp::check(entry.addr)).await,
+            HealthKind::Http => timed(cfg.timeout, http.check(entry.addr, address, cfg)).await,
+        };
+        let ok = result.is_ok();
+        if cfg.kind != HealthKind::None {
+            let text = match &result {
+                Ok(t) => format!("pass: {t} in {} ms", started.elapsed().as_millis()),
+                Err(t) => format!("fail: {t}"),
+            };
+            state.set_last_check(text);
+            if let Some(up) = machine.record(ok) {
+                if up != state.health_up() || !up {
+                    state.set_health(up);
+                    match &result {
+                        Ok(t) => info!(service = %name, server = %address, "server up: {t}"),
+                        Err(t) => warn!(service = %name, server = %address, "server down: {t}"),
+                    }
+                }
+            }
+        }
+        if ok && state.clear_passive() {
+            info!(service = %name, server = %address, "server up: check passed after connect failures");
+        }
+        tokio::select! {
+            _ = tokio::time::sleep(cfg.interval) => {}
+            _ = stop.cancelled() => return,
+        }
+    }
+}
+
+async fn timed(limit: Duration, check: impl Future<Output = Result<String, String>>) -> Result<String, String> {
+    match tokio::time::timeout(limit, check).await {
+        Ok(r) => r,
+        Err(_) => Err(format!("no answer within {}", humantime::format_duration(limit))),
+    }
+}

@@ -1,0 +1,35 @@
+//! Fulcrum: a TCP server load balancer.
+//!
+//! A client connection arrives on a **listener**, its **service** asks a **balancer** for a
+//! **server** among the healthy ones, the **proxy** connects and forwards bytes both ways, and
+//! every step bumps **stats**. Health checks and the admin API change server state on the side; a
+//! config reload builds a new generation of that state and swaps it in without touching
+//! connections in flight.
+//!
+//! # Layout
+//! - [`config`]: the TOML schema, defaults, and validation with line/column errors.
+//! - [`runtime`]: the live generation behind an `ArcSwap`, and server state that outlives it.
+//! - [`balance`]: the `Balancer` trait and one file per algorithm.
+//! - [`health`]: active checks and the rise/fall state machine.
+//! - [`proxy`]: listeners, connect with redispatch, L4 forwarding with splice(2).
+//! - [`stats`]: read-only views over the counters.
+//! - [`admin`]: the JSON API on the admin listener.
+//! - [`app`]: the running process and the one path every config change takes.
+//! - [`backend`]: a real server for tests, the demo and the lab.
+//! - [`cli`]: the subcommands.
+
+#![deny(unsafe_code)]
+
+pub mod admin;
+pub mod app;
+pub mod backend;
+pub mod balance;
+pub mod cli;
+pub mod config;
+pub mod demo;
+pub mod error;
+pub mod health;
+pub mod proxy;
+pub mod runtime;
+pub mod shutdown;
+pub mod stats;

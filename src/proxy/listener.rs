@@ -1,0 +1,89 @@
+//! Accept loops: one per listen address, alive across reloads for as long as a service uses it.
+//!
+//! The loop looks its service up in the current generation at every accept, so a reload that
+//! changes a service's servers or algorithm needs no new socket; it pauses at the service's
+//! `maxconn` (the kernel backlog holds the rest) and backs off when the process is out of file
+//! descriptors instead of spinning.
+
+use std::io;
+use std::net::SocketAddr;
+use std::sync::Arc;
+use std::sync::atomic::Ordering::Relaxed;
+use std::time::Duration;
+
+use tokio::net::TcpListener;
+use tokio_util::sync::CancellationToken;
+use tracing::{error, info, warn};
+
+use crate::runtime::Runtime;
+use crate::shutdown::Shutdown;
+
+const BACKLOG: i32 = 4096;
+
+/// Binds a listening socket (SO_REUSEADDR, nonblocking) so errors surface before a config is applied.
+pub fn bind(addr: SocketAddr) -> io::Result<std::net::TcpListener> {
+    use socket2::{Domain, Protocol, Socket, Type};
+    let socket = Socket::new(Domain::for_address(addr), Type::STREAM, Some(Protocol::TCP))?;
+    socket.set_reuse_address(true)?;
+    if addr.is_ipv6() {
+        socket.set_only_v6(true)?;
+    }
+    socket.set_nonblocking(true)?;
+    socket.bind(&addr.into())?;
+    socket.listen(BACKLOG)?;
+    Ok(socket.into())
+}
+
+/// Accepts on `listener` until `stop` (the address left the config) or shutdown.
+pub async fn serve(listener: std::net::TcpListener, addr: SocketAddr, runtime: Arc<Runtime>, stop: CancellationToken, shutdown: Shutdown) {
+    let listener = match TcpListener::from_std(listener) {
+        Ok(l) => l,
+        Err(e) => {
+            error!(%addr, "cannot register listener: {e}");
+            return;
+        }
+    };
+    info!(%addr, "listening");
+    loop {
+        let generation = runtime.current();
+        let Some(service) = generation.service_at(addr).cloned() else {
+            tokio::select! {
+                _ = stop.cancelled() => break,
+                _ = shutdown.stopping().cancelled() => break,
+                _ = tokio::time::sleep(Duration::from_millis(100)) => continue,
+            }
+        };
+        drop(generation);
+        let maxconn = service.config.maxconn as u64;
+        while maxconn > 0 && service.state.current.load(Relaxed) >= maxconn {
+            tokio::select! {
+                _ = service.state.freed.notified() => {}
+                _ = tokio::time::sleep(Duration::from_millis(50)) => {}
+                _ = stop.cancelled() => return,
+            }
+        }
+        let accepted = tokio::select! {
+            _ = stop.cancelled() => break,
+            _ = shutdown.stopping().cancelled() => break,
+            r = listener.accept() => r,
+        };
+        match accepted {
+            Ok((stream, peer)) => {
+                let guard = service.state.open();
+                let sd = shutdown.clone();
+                shutdown.tasks().spawn(super::handle(stream, peer, service, guard, sd));
+            }
+            Err(e) if is_resource_exhaustion(&e) => {
+                warn!(%addr, "accept: {e}; pausing accepts for 100ms");
+                tokio::time::sleep(Duration::from_millis(100)).await;
+            }
+            // Errors that concern one connection (reset before accept, ...) do not stop the loop.
+            Err(e) => warn!(%addr, "accept: {e}"),
+        }
+    }
+    info!(%addr, "stopped listening");
+}
+
+fn is_resource_exhaustion(e: &io::Error) -> bool {
+    matches!(e.raw_os_error(), Some(libc::EMFILE | libc::ENFILE | libc::ENOBUFS | libc::ENOMEM))
+}

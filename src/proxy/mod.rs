@@ -1,0 +1,54 @@
+//! The data path: listeners accept, `connect` finds a server, `tcp` forwards the bytes.
+
+pub mod connect;
+pub mod listener;
+#[allow(unsafe_code)]
+pub mod splice;
+pub mod tcp;
+
+use std::net::SocketAddr;
+use std::sync::Arc;
+use std::sync::atomic::Ordering::Relaxed;
+
+use tokio::net::TcpStream;
+use tracing::{debug, warn};
+
+use crate::runtime::{Service, ServiceGuard};
+use crate::shutdown::Shutdown;
+
+/// Serves one client connection of `service` to its end.
+pub async fn handle(client: TcpStream, peer: SocketAddr, service: Arc<Service>, _guard: ServiceGuard, shutdown: Shutdown) {
+    let cfg = &service.config;
+    let _ = client.set_nodelay(true);
+    let (entry, server) = tokio::select! {
+        r = connect::connect(&service, peer) => match r {
+            Ok(x) => x,
+            Err(e) => {
+                service.state.refused.fetch_add(1, Relaxed);
+                warn!(service = %cfg.name, client = %peer, "closing client: {e}");
+                return;
+            }
+        },
+        _ = shutdown.terminating().cancelled() => return,
+    };
+    let state = &entry.state;
+    let _conn = state.open();
+    let terminate = state.terminate_token();
+    let opts = tcp::Options {
+        half_close: cfg.half_close,
+        client_timeout: cfg.client_timeout,
+        server_timeout: cfg.server_timeout,
+        splice: true,
+    };
+    let meters = tcp::Meters { bytes_in: &state.counters.bytes_in, bytes_out: &state.counters.bytes_out };
+    tokio::select! {
+        r = tcp::forward(&client, &server, opts, meters) => match r {
+            Ok((up, down)) => debug!(service = %cfg.name, client = %peer, server = %entry.addr, up, down, "connection closed"),
+            Err(e) => debug!(service = %cfg.name, client = %peer, server = %entry.addr, "connection ended: {e}"),
+        },
+        _ = terminate.cancelled() => {
+            debug!(service = %cfg.name, client = %peer, server = %entry.addr, "connection terminated: server disabled");
+        }
+        _ = shutdown.terminating().cancelled() => {}
+    }
+}

@@ -1,0 +1,135 @@
+//! Live state: the immutable [`Generation`] behind one `ArcSwap`, and the registry of server state
+//! that outlives generations.
+//!
+//! A config (at start, on SIGHUP or from the API) becomes a new generation: servers are resolved,
+//! their state is looked up by stable key (service name, configured address) so counters and health
+//! carry over, and the new generation is swapped in whole. Connections in flight keep the `Arc` of
+//! the generation they started in. A config that fails is refused and the old generation stays.
+
+mod server;
+mod service;
+
+use std::collections::HashMap;
+use std::net::SocketAddr;
+use std::sync::{Arc, Mutex};
+
+use arc_swap::ArcSwap;
+
+use crate::config::{self, Config, HealthKind};
+
+pub use server::{ConnGuard, ServerEntry, ServerKey, ServerState, State, unix_ms};
+pub use service::{Avoid, Role, ServerPool, Service, ServiceGuard, ServiceState};
+
+/// One immutable view of the whole configuration.
+pub struct Generation {
+    pub config: Config,
+    pub services: Vec<Arc<Service>>,
+}
+
+impl Generation {
+    pub fn service_at(&self, listen: SocketAddr) -> Option<&Arc<Service>> {
+        self.services.iter().find(|s| s.listen == listen)
+    }
+}
+
+/// State that outlives generations: per-server and per-service state.
+#[derive(Default)]
+struct Registry {
+    servers: HashMap<ServerKey, Arc<ServerState>>,
+    services: HashMap<String, Arc<ServiceState>>,
+}
+
+/// What changed between two generations that the data path must act on.
+#[derive(Debug, Default)]
+pub struct Applied {
+    /// Servers that left or were disabled and whose connections were closed.
+    pub terminated: Vec<ServerKey>,
+}
+
+pub struct Runtime {
+    current: ArcSwap<Generation>,
+    registry: Mutex<Registry>,
+}
+
+impl Runtime {
+    /// Builds the first generation.
+    pub fn new(config: Config) -> Result<Self, String> {
+        let mut registry = Registry::default();
+        let generation = build(config, &mut registry)?;
+        Ok(Runtime { current: ArcSwap::from_pointee(generation), registry: Mutex::new(registry) })
+    }
+
+    pub fn current(&self) -> Arc<Generation> {
+        self.current.load_full()
+    }
+
+    /// Swaps in a generation built from `config`, carrying server state over by key.
+    ///
+    /// Servers that are disabled or removed by this config close their connections when their
+    /// service has `terminate_on_disable`; otherwise those connections finish on their own.
+    pub fn apply(&self, config: Config) -> Result<Applied, String> {
+        let mut registry = self.registry.lock().map_err(|_| "runtime registry poisoned".to_string())?;
+        let old = self.current();
+        let new = build(config, &mut registry)?;
+        let mut applied = Applied::default();
+        for service in &old.services {
+            let next = new.services.iter().find(|s| s.config.name == service.config.name);
+            let terminate = next.map(|s| s.config.terminate_on_disable).unwrap_or(service.config.terminate_on_disable);
+            for entry in service.servers() {
+                let kept = next.and_then(|s| s.servers().find(|e| Arc::ptr_eq(&e.state, &entry.state)));
+                let gone = kept.is_none() || !entry.state.is_enabled();
+                if gone && kept.is_none() {
+                    registry.servers.remove(&entry.state.key);
+                }
+                if gone && terminate {
+                    entry.state.terminate_connections();
+                    applied.terminated.push(entry.state.key.clone());
+                }
+            }
+        }
+        let live: Vec<&str> = new.services.iter().map(|s| s.config.name.as_str()).collect();
+        registry.services.retain(|name, _| live.contains(&name.as_str()));
+        self.current.store(Arc::new(new));
+        Ok(applied)
+    }
+
+    /// Looks a server up by service name and configured address in the current generation.
+    pub fn server(&self, service: &str, address: &str) -> Option<Arc<ServerState>> {
+        let generation = self.current();
+        let s = generation.services.iter().find(|s| s.config.name == service)?;
+        s.servers().find(|e| e.state.key.address == address).map(|e| e.state.clone())
+    }
+}
+
+fn build(config: Config, registry: &mut Registry) -> Result<Generation, String> {
+    let mut services = Vec::with_capacity(config.services.len());
+    for sc in &config.services {
+        let listen: SocketAddr = sc.listen.parse().map_err(|_| format!("service {}: bad listen address {}", sc.name, sc.listen))?;
+        let shared = registry.services.entry(sc.name.clone()).or_default().clone();
+        let epoch = shared.epoch.clone();
+        let checked = sc.health.kind != HealthKind::None;
+        let mut primary = Vec::new();
+        let mut backup = Vec::new();
+        for server in &sc.servers {
+            let addr = config::resolve_server(server).map_err(|e| format!("service {}: {e}", sc.name))?;
+            let key = ServerKey { service: sc.name.clone(), address: server.address.clone() };
+            let state = registry
+                .servers
+                .entry(key.clone())
+                .or_insert_with(|| Arc::new(ServerState::new(key, epoch.clone(), server.weight, server.enabled, checked)))
+                .clone();
+            state.set_weight(server.weight);
+            state.set_enabled(server.enabled);
+            let entry = Arc::new(ServerEntry { addr, state });
+            if server.backup { backup.push(entry) } else { primary.push(entry) }
+        }
+        services.push(Arc::new(Service {
+            listen,
+            primary: ServerPool::new(primary, sc.algorithm, epoch.clone()),
+            backup: ServerPool::new(backup, sc.algorithm, epoch),
+            config: sc.clone(),
+            state: shared,
+        }));
+    }
+    Ok(Generation { config, services })
+}

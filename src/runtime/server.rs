@@ -1,0 +1,225 @@
+//! Live state of one real server: its state flags and counters, kept in atomics so the data path
+//! reads and bumps them without a lock. A `ServerState` is keyed by (service, configured address)
+//! and outlives config generations, so a reload neither resets counters nor forgets health.
+
+use std::net::SocketAddr;
+use std::sync::Mutex;
+use std::sync::atomic::{AtomicBool, AtomicU32, AtomicU64, Ordering::Relaxed};
+use std::sync::Arc;
+use std::time::{SystemTime, UNIX_EPOCH};
+
+use serde::Serialize;
+use tokio_util::sync::CancellationToken;
+
+/// What a user sees as a server's state.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "lowercase")]
+pub enum State {
+    Up,
+    Down,
+    Disabled,
+}
+
+/// Identity of a server across reloads.
+#[derive(Debug, Clone, PartialEq, Eq, Hash)]
+pub struct ServerKey {
+    pub service: String,
+    pub address: String,
+}
+
+#[derive(Debug)]
+pub struct ServerState {
+    pub key: ServerKey,
+    /// The service's pool epoch, bumped on every change of an effective weight.
+    epoch: Arc<AtomicU64>,
+    weight: AtomicU32,
+    enabled: AtomicBool,
+    /// Result of active health checks (rise/fall applied).
+    health_up: AtomicBool,
+    /// Set by `failure_limit` consecutive connect failures; cleared by the next passing check.
+    passive_down: AtomicBool,
+    consecutive_failures: AtomicU32,
+    /// Fired to close this server's connections (terminate on disable, removal).
+    terminate: Mutex<CancellationToken>,
+    last_check: Mutex<String>,
+    /// Whether an active check has reported since this server appeared.
+    checked: AtomicBool,
+    pub counters: Counters,
+}
+
+/// Per-server counters, as in HAProxy's stats table.
+#[derive(Debug, Default)]
+pub struct Counters {
+    pub current: AtomicU64,
+    pub max: AtomicU64,
+    pub total: AtomicU64,
+    /// Connections that failed to connect or timed out.
+    pub connect_failures: AtomicU64,
+    pub bytes_in: AtomicU64,
+    pub bytes_out: AtomicU64,
+    /// Unix time in ms of the last connection handed to this server.
+    pub last_use_ms: AtomicU64,
+}
+
+impl ServerState {
+    pub fn new(key: ServerKey, epoch: Arc<AtomicU64>, weight: u32, enabled: bool, checked: bool) -> Self {
+        ServerState {
+            key,
+            epoch,
+            weight: AtomicU32::new(weight),
+            enabled: AtomicBool::new(enabled),
+            // A checked server starts down: it takes traffic once its first check passes, so a
+            // server that serves the wrong page never sees a request.
+            health_up: AtomicBool::new(!checked),
+            passive_down: AtomicBool::new(false),
+            consecutive_failures: AtomicU32::new(0),
+            terminate: Mutex::new(CancellationToken::new()),
+            checked: AtomicBool::new(false),
+            last_check: Mutex::new(if checked { "not checked yet".into() } else { "no check".into() }),
+            counters: Counters::default(),
+        }
+    }
+
+    /// Weight the balancer uses now: 0 unless enabled, up and not held down by connect failures.
+    pub fn effective_weight(&self) -> u32 {
+        if self.state() == State::Up { self.weight.load(Relaxed) } else { 0 }
+    }
+
+    pub fn state(&self) -> State {
+        if !self.enabled.load(Relaxed) {
+            State::Disabled
+        } else if self.health_up.load(Relaxed) && !self.passive_down.load(Relaxed) {
+            State::Up
+        } else {
+            State::Down
+        }
+    }
+
+    pub fn weight(&self) -> u32 {
+        self.weight.load(Relaxed)
+    }
+
+    fn bump(&self) {
+        self.epoch.fetch_add(1, Relaxed);
+    }
+
+    pub fn set_weight(&self, w: u32) {
+        if self.weight.swap(w, Relaxed) != w {
+            self.bump();
+        }
+    }
+
+    /// Returns true when the flag changed.
+    pub fn set_enabled(&self, on: bool) -> bool {
+        let changed = self.enabled.swap(on, Relaxed) != on;
+        if changed {
+            self.bump();
+        }
+        changed
+    }
+
+    pub fn is_enabled(&self) -> bool {
+        self.enabled.load(Relaxed)
+    }
+
+    /// Records the outcome of a health-check transition (not of every sample).
+    pub fn set_health(&self, up: bool) {
+        if self.health_up.swap(up, Relaxed) != up {
+            self.bump();
+        }
+    }
+
+    pub fn health_up(&self) -> bool {
+        self.health_up.load(Relaxed)
+    }
+
+    /// A passing check ends a passive hold; returns true when one was ended.
+    pub fn clear_passive(&self) -> bool {
+        self.consecutive_failures.store(0, Relaxed);
+        let was = self.passive_down.swap(false, Relaxed);
+        if was {
+            self.bump();
+        }
+        was
+    }
+
+    pub fn passive_down(&self) -> bool {
+        self.passive_down.load(Relaxed)
+    }
+
+    /// Records the text of the last active check's result.
+    pub fn set_last_check(&self, text: String) {
+        if let Ok(mut g) = self.last_check.lock() {
+            *g = text;
+        }
+        self.checked.store(true, Relaxed);
+    }
+
+    pub fn checked(&self) -> bool {
+        self.checked.load(Relaxed)
+    }
+
+    pub fn last_check(&self) -> String {
+        self.last_check.lock().map(|g| g.clone()).unwrap_or_default()
+    }
+
+    /// Counts a failed connect; returns true when it reaches `limit` and holds the server down.
+    pub fn record_connect_failure(&self, limit: u32) -> bool {
+        self.counters.connect_failures.fetch_add(1, Relaxed);
+        let n = self.consecutive_failures.fetch_add(1, Relaxed) + 1;
+        if limit > 0 && n >= limit && !self.passive_down.swap(true, Relaxed) {
+            self.bump();
+            return true;
+        }
+        false
+    }
+
+    pub fn record_connect_success(&self) {
+        if self.consecutive_failures.load(Relaxed) != 0 {
+            self.consecutive_failures.store(0, Relaxed);
+        }
+    }
+
+    /// A token that fires when this server's connections must close.
+    pub fn terminate_token(&self) -> CancellationToken {
+        self.terminate.lock().map(|g| g.clone()).unwrap_or_default()
+    }
+
+    /// Closes every connection to this server now; later connections get a fresh token.
+    pub fn terminate_connections(&self) {
+        if let Ok(mut g) = self.terminate.lock() {
+            g.cancel();
+            *g = CancellationToken::new();
+        }
+    }
+
+    /// Accounts a new connection; the guard accounts its end, on every path.
+    pub fn open(self: &Arc<Self>) -> ConnGuard {
+        let c = &self.counters;
+        let now = c.current.fetch_add(1, Relaxed) + 1;
+        c.max.fetch_max(now, Relaxed);
+        c.total.fetch_add(1, Relaxed);
+        c.last_use_ms.store(unix_ms(), Relaxed);
+        ConnGuard(self.clone())
+    }
+}
+
+/// Held for the life of one proxied connection.
+pub struct ConnGuard(Arc<ServerState>);
+
+impl Drop for ConnGuard {
+    fn drop(&mut self) {
+        self.0.counters.current.fetch_sub(1, Relaxed);
+    }
+}
+
+pub fn unix_ms() -> u64 {
+    SystemTime::now().duration_since(UNIX_EPOCH).map(|d| d.as_millis() as u64).unwrap_or(0)
+}
+
+/// One server of one generation: live state plus the address resolved when the generation was built.
+#[derive(Debug)]
+pub struct ServerEntry {
+    pub addr: SocketAddr,
+    pub state: Arc<ServerState>,
+}

@@ -1,0 +1,127 @@
+//! A service of one generation: its config, its pools of servers and their balancers.
+
+use std::net::{IpAddr, SocketAddr};
+use std::sync::Arc;
+use std::sync::atomic::{AtomicU64, Ordering::Relaxed};
+
+use tokio::sync::Notify;
+
+use crate::balance::{self, Balancer, Pick};
+use crate::config;
+
+use super::server::ServerEntry;
+
+/// Servers of one role (primary or backup) with the balancer that picks among them.
+pub struct ServerPool {
+    pub servers: Vec<Arc<ServerEntry>>,
+    balancer: Box<dyn Balancer>,
+    epoch: Arc<AtomicU64>,
+}
+
+impl ServerPool {
+    pub fn new(servers: Vec<Arc<ServerEntry>>, algorithm: config::Algorithm, epoch: Arc<AtomicU64>) -> Self {
+        ServerPool { servers, balancer: balance::build(algorithm), epoch }
+    }
+
+    pub fn pick(&self, client: IpAddr, avoid: &[usize]) -> Option<usize> {
+        self.balancer.pick(&Pick { client, avoid }, self)
+    }
+}
+
+impl balance::Pool for ServerPool {
+    fn len(&self) -> usize {
+        self.servers.len()
+    }
+    fn weight(&self, i: usize) -> u32 {
+        self.servers[i].state.effective_weight()
+    }
+    fn active(&self, i: usize) -> u64 {
+        self.servers[i].state.counters.current.load(Relaxed)
+    }
+    fn key(&self, i: usize) -> &str {
+        &self.servers[i].state.key.address
+    }
+    fn epoch(&self) -> u64 {
+        self.epoch.load(Relaxed)
+    }
+}
+
+/// Which pool a pick came from, so a retry avoids the right index.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Role {
+    Primary,
+    Backup,
+}
+
+/// Servers a connection already failed on, per role.
+#[derive(Debug, Default)]
+pub struct Avoid {
+    primary: Vec<usize>,
+    backup: Vec<usize>,
+}
+
+impl Avoid {
+    pub fn add(&mut self, role: Role, i: usize) {
+        match role {
+            Role::Primary => self.primary.push(i),
+            Role::Backup => self.backup.push(i),
+        }
+    }
+}
+
+/// Per-service state that outlives generations: the pool epoch and the service's counters.
+#[derive(Debug, Default)]
+pub struct ServiceState {
+    /// Bumped on every change of a server's effective weight; balancers rebuild tables on it.
+    pub epoch: Arc<AtomicU64>,
+    pub current: AtomicU64,
+    pub max: AtomicU64,
+    pub total: AtomicU64,
+    /// Clients closed because no server could take them.
+    pub refused: AtomicU64,
+    /// Signalled when a connection ends, so an accept loop paused at `maxconn` resumes.
+    pub freed: Notify,
+}
+
+impl ServiceState {
+    pub fn open(self: &Arc<Self>) -> ServiceGuard {
+        let now = self.current.fetch_add(1, Relaxed) + 1;
+        self.max.fetch_max(now, Relaxed);
+        self.total.fetch_add(1, Relaxed);
+        ServiceGuard(self.clone())
+    }
+}
+
+/// Held for the life of one client connection of a service.
+pub struct ServiceGuard(Arc<ServiceState>);
+
+impl Drop for ServiceGuard {
+    fn drop(&mut self) {
+        self.0.current.fetch_sub(1, Relaxed);
+        self.0.freed.notify_one();
+    }
+}
+
+pub struct Service {
+    pub config: config::Service,
+    pub state: Arc<ServiceState>,
+    pub listen: SocketAddr,
+    pub primary: ServerPool,
+    pub backup: ServerPool,
+}
+
+impl Service {
+    /// Picks a primary server, or a backup while no primary is usable.
+    pub fn pick(&self, client: IpAddr, avoid: &Avoid) -> Option<(Role, Arc<ServerEntry>, usize)> {
+        if let Some(i) = self.primary.pick(client, &avoid.primary) {
+            return Some((Role::Primary, self.primary.servers[i].clone(), i));
+        }
+        let i = self.backup.pick(client, &avoid.backup)?;
+        Some((Role::Backup, self.backup.servers[i].clone(), i))
+    }
+
+    /// Every server of the service, primaries first.
+    pub fn servers(&self) -> impl Iterator<Item = &Arc<ServerEntry>> {
+        self.primary.servers.iter().chain(self.backup.servers.iter())
+    }
+}

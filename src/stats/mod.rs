@@ -1,0 +1,99 @@
+//! Read-only views over the live counters, for `GET /api/stats` (and later `/metrics`).
+
+use std::sync::atomic::Ordering::Relaxed;
+
+use serde::Serialize;
+
+use crate::runtime::{Generation, ServerEntry, State, unix_ms};
+
+#[derive(Debug, Serialize)]
+pub struct Snapshot {
+    pub services: Vec<ServiceStats>,
+}
+
+#[derive(Debug, Serialize)]
+pub struct ServiceStats {
+    pub name: String,
+    pub listen: String,
+    pub mode: &'static str,
+    pub algorithm: &'static str,
+    pub current: u64,
+    pub max: u64,
+    pub total: u64,
+    /// Clients closed because no server could take them.
+    pub refused: u64,
+    pub maxconn: u32,
+    pub servers: Vec<ServerStats>,
+}
+
+#[derive(Debug, Serialize)]
+pub struct ServerStats {
+    pub address: String,
+    pub resolved: String,
+    pub backup: bool,
+    pub state: State,
+    pub weight: u32,
+    /// Active health check result held up or down (rise/fall applied).
+    pub check_up: bool,
+    /// Held down by `failure_limit` consecutive connect failures.
+    pub passive_down: bool,
+    pub last_check: String,
+    pub current: u64,
+    pub max: u64,
+    pub total: u64,
+    pub connect_failures: u64,
+    pub bytes_in: u64,
+    pub bytes_out: u64,
+    /// Seconds since the last connection was handed to this server; null if never.
+    pub last_use_secs: Option<u64>,
+}
+
+pub fn snapshot(generation: &Generation) -> Snapshot {
+    let now = unix_ms();
+    let services = generation
+        .services
+        .iter()
+        .map(|s| ServiceStats {
+            name: s.config.name.clone(),
+            listen: s.listen.to_string(),
+            mode: "tcp",
+            algorithm: s.config.algorithm.as_str(),
+            current: s.state.current.load(Relaxed),
+            max: s.state.max.load(Relaxed),
+            total: s.state.total.load(Relaxed),
+            refused: s.state.refused.load(Relaxed),
+            maxconn: s.config.maxconn,
+            servers: s
+                .primary
+                .servers
+                .iter()
+                .map(|e| server(e, false, now))
+                .chain(s.backup.servers.iter().map(|e| server(e, true, now)))
+                .collect(),
+        })
+        .collect();
+    Snapshot { services }
+}
+
+fn server(e: &ServerEntry, backup: bool, now: u64) -> ServerStats {
+    let st = &e.state;
+    let c = &st.counters;
+    let last = c.last_use_ms.load(Relaxed);
+    ServerStats {
+        address: st.key.address.clone(),
+        resolved: e.addr.to_string(),
+        backup,
+        state: st.state(),
+        weight: st.weight(),
+        check_up: st.health_up(),
+        passive_down: st.passive_down(),
+        last_check: st.last_check(),
+        current: c.current.load(Relaxed),
+        max: c.max.load(Relaxed),
+        total: c.total.load(Relaxed),
+        connect_failures: c.connect_failures.load(Relaxed),
+        bytes_in: c.bytes_in.load(Relaxed),
+        bytes_out: c.bytes_out.load(Relaxed),
+        last_use_secs: (last > 0).then(|| now.saturating_sub(last) / 1000),
+    }
+}
