@@ -1,0 +1,305 @@
+//! Helpers for integration tests: real nginx servers, a Fulcrum process, and small clients.
+//! Every process is killed when its handle drops, so a failing test leaves nothing behind.
+#![allow(dead_code)]
+
+use std::io::{Read, Write};
+use std::net::{IpAddr, Shutdown, SocketAddr, TcpListener, TcpStream};
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Stdio};
+use std::sync::atomic::{AtomicU32, Ordering};
+use std::time::{Duration, Instant};
+
+static SEQ: AtomicU32 = AtomicU32::new(0);
+
+/// A fresh scratch directory under the target dir, unique per test.
+pub fn scratch(name: &str) -> PathBuf {
+    let dir = PathBuf::from(env!("CARGO_TARGET_TMPDIR"))
+        .join(format!("{name}-{}-{}", std::process::id(), SEQ.fetch_add(1, Ordering::Relaxed)));
+    let _ = std::fs::remove_dir_all(&dir);
+    std::fs::create_dir_all(&dir).unwrap();
+    dir
+}
+
+/// A loopback port free right now.
+pub fn free_port() -> u16 {
+    TcpListener::bind("127.0.0.1:0").unwrap().local_addr().unwrap().port()
+}
+
+pub fn wait_until(what: &str, limit: Duration, mut f: impl FnMut() -> bool) {
+    let deadline = Instant::now() + limit;
+    while Instant::now() < deadline {
+        if f() {
+            return;
+        }
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    panic!("timed out after {limit:?} waiting for {what}");
+}
+
+fn listening(addr: SocketAddr) -> bool {
+    TcpStream::connect_timeout(&addr, Duration::from_millis(200)).is_ok()
+}
+
+/// One real nginx server whose replies name it: `/name` answers its name, `/index.html` its
+/// index text, `/large` is a 64 MiB file.
+pub struct Nginx {
+    pub name: String,
+    pub addr: SocketAddr,
+    dir: PathBuf,
+    child: Option<Child>,
+}
+
+pub const LARGE: usize = 64 << 20;
+
+impl Nginx {
+    pub fn start(name: &str, index_text: &str) -> Nginx {
+        let dir = scratch(&format!("nginx-{name}"));
+        let root = dir.join("www");
+        std::fs::create_dir_all(&root).unwrap();
+        std::fs::write(root.join("index.html"), index_text).unwrap();
+        std::fs::write(root.join("large"), large_pattern()).unwrap();
+        let addr: SocketAddr = format!("127.0.0.1:{}", free_port()).parse().unwrap();
+        let conf = format!(
+            r#"daemon off;
+master_process off;
+worker_processes 1;
+user root root;
+pid {dir}/nginx.pid;
+error_log {dir}/error.log warn;
+events {{ worker_connections 4096; }}
+http {{
+    access_log off;
+    client_body_temp_path {dir}/body;
+    proxy_temp_path {dir}/proxy;
+    fastcgi_temp_path {dir}/fastcgi;
+    uwsgi_temp_path {dir}/uwsgi;
+    scgi_temp_path {dir}/scgi;
+    keepalive_requests 100000;
+    server {{
+        listen {addr} backlog=4096;
+        root {root};
+        add_header X-Served-By {name} always;
+        location = /name {{ default_type text/plain; return 200 "{name}"; }}
+        location / {{ }}
+    }}
+}}
+"#,
+            dir = dir.display(),
+            root = root.display(),
+        );
+        std::fs::write(dir.join("nginx.conf"), conf).unwrap();
+        let child = Command::new("nginx")
+            .args(["-p", dir.to_str().unwrap(), "-c", dir.join("nginx.conf").to_str().unwrap()])
+            .stdout(Stdio::null())
+            .stderr(Stdio::null())
+            .spawn()
+            .expect("nginx must be installed (scripts/test installs it)");
+        wait_until(&format!("nginx {name} on {addr}"), Duration::from_secs(10), || listening(addr));
+        Nginx { name: name.into(), addr, dir, child: Some(child) }
+    }
+
+    pub fn stop(&mut self) {
+        if let Some(mut c) = self.child.take() {
+            let _ = c.kill();
+            let _ = c.wait();
+        }
+    }
+
+    /// Starts again on the same address (after `stop`).
+    pub fn restart(&mut self) {
+        assert!(self.child.is_none());
+        let child = Command::new("nginx")
+            .args(["-p", self.dir.to_str().unwrap(), "-c", self.dir.join("nginx.conf").to_str().unwrap()])
+            .stdout(Stdio::null())
+            .stderr(Stdio::null())
+            .spawn()
+            .unwrap();
+        self.child = Some(child);
+        let addr = self.addr;
+        wait_until("nginx restart", Duration::from_secs(10), || listening(addr));
+    }
+}
+
+impl Drop for Nginx {
+    fn drop(&mut self) {
+        self.stop();
+    }
+}
+
+pub fn large_pattern() -> Vec<u8> {
+    (0..LARGE).map(|i| (i % 251) as u8).collect()
+}
+
+/// Four nginx servers s1..s4 serving the paper's `TARGET` page.
+pub fn four_servers() -> Vec<Nginx> {
+    (1..=4).map(|i| Nginx::start(&format!("s{i}"), &format!("<html>TARGET s{i}</html>"))).collect()
+}
+
+/// A running `fulcrum run` process over a config written to a scratch file.
+pub struct Fulcrum {
+    pub listen: SocketAddr,
+    pub admin: SocketAddr,
+    pub config_path: PathBuf,
+    pub log_path: PathBuf,
+    child: Child,
+}
+
+impl Fulcrum {
+    /// `config` is the whole config but the `[admin]` table, which is appended; `{LISTEN}` in it is replaced by a free port.
+    pub fn start(config: &str) -> Fulcrum {
+        let dir = scratch("fulcrum");
+        let listen: SocketAddr = format!("127.0.0.1:{}", free_port()).parse().unwrap();
+        let admin: SocketAddr = format!("127.0.0.1:{}", free_port()).parse().unwrap();
+        let config_path = dir.join("fulcrum.toml");
+        write_config(&config_path, admin, &config.replace("{LISTEN}", &listen.to_string()));
+        let log_path = dir.join("fulcrum.log");
+        let log = std::fs::File::create(&log_path).unwrap();
+        let child = Command::new(env!("CARGO_BIN_EXE_fulcrum"))
+            .args(["--log", "info", "run", config_path.to_str().unwrap()])
+            .env_remove("RUST_LOG")
+            .stdout(Stdio::null())
+            .stderr(log)
+            .spawn()
+            .unwrap();
+        let f = Fulcrum { listen, admin, config_path, log_path, child };
+        wait_until("fulcrum admin and listener", Duration::from_secs(15), || listening(admin) && listening(listen));
+        f
+    }
+
+    /// Rewrites the config (same admin and listen) and sends SIGHUP.
+    pub fn reload(&self, config: &str) {
+        write_config(&self.config_path, self.admin, &config.replace("{LISTEN}", &self.listen.to_string()));
+        self.signal(libc_sig::HUP);
+    }
+
+    pub fn signal(&self, sig: i32) {
+        let ok = Command::new("kill").args([format!("-{sig}"), self.child.id().to_string()]).status().unwrap().success();
+        assert!(ok, "kill -{sig} failed");
+    }
+
+    pub fn log(&self) -> String {
+        std::fs::read_to_string(&self.log_path).unwrap_or_default()
+    }
+
+    /// Waits for a log line containing `text`.
+    pub fn wait_log(&self, text: &str) {
+        wait_until(&format!("log line with {text:?}"), Duration::from_secs(10), || self.log().contains(text));
+    }
+
+    /// `GET /api/stats` as JSON.
+    pub fn stats(&self) -> serde_json::Value {
+        let (status, body) = http_get(self.admin, "/api/stats");
+        assert_eq!(status, 200, "stats: {body}");
+        serde_json::from_str(&body).unwrap()
+    }
+
+    /// The stats of one server of the first service, by configured address.
+    pub fn server_stats(&self, address: &str) -> serde_json::Value {
+        let s = self.stats();
+        s["services"][0]["servers"].as_array().unwrap().iter().find(|v| v["address"] == address).cloned().unwrap_or_else(|| panic!("no server {address} in {s}"))
+    }
+
+    pub fn wait_exit(&mut self, limit: Duration) -> Option<std::process::ExitStatus> {
+        let deadline = Instant::now() + limit;
+        while Instant::now() < deadline {
+            if let Ok(Some(s)) = self.child.try_wait() {
+                return Some(s);
+            }
+            std::thread::sleep(Duration::from_millis(20));
+        }
+        None
+    }
+}
+
+impl Drop for Fulcrum {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+        if std::thread::panicking() {
+            eprintln!("---- fulcrum log ----\n{}", self.log());
+        }
+    }
+}
+
+pub mod libc_sig {
+    pub const HUP: i32 = 1;
+    pub const TERM: i32 = 15;
+}
+
+fn write_config(path: &Path, admin: SocketAddr, rest: &str) {
+    std::fs::write(path, format!("{rest}\n\n[admin]\nlisten = \"{admin}\"\n")).unwrap();
+}
+
+/// A service section over `servers` with `extra` lines added to the service table.
+pub fn service(algorithm: &str, extra: &str, health: &str, servers: &[(&Nginx, &str)]) -> String {
+    let mut s = format!("[[service]]\nname = \"web\"\nlisten = \"{{LISTEN}}\"\nalgorithm = \"{algorithm}\"\n{extra}\n\n[service.health]\n{health}\n");
+    for (n, more) in servers {
+        s.push_str(&format!("\n[[service.server]]\naddress = \"{}\"\n{more}\n", n.addr));
+    }
+    s
+}
+
+pub const HTTP_CHECK: &str = "kind = \"http\"\ninterval = \"200ms\"\ntimeout = \"500ms\"\nrise = 2\nfall = 1\npath = \"/index.html\"\nexpect_text = \"TARGET\"";
+
+/// One HTTP/1.0 request on its own connection; returns (status, body).
+pub fn http_get(addr: SocketAddr, path: &str) -> (u16, String) {
+    http_get_from(None, addr, path).unwrap_or_else(|e| panic!("GET {path} via {addr}: {e}"))
+}
+
+/// Like `http_get`, from a chosen loopback source address.
+pub fn http_get_from(source: Option<IpAddr>, addr: SocketAddr, path: &str) -> std::io::Result<(u16, String)> {
+    let mut s = connect_from(source, addr)?;
+    s.set_read_timeout(Some(Duration::from_secs(10)))?;
+    write!(s, "GET {path} HTTP/1.0\r\nHost: test\r\n\r\n")?;
+    let mut raw = Vec::new();
+    s.read_to_end(&mut raw)?;
+    parse_response(&raw)
+}
+
+pub fn connect_from(source: Option<IpAddr>, addr: SocketAddr) -> std::io::Result<TcpStream> {
+    match source {
+        None => TcpStream::connect_timeout(&addr, Duration::from_secs(5)),
+        Some(ip) => {
+            let sock = socket2::Socket::new(socket2::Domain::IPV4, socket2::Type::STREAM, None)?;
+            sock.bind(&SocketAddr::new(ip, 0).into())?;
+            sock.connect_timeout(&addr.into(), Duration::from_secs(5))?;
+            Ok(sock.into())
+        }
+    }
+}
+
+pub fn parse_response(raw: &[u8]) -> std::io::Result<(u16, String)> {
+    let text = String::from_utf8_lossy(raw);
+    let Some((head, body)) = text.split_once("\r\n\r\n") else {
+        return Err(std::io::Error::other(format!("no response head in {} bytes", raw.len())));
+    };
+    let status = head.split_whitespace().nth(1).and_then(|s| s.parse().ok()).ok_or_else(|| std::io::Error::other("bad status line"))?;
+    Ok((status, body.to_string()))
+}
+
+/// Counts which server answered `/name` over `n` requests.
+pub fn tally(addr: SocketAddr, n: usize) -> std::collections::BTreeMap<String, usize> {
+    let mut m = std::collections::BTreeMap::new();
+    for _ in 0..n {
+        let (status, body) = http_get(addr, "/name");
+        assert_eq!(status, 200);
+        *m.entry(body).or_insert(0) += 1;
+    }
+    m
+}
+
+/// Sends a request, shuts the write side, and reads everything that comes back.
+pub fn request_then_half_close(addr: SocketAddr, path: &str) -> Vec<u8> {
+    let mut s = TcpStream::connect(addr).unwrap();
+    s.set_read_timeout(Some(Duration::from_secs(20))).unwrap();
+    write!(s, "GET {path} HTTP/1.0\r\nHost: test\r\n\r\n").unwrap();
+    s.shutdown(Shutdown::Write).unwrap();
+    let mut raw = Vec::new();
+    let _ = s.read_to_end(&mut raw);
+    raw
+}
+
+pub fn body_of(raw: &[u8]) -> &[u8] {
+    let pos = raw.windows(4).position(|w| w == b"\r\n\r\n").map(|p| p + 4).unwrap_or(raw.len());
+    &raw[pos..]
+}
