@@ -8,6 +8,8 @@ use anyhow::Context;
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::TcpStream;
 
+use tokio_util::sync::CancellationToken;
+
 use crate::app::App;
 use crate::backend::{self, BackendArgs};
 use crate::config;
@@ -35,13 +37,16 @@ pub async fn run(args: DemoArgs) -> anyhow::Result<()> {
     let mut text = TEMPLATE.replace("{LISTEN}", &args.listen.to_string()).replace("{ADMIN}", &args.admin.to_string());
     for i in 1..=4 {
         let name = format!("server{i}");
-        let (addr, serving) = backend::bind(BackendArgs {
+        let (addr, serving) = backend::bind(
+            BackendArgs {
             listen: "127.0.0.1:0".parse()?,
             name: name.clone(),
             index_text: None,
             large_size: 64 << 20,
             backlog: 1024,
-        })
+            },
+            CancellationToken::new(),
+        )
         .await
         .with_context(|| format!("starting built-in real server {name}"))?;
         tokio::spawn(serving);

@@ -14,9 +14,19 @@ fn one_server(extra: &str) -> (Nginx, Fulcrum) {
     (s, f)
 }
 
+/// A service over one `fulcrum backend`, which serves half-closed connections to the end.
+fn one_backend(extra: &str) -> (Backend, Fulcrum) {
+    let b = Backend::start("b1");
+    let f = Fulcrum::start(&format!(
+        "[[service]]\nname = \"web\"\nlisten = \"{{LISTEN}}\"\n{extra}\n[service.health]\n{HTTP_CHECK}\n[[service.server]]\naddress = \"{}\"\n",
+        b.addr
+    ));
+    (b, f)
+}
+
 #[test]
 fn half_close_client_that_shuts_its_write_side_still_gets_the_whole_response() {
-    let (_s, f) = one_server("half_close = true");
+    let (_b, f) = one_backend("half_close = true");
     let raw = request_then_half_close(f.listen, "/large");
     let body = body_of(&raw);
     assert_eq!(body.len(), LARGE);
@@ -25,7 +35,7 @@ fn half_close_client_that_shuts_its_write_side_still_gets_the_whole_response() {
 
 #[test]
 fn without_half_close_a_client_fin_closes_both_sides() {
-    let (_s, f) = one_server("half_close = false");
+    let (_b, f) = one_backend("half_close = false");
     let raw = request_then_half_close(f.listen, "/large");
     assert!(body_of(&raw).len() < LARGE, "the response must be cut when half_close = false");
 }

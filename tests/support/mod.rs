@@ -303,3 +303,31 @@ pub fn body_of(raw: &[u8]) -> &[u8] {
     let pos = raw.windows(4).position(|w| w == b"\r\n\r\n").map(|p| p + 4).unwrap_or(raw.len());
     &raw[pos..]
 }
+
+/// A `fulcrum backend` real server: HTTP that keeps serving a half-closed connection (nginx
+/// aborts a response when its client half-closes, so half-close tests use this one).
+pub struct Backend {
+    pub addr: SocketAddr,
+    child: Child,
+}
+
+impl Backend {
+    pub fn start(name: &str) -> Backend {
+        let addr: SocketAddr = format!("127.0.0.1:{}", free_port()).parse().unwrap();
+        let child = Command::new(env!("CARGO_BIN_EXE_fulcrum"))
+            .args(["backend", "--listen", &addr.to_string(), "--name", name])
+            .stdout(Stdio::null())
+            .stderr(Stdio::null())
+            .spawn()
+            .unwrap();
+        wait_until(&format!("backend {name} on {addr}"), Duration::from_secs(10), || listening(addr));
+        Backend { addr, child }
+    }
+}
+
+impl Drop for Backend {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}

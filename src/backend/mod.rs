@@ -1,0 +1,118 @@
+//! `fulcrum backend`: a real server whose replies name it, for the tests, the demo and the lab.
+//!
+//! HTTP/1.1 with keep-alive (hyper), and half-closed connections served to the end, since the L4
+//! half-close tests need a server that keeps answering after the client's FIN (nginx aborts).
+//! `/index.html` carries a configurable text for health checks, `/name` the instance's name,
+//! `/large` a deterministic bulk body streamed in chunks, and `/stats` what this instance served.
+
+mod routes;
+
+use std::future::Future;
+use std::net::SocketAddr;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicU64, Ordering::Relaxed};
+
+use anyhow::Context;
+use hyper::service::service_fn;
+use hyper_util::rt::TokioIo;
+use tokio::net::TcpListener;
+use tokio_util::sync::CancellationToken;
+
+/// Options of one real-server process (also the CLI args of `fulcrum backend`).
+#[derive(Debug, Clone, clap::Args)]
+pub struct BackendArgs {
+    /// Address to listen on (ip:port). Port 0 picks a free port.
+    #[arg(long, default_value = "127.0.0.1:8081")]
+    pub listen: SocketAddr,
+    /// Name this instance reports in `X-Served-By` and in `/name`.
+    #[arg(long, default_value = "backend")]
+    pub name: String,
+    /// Text of /index.html; default "<html><body>TARGET {name}</body></html>".
+    #[arg(long)]
+    pub index_text: Option<String>,
+    /// Size in bytes of /large.
+    #[arg(long, default_value_t = 64 << 20)]
+    pub large_size: u64,
+    /// Listen backlog (small values make the kernel drop SYNs under load).
+    #[arg(long, default_value_t = 1024)]
+    pub backlog: u32,
+}
+
+/// What one instance serves and counts.
+pub struct Instance {
+    pub name: String,
+    pub index: String,
+    pub large_size: u64,
+    pub requests: AtomicU64,
+    pub connections: AtomicU64,
+}
+
+/// Binds, then returns the bound address and the future that serves until `stop` fires.
+pub async fn bind(args: BackendArgs, stop: CancellationToken) -> anyhow::Result<(SocketAddr, impl Future<Output = ()> + Send + 'static)> {
+    let listener = listen(args.listen, args.backlog).with_context(|| format!("backend {}: cannot listen on {}", args.name, args.listen))?;
+    let addr = listener.local_addr()?;
+    let instance = Arc::new(Instance {
+        index: args.index_text.clone().unwrap_or_else(|| format!("<html><body>TARGET {}</body></html>", args.name)),
+        name: args.name,
+        large_size: args.large_size,
+        requests: AtomicU64::new(0),
+        connections: AtomicU64::new(0),
+    });
+    Ok((addr, accept_loop(listener, instance, stop)))
+}
+
+/// Serves until `shutdown` resolves.
+pub async fn serve(args: BackendArgs, shutdown: impl Future<Output = ()> + Send + 'static) -> anyhow::Result<()> {
+    let stop = CancellationToken::new();
+    let (addr, serving) = bind(args.clone(), stop.clone()).await?;
+    tracing::info!(%addr, name = %args.name, "backend listening");
+    tokio::spawn(async move {
+        shutdown.await;
+        stop.cancel();
+    });
+    serving.await;
+    Ok(())
+}
+
+fn listen(addr: SocketAddr, backlog: u32) -> std::io::Result<TcpListener> {
+    use socket2::{Domain, Socket, Type};
+    let socket = Socket::new(Domain::for_address(addr), Type::STREAM, None)?;
+    socket.set_reuse_address(true)?;
+    socket.set_nonblocking(true)?;
+    socket.bind(&addr.into())?;
+    socket.listen(backlog.min(i32::MAX as u32) as i32)?;
+    TcpListener::from_std(socket.into())
+}
+
+async fn accept_loop(listener: TcpListener, instance: Arc<Instance>, stop: CancellationToken) {
+    loop {
+        let (stream, _) = tokio::select! {
+            _ = stop.cancelled() => return,
+            r = listener.accept() => match r {
+                Ok(x) => x,
+                Err(e) => {
+                    tracing::warn!("backend accept: {e}");
+                    tokio::time::sleep(std::time::Duration::from_millis(50)).await;
+                    continue;
+                }
+            },
+        };
+        instance.connections.fetch_add(1, Relaxed);
+        let _ = stream.set_nodelay(true);
+        let instance = instance.clone();
+        let stop = stop.clone();
+        tokio::spawn(async move {
+            let service = service_fn(move |req| routes::route(instance.clone(), req));
+            let conn = hyper::server::conn::http1::Builder::new()
+                .half_close(true)
+                .serve_connection(TokioIo::new(stream), service);
+            tokio::select! {
+                _ = conn => {}
+                _ = stop.cancelled() => {}
+            }
+        });
+    }
+}
+
+#[cfg(test)]
+mod tests;

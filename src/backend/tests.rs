@@ -1,0 +1,80 @@
+use std::time::Duration;
+
+use tokio::io::{AsyncReadExt, AsyncWriteExt};
+use tokio::net::TcpStream;
+use tokio_util::sync::CancellationToken;
+
+use super::*;
+
+async fn start(index: Option<&str>, large: u64) -> (SocketAddr, CancellationToken) {
+    let stop = CancellationToken::new();
+    let args = BackendArgs {
+        listen: "127.0.0.1:0".parse().unwrap(),
+        name: "b7".into(),
+        index_text: index.map(str::to_string),
+        large_size: large,
+        backlog: 16,
+    };
+    let (addr, serving) = bind(args, stop.clone()).await.unwrap();
+    tokio::spawn(serving);
+    (addr, stop)
+}
+
+/// One request on its own connection; returns the raw response.
+async fn raw(addr: SocketAddr, request: &str) -> Vec<u8> {
+    let mut s = TcpStream::connect(addr).await.unwrap();
+    s.write_all(request.as_bytes()).await.unwrap();
+    let mut out = Vec::new();
+    tokio::time::timeout(Duration::from_secs(10), s.read_to_end(&mut out)).await.unwrap().unwrap();
+    out
+}
+
+fn body(raw: &[u8]) -> &[u8] {
+    let p = raw.windows(4).position(|w| w == b"\r\n\r\n").unwrap() + 4;
+    &raw[p..]
+}
+
+#[tokio::test]
+async fn index_carries_target_and_the_name_by_default_or_the_given_text() {
+    let (a, _s) = start(None, 10).await;
+    let r = raw(a, "GET /index.html HTTP/1.0\r\n\r\n").await;
+    assert_eq!(body(&r), b"<html><body>TARGET b7</body></html>");
+    assert!(String::from_utf8_lossy(&r).contains("x-served-by: b7"));
+    let (a, _s) = start(Some("down for maintenance"), 10).await;
+    assert_eq!(body(&raw(a, "GET / HTTP/1.0\r\n\r\n").await), b"down for maintenance");
+}
+
+#[tokio::test]
+async fn name_large_post_stats_and_404() {
+    let (a, _s) = start(None, 300_000).await;
+    assert_eq!(body(&raw(a, "GET /name HTTP/1.0\r\n\r\n").await), b"b7");
+    let large = raw(a, "GET /large HTTP/1.0\r\n\r\n").await;
+    let b = body(&large);
+    assert_eq!(b.len(), 300_000);
+    assert!(b.iter().enumerate().all(|(i, &x)| x == routes::pattern_byte(i as u64)));
+    let post = raw(a, "POST /x HTTP/1.0\r\nContent-Length: 5\r\n\r\nhello").await;
+    assert_eq!(body(&post), br#"{"name":"b7","received":5}"#);
+    assert!(String::from_utf8_lossy(&raw(a, "GET /nope HTTP/1.0\r\n\r\n").await).starts_with("HTTP/1.0 404"));
+    let stats: serde_json::Value = serde_json::from_slice(body(&raw(a, "GET /stats HTTP/1.0\r\n\r\n").await)).unwrap();
+    assert_eq!(stats["requests"], 5);
+    assert_eq!(stats["connections"], 5);
+}
+
+#[tokio::test]
+async fn a_half_closed_client_still_gets_the_whole_body() {
+    let (a, _s) = start(None, 5_000_000).await;
+    let mut s = TcpStream::connect(a).await.unwrap();
+    s.write_all(b"GET /large HTTP/1.0\r\n\r\n").await.unwrap();
+    s.shutdown().await.unwrap();
+    let mut out = Vec::new();
+    s.read_to_end(&mut out).await.unwrap();
+    assert_eq!(body(&out).len(), 5_000_000);
+}
+
+#[tokio::test]
+async fn a_taken_port_is_a_clear_error() {
+    let (a, _s) = start(None, 10).await;
+    let args = BackendArgs { listen: a, name: "x".into(), index_text: None, large_size: 1, backlog: 1 };
+    let err = bind(args, CancellationToken::new()).await.err().expect("port is taken").to_string();
+    assert!(err.contains("cannot listen"), "{err}");
+}

@@ -1,0 +1,85 @@
+//! `random`: weighted random choice, each pick independent. The Java TCP load balancer paper's
+//! "Random" algorithm, with weights; useful as the baseline the others are compared against.
+
+use std::sync::Mutex;
+
+use rand::rngs::SmallRng;
+use rand::{Rng, SeedableRng};
+
+use super::{Balancer, Pick, Pool};
+
+#[derive(Debug, Default)]
+pub struct Random {
+    /// A seeded generator for reproducible tests and lab runs; the thread's generator otherwise.
+    seeded: Option<Mutex<SmallRng>>,
+}
+
+impl Random {
+    pub fn seeded(seed: u64) -> Self {
+        Random { seeded: Some(Mutex::new(SmallRng::seed_from_u64(seed))) }
+    }
+
+    fn below(&self, n: u64) -> u64 {
+        match &self.seeded {
+            Some(rng) => rng.lock().unwrap_or_else(|p| p.into_inner()).random_range(0..n),
+            None => rand::rng().random_range(0..n),
+        }
+    }
+}
+
+impl Balancer for Random {
+    fn pick(&self, pick: &Pick<'_>, pool: &dyn Pool) -> Option<usize> {
+        let usable = |i: usize| if pick.avoids(i) { 0 } else { pool.weight(i) as u64 };
+        let total: u64 = (0..pool.len()).map(usable).sum();
+        if total == 0 {
+            return None;
+        }
+        let mut point = self.below(total);
+        for i in 0..pool.len() {
+            let w = usable(i);
+            if point < w {
+                return Some(i);
+            }
+            point -= w;
+        }
+        None
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::balance::testing::{FakePool, count_picks};
+    use proptest::prelude::*;
+
+    #[test]
+    fn random_empty_pool_returns_none_without_panic() {
+        let r = Random::seeded(1);
+        assert_eq!(r.pick(&FakePool::pick(&[]), &FakePool::with_weights(&[])), None);
+        assert_eq!(r.pick(&FakePool::pick(&[0, 1]), &FakePool::with_weights(&[1, 1])), None);
+    }
+
+    #[test]
+    fn avoided_server_is_never_picked_while_another_is_usable() {
+        let r = Random::seeded(7);
+        let pool = FakePool::with_weights(&[1, 1, 1]);
+        for _ in 0..1000 {
+            assert_ne!(r.pick(&FakePool::pick(&[2]), &pool), Some(2));
+        }
+    }
+
+    proptest! {
+        #![proptest_config(ProptestConfig::with_cases(16))]
+        #[test]
+        fn random_honours_weights_within_2_percent_over_100k_picks(weights in proptest::collection::vec(1u32..=16, 2..6), seed in any::<u64>()) {
+            let pool = FakePool::with_weights(&weights);
+            let counts = count_picks(&Random::seeded(seed), &pool, 100_000);
+            let total: u32 = weights.iter().sum();
+            for (i, &w) in weights.iter().enumerate() {
+                let share = counts[i] as f64 / 100_000.0;
+                let want = w as f64 / total as f64;
+                prop_assert!((share - want).abs() < 0.02, "server {} share {} want {}", i, share, want);
+            }
+        }
+    }
+}

@@ -1,0 +1,91 @@
+//! `round-robin`: smooth weighted round robin, as nginx does it (`ngx_http_upstream_round_robin.c`).
+//!
+//! Every pick adds each usable server's weight to its running score, takes the highest, and
+//! subtracts the total from the winner. With weights 5,1,1 the order is a a b a c a a rather than
+//! a a a a a b c, so a heavy server never gets a burst; with equal weights it is plain rotation.
+//! Weights are read at every pick, so a server going down or a weight change takes effect at once.
+
+use std::sync::Mutex;
+
+use super::{Balancer, Pick, Pool};
+
+#[derive(Debug, Default)]
+pub struct RoundRobin {
+    /// Running score per server; a short lock per pick, held for one pass over the pool.
+    current: Mutex<Vec<i64>>,
+}
+
+impl Balancer for RoundRobin {
+    fn pick(&self, pick: &Pick<'_>, pool: &dyn Pool) -> Option<usize> {
+        let mut current = self.current.lock().unwrap_or_else(|p| p.into_inner());
+        if current.len() != pool.len() {
+            current.clear();
+            current.resize(pool.len(), 0);
+        }
+        let mut total = 0i64;
+        let mut best: Option<usize> = None;
+        for i in 0..pool.len() {
+            let w = pool.weight(i) as i64;
+            if w == 0 || pick.avoids(i) {
+                // A server out of rotation starts afresh when it returns.
+                current[i] = 0;
+                continue;
+            }
+            current[i] += w;
+            total += w;
+            if best.is_none_or(|b| current[i] > current[b]) {
+                best = Some(i);
+            }
+        }
+        let b = best?;
+        current[b] -= total;
+        Some(b)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::balance::testing::{FakePool, count_picks};
+
+    #[test]
+    fn round_robin_gives_each_of_four_servers_100_of_400_picks() {
+        let pool = FakePool::with_weights(&[1, 1, 1, 1]);
+        let counts = count_picks(&RoundRobin::default(), &pool, 400);
+        assert_eq!(counts, vec![100, 100, 100, 100]);
+    }
+
+    #[test]
+    fn round_robin_is_smooth_for_uneven_weights() {
+        let pool = FakePool::with_weights(&[5, 1, 1]);
+        let rr = RoundRobin::default();
+        let order: Vec<usize> = (0..7).map(|_| rr.pick(&FakePool::pick(&[]), &pool).unwrap()).collect();
+        assert_eq!(order, vec![0, 0, 1, 0, 2, 0, 0]);
+    }
+
+    #[test]
+    fn round_robin_empty_pool_returns_none_without_panic() {
+        let rr = RoundRobin::default();
+        assert_eq!(rr.pick(&FakePool::pick(&[]), &FakePool::with_weights(&[])), None);
+        assert_eq!(rr.pick(&FakePool::pick(&[]), &FakePool::with_weights(&[0, 0])), None);
+    }
+
+    #[test]
+    fn avoided_server_is_never_picked_while_another_is_usable() {
+        let pool = FakePool::with_weights(&[1, 1, 1]);
+        let rr = RoundRobin::default();
+        for _ in 0..30 {
+            assert_ne!(rr.pick(&FakePool::pick(&[1]), &pool), Some(1));
+        }
+        assert_eq!(rr.pick(&FakePool::pick(&[0, 2]), &pool), Some(1));
+        assert_eq!(rr.pick(&FakePool::pick(&[0, 1, 2]), &pool), None);
+    }
+
+    #[test]
+    fn a_down_server_gets_nothing_and_its_share_is_spread() {
+        let mut pool = FakePool::with_weights(&[1, 1, 1, 1]);
+        pool.set_weight(2, 0);
+        let counts = count_picks(&RoundRobin::default(), &pool, 300);
+        assert_eq!(counts, vec![100, 100, 0, 100]);
+    }
+}
