@@ -14,6 +14,7 @@ fn round_robin_gives_each_of_four_servers_100_of_400_requests() {
     let servers = four_servers();
     let pool: Vec<_> = servers.iter().map(|s| (s, "")).collect();
     let f = Fulcrum::start(&service("round-robin", "", HTTP_CHECK, &pool));
+    f.wait_all_up();
     let counts = tally(f.listen, 400);
     assert_eq!(counts.len(), 4, "{counts:?}");
     assert!(counts.values().all(|&n| n == 100), "{counts:?}");
@@ -37,6 +38,7 @@ fn weighted(algorithm: &str) {
     let servers = four_servers();
     let pool = [(&servers[0], "weight = 3"), (&servers[1], "weight = 1")];
     let f = Fulcrum::start(&service(algorithm, "", HTTP_CHECK, &pool));
+    f.wait_all_up();
     let counts = tally(f.listen, 800);
     let (a, b) = (counts["s1"] as f64, counts["s2"] as f64);
     let share = a / (a + b);

@@ -17,12 +17,13 @@ fn slow_download(addr: std::net::SocketAddr) -> std::thread::JoinHandle<Vec<u8>>
         let mut raw = Vec::new();
         let mut buf = vec![0u8; 1 << 20];
         loop {
-            match c.read(&mut buf) {
+            let n = match c.read(&mut buf) {
                 Ok(0) | Err(_) => break,
-                Ok(n) => raw.extend_from_slice(&buf[..n]),
-            }
-            // About 2 s for 64 MiB: long enough to reload in the middle.
-            std::thread::sleep(Duration::from_millis(30));
+                Ok(n) => n,
+            };
+            raw.extend_from_slice(&buf[..n]);
+            // Paced at about 32 MiB/s, so 64 MiB takes about 2 s: long enough to act in the middle.
+            std::thread::sleep(Duration::from_micros(n as u64 / 32));
         }
         raw
     })

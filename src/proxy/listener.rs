@@ -69,6 +69,10 @@ pub async fn serve(listener: std::net::TcpListener, addr: SocketAddr, runtime: A
         };
         match accepted {
             Ok((stream, peer)) => {
+                // The accept may have waited across a reload: serve with the generation of now.
+                let generation = runtime.current();
+                let Some(service) = generation.service_at(addr).cloned() else { continue };
+                drop(generation);
                 let guard = service.state.open();
                 let sd = shutdown.clone();
                 shutdown.tasks().spawn(super::handle(stream, peer, service, guard, sd));

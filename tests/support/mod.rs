@@ -199,6 +199,14 @@ impl Fulcrum {
         s["services"][0]["servers"].as_array().unwrap().iter().find(|v| v["address"] == address).cloned().unwrap_or_else(|| panic!("no server {address} in {s}"))
     }
 
+    /// Waits until every server of every service is up (tests that count exact shares need it).
+    pub fn wait_all_up(&self) {
+        wait_until("every server up", Duration::from_secs(20), || {
+            let s = self.stats();
+            s["services"].as_array().unwrap().iter().all(|svc| svc["servers"].as_array().unwrap().iter().all(|v| v["state"] == "up"))
+        });
+    }
+
     pub fn wait_exit(&mut self, limit: Duration) -> Option<std::process::ExitStatus> {
         let deadline = Instant::now() + limit;
         while Instant::now() < deadline {
@@ -239,7 +247,7 @@ pub fn service(algorithm: &str, extra: &str, health: &str, servers: &[(&Nginx, &
     s
 }
 
-pub const HTTP_CHECK: &str = "kind = \"http\"\ninterval = \"200ms\"\ntimeout = \"500ms\"\nrise = 2\nfall = 1\npath = \"/index.html\"\nexpect_text = \"TARGET\"";
+pub const HTTP_CHECK: &str = "kind = \"http\"\ninterval = \"200ms\"\ntimeout = \"1s\"\nrise = 2\nfall = 2\npath = \"/index.html\"\nexpect_text = \"TARGET\"";
 
 /// One HTTP/1.0 request on its own connection; returns (status, body).
 pub fn http_get(addr: SocketAddr, path: &str) -> (u16, String) {
