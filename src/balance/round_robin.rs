@@ -47,6 +47,21 @@ impl Balancer for RoundRobin {
 mod tests {
     use super::*;
     use crate::balance::testing::{FakePool, count_picks};
+    use proptest::prelude::*;
+
+    proptest! {
+        #![proptest_config(ProptestConfig::with_cases(16))]
+        #[test]
+        fn round_robin_honours_weights_within_one_pick_over_100k(weights in proptest::collection::vec(1u32..=256, 1..8)) {
+            let pool = FakePool::with_weights(&weights);
+            let counts = count_picks(&RoundRobin::default(), &pool, 100_000);
+            let total: u32 = weights.iter().sum();
+            for (i, &w) in weights.iter().enumerate() {
+                let want = 100_000.0 * w as f64 / total as f64;
+                prop_assert!((counts[i] as f64 - want).abs() <= 1.0, "server {} got {} want {}", i, counts[i], want);
+            }
+        }
+    }
 
     #[test]
     fn round_robin_gives_each_of_four_servers_100_of_400_picks() {
