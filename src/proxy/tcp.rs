@@ -6,7 +6,7 @@
 
 use std::io;
 use std::os::fd::AsRawFd;
-use std::sync::atomic::{AtomicU64, Ordering::Relaxed};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering::Relaxed};
 use std::time::Duration;
 
 use tokio::io::Interest;
@@ -56,30 +56,58 @@ impl Activity {
 /// Returns the bytes moved client to server and server to client.
 pub async fn forward(client: &TcpStream, server: &TcpStream, opts: Options, meters: Meters<'_>) -> io::Result<(u64, u64)> {
     let act = Activity { start: Instant::now(), last_ms: AtomicU64::new(0) };
-    let up = Direction { src: client, dst: server, idle: opts.client_timeout, act: &act, meter: meters.bytes_in, splice: opts.splice };
-    let down = Direction { src: server, dst: client, idle: opts.server_timeout, act: &act, meter: meters.bytes_out, splice: opts.splice };
-    if opts.half_close {
-        tokio::try_join!(up.run_then_shutdown(), down.run_then_shutdown())
-    } else {
-        tokio::select! {
-            r = up.run() => r.map(|n| (n, 0)),
-            r = down.run() => r.map(|n| (0, n)),
+    let up_done = AtomicBool::new(false);
+    let down_done = AtomicBool::new(false);
+    let up = Direction { src: client, dst: server, act: &act, meter: meters.bytes_in, splice: opts.splice, done: &up_done };
+    let down = Direction { src: server, dst: client, act: &act, meter: meters.bytes_out, splice: opts.splice, done: &down_done };
+    let both = async {
+        if opts.half_close {
+            tokio::try_join!(up.run_then_shutdown(), down.run_then_shutdown())
+        } else {
+            tokio::select! {
+                r = up.run() => r.map(|n| (n, 0)),
+                r = down.run() => r.map(|n| (0, n)),
+            }
         }
+    };
+    tokio::select! {
+        r = both => r,
+        e = watchdog(&act, &opts, &up_done, &down_done) => Err(e),
+    }
+}
+
+/// Fires when no byte moved either way for the timeout of the side still being waited on: the
+/// client's while the client may still send, the server's while the server may. One timer per
+/// connection, re-armed only when it fires, so the data path never touches the timer wheel.
+async fn watchdog(act: &Activity, opts: &Options, up_done: &AtomicBool, down_done: &AtomicBool) -> io::Error {
+    loop {
+        let idle = match (up_done.load(Relaxed), down_done.load(Relaxed)) {
+            (false, false) => opts.client_timeout.min(opts.server_timeout),
+            (true, _) => opts.server_timeout,
+            (false, true) => opts.client_timeout,
+        };
+        let deadline = act.deadline(idle);
+        if deadline <= Instant::now() {
+            return io::Error::new(io::ErrorKind::TimedOut, "idle timeout");
+        }
+        tokio::time::sleep_until(deadline).await;
     }
 }
 
 struct Direction<'a> {
     src: &'a TcpStream,
     dst: &'a TcpStream,
-    idle: Duration,
     act: &'a Activity,
     meter: &'a AtomicU64,
     splice: bool,
+    /// Set at end of stream, so the watchdog stops waiting on this side.
+    done: &'a AtomicBool,
 }
 
 impl Direction<'_> {
     async fn run_then_shutdown(&self) -> io::Result<u64> {
         let n = self.run().await?;
+        self.done.store(true, Relaxed);
         // Pass the FIN on; the other direction keeps flowing until it ends too.
         let _ = socket2::SockRef::from(self.dst).shutdown(std::net::Shutdown::Write);
         Ok(n)
@@ -88,7 +116,7 @@ impl Direction<'_> {
     /// Moves bytes until end of stream on `src`.
     async fn run(&self) -> io::Result<u64> {
         let mut total = 0u64;
-        let mut buf = vec![0u8; COPY_BUF];
+        let mut buf = buffers::get();
         let mut pipe: Option<Pipe> = None;
         let result = loop {
             let moved = match pipe.as_mut() {
@@ -115,6 +143,7 @@ impl Direction<'_> {
         if let Some(p) = pipe {
             splice::recycle(p);
         }
+        buffers::put(buf);
         result
     }
 
@@ -136,24 +165,41 @@ impl Direction<'_> {
         Ok(n)
     }
 
-    /// Runs a nonblocking socket operation, waiting for readiness until the idle deadline.
+    /// Runs a nonblocking socket operation, waiting for readiness as long as it takes (the
+    /// watchdog bounds the wait).
     async fn op<T>(&self, s: &TcpStream, interest: Interest, mut f: impl FnMut() -> io::Result<T>) -> io::Result<T> {
         loop {
             match s.try_io(interest, &mut f) {
                 Err(e) if e.kind() == io::ErrorKind::WouldBlock => {}
                 r => return r,
             }
-            loop {
-                let deadline = self.act.deadline(self.idle);
-                tokio::select! {
-                    r = s.ready(interest) => { r?; break; }
-                    _ = tokio::time::sleep_until(deadline) => {
-                        if self.act.deadline(self.idle) <= Instant::now() {
-                            return Err(io::Error::new(io::ErrorKind::TimedOut, "idle timeout"));
-                        }
-                    }
-                }
-            }
+            s.ready(interest).await?;
         }
+    }
+}
+
+/// Copy buffers kept per thread: a short connection then costs no allocation and no zeroing.
+mod buffers {
+    use std::cell::RefCell;
+
+    use super::COPY_BUF;
+
+    const KEEP: usize = 256;
+
+    thread_local! {
+        static FREE: RefCell<Vec<Box<[u8]>>> = const { RefCell::new(Vec::new()) };
+    }
+
+    pub fn get() -> Box<[u8]> {
+        FREE.with(|f| f.borrow_mut().pop()).unwrap_or_else(|| vec![0u8; COPY_BUF].into_boxed_slice())
+    }
+
+    pub fn put(buf: Box<[u8]>) {
+        FREE.with(|f| {
+            let mut f = f.borrow_mut();
+            if f.len() < KEEP {
+                f.push(buf);
+            }
+        });
     }
 }
