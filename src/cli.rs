@@ -77,12 +77,18 @@ fn check(paths: &[PathBuf]) -> ExitCode {
     if failed { ExitCode::FAILURE } else { ExitCode::SUCCESS }
 }
 
-/// A multi-threaded runtime with `workers` threads (0: one per core).
+/// The async runtime: `workers` threads (0: one per core). One worker runs on the calling thread
+/// itself, which spares every wake-up a hand-over between threads.
 fn runtime(workers: usize) -> anyhow::Result<tokio::runtime::Runtime> {
-    let mut b = tokio::runtime::Builder::new_multi_thread();
-    if workers > 0 {
-        b.worker_threads(workers);
-    }
+    let mut b = if workers == 1 {
+        tokio::runtime::Builder::new_current_thread()
+    } else {
+        let mut b = tokio::runtime::Builder::new_multi_thread();
+        if workers > 1 {
+            b.worker_threads(workers);
+        }
+        b
+    };
     b.enable_all().build().context("cannot start the async runtime")
 }
 

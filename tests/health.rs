@@ -61,8 +61,9 @@ fn killing_a_server_under_load_fails_no_client_and_it_rejoins_after_rise() {
         })
         .collect();
     wait_until("load running", Duration::from_secs(10), || done.load(Ordering::Relaxed) > 200);
-    *killed_at.lock().unwrap() = Some(std::time::Instant::now());
     servers[1].stop();
+    // Reaped: from here on the port refuses, and every connect to it is redispatched.
+    *killed_at.lock().unwrap() = Some(std::time::Instant::now());
     let before = done.load(Ordering::Relaxed);
     wait_until("more load after the kill", Duration::from_secs(20), || done.load(Ordering::Relaxed) > before + 500);
     let s2 = servers[1].addr.to_string();

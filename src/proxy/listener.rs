@@ -25,6 +25,8 @@ pub fn bind(addr: SocketAddr) -> io::Result<std::net::TcpListener> {
     use socket2::{Domain, Protocol, Socket, Type};
     let socket = Socket::new(Domain::for_address(addr), Type::STREAM, Some(Protocol::TCP))?;
     socket.set_reuse_address(true)?;
+    // Accepted sockets inherit TCP_NODELAY on Linux: one setsockopt per listener, not per client.
+    socket.set_tcp_nodelay(true)?;
     if addr.is_ipv6() {
         socket.set_only_v6(true)?;
     }

@@ -19,7 +19,6 @@ use crate::shutdown::Shutdown;
 /// Serves one client connection of `service` to its end.
 pub async fn handle(client: TcpStream, peer: SocketAddr, service: Arc<Service>, _guard: ServiceGuard, shutdown: Shutdown) {
     let cfg = &service.config;
-    let _ = client.set_nodelay(true);
     let (entry, server) = tokio::select! {
         r = connect::connect(&service, peer) => match r {
             Ok(x) => x,

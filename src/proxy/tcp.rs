@@ -58,8 +58,8 @@ pub async fn forward(client: &TcpStream, server: &TcpStream, opts: Options, mete
     let act = Activity { start: Instant::now(), last_ms: AtomicU64::new(0) };
     let up_done = AtomicBool::new(false);
     let down_done = AtomicBool::new(false);
-    let up = Direction { src: client, dst: server, act: &act, meter: meters.bytes_in, splice: opts.splice, done: &up_done };
-    let down = Direction { src: server, dst: client, act: &act, meter: meters.bytes_out, splice: opts.splice, done: &down_done };
+    let up = Direction { src: client, dst: server, act: &act, meter: meters.bytes_in, splice: opts.splice, done: &up_done, other: &down_done };
+    let down = Direction { src: server, dst: client, act: &act, meter: meters.bytes_out, splice: opts.splice, done: &down_done, other: &up_done };
     let both = async {
         if opts.half_close {
             tokio::try_join!(up.run_then_shutdown(), down.run_then_shutdown())
@@ -102,14 +102,19 @@ struct Direction<'a> {
     splice: bool,
     /// Set at end of stream, so the watchdog stops waiting on this side.
     done: &'a AtomicBool,
+    /// The opposite direction's `done`.
+    other: &'a AtomicBool,
 }
 
 impl Direction<'_> {
     async fn run_then_shutdown(&self) -> io::Result<u64> {
         let n = self.run().await?;
         self.done.store(true, Relaxed);
-        // Pass the FIN on; the other direction keeps flowing until it ends too.
-        let _ = socket2::SockRef::from(self.dst).shutdown(std::net::Shutdown::Write);
+        // Pass the FIN on; the other direction keeps flowing until it ends too. When it has ended
+        // already, both sockets close right after this and the close sends the FIN.
+        if !self.other.load(Relaxed) {
+            let _ = socket2::SockRef::from(self.dst).shutdown(std::net::Shutdown::Write);
+        }
         Ok(n)
     }
 
