@@ -15,6 +15,9 @@ use crate::backend::{self, BackendArgs};
 use crate::config;
 use crate::shutdown::Shutdown;
 
+/// How often the demo prints what each server got.
+const REPORT_EVERY: Duration = Duration::from_secs(5);
+
 const TEMPLATE: &str = include_str!("../examples/demo.toml");
 
 #[derive(Debug, Clone, clap::Args)]
@@ -93,13 +96,17 @@ async fn traffic(target: SocketAddr, rate: u32) {
 
 /// Prints each server's state and total connections every five seconds.
 async fn report(app: std::sync::Arc<App>) {
-    let mut tick = tokio::time::interval(Duration::from_secs(5));
+    let mut tick = tokio::time::interval(REPORT_EVERY);
     tick.tick().await;
     loop {
         tick.tick().await;
         let snap = crate::stats::snapshot(&app.runtime.current());
         for s in &snap.services {
-            let line: Vec<String> = s.servers.iter().map(|v| format!("{} {:?} {}", v.address, v.state, v.total)).collect();
+            let line: Vec<String> = s
+                .servers
+                .iter()
+                .map(|v| format!("{} {} {} connections", v.address, format!("{:?}", v.state).to_lowercase(), v.total))
+                .collect();
             println!("  {}: {}", s.name, line.join(" | "));
         }
     }

@@ -28,6 +28,9 @@ impl Pick<'_> {
 /// The live view of a pool's servers, indexed `0..len()` in config order.
 pub trait Pool {
     fn len(&self) -> usize;
+    fn is_empty(&self) -> bool {
+        self.len() == 0
+    }
     /// Effective weight now: 0 while the server is down, disabled or draining.
     fn weight(&self, i: usize) -> u32;
     /// Connections to this server in flight.

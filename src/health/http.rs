@@ -52,10 +52,8 @@ impl HttpCheck {
         if status != cfg.expect_status {
             return Err(format!("GET {} answered {status}, expected {}", cfg.path, cfg.expect_status));
         }
-        if let Some(text) = &cfg.expect_text {
-            if !contains(&body, text.as_bytes()) {
-                return Err(format!("GET {} answered {status} without the text {text:?}", cfg.path));
-            }
+        if let Some(text) = cfg.expect_text.as_ref().filter(|t| !contains(&body, t.as_bytes())) {
+            return Err(format!("GET {} answered {status} without the text {text:?}", cfg.path));
         }
         Ok(format!("GET {} answered {status}", cfg.path))
     }

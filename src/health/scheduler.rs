@@ -61,12 +61,10 @@ async fn run(service: Arc<Service>, entry: Arc<ServerEntry>, stop: CancellationT
             };
             state.set_last_check(text);
             if let Some(up) = machine.record(ok) {
-                if up != state.health_up() || !up {
-                    state.set_health(up);
-                    match &result {
-                        Ok(t) => info!(service = %name, server = %address, "server up: {t}"),
-                        Err(t) => warn!(service = %name, server = %address, "server down: {t}"),
-                    }
+                state.set_health(up);
+                match &result {
+                    Ok(t) => info!(service = %name, server = %address, "server up: {t}"),
+                    Err(t) => warn!(service = %name, server = %address, "server down: {t}"),
                 }
             }
         }
