@@ -47,6 +47,7 @@ pub async fn run(args: DemoArgs) -> anyhow::Result<()> {
             index_text: None,
             large_size: 64 << 20,
             backlog: 1024,
+                degrade: Default::default(),
             },
             CancellationToken::new(),
         )

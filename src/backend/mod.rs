@@ -36,10 +36,31 @@ pub struct BackendArgs {
     /// Listen backlog (small values make the kernel drop SYNs under load).
     #[arg(long, default_value_t = 1024)]
     pub backlog: u32,
+    #[command(flatten)]
+    pub degrade: Degrade,
+}
+
+/// Ways to make a real server slow, as the passive-measurement paper's `stress` runs did.
+#[derive(Debug, Clone, Default, clap::Args)]
+pub struct Degrade {
+    /// Pause this many ms after each accept: with a small backlog the accept queue overflows
+    /// and the kernel drops SYNs.
+    #[arg(long, default_value_t = 0)]
+    pub slow_accept_ms: u64,
+    /// Fixed delay per request, in ms.
+    #[arg(long, default_value_t = 0)]
+    pub delay_ms: u64,
+    /// Extra random delay per request, uniform in 0..this many ms.
+    #[arg(long, default_value_t = 0)]
+    pub jitter_ms: u64,
+    /// CPU work per request, in µs of busy computation.
+    #[arg(long, default_value_t = 0)]
+    pub cpu_us: u64,
 }
 
 /// What one instance serves and counts.
 pub struct Instance {
+    pub degrade: Degrade,
     pub name: String,
     pub index: String,
     pub large_size: u64,
@@ -54,6 +75,7 @@ pub async fn bind(args: BackendArgs, stop: CancellationToken) -> anyhow::Result<
     let instance = Arc::new(Instance {
         index: args.index_text.clone().unwrap_or_else(|| format!("<html><body>TARGET {}</body></html>", args.name)),
         name: args.name,
+        degrade: args.degrade.clone(),
         large_size: args.large_size,
         requests: AtomicU64::new(0),
         connections: AtomicU64::new(0),
@@ -98,6 +120,9 @@ async fn accept_loop(listener: TcpListener, instance: Arc<Instance>, stop: Cance
             },
         };
         instance.connections.fetch_add(1, Relaxed);
+        if instance.degrade.slow_accept_ms > 0 {
+            tokio::time::sleep(std::time::Duration::from_millis(instance.degrade.slow_accept_ms)).await;
+        }
         let _ = stream.set_nodelay(true);
         let instance = instance.clone();
         let stop = stop.clone();

@@ -25,6 +25,7 @@ pub fn pattern_byte(i: u64) -> u8 {
 
 pub async fn route(instance: Arc<Instance>, req: Request<Incoming>) -> Result<Response<Body>, Infallible> {
     instance.requests.fetch_add(1, Relaxed);
+    degrade(&instance.degrade).await;
     let path = req.uri().path().to_string();
     let resp = match (req.method().clone(), path.as_str()) {
         (Method::POST, _) => {
@@ -60,6 +61,21 @@ pub async fn route(instance: Arc<Instance>, req: Request<Incoming>) -> Result<Re
         _ => text(&instance, StatusCode::NOT_FOUND, "not found".into(), "text/plain"),
     };
     Ok(resp)
+}
+
+/// The configured per-request cost: a delay (fixed plus jitter) and busy CPU work.
+async fn degrade(d: &super::Degrade) {
+    let jitter = if d.jitter_ms > 0 { rand::random_range(0..d.jitter_ms) } else { 0 };
+    if d.delay_ms + jitter > 0 {
+        tokio::time::sleep(Duration::from_millis(d.delay_ms + jitter)).await;
+    }
+    if d.cpu_us > 0 {
+        let until = std::time::Instant::now() + Duration::from_micros(d.cpu_us);
+        let mut x = 0u64;
+        while std::time::Instant::now() < until {
+            x = std::hint::black_box(x.wrapping_mul(6364136223846793005).wrapping_add(1));
+        }
+    }
 }
 
 fn builder(instance: &Instance, status: StatusCode, content_type: &str) -> hyper::http::response::Builder {

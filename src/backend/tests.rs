@@ -14,6 +14,7 @@ async fn start(index: Option<&str>, large: u64) -> (SocketAddr, CancellationToke
         index_text: index.map(str::to_string),
         large_size: large,
         backlog: 16,
+        degrade: Degrade::default(),
     };
     let (addr, serving) = bind(args, stop.clone()).await.unwrap();
     tokio::spawn(serving);
@@ -74,7 +75,7 @@ async fn a_half_closed_client_still_gets_the_whole_body() {
 #[tokio::test]
 async fn a_taken_port_is_a_clear_error() {
     let (a, _s) = start(None, 10).await;
-    let args = BackendArgs { listen: a, name: "x".into(), index_text: None, large_size: 1, backlog: 1 };
+    let args = BackendArgs { listen: a, name: "x".into(), index_text: None, large_size: 1, backlog: 1, degrade: Degrade::default() };
     let err = bind(args, CancellationToken::new()).await.err().expect("port is taken").to_string();
     assert!(err.contains("cannot listen"), "{err}");
 }

@@ -40,6 +40,22 @@ pub trait Pool {
     fn key(&self, i: usize) -> &str;
     /// Changes whenever any effective weight changes, so precomputed tables know to rebuild.
     fn epoch(&self) -> u64;
+    /// What the data path measured of this server (connect counters, peak EWMA).
+    fn sample(&self, _i: usize) -> load::Sample {
+        load::Sample::default()
+    }
+}
+
+/// What an algorithm measures of a server beyond the shared counters, for stats.
+#[derive(Debug, Clone, Copy, Default, PartialEq, serde::Serialize)]
+pub struct AlgorithmMetrics {
+    /// Traffic ratio (passive-ratio).
+    pub ratio: Option<f64>,
+    /// R = (N_S - N_A) / N_A over the window, once trusted (passive-ratio).
+    pub r: Option<f64>,
+    /// SYNs sent and SYN-ACKs received over the window (passive-ratio).
+    pub n_s: Option<u64>,
+    pub n_a: Option<u64>,
 }
 
 /// A balancing algorithm. Implementations keep their own state behind `&self` (atomics or a
@@ -47,11 +63,18 @@ pub trait Pool {
 pub trait Balancer: Send + Sync {
     /// One usable server (weight > 0, not avoided), or `None` when there is none.
     fn pick(&self, pick: &Pick<'_>, pool: &dyn Pool) -> Option<usize>;
+
+    /// What this algorithm measures of server `i`, if anything.
+    fn metrics(&self, _i: usize) -> Option<AlgorithmMetrics> {
+        None
+    }
 }
 
 /// The balancer for an algorithm named in the config.
-pub fn build(algorithm: Algorithm) -> Box<dyn Balancer> {
+pub fn build(algorithm: Algorithm, passive: passive_ratio::Tuning) -> Box<dyn Balancer> {
     match algorithm {
+        Algorithm::PassiveRatio => Box::new(passive_ratio::PassiveRatio::new(passive)),
+        Algorithm::P2cEwma => Box::new(p2c_ewma::P2cEwma::default()),
         Algorithm::RoundRobin => Box::new(round_robin::RoundRobin::default()),
         Algorithm::StaticRr => Box::new(static_rr::StaticRr::default()),
         Algorithm::Random => Box::new(random::Random::default()),
@@ -62,7 +85,10 @@ pub fn build(algorithm: Algorithm) -> Box<dyn Balancer> {
 
 pub mod key;
 pub mod least_conn;
+pub mod load;
 pub mod maglev;
+pub mod p2c_ewma;
+pub mod passive_ratio;
 pub mod random;
 pub mod round_robin;
 pub mod source_hash;

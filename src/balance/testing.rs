@@ -10,6 +10,7 @@ pub struct FakePool {
     active: Vec<u64>,
     keys: Vec<String>,
     epoch: u64,
+    samples: Vec<super::load::Sample>,
 }
 
 impl FakePool {
@@ -19,6 +20,7 @@ impl FakePool {
             active: vec![0; weights.len()],
             keys: (0..weights.len()).map(|i| format!("192.0.2.{i}:80")).collect(),
             epoch: 1,
+            samples: vec![super::load::Sample::default(); weights.len()],
         }
     }
     pub fn set_weight(&mut self, i: usize, w: u32) {
@@ -27,6 +29,14 @@ impl FakePool {
     }
     pub fn set_active(&mut self, i: usize, n: u64) {
         self.active[i] = n;
+    }
+    pub fn set_ewma(&mut self, i: usize, us: f64) {
+        self.samples[i].ewma_us = us;
+    }
+    /// Adds connects to server `i`'s monotonic counters.
+    pub fn add_syns(&mut self, i: usize, sent: u64, acked: u64) {
+        self.samples[i].syn_sent += sent;
+        self.samples[i].syn_acked += acked;
     }
     /// A pick from a fixed client with the given avoid set.
     pub fn pick(avoid: &[usize]) -> Pick<'_> {
@@ -49,6 +59,9 @@ impl Pool for FakePool {
     }
     fn epoch(&self) -> u64 {
         self.epoch
+    }
+    fn sample(&self, i: usize) -> super::load::Sample {
+        self.samples[i]
     }
 }
 

@@ -47,6 +47,8 @@ pub enum Algorithm {
     Random,
     LeastConn,
     SourceHash,
+    PassiveRatio,
+    P2cEwma,
 }
 
 impl Algorithm {
@@ -57,6 +59,8 @@ impl Algorithm {
             Algorithm::Random => "random",
             Algorithm::LeastConn => "least-conn",
             Algorithm::SourceHash => "source-hash",
+            Algorithm::PassiveRatio => "passive-ratio",
+            Algorithm::P2cEwma => "p2c-ewma",
         }
     }
 }
@@ -98,6 +102,12 @@ pub struct Service {
     pub maxconn: u32,
     #[serde(default)]
     pub health: Health,
+    /// Tuning of `passive-ratio`.
+    #[serde(default)]
+    pub passive: Passive,
+    /// Tuning of `p2c-ewma`.
+    #[serde(default)]
+    pub p2c: P2c,
     #[serde(default, rename = "server")]
     pub servers: Vec<Server>,
 }
@@ -150,6 +160,50 @@ impl Default for Health {
             expect_status: defaults::expect_status(),
             expect_text: None,
         }
+    }
+}
+
+/// The passive-measurement controller (`algorithm = "passive-ratio"`).
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct Passive {
+    /// Share of its ratio the worst server gives up per step (the paper's Delta).
+    #[serde(default = "defaults::delta")]
+    pub delta: f64,
+    /// Length of one counter slot and the control period (the paper's T; it uses 20 s).
+    #[serde(default = "defaults::slot", with = "duration")]
+    pub slot: Duration,
+    /// Slots in the sliding window (the paper's m; it uses 10).
+    #[serde(default = "defaults::window_slots")]
+    pub window_slots: usize,
+    /// SYNs a window must hold before its R is trusted.
+    #[serde(default = "defaults::min_samples")]
+    pub min_samples: u64,
+}
+
+impl Default for Passive {
+    fn default() -> Self {
+        Passive {
+            delta: defaults::delta(),
+            slot: defaults::slot(),
+            window_slots: defaults::window_slots(),
+            min_samples: defaults::min_samples(),
+        }
+    }
+}
+
+/// Power of two choices over peak-EWMA latency (`algorithm = "p2c-ewma"`).
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct P2c {
+    /// Time constant with which a latency peak is forgotten.
+    #[serde(default = "defaults::decay", with = "duration")]
+    pub decay: Duration,
+}
+
+impl Default for P2c {
+    fn default() -> Self {
+        P2c { decay: defaults::decay() }
     }
 }
 
@@ -224,6 +278,23 @@ pub(crate) mod defaults {
     }
     pub fn weight() -> u32 {
         1
+    }
+    pub fn delta() -> f64 {
+        0.1
+    }
+    /// 2 s x 10 slots: a 20 s window, so a degraded server loses most of its share within a
+    /// minute even at a few connections a second.
+    pub fn slot() -> Duration {
+        Duration::from_secs(2)
+    }
+    pub fn window_slots() -> usize {
+        10
+    }
+    pub fn min_samples() -> u64 {
+        20
+    }
+    pub fn decay() -> Duration {
+        Duration::from_secs(10)
     }
 }
 

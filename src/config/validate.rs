@@ -161,6 +161,20 @@ fn validate_service(service: &Service, i: usize, report: &mut Report<'_>) {
             report.error(&hat("expect_status"), format!("expect_status {} is not an HTTP status", health.expect_status), "use 100 to 599");
         }
     }
+    let pat = |key| [Seg::Key("service"), Seg::Index(i), Seg::Key("passive"), Seg::Key(key)];
+    let passive = &service.passive;
+    if !(passive.delta > 0.0 && passive.delta < 1.0) {
+        report.error(&pat("delta"), format!("delta = {} is out of range", passive.delta), "use a share between 0 and 1; the paper uses 0.1");
+    }
+    if passive.slot.is_zero() {
+        report.error(&pat("slot"), "slot must be longer than 0".into(), "e.g. \"2s\"; the paper uses \"20s\"");
+    }
+    if !(1..=1000).contains(&passive.window_slots) {
+        report.error(&pat("window_slots"), format!("window_slots = {} is out of range", passive.window_slots), "use 1 to 1000; the paper uses 10");
+    }
+    if service.p2c.decay.is_zero() {
+        report.error(&[Seg::Key("service"), Seg::Index(i), Seg::Key("p2c"), Seg::Key("decay")], "decay must be longer than 0".into(), "e.g. \"10s\"");
+    }
     if service.servers.is_empty() {
         report.error(&at("name"), format!("service {:?} has no servers", service.name), "add at least one [[service.server]] with an address");
     }

@@ -5,6 +5,8 @@ pub mod listener;
 #[allow(unsafe_code)]
 pub mod splice;
 pub mod tcp;
+#[allow(unsafe_code)]
+pub mod tcp_info;
 
 use std::net::SocketAddr;
 use std::sync::Arc;

@@ -118,6 +118,7 @@ fn build(config: Config, registry: &mut Registry) -> Result<Generation, String> 
                 .entry(key.clone())
                 .or_insert_with(|| Arc::new(ServerState::new(key, epoch.clone(), server.weight, server.enabled, checked)))
                 .clone();
+            state.measure.set_decay(sc.p2c.decay);
             state.set_weight(server.weight);
             state.set_enabled(server.enabled);
             let entry = Arc::new(ServerEntry { addr, state });
@@ -125,8 +126,8 @@ fn build(config: Config, registry: &mut Registry) -> Result<Generation, String> 
         }
         services.push(Arc::new(Service {
             listen,
-            primary: ServerPool::new(primary, sc.algorithm, epoch.clone()),
-            backup: ServerPool::new(backup, sc.algorithm, epoch),
+            primary: ServerPool::new(primary, sc, epoch.clone()),
+            backup: ServerPool::new(backup, sc, epoch),
             config: sc.clone(),
             state: shared,
         }));

@@ -9,6 +9,8 @@ use std::sync::Arc;
 use std::time::{SystemTime, UNIX_EPOCH};
 
 use serde::Serialize;
+
+use crate::balance::load::Measure;
 use tokio_util::sync::CancellationToken;
 
 /// What a user sees as a server's state.
@@ -45,6 +47,8 @@ pub struct ServerState {
     /// Whether an active check has reported since this server appeared.
     checked: AtomicBool,
     pub counters: Counters,
+    /// Connect measurements for the load-aware algorithms.
+    pub measure: Measure,
 }
 
 /// Per-server counters, as in HAProxy's stats table.
@@ -77,6 +81,7 @@ impl ServerState {
             checked: AtomicBool::new(false),
             last_check: Mutex::new(if checked { "not checked yet".into() } else { "no check".into() }),
             counters: Counters::default(),
+            measure: Measure::new(crate::config::P2c::default().decay),
         }
     }
 

@@ -19,8 +19,15 @@ pub struct ServerPool {
 }
 
 impl ServerPool {
-    pub fn new(servers: Vec<Arc<ServerEntry>>, algorithm: config::Algorithm, epoch: Arc<AtomicU64>) -> Self {
-        ServerPool { servers, balancer: balance::build(algorithm), epoch }
+    pub fn new(servers: Vec<Arc<ServerEntry>>, service: &config::Service, epoch: Arc<AtomicU64>) -> Self {
+        let p = &service.passive;
+        let tuning = balance::passive_ratio::Tuning { delta: p.delta, slot: p.slot, window_slots: p.window_slots, min_samples: p.min_samples };
+        ServerPool { servers, balancer: balance::build(service.algorithm, tuning), epoch }
+    }
+
+    /// What the algorithm measures of server `i`, for stats.
+    pub fn metrics(&self, i: usize) -> Option<balance::AlgorithmMetrics> {
+        self.balancer.metrics(i)
     }
 
     pub fn pick(&self, client: IpAddr, avoid: &[usize]) -> Option<usize> {
@@ -43,6 +50,9 @@ impl balance::Pool for ServerPool {
     }
     fn epoch(&self) -> u64 {
         self.epoch.load(Relaxed)
+    }
+    fn sample(&self, i: usize) -> balance::load::Sample {
+        self.servers[i].state.measure.sample()
     }
 }
 

@@ -4,6 +4,7 @@ use std::sync::atomic::Ordering::Relaxed;
 
 use serde::Serialize;
 
+use crate::balance::AlgorithmMetrics;
 use crate::runtime::{Generation, ServerEntry, State, unix_ms};
 
 #[derive(Debug, Serialize)]
@@ -46,6 +47,18 @@ pub struct ServerStats {
     pub bytes_out: u64,
     /// Seconds since the last connection was handed to this server; null if never.
     pub last_use_secs: Option<u64>,
+    /// SYNs sent to this server since start, first ones and retransmissions (N_S), and the
+    /// SYN-ACKs it answered (N_A), from the kernel's TCP_INFO.
+    pub syn_sent: u64,
+    pub syn_acked: u64,
+    /// Mean connect time of established connects, in ms.
+    pub connect_ms: Option<f64>,
+    /// Peak-EWMA connect time (what p2c-ewma compares), in ms.
+    pub ewma_connect_ms: f64,
+    /// What the service's algorithm measures of this server (passive-ratio: ratio, R, N_S and
+    /// N_A over its window).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub algorithm: Option<AlgorithmMetrics>,
 }
 
 pub fn snapshot(generation: &Generation) -> Snapshot {
@@ -67,17 +80,19 @@ pub fn snapshot(generation: &Generation) -> Snapshot {
                 .primary
                 .servers
                 .iter()
-                .map(|e| server(e, false, now))
-                .chain(s.backup.servers.iter().map(|e| server(e, true, now)))
+                .enumerate()
+                .map(|(i, e)| server(e, false, now, s.primary.metrics(i)))
+                .chain(s.backup.servers.iter().enumerate().map(|(i, e)| server(e, true, now, s.backup.metrics(i))))
                 .collect(),
         })
         .collect();
     Snapshot { services }
 }
 
-fn server(e: &ServerEntry, backup: bool, now: u64) -> ServerStats {
+fn server(e: &ServerEntry, backup: bool, now: u64, algorithm: Option<AlgorithmMetrics>) -> ServerStats {
     let st = &e.state;
     let c = &st.counters;
+    let m = st.measure.sample();
     let last = c.last_use_ms.load(Relaxed);
     ServerStats {
         address: st.key.address.clone(),
@@ -95,5 +110,10 @@ fn server(e: &ServerEntry, backup: bool, now: u64) -> ServerStats {
         bytes_in: c.bytes_in.load(Relaxed),
         bytes_out: c.bytes_out.load(Relaxed),
         last_use_secs: (last > 0).then(|| now.saturating_sub(last) / 1000),
+        syn_sent: m.syn_sent,
+        syn_acked: m.syn_acked,
+        connect_ms: (m.syn_acked > 0).then(|| m.connect_us as f64 / m.syn_acked as f64 / 1000.0),
+        ewma_connect_ms: m.ewma_us / 1000.0,
+        algorithm,
     }
 }

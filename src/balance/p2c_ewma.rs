@@ -1,0 +1,110 @@
+//! `p2c-ewma`: power of two choices over peak-EWMA latency, as Finagle and Linkerd balance (see
+//! tower's `balance/p2c` and `load/peak_ewma.rs`): pick two distinct usable servers at random and
+//! take the one with the lower cost = EWMA latency x (connections in flight + 1). Two random
+//! choices avoid the herd that "always the least loaded" causes when many balancers share stale
+//! information, and the peak EWMA reacts at once to a slow server and forgets it slowly.
+//!
+//! In tcp mode the latency is the connect time (`load::Measure`), which is where a server with an
+//! overflowing accept queue shows its trouble.
+
+use std::sync::Mutex;
+
+use rand::rngs::SmallRng;
+use rand::{Rng, SeedableRng};
+
+use super::{Balancer, Pick, Pool};
+
+#[derive(Debug, Default)]
+pub struct P2cEwma {
+    seeded: Option<Mutex<SmallRng>>,
+}
+
+impl P2cEwma {
+    pub fn seeded(seed: u64) -> Self {
+        P2cEwma { seeded: Some(Mutex::new(SmallRng::seed_from_u64(seed))) }
+    }
+
+    fn below(&self, n: usize) -> usize {
+        match &self.seeded {
+            Some(rng) => rng.lock().unwrap_or_else(|p| p.into_inner()).random_range(0..n),
+            None => rand::rng().random_range(0..n),
+        }
+    }
+
+    /// Cost of sending one more connection to server `i`. A server never measured costs as much
+    /// as a 1 µs connect, so it is tried and measured.
+    fn cost(pool: &dyn Pool, i: usize) -> f64 {
+        let latency = pool.sample(i).ewma_us.max(1.0);
+        latency * (pool.active(i) as f64 + 1.0) / pool.weight(i).max(1) as f64
+    }
+}
+
+impl Balancer for P2cEwma {
+    fn pick(&self, pick: &Pick<'_>, pool: &dyn Pool) -> Option<usize> {
+        let usable: Vec<usize> = (0..pool.len()).filter(|&i| pool.weight(i) > 0 && !pick.avoids(i)).collect();
+        match usable.len() {
+            0 => None,
+            1 => Some(usable[0]),
+            n => {
+                let a = self.below(n);
+                // A second index drawn from the other n - 1, so the two choices are distinct.
+                let b = (a + 1 + self.below(n - 1)) % n;
+                let (a, b) = (usable[a], usable[b]);
+                Some(if Self::cost(pool, b) < Self::cost(pool, a) { b } else { a })
+            }
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::balance::testing::FakePool;
+    use proptest::prelude::*;
+
+    #[test]
+    fn p2c_never_picks_the_slowest_of_three_when_two_are_compared_against_it() {
+        let mut pool = FakePool::with_weights(&[1, 1, 1]);
+        pool.set_ewma(0, 100.0);
+        pool.set_ewma(1, 120.0);
+        pool.set_ewma(2, 1_000_000.0);
+        let b = P2cEwma::seeded(3);
+        for _ in 0..1000 {
+            assert_ne!(b.pick(&FakePool::pick(&[]), &pool), Some(2));
+        }
+    }
+
+    #[test]
+    fn p2c_weighs_latency_by_connections_in_flight() {
+        let mut pool = FakePool::with_weights(&[1, 1]);
+        pool.set_ewma(0, 100.0);
+        pool.set_ewma(1, 150.0);
+        pool.set_active(0, 5);
+        let b = P2cEwma::seeded(1);
+        assert_eq!(b.pick(&FakePool::pick(&[]), &pool), Some(1));
+    }
+
+    #[test]
+    fn p2c_empty_pool_returns_none_without_panic() {
+        let b = P2cEwma::seeded(1);
+        assert_eq!(b.pick(&FakePool::pick(&[]), &FakePool::with_weights(&[])), None);
+        assert_eq!(b.pick(&FakePool::pick(&[0]), &FakePool::with_weights(&[1])), None);
+        assert_eq!(b.pick(&FakePool::pick(&[0]), &FakePool::with_weights(&[1, 1])), Some(1));
+    }
+
+    proptest! {
+        #![proptest_config(ProptestConfig::with_cases(32))]
+        #[test]
+        fn p2c_compares_two_distinct_servers(n in 2usize..10, seed in any::<u64>()) {
+            // With one server far cheaper than the rest, it wins every pick it is drawn into and
+            // no pick returns a server that lost its comparison: the two draws are distinct.
+            let mut pool = FakePool::with_weights(&vec![1; n]);
+            for i in 0..n { pool.set_ewma(i, 1000.0 + i as f64); }
+            let b = P2cEwma::seeded(seed);
+            for _ in 0..200 {
+                let i = b.pick(&FakePool::pick(&[]), &pool).unwrap();
+                prop_assert!(i < n - 1, "the most expensive server can never win a comparison");
+            }
+        }
+    }
+}

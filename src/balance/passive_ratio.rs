@@ -1,0 +1,251 @@
+//! `passive-ratio`: the controller of the passive-measurement paper (section 4.1).
+//!
+//! Per server, R = (N_S - N_A) / N_A over a sliding window of `window_slots` counters of `slot`
+//! seconds each, where N_S is the SYNs Fulcrum's kernel sent to the server and N_A the SYN-ACKs it
+//! answered (`load::Measure`). A server whose accept queue overflows drops SYNs, the client side
+//! retransmits them after the SYN timeout, and R rises with the connect time (t_c ~ R x RTO).
+//! Every slot the server j with the largest R gives up delta = Delta x r_j of its traffic ratio and
+//! each of the other n - 1 usable servers gains delta / (n - 1). Picks follow the ratios exactly
+//! (smooth weighted selection, not a coin flip per request).
+//!
+//! Beyond the paper: R is trusted only once a window holds `min_samples` SYNs (a handful of
+//! connects says nothing); no ratio falls below `MIN_RATIO`, so a degraded server keeps being
+//! measured; ratios are renormalised whenever a server joins, leaves, goes down or comes back.
+
+use std::sync::Mutex;
+use std::time::{Duration, Instant};
+
+use super::{Balancer, Pick, Pool};
+
+/// Tuning of the controller (`[service.passive]`).
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct Tuning {
+    /// Delta: the share of its ratio the worst server gives up per step (the paper: 0.1).
+    pub delta: f64,
+    /// T: the length of one counter slot, and the control period.
+    pub slot: Duration,
+    /// m: slots in the sliding window.
+    pub window_slots: usize,
+    /// SYNs a window needs before its R is trusted.
+    pub min_samples: u64,
+}
+
+/// The smallest traffic ratio a usable server keeps, so its R can still be measured.
+pub const MIN_RATIO: f64 = 0.01;
+
+/// A sliding window of m (SYNs sent, SYN-ACKs) slots.
+#[derive(Debug, Clone, Default)]
+pub struct Window {
+    slots: std::collections::VecDeque<(u64, u64)>,
+}
+
+impl Window {
+    /// Adds the newest slot and drops the oldest beyond `m`.
+    pub fn push(&mut self, syn_sent: u64, syn_acked: u64, m: usize) {
+        self.slots.push_back((syn_sent, syn_acked));
+        while self.slots.len() > m.max(1) {
+            self.slots.pop_front();
+        }
+    }
+
+    pub fn totals(&self) -> (u64, u64) {
+        self.slots.iter().fold((0, 0), |(s, a), (x, y)| (s + x, a + y))
+    }
+
+    /// R = (N_S - N_A) / N_A (the paper's equation 5); `None` below `min_samples` SYNs.
+    /// A server that answered no SYN at all has R = infinity.
+    pub fn r(&self, min_samples: u64) -> Option<f64> {
+        let (ns, na) = self.totals();
+        if ns < min_samples.max(1) {
+            return None;
+        }
+        Some(if na == 0 { f64::INFINITY } else { ns.saturating_sub(na) as f64 / na as f64 })
+    }
+}
+
+/// The ratio controller, apart from time and the pool: fed windows, it moves ratios.
+#[derive(Debug, Clone)]
+pub struct Controller {
+    pub ratios: Vec<f64>,
+}
+
+impl Controller {
+    /// One control step over `usable` servers with their windowed R (`None`: not trusted).
+    /// Returns the server that lost ratio, if any.
+    pub fn step(&mut self, usable: &[bool], r: &[Option<f64>], delta: f64) -> Option<usize> {
+        let live: Vec<usize> = (0..self.ratios.len()).filter(|&i| usable[i]).collect();
+        if live.len() < 2 {
+            return None;
+        }
+        let trusted: Vec<(usize, f64)> = live.iter().filter_map(|&i| r[i].map(|v| (i, v))).collect();
+        let (worst, worst_r) = trusted.iter().copied().fold(None, |best: Option<(usize, f64)>, (i, v)| match best {
+            Some((_, bv)) if bv >= v => best,
+            _ => Some((i, v)),
+        })?;
+        if trusted.iter().all(|&(_, v)| v == worst_r) {
+            return None;
+        }
+        let give = (delta * self.ratios[worst]).min(self.ratios[worst] - MIN_RATIO).max(0.0);
+        if give == 0.0 {
+            return None;
+        }
+        self.ratios[worst] -= give;
+        let share = give / (live.len() - 1) as f64;
+        for &i in &live {
+            if i != worst {
+                self.ratios[i] += share;
+            }
+        }
+        Some(worst)
+    }
+
+    /// Renormalises after the usable set changed: leavers drop to 0, joiners get 1/n, and the
+    /// rest keep their proportions within what is left.
+    pub fn renormalise(&mut self, was: &[bool], now: &[bool]) {
+        let n = now.iter().filter(|&&u| u).count();
+        if n == 0 {
+            self.ratios.iter_mut().for_each(|r| *r = 0.0);
+            return;
+        }
+        let joiners = (0..now.len()).filter(|&i| now[i] && !was.get(i).copied().unwrap_or(false)).count();
+        let stay_sum: f64 = (0..now.len()).filter(|&i| now[i] && was.get(i).copied().unwrap_or(false)).map(|i| self.ratios[i]).sum();
+        let for_stayers = 1.0 - joiners as f64 / n as f64;
+        for i in 0..now.len() {
+            self.ratios[i] = if !now[i] {
+                0.0
+            } else if !was.get(i).copied().unwrap_or(false) {
+                1.0 / n as f64
+            } else if stay_sum > 0.0 {
+                self.ratios[i] / stay_sum * for_stayers
+            } else {
+                for_stayers / (n - joiners) as f64
+            };
+        }
+    }
+}
+
+#[derive(Debug)]
+struct State {
+    controller: Controller,
+    windows: Vec<Window>,
+    /// Counter totals at the last step, to cut the next slot from.
+    last: Vec<(u64, u64)>,
+    usable: Vec<bool>,
+    epoch: u64,
+    last_step: Instant,
+    /// Smooth weighted selection state.
+    current: Vec<f64>,
+}
+
+#[derive(Debug)]
+pub struct PassiveRatio {
+    tuning: Tuning,
+    state: Mutex<Option<State>>,
+}
+
+impl PassiveRatio {
+    pub fn new(tuning: Tuning) -> Self {
+        PassiveRatio { tuning, state: Mutex::new(None) }
+    }
+
+    /// Runs the control steps due by `now`, and renormalises if the pool changed.
+    fn update(&self, st: &mut State, pool: &dyn Pool, now: Instant) {
+        let usable: Vec<bool> = (0..pool.len()).map(|i| pool.weight(i) > 0).collect();
+        if pool.epoch() != st.epoch || usable != st.usable {
+            st.controller.renormalise(&st.usable, &usable);
+            st.usable = usable;
+            st.epoch = pool.epoch();
+        }
+        let elapsed = now.saturating_duration_since(st.last_step);
+        let slot = self.tuning.slot.max(Duration::from_millis(1));
+        if elapsed < slot {
+            return;
+        }
+        let steps = (elapsed.as_nanos() / slot.as_nanos()) as u32;
+        st.last_step += slot * steps;
+        let m = self.tuning.window_slots;
+        for i in 0..pool.len() {
+            let s = pool.sample(i);
+            let (ps, pa) = st.last[i];
+            st.last[i] = (s.syn_sent, s.syn_acked);
+            // Slots that passed with no pick are empty: the window still moves on.
+            for _ in 1..steps.min(m as u32) {
+                st.windows[i].push(0, 0, m);
+            }
+            st.windows[i].push(s.syn_sent.saturating_sub(ps), s.syn_acked.saturating_sub(pa), m);
+        }
+        let r: Vec<Option<f64>> = st.windows.iter().map(|w| w.r(self.tuning.min_samples)).collect();
+        let moved = st.controller.step(&st.usable, &r, self.tuning.delta);
+        tracing::debug!(ratios = ?st.controller.ratios, r = ?r, moved = ?moved, "passive-ratio control step");
+    }
+
+    fn fresh(&self, pool: &dyn Pool, now: Instant) -> State {
+        let n = pool.len();
+        let usable: Vec<bool> = (0..n).map(|i| pool.weight(i) > 0).collect();
+        let mut controller = Controller { ratios: vec![0.0; n] };
+        controller.renormalise(&vec![false; n], &usable);
+        State {
+            controller,
+            windows: vec![Window::default(); n],
+            last: (0..n).map(|i| pool.sample(i)).map(|s| (s.syn_sent, s.syn_acked)).collect(),
+            usable,
+            epoch: pool.epoch(),
+            last_step: now,
+            current: vec![0.0; n],
+        }
+    }
+
+    /// Per server: (ratio, R over the window if trusted, N_S, N_A), for stats.
+    pub fn table(&self) -> Vec<(f64, Option<f64>, u64, u64)> {
+        let Ok(g) = self.state.lock() else { return Vec::new() };
+        let Some(st) = g.as_ref() else { return Vec::new() };
+        st.windows
+            .iter()
+            .enumerate()
+            .map(|(i, w)| {
+                let (ns, na) = w.totals();
+                (st.controller.ratios[i], w.r(self.tuning.min_samples), ns, na)
+            })
+            .collect()
+    }
+
+    pub fn pick_at(&self, pick: &Pick<'_>, pool: &dyn Pool, now: Instant) -> Option<usize> {
+        let mut g = self.state.lock().unwrap_or_else(|p| p.into_inner());
+        if g.as_ref().is_none_or(|s| s.windows.len() != pool.len()) {
+            *g = Some(self.fresh(pool, now));
+        }
+        let st = g.as_mut()?;
+        self.update(st, pool, now);
+        let mut total = 0.0;
+        let mut best: Option<usize> = None;
+        for i in 0..pool.len() {
+            let w = st.controller.ratios[i];
+            if w <= 0.0 || pool.weight(i) == 0 || pick.avoids(i) {
+                st.current[i] = 0.0;
+                continue;
+            }
+            st.current[i] += w;
+            total += w;
+            if best.is_none_or(|b| st.current[i] > st.current[b]) {
+                best = Some(i);
+            }
+        }
+        let b = best?;
+        st.current[b] -= total;
+        Some(b)
+    }
+}
+
+impl Balancer for PassiveRatio {
+    fn pick(&self, pick: &Pick<'_>, pool: &dyn Pool) -> Option<usize> {
+        self.pick_at(pick, pool, Instant::now())
+    }
+
+    fn metrics(&self, i: usize) -> Option<super::AlgorithmMetrics> {
+        let (ratio, r, n_s, n_a) = *self.table().get(i)?;
+        Some(super::AlgorithmMetrics { ratio: Some(ratio), r, n_s: Some(n_s), n_a: Some(n_a) })
+    }
+}
+
+#[cfg(test)]
+mod tests;

@@ -1,0 +1,25 @@
+//! The kernel's own count of SYNs a connect sent: `tcpi_total_retrans` from TCP_INFO on the
+//! connecting socket, plus the first SYN. This is what the passive-measurement controller counts
+//! as N_S, exactly, with no packet capture. A module of its own because reading TCP_INFO is
+//! `unsafe` (getsockopt into a C struct).
+
+use std::os::fd::AsRawFd;
+
+/// SYNs sent so far by a socket that is connecting or has just connected: 1 + retransmissions.
+/// `None` when the kernel does not answer TCP_INFO.
+pub fn syns_sent(socket: &impl AsRawFd) -> Option<u32> {
+    // SAFETY: tcp_info is a plain C struct of integers, so all-zero is a valid value; getsockopt
+    // writes at most `len` bytes into it; the fd is borrowed from a live socket for the call.
+    let mut info: libc::tcp_info = unsafe { std::mem::zeroed() };
+    let mut len = std::mem::size_of::<libc::tcp_info>() as libc::socklen_t;
+    let rc = unsafe {
+        libc::getsockopt(
+            socket.as_raw_fd(),
+            libc::IPPROTO_TCP,
+            libc::TCP_INFO,
+            (&mut info as *mut libc::tcp_info).cast(),
+            &mut len,
+        )
+    };
+    (rc == 0).then(|| 1 + info.tcpi_total_retrans)
+}
