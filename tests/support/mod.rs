@@ -321,9 +321,15 @@ pub struct Backend {
 
 impl Backend {
     pub fn start(name: &str) -> Backend {
+        Self::start_with(name, &[])
+    }
+
+    /// A backend with extra `fulcrum backend` options (degradations).
+    pub fn start_with(name: &str, extra: &[&str]) -> Backend {
         let addr: SocketAddr = format!("127.0.0.1:{}", free_port()).parse().unwrap();
         let child = Command::new(env!("CARGO_BIN_EXE_fulcrum"))
             .args(["backend", "--listen", &addr.to_string(), "--name", name])
+            .args(extra)
             .stdout(Stdio::null())
             .stderr(Stdio::null())
             .spawn()
