@@ -133,6 +133,18 @@ fn passive_ratio_starves_the_degraded_server_and_beats_round_robin_on_connect_ti
     let t = totals(&pr);
     let slow_total = t.iter().find(|(a, _)| *a == slow).unwrap().1;
     assert!(t.iter().all(|(a, n)| *a == slow || *n > slow_total), "{t:?}");
+
+    // The same figures in /metrics.
+    let (status, text) = http_get(pr.admin, "/metrics");
+    assert_eq!(status, 200);
+    let metric = |name: &str| -> f64 {
+        let prefix = format!("{name}{{service=\"web\",server=\"{slow}\"}} ");
+        let line = text.lines().find(|l| l.starts_with(&prefix)).unwrap_or_else(|| panic!("no {prefix} in:\n{text}"));
+        line[prefix.len()..].parse().unwrap()
+    };
+    assert!(metric("fulcrum_server_traffic_ratio") < 0.2);
+    assert!(metric("fulcrum_server_syn_sent_total") > metric("fulcrum_server_syn_acked_total"));
+    assert!(text.contains("# TYPE fulcrum_server_syn_sent_total counter"));
 }
 
 #[test]

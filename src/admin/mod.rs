@@ -18,6 +18,7 @@ use crate::stats;
 pub fn router(app: Arc<App>) -> Router {
     Router::new()
         .route("/api/stats", get(get_stats))
+        .route("/metrics", get(metrics))
         .route("/api/reload", post(reload))
         .layer(middleware::from_fn(same_origin_only))
         .with_state(app)
@@ -33,6 +34,11 @@ pub async fn serve(listener: tokio::net::TcpListener, app: Arc<App>) {
 
 async fn get_stats(State(app): State<Arc<App>>) -> Json<stats::Snapshot> {
     Json(stats::snapshot(&app.runtime.current()))
+}
+
+async fn metrics(State(app): State<Arc<App>>) -> Response {
+    let body = stats::prometheus::render(&stats::snapshot(&app.runtime.current()));
+    ([(header::CONTENT_TYPE, "text/plain; version=0.0.4; charset=utf-8")], body).into_response()
 }
 
 async fn reload(State(app): State<Arc<App>>) -> Response {

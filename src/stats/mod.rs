@@ -1,4 +1,6 @@
-//! Read-only views over the live counters, for `GET /api/stats` (and later `/metrics`).
+//! Read-only views over the live counters, for `GET /api/stats` and `GET /metrics`.
+
+pub mod prometheus;
 
 use std::sync::atomic::Ordering::Relaxed;
 

@@ -1,0 +1,74 @@
+//! `GET /metrics`: the stats snapshot in the Prometheus text exposition format (version 0.0.4).
+//! Names follow Prometheus conventions: a `fulcrum_` prefix, `_total` on counters, base units
+//! (seconds, bytes), and `service` / `server` labels.
+
+use std::fmt::Write;
+
+use super::{Snapshot, ServerStats};
+use crate::runtime::State;
+
+/// One metric family: name, type, help, and a value per server (None: no sample).
+struct Family {
+    name: &'static str,
+    kind: &'static str,
+    help: &'static str,
+    value: fn(&ServerStats) -> Option<f64>,
+}
+
+const SERVER_FAMILIES: &[Family] = &[
+    Family { name: "fulcrum_server_up", kind: "gauge", help: "1 when the server takes traffic (enabled, checks passing, not held down)", value: |s| Some((s.state == State::Up) as u8 as f64) },
+    Family { name: "fulcrum_server_weight", kind: "gauge", help: "Configured weight", value: |s| Some(s.weight as f64) },
+    Family { name: "fulcrum_server_connections", kind: "gauge", help: "Connections in flight", value: |s| Some(s.current as f64) },
+    Family { name: "fulcrum_server_connections_max", kind: "gauge", help: "Most connections in flight at once", value: |s| Some(s.max as f64) },
+    Family { name: "fulcrum_server_connections_total", kind: "counter", help: "Connections handed to the server", value: |s| Some(s.total as f64) },
+    Family { name: "fulcrum_server_connect_failures_total", kind: "counter", help: "Connects that failed or timed out", value: |s| Some(s.connect_failures as f64) },
+    Family { name: "fulcrum_server_received_bytes_total", kind: "counter", help: "Bytes from clients to the server", value: |s| Some(s.bytes_in as f64) },
+    Family { name: "fulcrum_server_sent_bytes_total", kind: "counter", help: "Bytes from the server to clients", value: |s| Some(s.bytes_out as f64) },
+    Family { name: "fulcrum_server_syn_sent_total", kind: "counter", help: "SYNs sent to the server, retransmissions included (N_S)", value: |s| Some(s.syn_sent as f64) },
+    Family { name: "fulcrum_server_syn_acked_total", kind: "counter", help: "SYN-ACKs the server answered (N_A)", value: |s| Some(s.syn_acked as f64) },
+    Family { name: "fulcrum_server_connect_seconds_mean", kind: "gauge", help: "Mean connect time of established connects", value: |s| s.connect_ms.map(|m| m / 1000.0) },
+    Family { name: "fulcrum_server_connect_seconds_ewma", kind: "gauge", help: "Peak-EWMA connect time (p2c-ewma's latency)", value: |s| Some(s.ewma_connect_ms / 1000.0) },
+    Family { name: "fulcrum_server_traffic_ratio", kind: "gauge", help: "passive-ratio: the server's share of new connections", value: |s| s.algorithm.and_then(|a| a.ratio) },
+    Family { name: "fulcrum_server_syn_loss_ratio", kind: "gauge", help: "passive-ratio: R = (N_S - N_A) / N_A over the window", value: |s| s.algorithm.and_then(|a| a.r) },
+];
+
+/// Renders `snap` as Prometheus text.
+pub fn render(snap: &Snapshot) -> String {
+    let mut out = String::with_capacity(4096);
+    service_family(&mut out, snap, "fulcrum_service_connections", "gauge", "Client connections in flight", |s| s.current);
+    service_family(&mut out, snap, "fulcrum_service_connections_total", "counter", "Client connections accepted", |s| s.total);
+    service_family(&mut out, snap, "fulcrum_service_refused_total", "counter", "Clients closed because no server could take them", |s| s.refused);
+    for f in SERVER_FAMILIES {
+        let _ = writeln!(out, "# HELP {} {}\n# TYPE {} {}", f.name, f.help, f.name, f.kind);
+        for service in &snap.services {
+            for server in &service.servers {
+                if let Some(v) = (f.value)(server).filter(|v| v.is_finite()) {
+                    let _ = writeln!(out, "{}{{service=\"{}\",server=\"{}\"}} {}", f.name, escape(&service.name), escape(&server.address), v);
+                }
+            }
+        }
+    }
+    out
+}
+
+fn service_family(out: &mut String, snap: &Snapshot, name: &str, kind: &str, help: &str, value: fn(&super::ServiceStats) -> u64) {
+    let _ = writeln!(out, "# HELP {name} {help}\n# TYPE {name} {kind}");
+    for s in &snap.services {
+        let _ = writeln!(out, "{name}{{service=\"{}\"}} {}", escape(&s.name), value(s));
+    }
+}
+
+/// Label values escape backslash, double quote and newline.
+fn escape(v: &str) -> String {
+    v.replace('\\', "\\\\").replace('"', "\\\"").replace('\n', "\\n")
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn label_values_are_escaped() {
+        assert_eq!(escape("a\"b\\c\nd"), "a\\\"b\\\\c\\nd");
+    }
+}
