@@ -18,7 +18,7 @@ use tracing::{error, info, warn};
 use crate::config::{self, Config};
 use crate::runtime::Runtime;
 use crate::shutdown::Shutdown;
-use crate::{admin, health, proxy};
+use crate::{admin, health, proxy, stats};
 
 pub struct App {
     pub runtime: Arc<Runtime>,
@@ -31,6 +31,8 @@ pub struct App {
     changing: tokio::sync::Mutex<()>,
     /// Where the admin listener ended up (tests and the demo bind port 0).
     pub admin_addr: Option<SocketAddr>,
+    pub auth: admin::Auth,
+    pub history: stats::history::History,
 }
 
 impl App {
@@ -48,6 +50,10 @@ impl App {
             None => None,
         };
         let admin_addr = admin_listener.as_ref().and_then(|l| l.local_addr().ok());
+        let auth = match &admin_cfg {
+            Some(a) => admin::Auth::from_config(a).map_err(anyhow::Error::msg)?,
+            None => admin::Auth::default(),
+        };
         let app = Arc::new(App {
             runtime: runtime.clone(),
             shutdown: shutdown.clone(),
@@ -56,12 +62,15 @@ impl App {
             health: Mutex::new(CancellationToken::new()),
             changing: tokio::sync::Mutex::new(()),
             admin_addr,
+            auth,
+            history: stats::history::History::default(),
         });
+        tokio::spawn(record_history(Arc::downgrade(&app)));
         let generation = runtime.current();
         app.restart_health();
         health::wait_first_round(&generation, first_round + Duration::from_millis(200)).await;
         let mut bound = Vec::new();
-        for s in &generation.services {
+        for s in generation.services.iter().filter(|s| s.config.enabled) {
             let l = proxy::listener::bind(s.listen).with_context(|| format!("service {}: cannot listen on {}", s.config.name, s.listen))?;
             bound.push((s.listen, l));
         }
@@ -83,15 +92,52 @@ impl App {
         }
     }
 
+    /// Applies one change to the running config, validated as a file would be.
+    pub async fn change(&self, change: config::Change) -> Result<String, String> {
+        let _one_at_a_time = self.changing.lock().await;
+        let mut next = self.runtime.current().config.clone();
+        change.apply(&mut next)?;
+        let next = tokio::task::spawn_blocking(move || config::revalidate(&next))
+            .await
+            .map_err(|e| e.to_string())?
+            .map_err(|d| format!("change refused, the running config stays:\n{d}"))?;
+        self.apply_locked(next).await
+    }
+
+    /// Writes the running config to its file, keeping the previous file as `FILE.bak`.
+    pub async fn save(&self) -> Result<String, String> {
+        let Some(path) = self.path.clone() else { return Err("this instance runs an embedded config; there is no file to save to".into()) };
+        let _one_at_a_time = self.changing.lock().await;
+        let text = format!("# Written by fulcrum from its running config.\n\n{}", config::to_toml(&self.runtime.current().config));
+        tokio::task::spawn_blocking(move || -> std::io::Result<String> {
+            let backup = path.with_extension("toml.bak");
+            if path.exists() {
+                std::fs::copy(&path, &backup)?;
+            }
+            let tmp = path.with_extension("toml.tmp");
+            std::fs::write(&tmp, text)?;
+            std::fs::rename(&tmp, &path)?;
+            Ok(format!("saved to {} (previous file kept as {})", path.display(), backup.display()))
+        })
+        .await
+        .map_err(|e| e.to_string())?
+        .map_err(|e| format!("cannot save the config: {e}"))
+    }
+
     /// Applies a validated config: bind new addresses, swap, stop dropped listeners, restart checks.
     pub async fn apply(&self, config: Config) -> Result<String, String> {
         let _one_at_a_time = self.changing.lock().await;
+        self.apply_locked(config).await
+    }
+
+    async fn apply_locked(&self, config: Config) -> Result<String, String> {
         if config.admin != self.runtime.current().config.admin {
             warn!("admin listener changes take effect at the next restart");
         }
         let wanted: Vec<(String, SocketAddr)> = config
             .services
             .iter()
+            .filter(|s| s.enabled)
             .filter_map(|s| s.listen.parse().ok().map(|a| (s.name.clone(), a)))
             .collect();
         let mut bound = Vec::new();
@@ -182,5 +228,20 @@ impl App {
             warn!("closed {left} connections still open after the grace period");
         }
         info!("stopped");
+    }
+}
+
+/// Samples the traffic history every interval for as long as the app lives.
+async fn record_history(app: std::sync::Weak<App>) {
+    let mut tick = tokio::time::interval(stats::history::INTERVAL);
+    tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+    tick.tick().await;
+    loop {
+        tick.tick().await;
+        let Some(app) = app.upgrade() else { return };
+        if app.shutdown.stopping().is_cancelled() {
+            return;
+        }
+        app.history.sample(&app.runtime.current());
     }
 }

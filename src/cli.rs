@@ -34,6 +34,8 @@ pub enum Command {
     Demo(crate::demo::DemoArgs),
     /// Run one real server (HTTP) for tests, the demo and the lab.
     Backend(BackendArgs),
+    /// Read a password on standard input and print its Argon2 hash for `[admin] password_hash`.
+    HashPassword,
 }
 
 pub fn main() -> ExitCode {
@@ -43,6 +45,7 @@ pub fn main() -> ExitCode {
         Command::Check { configs } => return check(&configs),
         Command::Run { config } => run(config),
         Command::Demo(args) => runtime(0).and_then(|rt| rt.block_on(crate::demo::run(args))),
+        Command::HashPassword => hash_password(),
         Command::Backend(args) => runtime(1).and_then(|rt| rt.block_on(crate::backend::serve(args, ctrl_c()))),
     };
     match result {
@@ -99,6 +102,15 @@ fn run(path: PathBuf) -> anyhow::Result<()> {
         let app = App::start(loaded.config, Some(path), Shutdown::new()).await?;
         app.run_until_signal().await
     })
+}
+
+fn hash_password() -> anyhow::Result<()> {
+    let mut line = String::new();
+    std::io::stdin().read_line(&mut line).context("reading the password from standard input")?;
+    let password = line.trim_end_matches(['\r', '\n']);
+    anyhow::ensure!(!password.is_empty(), "no password given on standard input");
+    println!("{}", crate::admin::hash_password(password).map_err(anyhow::Error::msg)?);
+    Ok(())
 }
 
 async fn ctrl_c() {

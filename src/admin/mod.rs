@@ -1,26 +1,32 @@
-//! The admin listener: JSON API over the live state. It binds to loopback only (validation
-//! refuses any other address until authentication exists), changes are POST-only, and a POST
-//! from a browser page of another origin is refused, so a web page cannot drive the balancer.
+//! The admin listener: the dashboard, the JSON API and `/metrics`.
+//!
+//! Safe by default: it listens on loopback unless authentication is configured (validation
+//! refuses otherwise), every request is authenticated when authentication is configured, changes
+//! are POST/PUT/DELETE only and must be JSON, and a request whose `Origin` is another site is
+//! refused, so a web page in the user's browser cannot drive the balancer. Every change goes
+//! through `App::change`, validated like the config file.
+
+mod api;
+mod assets;
+mod auth;
 
 use std::sync::Arc;
 
+use axum::Router;
 use axum::extract::{Request, State};
 use axum::http::{HeaderMap, Method, StatusCode, header};
 use axum::middleware::{self, Next};
 use axum::response::{IntoResponse, Response};
-use axum::routing::{get, post};
-use axum::{Json, Router};
 use serde_json::json;
 
+pub use auth::{Auth, hash_password};
+
 use crate::app::App;
-use crate::stats;
 
 pub fn router(app: Arc<App>) -> Router {
-    Router::new()
-        .route("/api/stats", get(get_stats))
-        .route("/metrics", get(metrics))
-        .route("/api/reload", post(reload))
-        .layer(middleware::from_fn(same_origin_only))
+    api::routes()
+        .merge(assets::routes())
+        .layer(middleware::from_fn_with_state(app.clone(), guard))
         .with_state(app)
 }
 
@@ -32,26 +38,29 @@ pub async fn serve(listener: tokio::net::TcpListener, app: Arc<App>) {
     }
 }
 
-async fn get_stats(State(app): State<Arc<App>>) -> Json<stats::Snapshot> {
-    Json(stats::snapshot(&app.runtime.current()))
+/// An error as the API answers it: a status and `{"ok": false, "error": ...}`.
+pub(crate) fn refuse(status: StatusCode, error: impl Into<String>) -> Response {
+    (status, axum::Json(json!({ "ok": false, "error": error.into() }))).into_response()
 }
 
-async fn metrics(State(app): State<Arc<App>>) -> Response {
-    let body = stats::prometheus::render(&stats::snapshot(&app.runtime.current()));
-    ([(header::CONTENT_TYPE, "text/plain; version=0.0.4; charset=utf-8")], body).into_response()
-}
-
-async fn reload(State(app): State<Arc<App>>) -> Response {
-    match app.reload().await {
-        Ok(msg) => Json(json!({ "ok": true, "message": msg })).into_response(),
-        Err(msg) => (StatusCode::UNPROCESSABLE_ENTITY, Json(json!({ "ok": false, "error": msg }))).into_response(),
+/// Authentication, then the cross-site checks for changing requests.
+async fn guard(State(app): State<Arc<App>>, req: Request, next: Next) -> Response {
+    let authorization = req.headers().get(header::AUTHORIZATION).and_then(|v| v.to_str().ok());
+    if !app.auth.check(authorization) {
+        let mut r = refuse(StatusCode::UNAUTHORIZED, "authentication required");
+        r.headers_mut().insert(header::WWW_AUTHENTICATE, header::HeaderValue::from_static("Basic realm=\"fulcrum\""));
+        return r;
     }
-}
-
-/// Refuses state-changing requests whose `Origin` (sent by browsers) is not this admin listener.
-async fn same_origin_only(req: Request, next: Next) -> Response {
-    if req.method() != Method::GET && req.method() != Method::HEAD && !same_origin(req.headers()) {
-        return (StatusCode::FORBIDDEN, Json(json!({ "ok": false, "error": "cross-origin request refused" }))).into_response();
+    let changing = !matches!(*req.method(), Method::GET | Method::HEAD | Method::OPTIONS);
+    if changing {
+        if !same_origin(req.headers()) {
+            return refuse(StatusCode::FORBIDDEN, "cross-origin request refused");
+        }
+        // A cross-site form cannot send JSON without a preflight, which this API never grants.
+        let json = req.headers().get(header::CONTENT_TYPE).and_then(|v| v.to_str().ok()).is_some_and(|v| v.starts_with("application/json"));
+        if !json {
+            return refuse(StatusCode::UNSUPPORTED_MEDIA_TYPE, "changes must be sent as application/json");
+        }
     }
     next.run(req).await
 }

@@ -5,12 +5,14 @@
 //! of range, host names that do not resolve) and locates each problem through the parsed document's
 //! spans, so every error names file, line and column.
 
+mod change;
 mod diagnostic;
 mod schema;
 mod validate;
 
 use std::path::{Path, PathBuf};
 
+pub use change::{Change, ServerAdmin, ServiceSettings};
 pub use diagnostic::{Diagnostic, Diagnostics};
 pub use schema::*;
 pub use validate::{resolve_server, validate};
@@ -58,6 +60,18 @@ pub fn parse_with(text: &str, file: &str, resolve: Resolve) -> Result<Config, Di
     })?;
     let problems = validate(&config, text, file, resolve);
     if problems.is_empty() { Ok(config) } else { Err(problems) }
+}
+
+/// Re-validates a config built in memory (by a `Change`) exactly as a file would be, by writing
+/// it as TOML and reading it back; returns the config as read.
+pub fn revalidate(config: &Config) -> Result<Config, Diagnostics> {
+    let text = to_toml(config);
+    parse(&text, "running config")
+}
+
+/// The config as TOML, as `save` writes it.
+pub fn to_toml(config: &Config) -> String {
+    toml::to_string_pretty(config).unwrap_or_else(|e| format!("# cannot write config: {e}\n"))
 }
 
 #[cfg(test)]

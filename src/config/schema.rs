@@ -29,6 +29,22 @@ pub struct Config {
 pub struct Admin {
     #[serde(default = "defaults::admin_listen")]
     pub listen: String,
+    /// A file holding a bearer token that API requests must present.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub token_file: Option<String>,
+    /// HTTP basic authentication: the user name, with `password_hash`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub user: Option<String>,
+    /// An Argon2 hash in PHC form (`fulcrum hash-password` makes one).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub password_hash: Option<String>,
+}
+
+impl Admin {
+    /// Whether requests must authenticate.
+    pub fn has_auth(&self) -> bool {
+        self.token_file.is_some() || self.password_hash.is_some()
+    }
 }
 
 /// How a service understands its traffic.
@@ -70,6 +86,9 @@ impl Algorithm {
 #[serde(deny_unknown_fields)]
 pub struct Service {
     pub name: String,
+    /// `false` stops the service's listener (the paper's service stop); its config stays.
+    #[serde(default = "defaults::yes", skip_serializing_if = "is_true")]
+    pub enabled: bool,
     /// The virtual IP and port, `ip:port` (`[::1]:port` for IPv6).
     pub listen: String,
     #[serde(default = "defaults::mode")]
@@ -220,6 +239,17 @@ pub struct Server {
     pub backup: bool,
     #[serde(default = "defaults::yes")]
     pub enabled: bool,
+    /// Takes no new connections but keeps its open ones and its health checks.
+    #[serde(default, skip_serializing_if = "is_false")]
+    pub drain: bool,
+}
+
+fn is_true(b: &bool) -> bool {
+    *b
+}
+
+fn is_false(b: &bool) -> bool {
+    !*b
 }
 
 /// Weights are 1..=256 (as in HAProxy): wide enough for any ratio a pool needs, small enough that

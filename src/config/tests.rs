@@ -99,3 +99,10 @@ proptest! {
         let _ = parse_with(&text, "fuzz.toml", Resolve::No);
     }
 }
+
+#[test]
+fn a_config_written_back_reads_the_same() {
+    let c = parse(PAPER, "paper-http.toml").unwrap();
+    let again = revalidate(&c).unwrap_or_else(|d| panic!("{d}\n{}", to_toml(&c)));
+    assert_eq!(c, again);
+}

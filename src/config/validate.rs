@@ -84,12 +84,29 @@ pub fn validate(config: &Config, text: &str, file: &str, resolve: Resolve) -> Di
                 format!("admin listen address {:?} is not ip:port", admin.listen),
                 "write an IP address and port, e.g. \"127.0.0.1:9090\"",
             ),
-            Ok(addr) if !addr.ip().is_loopback() => report.error(
+            Ok(addr) if !addr.ip().is_loopback() && !admin.has_auth() => report.error(
                 &[Seg::Key("admin"), Seg::Key("listen")],
-                format!("admin listen address {addr} is not a loopback address"),
-                "the admin API has no authentication yet, so it only listens on 127.0.0.1 or [::1]",
+                format!("admin listen address {addr} is not a loopback address and no authentication is configured"),
+                "set token_file, or user and password_hash (fulcrum hash-password), or listen on 127.0.0.1",
             ),
             Ok(_) => {}
+        }
+    }
+    if let Some(admin) = &config.admin {
+        if admin.password_hash.is_some() != admin.user.is_some() {
+            report.error(&[Seg::Key("admin"), Seg::Key("user")], "user and password_hash go together".into(), "set both for HTTP basic authentication");
+        }
+        if let Some(hash) = &admin.password_hash {
+            if !hash.starts_with("$argon2") {
+                report.error(&[Seg::Key("admin"), Seg::Key("password_hash")], "password_hash is not an Argon2 PHC string".into(), "make one with: fulcrum hash-password");
+            }
+        }
+        if let Some(file) = &admin.token_file {
+            match std::fs::read_to_string(file) {
+                Ok(t) if t.trim().len() >= 16 => {}
+                Ok(_) => report.error(&[Seg::Key("admin"), Seg::Key("token_file")], format!("the token in {file} is shorter than 16 characters"), "use a long random token, e.g. openssl rand -hex 32"),
+                Err(e) => report.error(&[Seg::Key("admin"), Seg::Key("token_file")], format!("cannot read token_file {file}: {e}"), "check the path and its permissions"),
+            }
         }
     }
     if config.workers > 1024 {

@@ -121,6 +121,7 @@ fn build(config: Config, registry: &mut Registry) -> Result<Generation, String> 
             state.measure.set_decay(sc.p2c.decay);
             state.set_weight(server.weight);
             state.set_enabled(server.enabled);
+            state.set_draining(server.drain);
             let entry = Arc::new(ServerEntry { addr, state });
             if server.backup { backup.push(entry) } else { primary.push(entry) }
         }

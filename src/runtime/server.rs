@@ -19,6 +19,8 @@ use tokio_util::sync::CancellationToken;
 pub enum State {
     Up,
     Down,
+    /// Takes no new connections; open ones continue and checks go on.
+    Drain,
     Disabled,
 }
 
@@ -36,6 +38,7 @@ pub struct ServerState {
     epoch: Arc<AtomicU64>,
     weight: AtomicU32,
     enabled: AtomicBool,
+    draining: AtomicBool,
     /// Result of active health checks (rise/fall applied).
     health_up: AtomicBool,
     /// Set by `failure_limit` consecutive connect failures; cleared by the next passing check.
@@ -72,6 +75,7 @@ impl ServerState {
             epoch,
             weight: AtomicU32::new(weight),
             enabled: AtomicBool::new(enabled),
+            draining: AtomicBool::new(false),
             // A checked server starts down: it takes traffic once its first check passes, so a
             // server that serves the wrong page never sees a request.
             health_up: AtomicBool::new(!checked),
@@ -93,6 +97,8 @@ impl ServerState {
     pub fn state(&self) -> State {
         if !self.enabled.load(Relaxed) {
             State::Disabled
+        } else if self.draining.load(Relaxed) {
+            State::Drain
         } else if self.health_up.load(Relaxed) && !self.passive_down.load(Relaxed) {
             State::Up
         } else {
@@ -121,6 +127,12 @@ impl ServerState {
             self.bump();
         }
         changed
+    }
+
+    pub fn set_draining(&self, on: bool) {
+        if self.draining.swap(on, Relaxed) != on {
+            self.bump();
+        }
     }
 
     pub fn is_enabled(&self) -> bool {

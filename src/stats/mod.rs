@@ -1,5 +1,6 @@
 //! Read-only views over the live counters, for `GET /api/stats` and `GET /metrics`.
 
+pub mod history;
 pub mod prometheus;
 
 use std::sync::atomic::Ordering::Relaxed;
@@ -17,6 +18,8 @@ pub struct Snapshot {
 #[derive(Debug, Serialize)]
 pub struct ServiceStats {
     pub name: String,
+    /// Whether the service's listener runs (the paper's service start/stop).
+    pub enabled: bool,
     pub listen: String,
     pub mode: &'static str,
     pub algorithm: &'static str,
@@ -70,6 +73,7 @@ pub fn snapshot(generation: &Generation) -> Snapshot {
         .iter()
         .map(|s| ServiceStats {
             name: s.config.name.clone(),
+            enabled: s.config.enabled,
             listen: s.listen.to_string(),
             mode: "tcp",
             algorithm: s.config.algorithm.as_str(),
@@ -118,4 +122,30 @@ fn server(e: &ServerEntry, backup: bool, now: u64, algorithm: Option<AlgorithmMe
         ewma_connect_ms: m.ewma_us / 1000.0,
         algorithm,
     }
+}
+
+/// The stats table as CSV, one row per server, in the spirit of HAProxy's `;csv` export.
+pub fn csv(snap: &Snapshot) -> String {
+    let mut out = String::from(
+        "service,server,backup,state,weight,current,max,total,connect_failures,bytes_in,bytes_out,last_use_secs,syn_sent,syn_acked,connect_ms,ewma_connect_ms,ratio,r,last_check\n",
+    );
+    let opt = |v: Option<f64>| v.filter(|x| x.is_finite()).map(|x| format!("{x:.4}")).unwrap_or_default();
+    for s in &snap.services {
+        for v in &s.servers {
+            let state = format!("{:?}", v.state).to_lowercase();
+            let a = v.algorithm.unwrap_or_default();
+            out.push_str(&format!(
+                "{},{},{},{},{},{},{},{},{},{},{},{},{},{},{},{:.3},{},{},{}\n",
+                field(&s.name), field(&v.address), v.backup, state, v.weight, v.current, v.max, v.total, v.connect_failures,
+                v.bytes_in, v.bytes_out, v.last_use_secs.map(|x| x.to_string()).unwrap_or_default(), v.syn_sent, v.syn_acked,
+                opt(v.connect_ms), v.ewma_connect_ms, opt(a.ratio), opt(a.r), field(&v.last_check),
+            ));
+        }
+    }
+    out
+}
+
+/// A CSV field, quoted when it holds a comma, quote or newline.
+fn field(v: &str) -> String {
+    if v.contains([',', '"', '\n']) { format!("\"{}\"", v.replace('"', "\"\"")) } else { v.to_string() }
 }

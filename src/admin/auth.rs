@@ -1,0 +1,109 @@
+//! Authentication of admin requests: a bearer token read from a file, or HTTP basic with an
+//! Argon2 password hash. Off only on a loopback listener with nothing configured (validation
+//! refuses any other address without it). Verified basic credentials are remembered, so a
+//! dashboard polling every second does not pay for an Argon2 hash each time.
+
+use std::collections::HashSet;
+use std::sync::Mutex;
+
+use argon2::password_hash::{PasswordHash, PasswordVerifier};
+use base64::Engine;
+use subtle::ConstantTimeEq;
+
+use crate::config::Admin;
+
+#[derive(Default)]
+pub struct Auth {
+    token: Option<String>,
+    basic: Option<(String, String)>,
+    /// `Authorization` header values already verified against the password hash.
+    verified: Mutex<HashSet<String>>,
+}
+
+/// Most distinct verified credentials remembered (a few browsers and scripts).
+const REMEMBER: usize = 32;
+
+impl Auth {
+    pub fn from_config(admin: &Admin) -> Result<Auth, String> {
+        let token = match &admin.token_file {
+            Some(f) => Some(std::fs::read_to_string(f).map_err(|e| format!("cannot read token_file {f}: {e}"))?.trim().to_string()),
+            None => None,
+        };
+        let basic = match (&admin.user, &admin.password_hash) {
+            (Some(u), Some(h)) => {
+                PasswordHash::new(h).map_err(|e| format!("password_hash is not a valid PHC string: {e}"))?;
+                Some((u.clone(), h.clone()))
+            }
+            _ => None,
+        };
+        Ok(Auth { token, basic, verified: Mutex::default() })
+    }
+
+    pub fn required(&self) -> bool {
+        self.token.is_some() || self.basic.is_some()
+    }
+
+    /// Whether an `Authorization` header value is accepted.
+    pub fn check(&self, header: Option<&str>) -> bool {
+        if !self.required() {
+            return true;
+        }
+        let Some(value) = header else { return false };
+        if let (Some(token), Some(given)) = (&self.token, value.strip_prefix("Bearer ")) {
+            if bool::from(token.as_bytes().ct_eq(given.trim().as_bytes())) {
+                return true;
+            }
+        }
+        if let (Some((user, hash)), Some(b64)) = (&self.basic, value.strip_prefix("Basic ")) {
+            if self.verified.lock().map(|v| v.contains(value)).unwrap_or(false) {
+                return true;
+            }
+            let Ok(raw) = base64::engine::general_purpose::STANDARD.decode(b64.trim()) else { return false };
+            let Ok(text) = String::from_utf8(raw) else { return false };
+            let Some((u, p)) = text.split_once(':') else { return false };
+            let Ok(parsed) = PasswordHash::new(hash) else { return false };
+            let ok = bool::from(u.as_bytes().ct_eq(user.as_bytes())) && argon2::Argon2::default().verify_password(p.as_bytes(), &parsed).is_ok();
+            if ok {
+                if let Ok(mut v) = self.verified.lock() {
+                    if v.len() >= REMEMBER {
+                        v.clear();
+                    }
+                    v.insert(value.to_string());
+                }
+            }
+            return ok;
+        }
+        false
+    }
+}
+
+/// An Argon2id hash of `password` in PHC form, for `[admin] password_hash`.
+pub fn hash_password(password: &str) -> Result<String, String> {
+    use argon2::password_hash::{PasswordHasher, SaltString, rand_core::OsRng};
+    let salt = SaltString::generate(&mut OsRng);
+    argon2::Argon2::default().hash_password(password.as_bytes(), &salt).map(|h| h.to_string()).map_err(|e| e.to_string())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn basic_credentials_are_checked_against_the_argon2_hash() {
+        let hash = hash_password("s3cret").unwrap();
+        let admin = Admin { listen: "0.0.0.0:9090".into(), token_file: None, user: Some("admin".into()), password_hash: Some(hash) };
+        let auth = Auth::from_config(&admin).unwrap();
+        let good = format!("Basic {}", base64::engine::general_purpose::STANDARD.encode("admin:s3cret"));
+        let bad = format!("Basic {}", base64::engine::general_purpose::STANDARD.encode("admin:wrong"));
+        assert!(auth.check(Some(&good)));
+        assert!(auth.check(Some(&good)), "remembered");
+        assert!(!auth.check(Some(&bad)));
+        assert!(!auth.check(None));
+        assert!(!auth.check(Some("Basic !!!")));
+    }
+
+    #[test]
+    fn no_auth_configured_lets_everything_through() {
+        assert!(Auth::default().check(None));
+    }
+}

@@ -1,0 +1,160 @@
+//! Every change a user makes while Fulcrum runs (the admin API, the dashboard) is one typed
+//! `Change` applied to a copy of the running config. The result is validated like a config file
+//! and applied through the same path as a reload, so what the GUI changes is always expressible
+//! in the file, and `save` can write it back.
+
+use serde::Deserialize;
+
+use super::schema::{Algorithm, Config, Health, Server, Service};
+
+/// An administrative state of a real server.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum ServerAdmin {
+    Enable,
+    Disable,
+    Drain,
+}
+
+/// The service settings of the paper's "Server LB" tab.
+#[derive(Debug, Clone, Default, PartialEq, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct ServiceSettings {
+    pub listen: Option<String>,
+    pub half_close: Option<bool>,
+    pub terminate_on_disable: Option<bool>,
+    #[serde(default, with = "opt_duration")]
+    pub connect_timeout: Option<std::time::Duration>,
+    pub failure_limit: Option<u32>,
+    pub retries: Option<u32>,
+    pub maxconn: Option<u32>,
+}
+
+#[derive(Debug, Clone, PartialEq)]
+pub enum Change {
+    ServerState { service: String, address: String, state: ServerAdmin },
+    Weight { service: String, address: String, weight: u32 },
+    AddServer { service: String, server: Server },
+    RemoveServer { service: String, address: String },
+    Algorithm { service: String, algorithm: Algorithm },
+    Health { service: String, health: Health },
+    Settings { service: String, settings: ServiceSettings },
+    /// Start (true) or stop (false) a service's listener.
+    ServiceEnabled { service: String, enabled: bool },
+    Replace(Box<Config>),
+}
+
+impl Change {
+    /// Applies the change to `config`; an error names what was not found.
+    pub fn apply(self, config: &mut Config) -> Result<(), String> {
+        match self {
+            Change::Replace(c) => *config = *c,
+            Change::ServerState { service, address, state } => {
+                let s = server_mut(config, &service, &address)?;
+                s.enabled = state != ServerAdmin::Disable;
+                s.drain = state == ServerAdmin::Drain;
+            }
+            Change::Weight { service, address, weight } => server_mut(config, &service, &address)?.weight = weight,
+            Change::AddServer { service, server } => {
+                let s = service_mut(config, &service)?;
+                if s.servers.iter().any(|x| x.address == server.address) {
+                    return Err(format!("service {service} already has server {}", server.address));
+                }
+                s.servers.push(server);
+            }
+            Change::RemoveServer { service, address } => {
+                let s = service_mut(config, &service)?;
+                let before = s.servers.len();
+                s.servers.retain(|x| x.address != address);
+                if s.servers.len() == before {
+                    return Err(format!("service {service} has no server {address}"));
+                }
+            }
+            Change::Algorithm { service, algorithm } => service_mut(config, &service)?.algorithm = algorithm,
+            Change::Health { service, health } => service_mut(config, &service)?.health = health,
+            Change::ServiceEnabled { service, enabled } => service_mut(config, &service)?.enabled = enabled,
+            Change::Settings { service, settings } => {
+                let s = service_mut(config, &service)?;
+                let ServiceSettings { listen, half_close, terminate_on_disable, connect_timeout, failure_limit, retries, maxconn } = settings;
+                if let Some(v) = listen {
+                    s.listen = v;
+                }
+                if let Some(v) = half_close {
+                    s.half_close = v;
+                }
+                if let Some(v) = terminate_on_disable {
+                    s.terminate_on_disable = v;
+                }
+                if let Some(v) = connect_timeout {
+                    s.connect_timeout = v;
+                }
+                if let Some(v) = failure_limit {
+                    s.failure_limit = v;
+                }
+                if let Some(v) = retries {
+                    s.retries = v;
+                }
+                if let Some(v) = maxconn {
+                    s.maxconn = v;
+                }
+            }
+        }
+        Ok(())
+    }
+}
+
+fn service_mut<'a>(config: &'a mut Config, name: &str) -> Result<&'a mut Service, String> {
+    config.services.iter_mut().find(|s| s.name == name).ok_or_else(|| format!("no service {name:?}"))
+}
+
+fn server_mut<'a>(config: &'a mut Config, service: &str, address: &str) -> Result<&'a mut Server, String> {
+    service_mut(config, service)?
+        .servers
+        .iter_mut()
+        .find(|s| s.address == address)
+        .ok_or_else(|| format!("service {service:?} has no server {address:?}"))
+}
+
+/// Optional durations as humans write them.
+mod opt_duration {
+    use serde::{Deserialize, Deserializer, de::Error};
+
+    pub fn deserialize<'de, D: Deserializer<'de>>(d: D) -> Result<Option<std::time::Duration>, D::Error> {
+        match Option::<String>::deserialize(d)? {
+            None => Ok(None),
+            Some(t) => humantime::parse_duration(&t).map(Some).map_err(|e| D::Error::custom(format!("invalid duration {t:?}: {e}"))),
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn config() -> Config {
+        crate::config::parse_with(
+            "[[service]]\nname = \"web\"\nlisten = \"127.0.0.1:1000\"\n[[service.server]]\naddress = \"127.0.0.1:1001\"\n",
+            "t",
+            crate::config::Resolve::No,
+        )
+        .unwrap()
+    }
+
+    #[test]
+    fn drain_keeps_the_server_enabled_and_disable_clears_drain() {
+        let mut c = config();
+        Change::ServerState { service: "web".into(), address: "127.0.0.1:1001".into(), state: ServerAdmin::Drain }.apply(&mut c).unwrap();
+        assert!(c.services[0].servers[0].enabled && c.services[0].servers[0].drain);
+        Change::ServerState { service: "web".into(), address: "127.0.0.1:1001".into(), state: ServerAdmin::Disable }.apply(&mut c).unwrap();
+        assert!(!c.services[0].servers[0].enabled && !c.services[0].servers[0].drain);
+    }
+
+    #[test]
+    fn unknown_names_are_errors_not_panics() {
+        let mut c = config();
+        let e = Change::Weight { service: "nope".into(), address: "x".into(), weight: 2 }.apply(&mut c).unwrap_err();
+        assert!(e.contains("no service"));
+        let e = Change::RemoveServer { service: "web".into(), address: "127.0.0.1:9".into() }.apply(&mut c).unwrap_err();
+        assert!(e.contains("no server"));
+    }
+}
