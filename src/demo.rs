@@ -1,5 +1,6 @@
 //! `fulcrum demo`: the embedded default. Four built-in real servers, the paper's `http` rule over
-//! them (`examples/demo.toml`), light traffic, and a line every few seconds of what each server got.
+//! them (`examples/demo.toml`), light traffic, the dashboard on the admin address, and a line every
+//! few seconds of what each server got.
 
 use std::net::SocketAddr;
 use std::time::Duration;
@@ -57,11 +58,19 @@ pub async fn run(args: DemoArgs) -> anyhow::Result<()> {
         text = text.replace(&format!("{{SERVER{i}}}"), &addr.to_string());
     }
     let config = config::parse(&text, "demo.toml").map_err(|d| anyhow::anyhow!("embedded demo config is invalid:\n{d}"))?;
+    // The running config gets a file of its own, so the dashboard's Save and Reload work in the
+    // demo as they would in production.
+    let dir = std::env::temp_dir().join(format!("fulcrum-demo-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).with_context(|| format!("creating {}", dir.display()))?;
+    let path = dir.join("demo.toml");
+    std::fs::write(&path, &text).with_context(|| format!("writing {}", path.display()))?;
     let shutdown = Shutdown::new();
-    let app = App::start(config, None, shutdown.clone()).await?;
+    let app = App::start(config, Some(path.clone()), shutdown.clone()).await?;
     println!("Fulcrum demo");
+    println!("  dashboard:                                      http://{}/", args.admin);
     println!("  service http (round robin over 4 real servers): http://{}/", args.listen);
     println!("  stats (JSON):                                   http://{}/api/stats", args.admin);
+    println!("  config file (Save in the dashboard writes it):  {}", path.display());
     println!("  try: curl -s http://{}/name ; press Ctrl-C to stop", args.listen);
     if args.rate > 0 {
         tokio::spawn(traffic(args.listen, args.rate));
@@ -77,6 +86,7 @@ pub async fn run(args: DemoArgs) -> anyhow::Result<()> {
     wait.await;
     report.abort();
     app.stop().await;
+    let _ = std::fs::remove_dir_all(&dir);
     Ok(())
 }
 

@@ -27,10 +27,14 @@ fn demo_serves_four_real_servers_and_exits_cleanly() {
     assert_eq!(status, 200);
     let stats: serde_json::Value = serde_json::from_str(&stats).unwrap();
     assert_eq!(stats["services"][0]["servers"].as_array().unwrap().len(), 4);
+    let (status, page) = http_get(admin.parse().unwrap(), "/");
+    assert_eq!(status, 200);
+    assert!(page.contains("Real Servers") && page.contains("/app.js"), "the dashboard is served: {page}");
     let out = child.wait_with_output().unwrap();
     assert!(out.status.success());
     let text = String::from_utf8_lossy(&out.stdout);
     assert!(text.contains(&format!("http://{listen}/")), "{text}");
     assert!(text.contains(&format!("http://{admin}/api/stats")), "{text}");
+    assert!(text.contains("dashboard:") && text.contains(&format!("http://{admin}/\n")), "the demo names its dashboard: {text}");
     assert!(text.contains(" up "), "the demo reports server states: {text}");
 }

@@ -1,0 +1,362 @@
+// Fulcrum's dashboard: live stats by polling the JSON API once a second, traffic graphs from the
+// 10 s history, and every change through the same API a script would use. No libraries, no build.
+"use strict";
+
+const $ = (sel) => document.querySelector(sel);
+const ui = { service: null, stats: null, config: null, file: null, tab: "lb", graphsAt: 0 };
+
+// ---- API ------------------------------------------------------------------------------------
+
+async function api(method, path, body) {
+  const init = { method, headers: {}, credentials: "same-origin" };
+  if (method !== "GET") {
+    // Changes must be JSON: the server refuses anything else, which stops cross-site forms.
+    init.headers["Content-Type"] = "application/json";
+    init.body = JSON.stringify(body ?? {});
+  }
+  const response = await fetch(path, init);
+  const type = response.headers.get("Content-Type") || "";
+  const data = type.includes("json") ? await response.json() : await response.text();
+  if (!response.ok) {
+    const error = typeof data === "object" && data.error ? data.error : `${response.status} ${data}`;
+    throw new Error(error);
+  }
+  return data;
+}
+
+function say(text, ok = true) {
+  const m = $("#message");
+  m.textContent = text;
+  m.className = ok ? "ok" : "error";
+}
+
+// Runs a change, reports the answer, and re-reads the running config.
+async function change(method, path, body) {
+  try {
+    const answer = await api(method, path, body);
+    say(answer.message || "done");
+    await loadConfig();
+    await poll();
+    return true;
+  } catch (e) {
+    say(e.message, false);
+    return false;
+  }
+}
+
+const svc = (suffix) => `/api/services/${encodeURIComponent(ui.service)}${suffix}`;
+const srv = (address, suffix = "") => svc(`/servers/${encodeURIComponent(address)}${suffix}`);
+
+// ---- Loading --------------------------------------------------------------------------------
+
+function serviceConfig() {
+  return ui.config?.service?.find((s) => s.name === ui.service);
+}
+
+async function loadConfig() {
+  const data = await api("GET", "/api/config");
+  ui.config = data.config;
+  ui.file = data.file;
+  $("#file").textContent = data.file ? `config: ${data.file}` : "embedded config (Save is off)";
+  $("#save").disabled = !data.file;
+  $("#config-reload").disabled = !data.file;
+  const select = $("#service");
+  const names = (ui.config.service ?? []).map((s) => s.name);
+  if (!names.includes(ui.service)) ui.service = names[0] ?? null;
+  select.replaceChildren(...names.map((n) => new Option(n, n, false, n === ui.service)));
+  if (document.activeElement !== $("#config-text")) $("#config-text").value = data.toml;
+  fillForms();
+}
+
+function fillForms() {
+  const s = serviceConfig();
+  if (!s) return;
+  $("#lb-name").value = s.name;
+  $("#lb-listen").value = s.listen;
+  $("#lb-connect-timeout").value = s.connect_timeout;
+  $("#lb-failure-limit").value = s.failure_limit;
+  $("#lb-retries").value = s.retries;
+  $("#lb-maxconn").value = s.maxconn;
+  $("#lb-half-close").checked = s.half_close;
+  $("#lb-terminate").checked = s.terminate_on_disable;
+  $("#algorithm").value = s.algorithm;
+  $("#algorithm-current").textContent = `Running: ${s.algorithm}`;
+  const h = s.health;
+  $("#hc-kind").value = h.kind;
+  $("#hc-interval").value = h.interval;
+  $("#hc-timeout").value = h.timeout;
+  $("#hc-rise").value = h.rise;
+  $("#hc-fall").value = h.fall;
+  $("#hc-path").value = h.path;
+  $("#hc-status").value = h.expect_status;
+  $("#hc-expect-text").value = h.expect_text ?? "";
+}
+
+async function poll() {
+  try {
+    ui.stats = await api("GET", "/api/stats");
+  } catch (e) {
+    say(`cannot read stats: ${e.message}`, false);
+    return;
+  }
+  renderServers();
+  renderAlgorithm();
+  renderStats();
+  if (ui.tab === "graphs" && Date.now() - ui.graphsAt > 10000) loadGraphs();
+}
+
+function serviceStats() {
+  return ui.stats?.services.find((s) => s.name === ui.service);
+}
+
+// ---- Rendering ------------------------------------------------------------------------------
+
+function el(tag, attrs = {}, ...children) {
+  const e = document.createElement(tag);
+  for (const [k, v] of Object.entries(attrs)) {
+    if (k.startsWith("on")) e.addEventListener(k.slice(2), v);
+    else if (v !== undefined && v !== null) e.setAttribute(k, v);
+  }
+  e.append(...children.map((c) => (c instanceof Node ? c : String(c ?? ""))));
+  return e;
+}
+
+function bytes(n) {
+  const units = ["B", "KiB", "MiB", "GiB", "TiB"];
+  let i = 0;
+  while (n >= 1024 && i < units.length - 1) { n /= 1024; i++; }
+  return `${i ? n.toFixed(1) : n} ${units[i]}`;
+}
+
+function duration(secs) {
+  if (secs === null || secs === undefined) return "never";
+  if (secs < 60) return `${secs}s`;
+  if (secs < 3600) return `${Math.floor(secs / 60)}m${secs % 60}s`;
+  return `${Math.floor(secs / 3600)}h${Math.floor((secs % 3600) / 60)}m`;
+}
+
+function renderHeader(s) {
+  const badge = $("#service-state");
+  badge.textContent = s.enabled ? `running on ${s.listen}` : "stopped";
+  badge.className = `badge ${s.enabled ? "up" : "disabled"}`;
+  $("#start").disabled = s.enabled;
+  $("#stop").disabled = !s.enabled;
+}
+
+function renderServers() {
+  const s = serviceStats();
+  const body = $("#servers-table tbody");
+  if (!s) { body.replaceChildren(); return; }
+  renderHeader(s);
+  const rows = s.servers.map((v) => {
+    const weight = el("input", { type: "number", min: "0", value: v.weight, class: "weight", "aria-label": `weight of ${v.address}` });
+    const act = (label, state) => el("button", { type: "button", onclick: () => change("POST", srv(v.address, "/state"), { state }) }, label);
+    const actions = el("td", { class: "actions" },
+      v.state === "disabled" ? act("Enable", "enable") : act("Disable", "disable"),
+      v.state === "drain" ? act("Undrain", "enable") : act("Drain", "drain"),
+      el("button", { type: "button", onclick: () => change("POST", srv(v.address, "/weight"), { weight: Number(weight.value) }) }, "Set weight"),
+      el("button", { type: "button", class: "danger", onclick: () => confirm(`Remove ${v.address}?`) && change("DELETE", srv(v.address)) }, "Remove"));
+    return el("tr", { "data-server": v.address },
+      el("td", {}, v.address + (v.backup ? " (backup)" : "")),
+      el("td", { class: "muted" }, v.resolved),
+      el("td", {}, el("span", { class: `badge state ${v.state}` }, v.state)),
+      el("td", {}, weight),
+      el("td", { class: "num current" }, v.current),
+      el("td", { class: "num total" }, v.total),
+      el("td", { class: "muted" }, v.last_check),
+      actions);
+  });
+  // Keep a weight box the user is typing in.
+  if (body.contains(document.activeElement)) return;
+  body.replaceChildren(...rows);
+}
+
+function renderAlgorithm() {
+  const s = serviceStats();
+  const body = $("#algorithm-table tbody");
+  if (!s) return;
+  const f = (x, d = 3) => (x === null || x === undefined || !Number.isFinite(x) ? "" : x.toFixed(d));
+  body.replaceChildren(...s.servers.map((v) => el("tr", { "data-server": v.address },
+    el("td", {}, v.address), el("td", { class: "num" }, v.weight),
+    el("td", { class: "num" }, f(v.algorithm?.ratio)), el("td", { class: "num" }, f(v.algorithm?.r)),
+    el("td", { class: "num" }, v.syn_sent), el("td", { class: "num" }, v.syn_acked),
+    el("td", { class: "num" }, f(v.connect_ms, 2)), el("td", { class: "num" }, f(v.ewma_connect_ms, 2)))));
+}
+
+function renderStats() {
+  const body = $("#stats-table tbody");
+  const rows = [];
+  for (const s of ui.stats.services) {
+    rows.push(el("tr", { class: "service-row" }, el("th", { colspan: 26 }, `${s.name} — ${s.listen} — ${s.algorithm}${s.enabled ? "" : " — stopped"}`)));
+    let bin = 0, bout = 0, cerr = 0, resp = 0, redis = 0;
+    for (const v of s.servers) {
+      bin += v.bytes_in; bout += v.bytes_out; cerr += v.connect_failures; resp += v.transfer_errors; redis += v.redispatches;
+      rows.push(el("tr", { "data-server": v.address, class: `state-${v.state}` },
+        el("td", {}, v.address),
+        el("td", { class: "num" }, ""), el("td", { class: "num" }, ""), el("td", { class: "num" }, ""),
+        el("td", { class: "num" }, v.rate), el("td", { class: "num" }, v.rate_max), el("td", { class: "num" }, ""),
+        el("td", { class: "num" }, v.current), el("td", { class: "num" }, v.max), el("td", { class: "num" }, ""),
+        el("td", { class: "num total" }, v.total), el("td", { class: "num" }, v.lb_total), el("td", { class: "num" }, duration(v.last_use_secs)),
+        el("td", { class: "num" }, bytes(v.bytes_in)), el("td", { class: "num" }, bytes(v.bytes_out)),
+        el("td", { class: "num" }, v.connect_failures), el("td", { class: "num" }, v.transfer_errors),
+        // Fulcrum never retries the server that failed: every retry is a redispatch.
+        el("td", { class: "num" }, "-"), el("td", { class: "num" }, v.redispatches),
+        el("td", {}, el("span", { class: `badge state ${v.state}` }, v.state)),
+        el("td", { class: "muted", title: v.last_check }, `${v.last_check.split(":")[0]} (${v.last_check_ms} ms)`),
+        el("td", { class: "num" }, v.weight), el("td", {}, v.backup ? "Y" : "-"), el("td", { class: "num" }, duration(v.downtime_secs))));
+    }
+    rows.push(el("tr", { class: "total-row" },
+      el("td", {}, "Total"),
+      el("td", { class: "num" }, s.queue), el("td", { class: "num" }, s.queue_max), el("td", { class: "num" }, s.queue_limit),
+      el("td", { class: "num" }, s.rate), el("td", { class: "num" }, s.rate_max), el("td", { class: "num" }, ""),
+      el("td", { class: "num" }, s.current), el("td", { class: "num" }, s.max), el("td", { class: "num" }, s.maxconn || ""),
+      el("td", { class: "num" }, s.total), el("td", { class: "num" }, ""), el("td", {}, ""),
+      el("td", { class: "num" }, bytes(bin)), el("td", { class: "num" }, bytes(bout)),
+      el("td", { class: "num" }, cerr), el("td", { class: "num" }, resp), el("td", { class: "num" }, "-"), el("td", { class: "num" }, s.redispatches),
+      el("td", {}, s.enabled ? "OPEN" : "STOPPED"), el("td", { class: "muted" }, `${s.refused} refused`), el("td", {}, ""), el("td", {}, ""), el("td", {}, "")));
+  }
+  body.replaceChildren(...rows);
+}
+
+// ---- Graphs (MRTG style: inbound as a filled area, outbound as a line) ---------------------------
+
+const SVG = "http://www.w3.org/2000/svg";
+
+function svg(tag, attrs) {
+  const e = document.createElementNS(SVG, tag);
+  for (const [k, v] of Object.entries(attrs)) e.setAttribute(k, v);
+  return e;
+}
+
+function graph(title, points, series, windowSecs) {
+  const W = 600, H = 140, L = 60, B = 20, T = 8;
+  const now = Math.floor(Date.now() / 1000);
+  const x = (t) => L + ((t - (now - windowSecs)) / windowSecs) * (W - L - 4);
+  const max = Math.max(1, ...points.flatMap((p) => series.map((s) => s.value(p))));
+  const y = (v) => H - B - (v / max) * (H - B - T);
+  const root = svg("svg", { viewBox: `0 0 ${W} ${H}`, class: "graph", role: "img", "aria-label": title });
+  for (let i = 0; i <= 4; i++) {
+    const v = (max * i) / 4;
+    root.append(svg("line", { x1: L, x2: W - 4, y1: y(v), y2: y(v), class: "grid" }));
+    const label = svg("text", { x: L - 4, y: y(v) + 4, "text-anchor": "end" });
+    label.textContent = series[0].format(v);
+    root.append(label);
+  }
+  for (let i = 0; i <= 6; i++) {
+    const t = now - windowSecs + (windowSecs * i) / 6;
+    const label = svg("text", { x: x(t), y: H - 4, "text-anchor": "middle" });
+    label.textContent = new Date(t * 1000).toLocaleTimeString([], { hour: "2-digit", minute: "2-digit" });
+    root.append(label);
+  }
+  for (const s of series) {
+    if (points.length === 0) continue;
+    const line = points.map((p) => `${x(p.t).toFixed(1)},${y(s.value(p)).toFixed(1)}`).join(" ");
+    if (s.fill) {
+      const first = x(points[0].t).toFixed(1), last = x(points[points.length - 1].t).toFixed(1);
+      root.append(svg("polygon", { points: `${first},${y(0)} ${line} ${last},${y(0)}`, class: s.cls }));
+    } else {
+      root.append(svg("polyline", { points: line, class: s.cls }));
+    }
+  }
+  return el("figure", {}, el("figcaption", {}, title), root);
+}
+
+async function loadGraphs() {
+  ui.graphsAt = Date.now();
+  const windowSecs = Number($("#graph-window").value);
+  let data;
+  try {
+    data = await api("GET", `/api/history?service=${encodeURIComponent(ui.service)}&since=${Math.floor(Date.now() / 1000) - windowSecs}`);
+  } catch (e) {
+    say(`cannot read history: ${e.message}`, false);
+    return;
+  }
+  const count = (v) => String(Math.round(v));
+  const figures = data.series.map((s) => el("div", { class: "server-graphs", "data-server": s.server },
+    el("h3", {}, `${s.server} — ${s.points.length} points`),
+    graph(`${s.server}: connections per ${data.interval_secs} s`, s.points, [{ value: (p) => p.connections, fill: true, cls: "in", format: count }], windowSecs),
+    graph(`${s.server}: bytes per ${data.interval_secs} s`, s.points, [
+      { value: (p) => p.bytes_in, fill: true, cls: "in", format: bytes },
+      { value: (p) => p.bytes_out, fill: false, cls: "out", format: bytes },
+    ], windowSecs)));
+  if (figures.length === 0) figures.push(el("p", { class: "muted" }, "No history yet: the first point comes 10 seconds after start."));
+  $("#graphs").replaceChildren(...figures);
+}
+
+// ---- Wiring ---------------------------------------------------------------------------------
+
+function showTab(name) {
+  ui.tab = name;
+  for (const b of document.querySelectorAll("#tabs button")) b.classList.toggle("active", b.dataset.tab === name);
+  for (const t of document.querySelectorAll(".tab")) t.classList.toggle("active", t.id === `tab-${name}`);
+  if (name === "graphs") loadGraphs();
+}
+
+const numberOrNull = (v) => (v === "" ? null : Number(v));
+
+function wire() {
+  for (const b of document.querySelectorAll("#tabs button")) b.addEventListener("click", () => showTab(b.dataset.tab));
+  $("#service").addEventListener("change", (e) => { ui.service = e.target.value; fillForms(); poll(); if (ui.tab === "graphs") loadGraphs(); });
+  $("#graph-window").addEventListener("change", loadGraphs);
+  $("#start").addEventListener("click", () => change("POST", svc("/start")));
+  $("#stop").addEventListener("click", () => change("POST", svc("/stop")));
+  $("#save").addEventListener("click", () => change("POST", "/api/save"));
+  $("#lb-form").addEventListener("submit", (e) => {
+    e.preventDefault();
+    change("POST", svc("/settings"), {
+      listen: $("#lb-listen").value,
+      connect_timeout: $("#lb-connect-timeout").value,
+      failure_limit: numberOrNull($("#lb-failure-limit").value),
+      retries: numberOrNull($("#lb-retries").value),
+      maxconn: numberOrNull($("#lb-maxconn").value),
+      half_close: $("#lb-half-close").checked,
+      terminate_on_disable: $("#lb-terminate").checked,
+    });
+  });
+  $("#add-form").addEventListener("submit", async (e) => {
+    e.preventDefault();
+    const ok = await change("POST", svc("/servers"), {
+      address: $("#add-address").value.trim(),
+      weight: Number($("#add-weight").value || 1),
+      backup: $("#add-backup").checked,
+    });
+    if (ok) $("#add-address").value = "";
+  });
+  $("#algorithm-form").addEventListener("submit", (e) => {
+    e.preventDefault();
+    change("POST", svc("/algorithm"), { algorithm: $("#algorithm").value });
+  });
+  $("#health-form").addEventListener("submit", (e) => {
+    e.preventDefault();
+    const text = $("#hc-expect-text").value;
+    change("POST", svc("/health"), {
+      kind: $("#hc-kind").value,
+      interval: $("#hc-interval").value,
+      timeout: $("#hc-timeout").value,
+      rise: Number($("#hc-rise").value),
+      fall: Number($("#hc-fall").value),
+      path: $("#hc-path").value,
+      expect_status: Number($("#hc-status").value),
+      expect_text: text === "" ? null : text,
+    });
+  });
+  const toml = () => ({ toml: $("#config-text").value });
+  $("#config-validate").addEventListener("click", async () => {
+    try { say((await api("POST", "/api/config/validate", toml())).message); } catch (e) { say(e.message, false); }
+  });
+  $("#config-apply").addEventListener("click", () => change("POST", "/api/config", toml()));
+  $("#config-reload").addEventListener("click", () => change("POST", "/api/reload"));
+}
+
+async function main() {
+  wire();
+  try {
+    await loadConfig();
+  } catch (e) {
+    say(`cannot read the config: ${e.message}`, false);
+  }
+  await poll();
+  setInterval(poll, 1000);
+}
+
+main();

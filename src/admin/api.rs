@@ -2,7 +2,7 @@
 
 use std::sync::Arc;
 
-use axum::extract::{Path, Query, State};
+use axum::extract::{FromRequest, Path, Query, Request, State};
 use axum::http::{StatusCode, header};
 use axum::response::{IntoResponse, Response};
 use axum::routing::{get, post};
@@ -34,6 +34,21 @@ pub fn routes() -> Router<Arc<App>> {
         .route("/api/services/{service}/settings", post(settings))
         .route("/api/services/{service}/start", post(start))
         .route("/api/services/{service}/stop", post(stop))
+}
+
+/// A JSON request body; a body that does not parse is refused in the API's own error format,
+/// with serde's words for what is wrong (`unknown variant`, `missing field`...).
+struct Body<T>(T);
+
+impl<S: Send + Sync, T: serde::de::DeserializeOwned> FromRequest<S> for Body<T> {
+    type Rejection = Response;
+
+    async fn from_request(req: Request, state: &S) -> Result<Self, Response> {
+        match Json::<T>::from_request(req, state).await {
+            Ok(Json(v)) => Ok(Body(v)),
+            Err(e) => Err(refuse(e.status(), e.body_text())),
+        }
+    }
 }
 
 /// The answer to a change: 200 with the message, or 422 with why it was refused.
@@ -88,11 +103,11 @@ async fn parse_body(body: ConfigBody) -> Result<config::Config, String> {
         .map_err(|d| format!("config refused, the running config stays:\n{d}"))
 }
 
-async fn validate_config(Json(body): Json<ConfigBody>) -> Response {
+async fn validate_config(Body(body): Body<ConfigBody>) -> Response {
     answer(parse_body(body).await.map(|c| format!("valid: {} services", c.services.len())))
 }
 
-async fn put_config(State(app): State<Arc<App>>, Json(body): Json<ConfigBody>) -> Response {
+async fn put_config(State(app): State<Arc<App>>, Body(body): Body<ConfigBody>) -> Response {
     match parse_body(body).await {
         Ok(c) => answer(app.change(Change::Replace(Box::new(c))).await),
         Err(e) => answer(Err(e)),
@@ -112,7 +127,7 @@ struct StateBody {
     state: ServerAdmin,
 }
 
-async fn server_state(State(app): State<Arc<App>>, Path((service, address)): Path<(String, String)>, Json(b): Json<StateBody>) -> Response {
+async fn server_state(State(app): State<Arc<App>>, Path((service, address)): Path<(String, String)>, Body(b): Body<StateBody>) -> Response {
     answer(app.change(Change::ServerState { service, address, state: b.state }).await)
 }
 
@@ -121,11 +136,11 @@ struct WeightBody {
     weight: u32,
 }
 
-async fn weight(State(app): State<Arc<App>>, Path((service, address)): Path<(String, String)>, Json(b): Json<WeightBody>) -> Response {
+async fn weight(State(app): State<Arc<App>>, Path((service, address)): Path<(String, String)>, Body(b): Body<WeightBody>) -> Response {
     answer(app.change(Change::Weight { service, address, weight: b.weight }).await)
 }
 
-async fn add_server(State(app): State<Arc<App>>, Path(service): Path<String>, Json(server): Json<config::Server>) -> Response {
+async fn add_server(State(app): State<Arc<App>>, Path(service): Path<String>, Body(server): Body<config::Server>) -> Response {
     answer(app.change(Change::AddServer { service, server }).await)
 }
 
@@ -138,15 +153,15 @@ struct AlgorithmBody {
     algorithm: Algorithm,
 }
 
-async fn algorithm(State(app): State<Arc<App>>, Path(service): Path<String>, Json(b): Json<AlgorithmBody>) -> Response {
+async fn algorithm(State(app): State<Arc<App>>, Path(service): Path<String>, Body(b): Body<AlgorithmBody>) -> Response {
     answer(app.change(Change::Algorithm { service, algorithm: b.algorithm }).await)
 }
 
-async fn health(State(app): State<Arc<App>>, Path(service): Path<String>, Json(health): Json<Health>) -> Response {
+async fn health(State(app): State<Arc<App>>, Path(service): Path<String>, Body(health): Body<Health>) -> Response {
     answer(app.change(Change::Health { service, health }).await)
 }
 
-async fn settings(State(app): State<Arc<App>>, Path(service): Path<String>, Json(settings): Json<ServiceSettings>) -> Response {
+async fn settings(State(app): State<Arc<App>>, Path(service): Path<String>, Body(settings): Body<ServiceSettings>) -> Response {
     answer(app.change(Change::Settings { service, settings }).await)
 }
 

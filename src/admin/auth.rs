@@ -49,32 +49,39 @@ impl Auth {
             return true;
         }
         let Some(value) = header else { return false };
-        if let (Some(token), Some(given)) = (&self.token, value.strip_prefix("Bearer ")) {
-            if bool::from(token.as_bytes().ct_eq(given.trim().as_bytes())) {
-                return true;
-            }
+        let token_matches = |given: &str| self.token.as_ref().is_some_and(|t| bool::from(t.as_bytes().ct_eq(given.as_bytes())));
+        if let Some(given) = value.strip_prefix("Bearer ") {
+            return token_matches(given.trim());
         }
-        if let (Some((user, hash)), Some(b64)) = (&self.basic, value.strip_prefix("Basic ")) {
-            if self.verified.lock().map(|v| v.contains(value)).unwrap_or(false) {
-                return true;
-            }
-            let Ok(raw) = base64::engine::general_purpose::STANDARD.decode(b64.trim()) else { return false };
-            let Ok(text) = String::from_utf8(raw) else { return false };
-            let Some((u, p)) = text.split_once(':') else { return false };
-            let Ok(parsed) = PasswordHash::new(hash) else { return false };
-            let ok = bool::from(u.as_bytes().ct_eq(user.as_bytes())) && argon2::Argon2::default().verify_password(p.as_bytes(), &parsed).is_ok();
-            if ok {
-                if let Ok(mut v) = self.verified.lock() {
-                    if v.len() >= REMEMBER {
-                        v.clear();
-                    }
-                    v.insert(value.to_string());
+        let Some((user, password)) = value.strip_prefix("Basic ").and_then(basic_credentials) else { return false };
+        // A browser can only send basic credentials from its own prompt: with a token configured,
+        // the token as the password (any user name) is accepted too.
+        if token_matches(&password) {
+            return true;
+        }
+        let Some((want_user, hash)) = &self.basic else { return false };
+        if self.verified.lock().map(|v| v.contains(value)).unwrap_or(false) {
+            return true;
+        }
+        let Ok(parsed) = PasswordHash::new(hash) else { return false };
+        let ok = bool::from(user.as_bytes().ct_eq(want_user.as_bytes())) && argon2::Argon2::default().verify_password(password.as_bytes(), &parsed).is_ok();
+        if ok {
+            if let Ok(mut v) = self.verified.lock() {
+                if v.len() >= REMEMBER {
+                    v.clear();
                 }
+                v.insert(value.to_string());
             }
-            return ok;
         }
-        false
+        ok
     }
+}
+
+/// User and password from the base64 part of a basic `Authorization` header.
+fn basic_credentials(b64: &str) -> Option<(String, String)> {
+    let raw = base64::engine::general_purpose::STANDARD.decode(b64.trim()).ok()?;
+    let (user, password) = String::from_utf8(raw).ok()?.split_once(':').map(|(u, p)| (u.to_string(), p.to_string()))?;
+    Some((user, password))
 }
 
 /// An Argon2id hash of `password` in PHC form, for `[admin] password_hash`.
@@ -100,6 +107,20 @@ mod tests {
         assert!(!auth.check(Some(&bad)));
         assert!(!auth.check(None));
         assert!(!auth.check(Some("Basic !!!")));
+    }
+
+    #[test]
+    fn a_token_is_accepted_as_bearer_or_as_a_basic_password() {
+        let dir = std::env::temp_dir().join(format!("fulcrum-token-{}", std::process::id()));
+        std::fs::write(&dir, "0123456789abcdef0123\n").unwrap();
+        let admin = Admin { listen: "0.0.0.0:9090".into(), token_file: Some(dir.display().to_string()), user: None, password_hash: None };
+        let auth = Auth::from_config(&admin).unwrap();
+        std::fs::remove_file(&dir).unwrap();
+        assert!(auth.check(Some("Bearer 0123456789abcdef0123")));
+        assert!(!auth.check(Some("Bearer 0123456789abcdef012")));
+        let basic = format!("Basic {}", base64::engine::general_purpose::STANDARD.encode("anyone:0123456789abcdef0123"));
+        assert!(auth.check(Some(&basic)));
+        assert!(!auth.check(Some("Digest x")));
     }
 
     #[test]

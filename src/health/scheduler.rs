@@ -59,7 +59,7 @@ async fn run(service: Arc<Service>, entry: Arc<ServerEntry>, stop: CancellationT
                 Ok(t) => format!("pass: {t} in {} ms", started.elapsed().as_millis()),
                 Err(t) => format!("fail: {t}"),
             };
-            state.set_last_check(text);
+            state.set_last_check(text, started.elapsed());
             if let Some(up) = machine.record(ok) {
                 state.set_health(up);
                 match &result {

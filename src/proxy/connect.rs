@@ -7,6 +7,7 @@
 use std::io;
 use std::net::SocketAddr;
 use std::sync::Arc;
+use std::sync::atomic::Ordering::Relaxed;
 use std::time::{Duration, Instant};
 
 use socket2::{Domain, Protocol, Socket, Type};
@@ -24,6 +25,7 @@ pub async fn connect(service: &Service, client: SocketAddr) -> Result<(Arc<Serve
     let mut last = Error::new(Kind::NoServer, Side::Server);
     for attempt in 0..=cfg.retries {
         let Some((role, entry, index)) = service.pick(client.ip(), &avoid) else { break };
+        entry.state.counters.lb_total.fetch_add(1, Relaxed);
         let started = Instant::now();
         let (result, syns) = connect_measured(entry.addr, cfg.connect_timeout).await;
         let measure = &entry.state.measure;
@@ -48,7 +50,11 @@ pub async fn connect(service: &Service, client: SocketAddr) -> Result<(Arc<Serve
             warn!(service = %cfg.name, server = %entry.state.key.address, reason = %err,
                 "server down: {} consecutive connect failures (failure_limit)", cfg.failure_limit);
         }
-        debug!(service = %cfg.name, %client, attempt, reason = %err, "connect failed, redispatching");
+        if attempt < cfg.retries {
+            entry.state.counters.redispatches.fetch_add(1, Relaxed);
+            service.state.redispatches.fetch_add(1, Relaxed);
+            debug!(service = %cfg.name, %client, attempt, reason = %err, "connect failed, redispatching");
+        }
         avoid.add(role, index);
         last = err;
     }

@@ -18,7 +18,7 @@ use tracing::{error, info, warn};
 use crate::runtime::Runtime;
 use crate::shutdown::Shutdown;
 
-const BACKLOG: i32 = 4096;
+pub const BACKLOG: i32 = 4096;
 
 /// Binds a listening socket (SO_REUSEADDR, nonblocking) so errors surface before a config is applied.
 pub fn bind(addr: SocketAddr) -> io::Result<std::net::TcpListener> {
@@ -58,12 +58,17 @@ pub async fn serve(listener: std::net::TcpListener, addr: SocketAddr, runtime: A
         drop(generation);
         let maxconn = service.config.maxconn as u64;
         while maxconn > 0 && service.state.current.load(Relaxed) >= maxconn {
+            if let Some((waiting, _)) = super::tcp_info::accept_queue(&listener) {
+                service.state.queue.store(waiting as u64, Relaxed);
+                service.state.queue_max.fetch_max(waiting as u64, Relaxed);
+            }
             tokio::select! {
                 _ = service.state.freed.notified() => {}
                 _ = tokio::time::sleep(Duration::from_millis(50)) => {}
                 _ = stop.cancelled() => return,
             }
         }
+        service.state.queue.store(0, Relaxed);
         let accepted = tokio::select! {
             _ = stop.cancelled() => break,
             _ = shutdown.stopping().cancelled() => break,

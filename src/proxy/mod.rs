@@ -45,7 +45,10 @@ pub async fn handle(client: TcpStream, peer: SocketAddr, service: Arc<Service>, 
     tokio::select! {
         r = tcp::forward(&client, &server, opts, meters) => match r {
             Ok((up, down)) => debug!(service = %cfg.name, client = %peer, server = %entry.addr, up, down, "connection closed"),
-            Err(e) => debug!(service = %cfg.name, client = %peer, server = %entry.addr, "connection ended: {e}"),
+            Err(e) => {
+                state.counters.transfer_errors.fetch_add(1, Relaxed);
+                debug!(service = %cfg.name, client = %peer, server = %entry.addr, "connection ended: {e}");
+            }
         },
         _ = terminate.cancelled() => {
             debug!(service = %cfg.name, client = %peer, server = %entry.addr, "connection terminated: server disabled");

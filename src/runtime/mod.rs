@@ -6,6 +6,7 @@
 //! carry over, and the new generation is swapped in whole. Connections in flight keep the `Arc` of
 //! the generation they started in. A config that fails is refused and the old generation stays.
 
+mod rate;
 mod server;
 mod service;
 
@@ -17,6 +18,7 @@ use arc_swap::ArcSwap;
 
 use crate::config::{self, Config, HealthKind};
 
+pub use rate::Rate;
 pub use server::{ConnGuard, ServerEntry, ServerKey, ServerState, State, unix_ms};
 pub use service::{Avoid, Role, ServerPool, Service, ServiceGuard, ServiceState};
 

@@ -10,6 +10,7 @@ use std::time::{SystemTime, UNIX_EPOCH};
 
 use serde::Serialize;
 
+use super::rate::Rate;
 use crate::balance::load::Measure;
 use tokio_util::sync::CancellationToken;
 
@@ -49,6 +50,11 @@ pub struct ServerState {
     last_check: Mutex<String>,
     /// Whether an active check has reported since this server appeared.
     checked: AtomicBool,
+    /// How long the last active check took, in ms.
+    last_check_ms: AtomicU64,
+    /// Unix ms since when the server is down (0: not down), and the downtime before that.
+    down_since_ms: AtomicU64,
+    downtime_ms: AtomicU64,
     pub counters: Counters,
     /// Connect measurements for the load-aware algorithms.
     pub measure: Measure,
@@ -66,6 +72,13 @@ pub struct Counters {
     pub bytes_out: AtomicU64,
     /// Unix time in ms of the last connection handed to this server.
     pub last_use_ms: AtomicU64,
+    /// Times the balancer picked this server, failed connects included (HAProxy's LbTot).
+    pub lb_total: AtomicU64,
+    /// Connects to this server that failed and were sent to another server instead.
+    pub redispatches: AtomicU64,
+    /// Connections that ended on an error (reset, idle timeout) rather than a close.
+    pub transfer_errors: AtomicU64,
+    pub rate: Rate,
 }
 
 impl ServerState {
@@ -83,6 +96,9 @@ impl ServerState {
             consecutive_failures: AtomicU32::new(0),
             terminate: Mutex::new(CancellationToken::new()),
             checked: AtomicBool::new(false),
+            last_check_ms: AtomicU64::new(0),
+            down_since_ms: AtomicU64::new(0),
+            downtime_ms: AtomicU64::new(0),
             last_check: Mutex::new(if checked { "not checked yet".into() } else { "no check".into() }),
             counters: Counters::default(),
             measure: Measure::new(crate::config::P2c::default().decay),
@@ -110,8 +126,25 @@ impl ServerState {
         self.weight.load(Relaxed)
     }
 
+    /// Every change of a flag that decides the state goes through here: the pool rebuilds its
+    /// tables, and the downtime clock starts or stops.
     fn bump(&self) {
         self.epoch.fetch_add(1, Relaxed);
+        let now = unix_ms();
+        if self.state() == State::Down {
+            let _ = self.down_since_ms.compare_exchange(0, now, Relaxed, Relaxed);
+        } else {
+            let since = self.down_since_ms.swap(0, Relaxed);
+            if since > 0 {
+                self.downtime_ms.fetch_add(now.saturating_sub(since), Relaxed);
+            }
+        }
+    }
+
+    /// Total time spent down (checks failing or held by connect failures), in ms up to `now`.
+    pub fn downtime_ms(&self, now: u64) -> u64 {
+        let since = self.down_since_ms.load(Relaxed);
+        self.downtime_ms.load(Relaxed) + if since > 0 { now.saturating_sub(since) } else { 0 }
     }
 
     pub fn set_weight(&self, w: u32) {
@@ -164,16 +197,21 @@ impl ServerState {
         self.passive_down.load(Relaxed)
     }
 
-    /// Records the text of the last active check's result.
-    pub fn set_last_check(&self, text: String) {
+    /// Records the text and duration of the last active check's result.
+    pub fn set_last_check(&self, text: String, took: std::time::Duration) {
         if let Ok(mut g) = self.last_check.lock() {
             *g = text;
         }
+        self.last_check_ms.store(took.as_millis() as u64, Relaxed);
         self.checked.store(true, Relaxed);
     }
 
     pub fn checked(&self) -> bool {
         self.checked.load(Relaxed)
+    }
+
+    pub fn last_check_ms(&self) -> u64 {
+        self.last_check_ms.load(Relaxed)
     }
 
     pub fn last_check(&self) -> String {
@@ -216,7 +254,9 @@ impl ServerState {
         let now = c.current.fetch_add(1, Relaxed) + 1;
         c.max.fetch_max(now, Relaxed);
         c.total.fetch_add(1, Relaxed);
-        c.last_use_ms.store(unix_ms(), Relaxed);
+        let now = unix_ms();
+        c.last_use_ms.store(now, Relaxed);
+        c.rate.tick(now / 1000);
         ConnGuard(self.clone())
     }
 }

@@ -9,6 +9,7 @@ use tokio::sync::Notify;
 use crate::balance::{self, Balancer, Pick};
 use crate::config;
 
+use super::rate::Rate;
 use super::server::ServerEntry;
 
 /// Servers of one role (primary or backup) with the balancer that picks among them.
@@ -89,6 +90,13 @@ pub struct ServiceState {
     pub total: AtomicU64,
     /// Clients closed because no server could take them.
     pub refused: AtomicU64,
+    /// Connects that failed on one server and were tried on another.
+    pub redispatches: AtomicU64,
+    /// Clients waiting in the kernel's accept queue while the service is at `maxconn`, and the
+    /// most seen; read from the listening socket's TCP_INFO while the accept loop is paused.
+    pub queue: AtomicU64,
+    pub queue_max: AtomicU64,
+    pub rate: Rate,
     /// Signalled when a connection ends, so an accept loop paused at `maxconn` resumes.
     pub freed: Notify,
 }
@@ -98,6 +106,7 @@ impl ServiceState {
         let now = self.current.fetch_add(1, Relaxed) + 1;
         self.max.fetch_max(now, Relaxed);
         self.total.fetch_add(1, Relaxed);
+        self.rate.tick(super::unix_ms() / 1000);
         ServiceGuard(self.clone())
     }
 }

@@ -29,6 +29,15 @@ pub struct ServiceStats {
     /// Clients closed because no server could take them.
     pub refused: u64,
     pub maxconn: u32,
+    /// Sessions started in the last whole second, and the most in one second.
+    pub rate: u64,
+    pub rate_max: u64,
+    /// Clients waiting in the accept queue while the service is at `maxconn`; the most seen; the
+    /// queue's limit (the listen backlog).
+    pub queue: u64,
+    pub queue_max: u64,
+    pub queue_limit: u32,
+    pub redispatches: u64,
     pub servers: Vec<ServerStats>,
 }
 
@@ -44,10 +53,23 @@ pub struct ServerStats {
     /// Held down by `failure_limit` consecutive connect failures.
     pub passive_down: bool,
     pub last_check: String,
+    /// How long the last active check took.
+    pub last_check_ms: u64,
+    /// Seconds spent down since the server appeared.
+    pub downtime_secs: u64,
     pub current: u64,
     pub max: u64,
     pub total: u64,
+    /// Times the balancer picked this server (LbTot), failed connects included.
+    pub lb_total: u64,
+    /// Sessions started in the last whole second, and the most in one second.
+    pub rate: u64,
+    pub rate_max: u64,
     pub connect_failures: u64,
+    /// Failed connects sent on to another server.
+    pub redispatches: u64,
+    /// Connections that ended on a reset or timeout.
+    pub transfer_errors: u64,
     pub bytes_in: u64,
     pub bytes_out: u64,
     /// Seconds since the last connection was handed to this server; null if never.
@@ -82,6 +104,12 @@ pub fn snapshot(generation: &Generation) -> Snapshot {
             total: s.state.total.load(Relaxed),
             refused: s.state.refused.load(Relaxed),
             maxconn: s.config.maxconn,
+            rate: s.state.rate.current(now / 1000),
+            rate_max: s.state.rate.max(),
+            queue: s.state.queue.load(Relaxed),
+            queue_max: s.state.queue_max.load(Relaxed),
+            queue_limit: crate::proxy::listener::BACKLOG as u32,
+            redispatches: s.state.redispatches.load(Relaxed),
             servers: s
                 .primary
                 .servers
@@ -109,10 +137,17 @@ fn server(e: &ServerEntry, backup: bool, now: u64, algorithm: Option<AlgorithmMe
         check_up: st.health_up(),
         passive_down: st.passive_down(),
         last_check: st.last_check(),
+        last_check_ms: st.last_check_ms(),
+        downtime_secs: st.downtime_ms(now) / 1000,
         current: c.current.load(Relaxed),
         max: c.max.load(Relaxed),
         total: c.total.load(Relaxed),
+        lb_total: c.lb_total.load(Relaxed),
+        rate: c.rate.current(now / 1000),
+        rate_max: c.rate.max(),
         connect_failures: c.connect_failures.load(Relaxed),
+        redispatches: c.redispatches.load(Relaxed),
+        transfer_errors: c.transfer_errors.load(Relaxed),
         bytes_in: c.bytes_in.load(Relaxed),
         bytes_out: c.bytes_out.load(Relaxed),
         last_use_secs: (last > 0).then(|| now.saturating_sub(last) / 1000),
@@ -127,7 +162,7 @@ fn server(e: &ServerEntry, backup: bool, now: u64, algorithm: Option<AlgorithmMe
 /// The stats table as CSV, one row per server, in the spirit of HAProxy's `;csv` export.
 pub fn csv(snap: &Snapshot) -> String {
     let mut out = String::from(
-        "service,server,backup,state,weight,current,max,total,connect_failures,bytes_in,bytes_out,last_use_secs,syn_sent,syn_acked,connect_ms,ewma_connect_ms,ratio,r,last_check\n",
+        "service,server,backup,state,weight,current,max,total,lb_total,rate,rate_max,connect_failures,redispatches,transfer_errors,bytes_in,bytes_out,last_use_secs,downtime_secs,syn_sent,syn_acked,connect_ms,ewma_connect_ms,ratio,r,last_check,last_check_ms\n",
     );
     let opt = |v: Option<f64>| v.filter(|x| x.is_finite()).map(|x| format!("{x:.4}")).unwrap_or_default();
     for s in &snap.services {
@@ -135,10 +170,11 @@ pub fn csv(snap: &Snapshot) -> String {
             let state = format!("{:?}", v.state).to_lowercase();
             let a = v.algorithm.unwrap_or_default();
             out.push_str(&format!(
-                "{},{},{},{},{},{},{},{},{},{},{},{},{},{},{},{:.3},{},{},{}\n",
-                field(&s.name), field(&v.address), v.backup, state, v.weight, v.current, v.max, v.total, v.connect_failures,
-                v.bytes_in, v.bytes_out, v.last_use_secs.map(|x| x.to_string()).unwrap_or_default(), v.syn_sent, v.syn_acked,
-                opt(v.connect_ms), v.ewma_connect_ms, opt(a.ratio), opt(a.r), field(&v.last_check),
+                "{},{},{},{},{},{},{},{},{},{},{},{},{},{},{},{},{},{},{},{},{},{:.3},{},{},{},{}\n",
+                field(&s.name), field(&v.address), v.backup, state, v.weight, v.current, v.max, v.total, v.lb_total, v.rate,
+                v.rate_max, v.connect_failures, v.redispatches, v.transfer_errors, v.bytes_in, v.bytes_out,
+                v.last_use_secs.map(|x| x.to_string()).unwrap_or_default(), v.downtime_secs, v.syn_sent, v.syn_acked,
+                opt(v.connect_ms), v.ewma_connect_ms, opt(a.ratio), opt(a.r), field(&v.last_check), v.last_check_ms,
             ));
         }
     }

@@ -18,9 +18,14 @@ struct Family {
 const SERVER_FAMILIES: &[Family] = &[
     Family { name: "fulcrum_server_up", kind: "gauge", help: "1 when the server takes traffic (enabled, checks passing, not held down)", value: |s| Some((s.state == State::Up) as u8 as f64) },
     Family { name: "fulcrum_server_weight", kind: "gauge", help: "Configured weight", value: |s| Some(s.weight as f64) },
-    Family { name: "fulcrum_server_connections", kind: "gauge", help: "Connections in flight", value: |s| Some(s.current as f64) },
-    Family { name: "fulcrum_server_connections_max", kind: "gauge", help: "Most connections in flight at once", value: |s| Some(s.max as f64) },
+    Family { name: "fulcrum_server_current_connections", kind: "gauge", help: "Connections in flight", value: |s| Some(s.current as f64) },
+    Family { name: "fulcrum_server_max_connections", kind: "gauge", help: "Most connections in flight at once", value: |s| Some(s.max as f64) },
     Family { name: "fulcrum_server_connections_total", kind: "counter", help: "Connections handed to the server", value: |s| Some(s.total as f64) },
+    Family { name: "fulcrum_server_selected_total", kind: "counter", help: "Times the balancer picked the server (LbTot), failed connects included", value: |s| Some(s.lb_total as f64) },
+    Family { name: "fulcrum_server_redispatches_total", kind: "counter", help: "Failed connects sent on to another server", value: |s| Some(s.redispatches as f64) },
+    Family { name: "fulcrum_server_transfer_errors_total", kind: "counter", help: "Connections that ended on a reset or timeout", value: |s| Some(s.transfer_errors as f64) },
+    Family { name: "fulcrum_server_downtime_seconds_total", kind: "counter", help: "Time spent down", value: |s| Some(s.downtime_secs as f64) },
+    Family { name: "fulcrum_server_check_duration_seconds", kind: "gauge", help: "Duration of the last active health check", value: |s| Some(s.last_check_ms as f64 / 1000.0) },
     Family { name: "fulcrum_server_connect_failures_total", kind: "counter", help: "Connects that failed or timed out", value: |s| Some(s.connect_failures as f64) },
     Family { name: "fulcrum_server_received_bytes_total", kind: "counter", help: "Bytes from clients to the server", value: |s| Some(s.bytes_in as f64) },
     Family { name: "fulcrum_server_sent_bytes_total", kind: "counter", help: "Bytes from the server to clients", value: |s| Some(s.bytes_out as f64) },
@@ -35,8 +40,11 @@ const SERVER_FAMILIES: &[Family] = &[
 /// Renders `snap` as Prometheus text.
 pub fn render(snap: &Snapshot) -> String {
     let mut out = String::with_capacity(4096);
-    service_family(&mut out, snap, "fulcrum_service_connections", "gauge", "Client connections in flight", |s| s.current);
+    service_family(&mut out, snap, "fulcrum_service_current_connections", "gauge", "Client connections in flight", |s| s.current);
     service_family(&mut out, snap, "fulcrum_service_connections_total", "counter", "Client connections accepted", |s| s.total);
+    service_family(&mut out, snap, "fulcrum_service_queue", "gauge", "Clients waiting in the accept queue while the service is at maxconn", |s| s.queue);
+    service_family(&mut out, snap, "fulcrum_service_redispatches_total", "counter", "Failed connects sent on to another server", |s| s.redispatches);
+    service_family(&mut out, snap, "fulcrum_service_up", "gauge", "1 when the service's listener runs", |s| s.enabled as u64);
     service_family(&mut out, snap, "fulcrum_service_refused_total", "counter", "Clients closed because no server could take them", |s| s.refused);
     for f in SERVER_FAMILIES {
         let _ = writeln!(out, "# HELP {} {}\n# TYPE {} {}", f.name, f.help, f.name, f.kind);

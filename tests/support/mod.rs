@@ -141,17 +141,27 @@ pub struct Fulcrum {
     pub admin: SocketAddr,
     pub config_path: PathBuf,
     pub log_path: PathBuf,
+    /// Lines added to the `[admin]` table (authentication).
+    admin_extra: String,
+    /// `Authorization` header value the helpers send, when authentication is configured.
+    pub authorization: Option<String>,
     child: Child,
 }
 
 impl Fulcrum {
     /// `config` is the whole config but the `[admin]` table, which is appended; `{LISTEN}` in it is replaced by a free port.
     pub fn start(config: &str) -> Fulcrum {
+        Self::start_with_admin(config, "", None)
+    }
+
+    /// Like `start`, with `admin_extra` lines in the `[admin]` table and the `Authorization`
+    /// header the helpers then send.
+    pub fn start_with_admin(config: &str, admin_extra: &str, authorization: Option<String>) -> Fulcrum {
         let dir = scratch("fulcrum");
         let listen: SocketAddr = format!("127.0.0.1:{}", free_port()).parse().unwrap();
         let admin: SocketAddr = format!("127.0.0.1:{}", free_port()).parse().unwrap();
         let config_path = dir.join("fulcrum.toml");
-        write_config(&config_path, admin, &config.replace("{LISTEN}", &listen.to_string()));
+        write_config(&config_path, admin, admin_extra, &config.replace("{LISTEN}", &listen.to_string()));
         let log_path = dir.join("fulcrum.log");
         let log = std::fs::File::create(&log_path).unwrap();
         let child = Command::new(env!("CARGO_BIN_EXE_fulcrum"))
@@ -161,14 +171,14 @@ impl Fulcrum {
             .stderr(log)
             .spawn()
             .unwrap();
-        let f = Fulcrum { listen, admin, config_path, log_path, child };
+        let f = Fulcrum { listen, admin, config_path, log_path, admin_extra: admin_extra.to_string(), authorization, child };
         wait_until("fulcrum admin and listener", Duration::from_secs(15), || listening(admin) && listening(listen));
         f
     }
 
     /// Rewrites the config (same admin and listen) and sends SIGHUP.
     pub fn reload(&self, config: &str) {
-        write_config(&self.config_path, self.admin, &config.replace("{LISTEN}", &self.listen.to_string()));
+        write_config(&self.config_path, self.admin, &self.admin_extra, &config.replace("{LISTEN}", &self.listen.to_string()));
         self.signal(libc_sig::HUP);
     }
 
@@ -188,9 +198,24 @@ impl Fulcrum {
 
     /// `GET /api/stats` as JSON.
     pub fn stats(&self) -> serde_json::Value {
-        let (status, body) = http_get(self.admin, "/api/stats");
+        let (status, body) = self.api("GET", "/api/stats", None);
         assert_eq!(status, 200, "stats: {body}");
-        serde_json::from_str(&body).unwrap()
+        body
+    }
+
+    /// One admin API request with curl (JSON body, same-origin, authorized as configured);
+    /// returns the status and the body as JSON (a string value when it is not JSON).
+    pub fn api(&self, method: &str, path: &str, body: Option<serde_json::Value>) -> (u16, serde_json::Value) {
+        let mut headers = Vec::new();
+        if let Some(a) = &self.authorization {
+            headers.push(format!("Authorization: {a}"));
+        }
+        if method != "GET" {
+            headers.push("Content-Type: application/json".to_string());
+        }
+        let body = body.map(|b| b.to_string()).or_else(|| (method != "GET").then(|| "{}".to_string()));
+        let (status, text) = curl(self.admin, method, path, &headers, body.as_deref());
+        (status, serde_json::from_str(&text).unwrap_or(serde_json::Value::String(text)))
     }
 
     /// The stats of one server of the first service, by configured address.
@@ -234,8 +259,25 @@ pub mod libc_sig {
     pub const TERM: i32 = 15;
 }
 
-fn write_config(path: &Path, admin: SocketAddr, rest: &str) {
-    std::fs::write(path, format!("{rest}\n\n[admin]\nlisten = \"{admin}\"\n")).unwrap();
+fn write_config(path: &Path, admin: SocketAddr, admin_extra: &str, rest: &str) {
+    std::fs::write(path, format!("{rest}\n\n[admin]\nlisten = \"{admin}\"\n{admin_extra}\n")).unwrap();
+}
+
+/// An HTTP request with curl to `addr`: (status, body). Headers as `Name: value` lines.
+pub fn curl(addr: SocketAddr, method: &str, path: &str, headers: &[String], body: Option<&str>) -> (u16, String) {
+    let mut cmd = Command::new("curl");
+    cmd.args(["-sS", "--max-time", "20", "-X", method, "-w", "\n%{http_code}"]);
+    for h in headers {
+        cmd.args(["-H", h]);
+    }
+    if let Some(b) = body {
+        cmd.args(["--data-binary", b]);
+    }
+    let out = cmd.arg(format!("http://{addr}{path}")).output().expect("curl must be installed (scripts/test installs it)");
+    assert!(out.status.success(), "curl {method} {path}: {}", String::from_utf8_lossy(&out.stderr));
+    let text = String::from_utf8_lossy(&out.stdout).to_string();
+    let (body, code) = text.rsplit_once('\n').unwrap_or(("", &text));
+    (code.trim().parse().unwrap_or(0), body.to_string())
 }
 
 /// A service section over `servers` with `extra` lines added to the service table.

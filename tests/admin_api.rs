@@ -1,0 +1,314 @@
+//! The admin API with curl against a running Fulcrum: every action changes the running service
+//! and shows in its traffic, invalid changes are refused with a reason and change nothing, changes
+//! need JSON from the same origin, and with authentication configured nothing is served without it.
+
+mod support;
+
+use std::net::SocketAddr;
+use std::time::Duration;
+
+use serde_json::{Value, json};
+use support::*;
+
+/// A service over `servers` with the test's fast HTTP check.
+fn config(algorithm: &str, servers: &[SocketAddr]) -> String {
+    let mut s = format!("[[service]]\nname = \"web\"\nlisten = \"{{LISTEN}}\"\nalgorithm = \"{algorithm}\"\n\n[service.health]\n{HTTP_CHECK}\n");
+    for a in servers {
+        s.push_str(&format!("\n[[service.server]]\naddress = \"{a}\"\n"));
+    }
+    s
+}
+
+fn ok(f: &Fulcrum, method: &str, path: &str, body: Value) -> String {
+    let (status, answer) = f.api(method, path, Some(body));
+    assert_eq!(status, 200, "{method} {path}: {answer}");
+    assert_eq!(answer["ok"], true, "{answer}");
+    answer["message"].as_str().unwrap_or_default().to_string()
+}
+
+fn refused(f: &Fulcrum, method: &str, path: &str, body: Value, status: u16, reason: &str) {
+    let (got, answer) = f.api(method, path, Some(body));
+    assert_eq!(got, status, "{method} {path} should be refused with {status}: {answer}");
+    assert_eq!(answer["ok"], false, "{answer}");
+    let error = answer["error"].as_str().unwrap_or_default();
+    assert!(error.contains(reason), "{method} {path}: error {error:?} should say {reason:?}");
+}
+
+fn state(f: &Fulcrum, address: &SocketAddr) -> String {
+    f.server_stats(&address.to_string())["state"].as_str().unwrap().to_string()
+}
+
+fn wait_state(f: &Fulcrum, address: &SocketAddr, want: &str) {
+    wait_until(&format!("{address} {want}"), Duration::from_secs(10), || state(f, address) == want);
+}
+
+fn running_toml(f: &Fulcrum) -> String {
+    let (status, c) = f.api("GET", "/api/config", None);
+    assert_eq!(status, 200);
+    c["toml"].as_str().unwrap().to_string()
+}
+
+#[test]
+fn every_action_changes_the_running_service_and_save_writes_it_back() {
+    let b: Vec<Backend> = (1..=4).map(|i| Backend::start(&format!("b{i}"))).collect();
+    let [a1, a2, a3, a4] = [b[0].addr, b[1].addr, b[2].addr, b[3].addr];
+    let f = Fulcrum::start(&config("round-robin", &[a1, a2, a3]));
+    f.wait_all_up();
+    let original = std::fs::read_to_string(&f.config_path).unwrap();
+
+    // Disable: no new connections; enable brings it back.
+    ok(&f, "POST", &format!("/api/services/web/servers/{a1}/state"), json!({ "state": "disable" }));
+    assert_eq!(state(&f, &a1), "disabled");
+    let t = tally(f.listen, 20);
+    assert!(!t.contains_key("b1") && t.len() == 2, "{t:?}");
+    ok(&f, "POST", &format!("/api/services/web/servers/{a1}/state"), json!({ "state": "enable" }));
+    wait_state(&f, &a1, "up");
+
+    // Drain: shown as drain, takes no new connections.
+    ok(&f, "POST", &format!("/api/services/web/servers/{a2}/state"), json!({ "state": "drain" }));
+    assert_eq!(state(&f, &a2), "drain");
+    let t = tally(f.listen, 20);
+    assert!(!t.contains_key("b2"), "{t:?}");
+    ok(&f, "POST", &format!("/api/services/web/servers/{a2}/state"), json!({ "state": "enable" }));
+    wait_state(&f, &a2, "up");
+
+    // Weight and algorithm: static-rr with 3:1:1 gives b1 three of every five.
+    ok(&f, "POST", &format!("/api/services/web/servers/{a1}/weight"), json!({ "weight": 3 }));
+    ok(&f, "POST", "/api/services/web/algorithm", json!({ "algorithm": "static-rr" }));
+    assert_eq!(f.stats()["services"][0]["algorithm"], "static-rr");
+    let t = tally(f.listen, 50);
+    assert_eq!(t.get("b1"), Some(&30), "{t:?}");
+
+    // Add a server: it is checked, comes up and takes traffic; remove it again.
+    ok(&f, "POST", "/api/services/web/servers", json!({ "address": a4.to_string(), "weight": 1 }));
+    wait_state(&f, &a4, "up");
+    assert!(tally(f.listen, 12).contains_key("b4"));
+    ok(&f, "DELETE", &format!("/api/services/web/servers/{a4}"), json!({}));
+    assert_eq!(f.stats()["services"][0]["servers"].as_array().unwrap().len(), 3);
+
+    // Health check: expecting text no server has takes them all down; restoring brings them up.
+    let mut health = json!({ "kind": "http", "interval": "200ms", "timeout": "1s", "rise": 2, "fall": 2, "path": "/index.html", "expect_status": 200, "expect_text": "NOWHERE" });
+    ok(&f, "POST", "/api/services/web/health", health.clone());
+    wait_state(&f, &a3, "down");
+    health["expect_text"] = json!("TARGET");
+    ok(&f, "POST", "/api/services/web/health", health);
+    f.wait_all_up();
+
+    // Service settings (the Server LB tab).
+    ok(&f, "POST", "/api/services/web/settings", json!({ "connect_timeout": "1500ms", "failure_limit": 7, "terminate_on_disable": true }));
+    let (_, c) = f.api("GET", "/api/config", None);
+    let svc = &c["config"]["service"][0];
+    assert_eq!((svc["connect_timeout"].as_str(), svc["failure_limit"].as_u64(), svc["terminate_on_disable"].as_bool()), (Some("1s 500ms"), Some(7), Some(true)), "{svc}");
+
+    // Stop: the listener closes; start: it serves again.
+    ok(&f, "POST", "/api/services/web/stop", json!({}));
+    assert_eq!(f.stats()["services"][0]["enabled"], false);
+    wait_until("listener closed", Duration::from_secs(5), || std::net::TcpStream::connect(f.listen).is_err());
+    ok(&f, "POST", "/api/services/web/start", json!({}));
+    wait_until("listener open", Duration::from_secs(5), || http_get_from(None, f.listen, "/name").is_ok());
+
+    // Save: the file holds the running config, the previous one is kept beside it.
+    let said = ok(&f, "POST", "/api/save", json!({}));
+    assert!(said.contains("saved"), "{said}");
+    let saved = std::fs::read_to_string(&f.config_path).unwrap();
+    assert!(saved.contains("algorithm = \"static-rr\"") && saved.contains("weight = 3") && saved.contains("failure_limit = 7"), "{saved}");
+    assert_eq!(std::fs::read_to_string(f.config_path.with_extension("toml.bak")).unwrap(), original);
+    // What was saved is a config Fulcrum accepts as it is.
+    let check = std::process::Command::new(env!("CARGO_BIN_EXE_fulcrum")).args(["check", f.config_path.to_str().unwrap()]).output().unwrap();
+    assert!(check.status.success(), "{}", String::from_utf8_lossy(&check.stderr));
+
+    // A whole new config through the API, then reload from the file brings the saved one back.
+    let replaced = running_toml(&f).replace("algorithm = \"static-rr\"", "algorithm = \"least-conn\"");
+    ok(&f, "POST", "/api/config/validate", json!({ "toml": replaced }));
+    ok(&f, "POST", "/api/config", json!({ "toml": replaced }));
+    assert_eq!(f.stats()["services"][0]["algorithm"], "least-conn");
+    ok(&f, "POST", "/api/reload", json!({}));
+    assert_eq!(f.stats()["services"][0]["algorithm"], "static-rr");
+
+    // The stats table as CSV: a header and a row per server, with the counters of the traffic.
+    let (status, csv) = curl(f.admin, "GET", "/api/stats.csv", &[], None);
+    assert_eq!(status, 200);
+    let lines: Vec<&str> = csv.lines().collect();
+    assert_eq!(lines.len(), 4, "{csv}");
+    assert!(lines[0].starts_with("service,server,backup,state,weight,current,max,total,lb_total,rate"), "{}", lines[0]);
+    let b1_total: u64 = lines.iter().find(|l| l.contains(&a1.to_string())).unwrap().split(',').nth(7).unwrap().parse().unwrap();
+    assert!(b1_total >= 30, "{csv}");
+
+    // History is sampled every 10 s: after one interval every server has a point.
+    wait_until("a history point", Duration::from_secs(15), || {
+        let (_, h) = f.api("GET", "/api/history?service=web", None);
+        h["series"].as_array().is_some_and(|s| s.len() == 3 && s.iter().all(|x| !x["points"].as_array().unwrap().is_empty()))
+    });
+}
+
+#[test]
+fn invalid_changes_are_refused_with_the_reason_and_change_nothing() {
+    let b1 = Backend::start("b1");
+    let b2 = Backend::start("b2");
+    let f = Fulcrum::start(&config("round-robin", &[b1.addr, b2.addr]));
+    f.wait_all_up();
+    let before = running_toml(&f);
+    let a1 = b1.addr;
+
+    refused(&f, "POST", "/api/services/nope/algorithm", json!({ "algorithm": "random" }), 422, "no service \"nope\"");
+    refused(&f, "POST", "/api/services/web/servers/127.0.0.1:9/weight", json!({ "weight": 2 }), 422, "has no server");
+    refused(&f, "POST", &format!("/api/services/web/servers/{a1}/weight"), json!({ "weight": 0 }), 422, "weight 0 is out of range");
+    refused(&f, "POST", &format!("/api/services/web/servers/{a1}/weight"), json!({ "weight": "heavy" }), 422, "weight");
+    refused(&f, "POST", &format!("/api/services/web/servers/{a1}/state"), json!({ "state": "paused" }), 422, "unknown variant `paused`");
+    refused(&f, "POST", "/api/services/web/algorithm", json!({ "algorithm": "fastest" }), 422, "unknown variant `fastest`");
+    refused(&f, "POST", "/api/services/web/servers", json!({ "address": "no-port-here" }), 422, "has no port");
+    refused(&f, "POST", "/api/services/web/servers", json!({ "address": a1.to_string() }), 422, "already has server");
+    refused(&f, "POST", "/api/services/web/servers", json!({ "address": "host.invalid:80" }), 422, "cannot resolve");
+    refused(&f, "DELETE", "/api/services/web/servers/127.0.0.1:9", json!({}), 422, "has no server");
+    refused(&f, "POST", "/api/services/web/health", json!({ "kind": "http", "interval": "soon" }), 422, "invalid duration");
+    refused(&f, "POST", "/api/services/web/health", json!({ "kind": "http", "path": "index.html" }), 422, "not an absolute path");
+    refused(&f, "POST", "/api/services/web/health", json!({ "kind": "http", "expect_status": 999 }), 422, "not an HTTP status");
+    refused(&f, "POST", "/api/services/web/settings", json!({ "listen": "localhost" }), 422, "not ip:port");
+    refused(&f, "POST", "/api/services/web/settings", json!({ "colour": "red" }), 422, "unknown field `colour`");
+    // A port another program holds: the bind fails and the running config stays.
+    let taken = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    refused(&f, "POST", "/api/services/web/settings", json!({ "listen": taken.local_addr().unwrap().to_string() }), 422, "cannot listen");
+    refused(&f, "POST", "/api/config", json!({ "toml": "[[service]]\nname = \"web\"\nlisten = 42\n" }), 422, "request:3:10: error: invalid type");
+    refused(&f, "POST", "/api/config/validate", json!({ "toml": "[[service]]\nname = \"web\"\nlisten = \"127.0.0.1:1\"\n" }), 422, "has no servers");
+    refused(&f, "POST", "/api/config", json!({ "text": "x" }), 422, "missing field `toml`");
+    let (status, _) = f.api("POST", "/api/services/web/bogus", Some(json!({})));
+    assert_eq!(status, 404);
+
+    assert_eq!(running_toml(&f), before, "a refused change must leave the running config as it was");
+    let t = tally(f.listen, 10);
+    assert_eq!(t.len(), 2, "{t:?}");
+}
+
+#[test]
+fn changes_must_be_json_from_the_same_origin() {
+    let b1 = Backend::start("b1");
+    let f = Fulcrum::start(&config("round-robin", &[b1.addr]));
+    let path = format!("/api/services/web/servers/{}/state", b1.addr);
+    let body = Some(r#"{"state":"disable"}"#);
+
+    // A cross-site form post: not JSON.
+    let form = vec!["Content-Type: application/x-www-form-urlencoded".to_string()];
+    let (status, answer) = curl(f.admin, "POST", &path, &form, body);
+    assert_eq!(status, 415, "{answer}");
+    assert!(answer.contains("application/json"), "{answer}");
+    // Another site's page sending JSON (the browser adds Origin).
+    let evil = vec!["Content-Type: application/json".to_string(), "Origin: http://evil.example".to_string()];
+    let (status, answer) = curl(f.admin, "POST", &path, &evil, body);
+    assert_eq!(status, 403, "{answer}");
+    assert!(answer.contains("cross-origin"), "{answer}");
+    assert_eq!(f.server_stats(&b1.addr.to_string())["enabled"], Value::Null);
+    assert_ne!(f.server_stats(&b1.addr.to_string())["state"], "disabled");
+    // The dashboard's own origin is accepted.
+    let own = vec!["Content-Type: application/json".to_string(), format!("Origin: http://{}", f.admin)];
+    let (status, answer) = curl(f.admin, "POST", &path, &own, body);
+    assert_eq!(status, 200, "{answer}");
+    assert_eq!(f.server_stats(&b1.addr.to_string())["state"], "disabled");
+}
+
+#[test]
+fn with_authentication_configured_nothing_is_served_without_it() {
+    let b1 = Backend::start("b1");
+    let dir = scratch("admin-auth");
+    let token = "7f3c9a1e5b2d8f406c1a9e3b7d5f2a8c";
+    let token_file = dir.join("token");
+    std::fs::write(&token_file, format!("{token}\n")).unwrap();
+    let hash = {
+        use std::io::Write;
+        let mut child = std::process::Command::new(env!("CARGO_BIN_EXE_fulcrum"))
+            .arg("hash-password")
+            .stdin(std::process::Stdio::piped())
+            .stdout(std::process::Stdio::piped())
+            .spawn()
+            .unwrap();
+        child.stdin.take().unwrap().write_all(b"correct horse\n").unwrap();
+        let out = child.wait_with_output().unwrap();
+        assert!(out.status.success());
+        String::from_utf8(out.stdout).unwrap().trim().to_string()
+    };
+    assert!(hash.starts_with("$argon2id$"), "{hash}");
+    let admin = format!("token_file = \"{}\"\nuser = \"admin\"\npassword_hash = \"{hash}\"", token_file.display());
+    let f = Fulcrum::start_with_admin(&config("round-robin", &[b1.addr]), &admin, Some(format!("Bearer {token}")));
+
+    for path in ["/", "/api/stats", "/metrics", "/api/config", "/api/stats.csv"] {
+        let (status, body) = curl(f.admin, "GET", path, &[], None);
+        assert_eq!(status, 401, "GET {path} without credentials: {body}");
+    }
+    let out = std::process::Command::new("curl").args(["-s", "-D", "-", "-o", "/dev/null", &format!("http://{}/api/stats", f.admin)]).output().unwrap();
+    assert!(String::from_utf8_lossy(&out.stdout).to_lowercase().contains("www-authenticate: basic"), "the browser is asked for credentials");
+
+    let json = "Content-Type: application/json".to_string();
+    let path = format!("/api/services/web/servers/{}/state", b1.addr);
+    let (status, _) = curl(f.admin, "POST", &path, std::slice::from_ref(&json), Some(r#"{"state":"disable"}"#));
+    assert_eq!(status, 401);
+    let (status, _) = curl(f.admin, "POST", &path, &[json.clone(), "Authorization: Bearer wrong-token-wrong-token".into()], Some(r#"{"state":"disable"}"#));
+    assert_eq!(status, 401);
+    let basic_wrong = format!("Authorization: Basic {}", b64("admin:battery staple"));
+    let (status, _) = curl(f.admin, "GET", "/api/stats", &[basic_wrong], None);
+    assert_eq!(status, 401);
+    assert_ne!(f.server_stats(&b1.addr.to_string())["state"], "disabled", "an unauthenticated change must not happen");
+
+    // The bearer token, HTTP basic with the password, and basic with the token as password.
+    ok(&f, "POST", &path, json!({ "state": "disable" }));
+    assert_eq!(f.server_stats(&b1.addr.to_string())["state"], "disabled");
+    for credentials in ["admin:correct horse".to_string(), format!("anyone:{token}")] {
+        let (status, body) = curl(f.admin, "GET", "/api/stats", &[format!("Authorization: Basic {}", b64(&credentials))], None);
+        assert_eq!(status, 200, "{credentials}: {body}");
+    }
+}
+
+#[test]
+fn an_admin_listener_off_loopback_without_authentication_does_not_start() {
+    let dir = scratch("admin-open");
+    let path = dir.join("open.toml");
+    let text = "[admin]\nlisten = \"0.0.0.0:0\"\n\n[[service]]\nname = \"web\"\nlisten = \"127.0.0.1:1\"\n[[service.server]]\naddress = \"127.0.0.1:2\"\n";
+    std::fs::write(&path, text).unwrap();
+    let out = std::process::Command::new(env!("CARGO_BIN_EXE_fulcrum")).args(["run", path.to_str().unwrap()]).output().unwrap();
+    assert!(!out.status.success());
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(err.contains("not a loopback address and no authentication is configured"), "{err}");
+}
+
+/// `/metrics` read by the Python Prometheus client's own text-format parser.
+#[test]
+fn metrics_parse_with_the_prometheus_text_parser() {
+    let b1 = Backend::start("b1");
+    let b2 = Backend::start("b2");
+    let f = Fulcrum::start(&config("passive-ratio", &[b1.addr, b2.addr]));
+    f.wait_all_up();
+    tally(f.listen, 10);
+    let (status, text) = curl(f.admin, "GET", "/metrics", &[], None);
+    assert_eq!(status, 200);
+    let script = r#"
+import sys
+from prometheus_client.parser import text_string_to_metric_families
+families = {f.name: f for f in text_string_to_metric_families(sys.stdin.read())}
+conns = {s.labels["server"]: s.value for s in families["fulcrum_server_connections"].samples if s.name == "fulcrum_server_connections_total"}
+assert families["fulcrum_server_connections"].type == "counter"
+assert families["fulcrum_server_current_connections"].type == "gauge"
+print(len(families), sum(conns.values()), families["fulcrum_server_traffic_ratio"].type, len(families["fulcrum_server_up"].samples))
+"#;
+    use std::io::Write;
+    let mut child = std::process::Command::new("python3")
+        .args(["-c", script])
+        .stdin(std::process::Stdio::piped())
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .unwrap();
+    child.stdin.take().unwrap().write_all(text.as_bytes()).unwrap();
+    let out = child.wait_with_output().unwrap();
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(out.status.success(), "the parser refused /metrics (pip install prometheus_client; scripts/test does): {err}\n{text}");
+    let fields: Vec<String> = String::from_utf8_lossy(&out.stdout).split_whitespace().map(String::from).collect();
+    assert!(fields[0].parse::<usize>().unwrap() >= 20, "{fields:?}");
+    assert!(fields[1].parse::<f64>().unwrap() >= 10.0, "the connections counted: {fields:?}");
+    assert_eq!(fields[2], "gauge");
+    assert_eq!(fields[3], "2");
+}
+
+fn b64(s: &str) -> String {
+    use std::io::Write;
+    let mut child = std::process::Command::new("base64").arg("-w0").stdin(std::process::Stdio::piped()).stdout(std::process::Stdio::piped()).spawn().unwrap();
+    child.stdin.take().unwrap().write_all(s.as_bytes()).unwrap();
+    String::from_utf8(child.wait_with_output().unwrap().stdout).unwrap()
+}
