@@ -198,6 +198,12 @@ fn changes_must_be_json_from_the_same_origin() {
     assert!(answer.contains("cross-origin"), "{answer}");
     assert_eq!(f.server_stats(&b1.addr.to_string())["enabled"], Value::Null);
     assert_ne!(f.server_stats(&b1.addr.to_string())["state"], "disabled");
+    // A name that is not an address (DNS rebinding) is refused while there is no authentication.
+    let rebound = vec!["Host: rebind.example:80".to_string()];
+    let (status, answer) = curl(f.admin, "GET", "/api/stats", &rebound, None);
+    assert_eq!(status, 421, "{answer}");
+    let (status, _) = curl(f.admin, "GET", "/api/stats", &[format!("Host: localhost:{}", f.admin.port())], None);
+    assert_eq!(status, 200);
     // The dashboard's own origin is accepted.
     let own = vec!["Content-Type: application/json".to_string(), format!("Origin: http://{}", f.admin)];
     let (status, answer) = curl(f.admin, "POST", &path, &own, body);

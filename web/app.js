@@ -167,7 +167,7 @@ function renderServers() {
       actions);
   });
   // Keep a weight box the user is typing in.
-  if (body.contains(document.activeElement)) return;
+  if (document.activeElement?.matches("#servers-table input")) return;
   body.replaceChildren(...rows);
 }
 

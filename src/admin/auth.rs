@@ -65,13 +65,11 @@ impl Auth {
         }
         let Ok(parsed) = PasswordHash::new(hash) else { return false };
         let ok = bool::from(user.as_bytes().ct_eq(want_user.as_bytes())) && argon2::Argon2::default().verify_password(password.as_bytes(), &parsed).is_ok();
-        if ok {
-            if let Ok(mut v) = self.verified.lock() {
-                if v.len() >= REMEMBER {
-                    v.clear();
-                }
-                v.insert(value.to_string());
+        if let (true, Ok(mut v)) = (ok, self.verified.lock()) {
+            if v.len() >= REMEMBER {
+                v.clear();
             }
+            v.insert(value.to_string());
         }
         ok
     }

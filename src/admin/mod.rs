@@ -3,7 +3,8 @@
 //! Safe by default: it listens on loopback unless authentication is configured (validation
 //! refuses otherwise), every request is authenticated when authentication is configured, changes
 //! are POST/PUT/DELETE only and must be JSON, and a request whose `Origin` is another site is
-//! refused, so a web page in the user's browser cannot drive the balancer. Every change goes
+//! refused, so a web page in the user's browser cannot drive the balancer. Without authentication
+//! the `Host` must be an address or `localhost`, which defeats DNS rebinding. Every change goes
 //! through `App::change`, validated like the config file.
 
 mod api;
@@ -51,6 +52,11 @@ async fn guard(State(app): State<Arc<App>>, req: Request, next: Next) -> Respons
         r.headers_mut().insert(header::WWW_AUTHENTICATE, header::HeaderValue::from_static("Basic realm=\"fulcrum\""));
         return r;
     }
+    // Without authentication, a web page could still reach a loopback listener through a name
+    // its own DNS points at 127.0.0.1 (DNS rebinding); such a request names that host.
+    if !app.auth.required() && !host_is_local(req.headers()) {
+        return refuse(StatusCode::MISDIRECTED_REQUEST, "the Host header must be an IP address or localhost unless authentication is configured");
+    }
     let changing = !matches!(*req.method(), Method::GET | Method::HEAD | Method::OPTIONS);
     if changing {
         if !same_origin(req.headers()) {
@@ -65,10 +71,51 @@ async fn guard(State(app): State<Arc<App>>, req: Request, next: Next) -> Respons
     next.run(req).await
 }
 
+fn host_is_local(headers: &HeaderMap) -> bool {
+    let Some(host) = headers.get(header::HOST).and_then(|h| h.to_str().ok()) else { return true };
+    let name = match host.rsplit_once(':') {
+        Some((name, port)) if port.bytes().all(|b| b.is_ascii_digit()) => name,
+        _ => host,
+    };
+    let name = name.trim_start_matches('[').trim_end_matches(']');
+    name.eq_ignore_ascii_case("localhost") || name.parse::<std::net::IpAddr>().is_ok()
+}
+
 fn same_origin(headers: &HeaderMap) -> bool {
     let Some(origin) = headers.get(header::ORIGIN) else { return true };
     let host = headers.get(header::HOST).and_then(|h| h.to_str().ok()).unwrap_or("");
     let origin = origin.to_str().unwrap_or("");
     let origin_host = origin.split_once("://").map(|(_, rest)| rest).unwrap_or("");
     !host.is_empty() && origin_host == host
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn headers(pairs: &[(&'static str, &str)]) -> HeaderMap {
+        let mut h = HeaderMap::new();
+        for (k, v) in pairs {
+            h.insert(*k, v.parse().unwrap());
+        }
+        h
+    }
+
+    #[test]
+    fn only_addresses_and_localhost_are_local_hosts() {
+        for ok in ["127.0.0.1:9090", "localhost:9090", "LOCALHOST", "[::1]:9090", "10.1.2.3"] {
+            assert!(host_is_local(&headers(&[("host", ok)])), "{ok}");
+        }
+        for bad in ["evil.example:9090", "127.0.0.1.nip.io", "localhost.evil.example:80"] {
+            assert!(!host_is_local(&headers(&[("host", bad)])), "{bad}");
+        }
+    }
+
+    #[test]
+    fn an_origin_must_name_the_host_it_is_sent_to() {
+        assert!(same_origin(&headers(&[("host", "127.0.0.1:9090")])));
+        assert!(same_origin(&headers(&[("host", "127.0.0.1:9090"), ("origin", "http://127.0.0.1:9090")])));
+        assert!(!same_origin(&headers(&[("host", "127.0.0.1:9090"), ("origin", "http://evil.example")])));
+        assert!(!same_origin(&headers(&[("host", "127.0.0.1:9090"), ("origin", "null")])));
+    }
 }

@@ -110,13 +110,13 @@ impl Controller {
         let joiners = (0..now.len()).filter(|&i| now[i] && !was.get(i).copied().unwrap_or(false)).count();
         let stay_sum: f64 = (0..now.len()).filter(|&i| now[i] && was.get(i).copied().unwrap_or(false)).map(|i| self.ratios[i]).sum();
         let for_stayers = 1.0 - joiners as f64 / n as f64;
-        for i in 0..now.len() {
-            self.ratios[i] = if !now[i] {
+        for (i, (ratio, &up)) in self.ratios.iter_mut().zip(now).enumerate() {
+            *ratio = if !up {
                 0.0
             } else if !was.get(i).copied().unwrap_or(false) {
                 1.0 / n as f64
             } else if stay_sum > 0.0 {
-                self.ratios[i] / stay_sum * for_stayers
+                *ratio / stay_sum * for_stayers
             } else {
                 for_stayers / (n - joiners) as f64
             };

@@ -96,10 +96,8 @@ pub fn validate(config: &Config, text: &str, file: &str, resolve: Resolve) -> Di
         if admin.password_hash.is_some() != admin.user.is_some() {
             report.error(&[Seg::Key("admin"), Seg::Key("user")], "user and password_hash go together".into(), "set both for HTTP basic authentication");
         }
-        if let Some(hash) = &admin.password_hash {
-            if !hash.starts_with("$argon2") {
-                report.error(&[Seg::Key("admin"), Seg::Key("password_hash")], "password_hash is not an Argon2 PHC string".into(), "make one with: fulcrum hash-password");
-            }
+        if admin.password_hash.as_ref().is_some_and(|h| !h.starts_with("$argon2")) {
+            report.error(&[Seg::Key("admin"), Seg::Key("password_hash")], "password_hash is not an Argon2 PHC string".into(), "make one with: fulcrum hash-password");
         }
         if let Some(file) = &admin.token_file {
             match std::fs::read_to_string(file) {

@@ -55,7 +55,8 @@ impl History {
                 let now = (c.total.load(Relaxed), c.bytes_in.load(Relaxed), c.bytes_out.load(Relaxed));
                 let key = entry.state.key.clone();
                 live.push(key.clone());
-                let s = series.entry(key).or_insert_with(|| Series { last: now, points: VecDeque::new() });
+                // A new series starts from zero: its first point holds what the server did since it appeared.
+                let s = series.entry(key).or_default();
                 s.points.push_back(Point {
                     t,
                     connections: now.0.saturating_sub(s.last.0),

@@ -300,7 +300,7 @@ pub fn http_get(addr: SocketAddr, path: &str) -> (u16, String) {
 pub fn http_get_from(source: Option<IpAddr>, addr: SocketAddr, path: &str) -> std::io::Result<(u16, String)> {
     let mut s = connect_from(source, addr)?;
     s.set_read_timeout(Some(Duration::from_secs(10)))?;
-    write!(s, "GET {path} HTTP/1.0\r\nHost: test\r\n\r\n")?;
+    write!(s, "GET {path} HTTP/1.0\r\nHost: {addr}\r\n\r\n")?;
     let mut raw = Vec::new();
     s.read_to_end(&mut raw)?;
     parse_response(&raw)

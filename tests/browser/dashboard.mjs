@@ -1,0 +1,122 @@
+// The dashboard in real headless Chromium, as a user drives it: four servers with rising counters,
+// disable one and watch its state and traffic change, switch the algorithm, edit the health check's
+// expected text, save, and find the change in the config file. Screenshots of every tab go to
+// $ARTIFACTS. Run by tests/dashboard.rs, which starts Fulcrum, the real servers and the traffic.
+import { chromium } from "playwright-core";
+import { readFileSync, mkdirSync } from "node:fs";
+import assert from "node:assert/strict";
+
+const url = process.env.DASHBOARD_URL;
+const configPath = process.env.CONFIG_PATH;
+const artifacts = process.env.ARTIFACTS;
+mkdirSync(artifacts, { recursive: true });
+
+const browser = await chromium.launch({
+  executablePath: process.env.CHROMIUM || "/usr/bin/chromium",
+  args: ["--headless", "--no-sandbox", "--disable-gpu", "--disable-dev-shm-usage", "--disable-background-networking", "--no-first-run"],
+});
+const page = await browser.newPage({ viewport: { width: 1440, height: 900 } });
+const errors = [];
+page.on("pageerror", (e) => errors.push(e.message));
+// The refused change below logs its 422 as a failed resource; anything else is a fault.
+page.on("console", (m) => { if (m.type() === "error" && !m.text().includes("status of 422")) errors.push(m.text()); });
+const step = (text) => console.log(`dashboard: ${text}`);
+const shot = (name) => page.screenshot({ path: `${artifacts}/${name}.png`, fullPage: true });
+const tab = (name) => page.click(`#tabs button[data-tab=${name}]`);
+
+// Totals per server as the Real Servers table shows them.
+async function totals() {
+  return page.$$eval("#servers-table tbody tr", (rows) =>
+    Object.fromEntries(rows.map((r) => [r.dataset.server, Number(r.querySelector("td.total").textContent)])));
+}
+
+async function stateOf(server) {
+  return page.textContent(`#servers-table tr[data-server="${server}"] .state`);
+}
+
+try {
+  await page.goto(url);
+  await tab("servers");
+  await page.waitForFunction(() => document.querySelectorAll("#servers-table tbody tr .state.up").length === 4, null, { timeout: 15000 });
+  step("four servers up");
+  const first = await totals();
+  const servers = Object.keys(first).sort();
+  assert.equal(servers.length, 4);
+  await page.waitForTimeout(3000);
+  const second = await totals();
+  for (const s of servers) assert.ok(second[s] > first[s], `counter of ${s} rises: ${first[s]} -> ${second[s]}`);
+  step(`counters rise: ${JSON.stringify(first)} -> ${JSON.stringify(second)}`);
+  await shot("real-servers");
+
+  // Disable one server from its row.
+  const victim = servers[0];
+  await page.click(`#servers-table tr[data-server="${victim}"] button:has-text("Disable")`);
+  await page.waitForFunction((s) => document.querySelector(`#servers-table tr[data-server="${s}"] .state`)?.textContent === "disabled", victim, { timeout: 5000 });
+  assert.equal(await stateOf(victim), "disabled");
+  await page.waitForTimeout(1500);
+  const third = await totals();
+  await page.waitForTimeout(3000);
+  const fourth = await totals();
+  assert.equal(fourth[victim], third[victim], `a disabled server takes no new connections: ${third[victim]} -> ${fourth[victim]}`);
+  for (const s of servers.slice(1)) assert.ok(fourth[s] > third[s], `${s} takes the traffic`);
+  step(`${victim} disabled: its total stays at ${fourth[victim]}, the others go on`);
+  await shot("real-servers-disabled");
+
+  // Switch the algorithm.
+  await tab("algorithm");
+  await page.selectOption("#algorithm", "least-conn");
+  await page.click("#algorithm-form button[type=submit]");
+  await page.waitForFunction(() => document.querySelector("#algorithm-current").textContent.includes("least-conn"), null, { timeout: 5000 });
+  assert.match(await page.textContent("#message"), /config applied/);
+  step("algorithm switched to least-conn");
+  await shot("algorithm");
+
+  // Edit the health check's expected text.
+  await tab("keepalive");
+  await page.fill("#hc-expect-text", "TARGET b");
+  await page.click("#health-form button[type=submit]");
+  await page.waitForFunction(() => document.querySelector("#message").textContent.includes("config applied"), null, { timeout: 5000 });
+  step("expected text set to 'TARGET b'");
+  await shot("keepalive");
+
+  // An invalid value is refused with the reason, and shown.
+  await page.fill("#hc-interval", "soon");
+  await page.click("#health-form button[type=submit]");
+  await page.waitForFunction(() => document.querySelector("#message.error")?.textContent.includes("invalid duration"), null, { timeout: 5000 });
+  step(`refused: ${(await page.textContent("#message")).split("\n")[0]}`);
+
+  // Save, and find the changes in the file.
+  await page.click("#save");
+  await page.waitForFunction(() => document.querySelector("#message").textContent.includes("saved to"), null, { timeout: 5000 });
+  const saved = readFileSync(configPath, "utf8");
+  assert.match(saved, /algorithm = "least-conn"/);
+  assert.match(saved, /expect_text = "TARGET b"/);
+  assert.match(saved, new RegExp(`address = "${victim}"\\s*\\n(weight = \\d+\\s*\\n)?(backup = false\\s*\\n)?enabled = false`));
+  step(`saved to ${configPath}: algorithm, expected text and the disabled server are in the file`);
+
+  // The remaining tabs, for the record; the traffic graph has its first point after 10 s.
+  await tab("lb");
+  assert.equal(await page.inputValue("#lb-name"), "web");
+  await shot("server-lb");
+  await tab("stats");
+  const statsRows = await page.$$eval("#stats-table tbody tr[data-server]", (r) => r.length);
+  assert.equal(statsRows, 4);
+  await shot("stats");
+  await tab("graphs");
+  await page.waitForSelector("#graphs svg.graph polygon", { state: "attached", timeout: 20000 });
+  const graphs = await page.$$eval("#graphs .server-graphs", (g) => g.length);
+  assert.equal(graphs, 4);
+  await shot("graphs");
+  await tab("config");
+  assert.match(await page.inputValue("#config-text"), /least-conn/);
+  await shot("config");
+
+  assert.deepEqual(errors, [], "no script errors in the page");
+  step("all checks passed");
+} catch (e) {
+  await shot("failure").catch(() => {});
+  console.error(e);
+  process.exitCode = 1;
+} finally {
+  await browser.close();
+}

@@ -1,0 +1,74 @@
+//! The dashboard in real headless Chromium (Playwright, `tests/browser/dashboard.mjs`) while
+//! traffic flows through four real servers. Screenshots of every tab go to `artifacts/dashboard/`.
+//! `scripts/test` installs Chromium and the script's one npm package.
+
+mod support;
+
+use std::path::Path;
+use std::process::Command;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::time::{Duration, Instant};
+
+use support::*;
+
+#[test]
+fn a_user_drives_the_dashboard_in_chromium() {
+    let root = Path::new(env!("CARGO_MANIFEST_DIR"));
+    let browser = root.join("tests/browser");
+    assert!(
+        browser.join("node_modules/playwright-core").exists() && Path::new("/usr/bin/chromium").exists(),
+        "the browser test needs Chromium and playwright-core: run scripts/test, which installs them"
+    );
+    let servers: Vec<Backend> = (1..=4).map(|i| Backend::start(&format!("b{i}"))).collect();
+    let mut config = format!("[[service]]\nname = \"web\"\nlisten = \"{{LISTEN}}\"\nalgorithm = \"round-robin\"\n\n[service.health]\n{HTTP_CHECK}\n");
+    for b in &servers {
+        config.push_str(&format!("\n[[service.server]]\naddress = \"{}\"\n", b.addr));
+    }
+    let f = Fulcrum::start(&config);
+    f.wait_all_up();
+
+    // Light steady traffic for as long as the browser works, and never longer than two minutes.
+    let stop = Arc::new(AtomicBool::new(false));
+    let traffic = {
+        let stop = stop.clone();
+        let addr = f.listen;
+        std::thread::spawn(move || {
+            let started = Instant::now();
+            let mut sent = 0u32;
+            while !stop.load(Ordering::Relaxed) && started.elapsed() < Duration::from_secs(120) {
+                let _ = http_get_from(None, addr, "/name");
+                sent += 1;
+                std::thread::sleep(Duration::from_millis(25));
+            }
+            sent
+        })
+    };
+
+    let artifacts = root.join("artifacts/dashboard");
+    let _ = std::fs::remove_dir_all(&artifacts);
+    let out = Command::new("node")
+        .arg(browser.join("dashboard.mjs"))
+        .env("DASHBOARD_URL", format!("http://{}/", f.admin))
+        .env("CONFIG_PATH", &f.config_path)
+        .env("ARTIFACTS", &artifacts)
+        .output()
+        .expect("node must be installed");
+    stop.store(true, Ordering::Relaxed);
+    let sent = traffic.join().unwrap();
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    println!("{stdout}");
+    assert!(out.status.success(), "the browser test failed (screenshots in {}):\n{stdout}\n{stderr}", artifacts.display());
+    assert!(stdout.contains("all checks passed"), "{stdout}");
+    assert!(sent > 100, "traffic flowed during the test: {sent} requests");
+
+    // What the browser saved is a config Fulcrum accepts, with the browser's changes in it.
+    let saved = std::fs::read_to_string(&f.config_path).unwrap();
+    assert!(saved.contains("algorithm = \"least-conn\"") && saved.contains("expect_text = \"TARGET b\""), "{saved}");
+    let check = Command::new(env!("CARGO_BIN_EXE_fulcrum")).args(["check", f.config_path.to_str().unwrap()]).output().unwrap();
+    assert!(check.status.success(), "{}", String::from_utf8_lossy(&check.stderr));
+    for tab in ["real-servers", "real-servers-disabled", "algorithm", "keepalive", "server-lb", "stats", "graphs", "config"] {
+        assert!(artifacts.join(format!("{tab}.png")).exists(), "screenshot of {tab}");
+    }
+}
