@@ -72,6 +72,7 @@ function fillForms() {
   const s = serviceConfig();
   if (!s) return;
   $("#lb-name").value = s.name;
+  $("#lb-mode").value = s.mode + (s.data_ports ? ` (data ports ${s.data_ports})` : "");
   $("#lb-listen").value = s.listen;
   $("#lb-connect-timeout").value = s.connect_timeout;
   $("#lb-failure-limit").value = s.failure_limit;

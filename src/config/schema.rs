@@ -52,6 +52,66 @@ impl Admin {
 #[serde(rename_all = "kebab-case")]
 pub enum Mode {
     Tcp,
+    /// FTP: the control connection is balanced and read, data connections are opened by Fulcrum
+    /// on `data_ports` and go to the same server (passive and active mode).
+    Ftp,
+}
+
+impl Mode {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Mode::Tcp => "tcp",
+            Mode::Ftp => "ftp",
+        }
+    }
+}
+
+/// An inclusive range of TCP ports, written `"50000-50999"`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct PortRange {
+    pub first: u16,
+    pub last: u16,
+}
+
+impl PortRange {
+    pub const FTP_DEFAULT: PortRange = PortRange { first: 50000, last: 50999 };
+
+    pub fn ports(self) -> u32 {
+        u32::from(self.last) - u32::from(self.first) + 1
+    }
+}
+
+impl std::fmt::Display for PortRange {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "{}-{}", self.first, self.last)
+    }
+}
+
+impl std::str::FromStr for PortRange {
+    type Err = String;
+
+    fn from_str(text: &str) -> Result<Self, String> {
+        let bad = || format!("invalid port range {text:?} (write \"FIRST-LAST\", e.g. \"50000-50999\")");
+        let (a, b) = text.split_once('-').ok_or_else(bad)?;
+        let first: u16 = a.trim().parse().map_err(|_| bad())?;
+        let last: u16 = b.trim().parse().map_err(|_| bad())?;
+        if first == 0 || last < first {
+            return Err(format!("port range {text:?} is empty or starts at 0"));
+        }
+        Ok(PortRange { first, last })
+    }
+}
+
+impl Serialize for PortRange {
+    fn serialize<S: serde::Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
+        s.collect_str(self)
+    }
+}
+
+impl<'de> Deserialize<'de> for PortRange {
+    fn deserialize<D: serde::Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+        String::deserialize(d)?.parse().map_err(serde::de::Error::custom)
+    }
 }
 
 /// The balancing algorithm of a service.
@@ -119,6 +179,10 @@ pub struct Service {
     /// Concurrent client connections the service accepts; 0 means no limit.
     #[serde(default)]
     pub maxconn: u32,
+    /// FTP: the ports Fulcrum opens for data connections (passive mode towards clients, active
+    /// mode towards servers); `PortRange::FTP_DEFAULT` when not set.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub data_ports: Option<PortRange>,
     #[serde(default)]
     pub health: Health,
     /// Tuning of `passive-ratio`.
@@ -138,6 +202,8 @@ pub enum HealthKind {
     None,
     Tcp,
     Http,
+    /// Connect and expect the FTP greeting (`220`), then `QUIT`.
+    Ftp,
 }
 
 /// The paper's "KeepAlive": how each real server is checked.

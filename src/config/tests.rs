@@ -106,3 +106,23 @@ fn a_config_written_back_reads_the_same() {
     let again = revalidate(&c).unwrap_or_else(|d| panic!("{d}\n{}", to_toml(&c)));
     assert_eq!(c, again);
 }
+
+#[test]
+fn ftp_services_take_a_data_port_range_and_others_do_not() {
+    let ftp = "[[service]]\nname = \"f\"\nlisten = \"127.0.0.1:2100\"\nmode = \"ftp\"\ndata_ports = \"50000-50009\"\n\
+               [service.health]\nkind = \"ftp\"\n[[service.server]]\naddress = \"127.0.0.1:2121\"\n";
+    let c = parse_with(ftp, "t.toml", Resolve::No).unwrap();
+    assert_eq!(c.services[0].data_ports, Some(PortRange { first: 50000, last: 50009 }));
+    assert_eq!(revalidate(&c).unwrap(), c, "the range is written back as it was read");
+
+    let d = first_error(&ftp.replace("50000-50009", "50009-50000"));
+    assert_eq!(d.line, 5, "{d}");
+    assert!(d.message.contains("empty"), "{d}");
+    let d = first_error(&ftp.replace("50000-50009", "lots"));
+    assert!(d.message.contains("FIRST-LAST"), "{d}");
+    let d = first_error(&ftp.replace("mode = \"ftp\"", "mode = \"tcp\""));
+    assert!(d.message.contains("data_ports is only for mode = \"ftp\""), "{d}");
+    let tcp_with_ftp_check = ftp.replace("mode = \"ftp\"\ndata_ports = \"50000-50009\"\n", "");
+    let d = first_error(&tcp_with_ftp_check);
+    assert!(d.message.contains("kind = \"ftp\""), "{d}");
+}

@@ -8,7 +8,7 @@ use toml::de::{DeTable, DeValue};
 
 use super::diagnostic::{Diagnostic, Diagnostics, line_col};
 use super::Resolve;
-use super::schema::{Config, HealthKind, MAX_WEIGHT, Server, Service};
+use super::schema::{Config, HealthKind, MAX_WEIGHT, Mode, Server, Service};
 
 /// One step of a path into the document: a key, or an index into an array of tables.
 #[derive(Debug, Clone, Copy)]
@@ -175,6 +175,12 @@ fn validate_service(service: &Service, i: usize, report: &mut Report<'_>) {
         if !(100..=599).contains(&health.expect_status) {
             report.error(&hat("expect_status"), format!("expect_status {} is not an HTTP status", health.expect_status), "use 100 to 599");
         }
+    }
+    if service.data_ports.is_some() && service.mode != Mode::Ftp {
+        report.error(&at("data_ports"), "data_ports is only for mode = \"ftp\"".into(), "remove it, or set mode = \"ftp\"");
+    }
+    if health.kind == HealthKind::Ftp && service.mode != Mode::Ftp {
+        report.error(&hat("kind"), "kind = \"ftp\" checks an FTP server, but the service is not mode = \"ftp\"".into(), "use kind = \"tcp\" or \"http\"");
     }
     let pat = |key| [Seg::Key("service"), Seg::Index(i), Seg::Key("passive"), Seg::Key(key)];
     let passive = &service.passive;

@@ -3,6 +3,7 @@
 //! failures) is counted on the data path in `runtime::ServerState` and ended here by the next
 //! passing check. Only transitions are logged, once each, with the reason.
 
+mod ftp;
 mod http;
 mod scheduler;
 mod tcp;

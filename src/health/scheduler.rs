@@ -52,6 +52,7 @@ async fn run(service: Arc<Service>, entry: Arc<ServerEntry>, stop: CancellationT
             HealthKind::None => Ok("no check".to_string()),
             HealthKind::Tcp => timed(cfg.timeout, super::tcp::check(entry.addr)).await,
             HealthKind::Http => timed(cfg.timeout, http.check(entry.addr, address, cfg)).await,
+            HealthKind::Ftp => timed(cfg.timeout, super::ftp::check(entry.addr)).await,
         };
         let ok = result.is_ok();
         if cfg.kind != HealthKind::None {

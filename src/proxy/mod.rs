@@ -1,6 +1,7 @@
 //! The data path: listeners accept, `connect` finds a server, `tcp` forwards the bytes.
 
 pub mod connect;
+pub mod ftp;
 pub mod listener;
 #[allow(unsafe_code)]
 pub mod splice;
@@ -41,6 +42,21 @@ pub async fn handle(client: TcpStream, peer: SocketAddr, service: Arc<Service>, 
         server_timeout: cfg.server_timeout,
         splice: true,
     };
+    if cfg.mode == crate::config::Mode::Ftp {
+        let session = ftp::Session { service: service.clone(), server: entry.clone(), peer, terminate: terminate.clone(), shutdown: shutdown.clone() };
+        tokio::select! {
+            r = ftp::serve(client, server, session) => match r {
+                Ok(()) => debug!(service = %cfg.name, client = %peer, server = %entry.addr, "FTP session closed"),
+                Err(e) => {
+                    state.counters.transfer_errors.fetch_add(1, Relaxed);
+                    debug!(service = %cfg.name, client = %peer, server = %entry.addr, "FTP session ended: {e}");
+                }
+            },
+            _ = terminate.cancelled() => debug!(service = %cfg.name, client = %peer, server = %entry.addr, "FTP session terminated: server disabled"),
+            _ = shutdown.terminating().cancelled() => {}
+        }
+        return;
+    }
     let meters = tcp::Meters { bytes_in: &state.counters.bytes_in, bytes_out: &state.counters.bytes_out };
     tokio::select! {
         r = tcp::forward(&client, &server, opts, meters) => match r {

@@ -78,6 +78,8 @@ pub struct Counters {
     pub redispatches: AtomicU64,
     /// Connections that ended on an error (reset, idle timeout) rather than a close.
     pub transfer_errors: AtomicU64,
+    /// FTP: data connections forwarded (passive and active).
+    pub data_transfers: AtomicU64,
     pub rate: Rate,
 }
 

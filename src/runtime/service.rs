@@ -97,6 +97,8 @@ pub struct ServiceState {
     pub queue: AtomicU64,
     pub queue_max: AtomicU64,
     pub rate: Rate,
+    /// FTP: where the search for a free data port starts next.
+    pub data_port_cursor: std::sync::atomic::AtomicU32,
     /// Signalled when a connection ends, so an accept loop paused at `maxconn` resumes.
     pub freed: Notify,
 }

@@ -70,6 +70,8 @@ pub struct ServerStats {
     pub redispatches: u64,
     /// Connections that ended on a reset or timeout.
     pub transfer_errors: u64,
+    /// FTP: data connections forwarded; `total` counts control sessions.
+    pub data_transfers: u64,
     pub bytes_in: u64,
     pub bytes_out: u64,
     /// Seconds since the last connection was handed to this server; null if never.
@@ -97,7 +99,7 @@ pub fn snapshot(generation: &Generation) -> Snapshot {
             name: s.config.name.clone(),
             enabled: s.config.enabled,
             listen: s.listen.to_string(),
-            mode: "tcp",
+            mode: s.config.mode.as_str(),
             algorithm: s.config.algorithm.as_str(),
             current: s.state.current.load(Relaxed),
             max: s.state.max.load(Relaxed),
@@ -148,6 +150,7 @@ fn server(e: &ServerEntry, backup: bool, now: u64, algorithm: Option<AlgorithmMe
         connect_failures: c.connect_failures.load(Relaxed),
         redispatches: c.redispatches.load(Relaxed),
         transfer_errors: c.transfer_errors.load(Relaxed),
+        data_transfers: c.data_transfers.load(Relaxed),
         bytes_in: c.bytes_in.load(Relaxed),
         bytes_out: c.bytes_out.load(Relaxed),
         last_use_secs: (last > 0).then(|| now.saturating_sub(last) / 1000),

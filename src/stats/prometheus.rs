@@ -24,6 +24,7 @@ const SERVER_FAMILIES: &[Family] = &[
     Family { name: "fulcrum_server_selected_total", kind: "counter", help: "Times the balancer picked the server (LbTot), failed connects included", value: |s| Some(s.lb_total as f64) },
     Family { name: "fulcrum_server_redispatches_total", kind: "counter", help: "Failed connects sent on to another server", value: |s| Some(s.redispatches as f64) },
     Family { name: "fulcrum_server_transfer_errors_total", kind: "counter", help: "Connections that ended on a reset or timeout", value: |s| Some(s.transfer_errors as f64) },
+    Family { name: "fulcrum_server_ftp_data_transfers_total", kind: "counter", help: "FTP data connections forwarded (connections_total counts control sessions)", value: |s| Some(s.data_transfers as f64) },
     Family { name: "fulcrum_server_downtime_seconds_total", kind: "counter", help: "Time spent down", value: |s| Some(s.downtime_secs as f64) },
     Family { name: "fulcrum_server_check_duration_seconds", kind: "gauge", help: "Duration of the last active health check", value: |s| Some(s.last_check_ms as f64 / 1000.0) },
     Family { name: "fulcrum_server_connect_failures_total", kind: "counter", help: "Connects that failed or timed out", value: |s| Some(s.connect_failures as f64) },
