@@ -52,6 +52,8 @@ impl Admin {
 #[serde(rename_all = "kebab-case")]
 pub enum Mode {
     Tcp,
+    /// HTTP/1.1: requests are read, checked and forwarded over pooled keep-alive connections.
+    Http,
     /// FTP: the control connection is balanced and read, data connections are opened by Fulcrum
     /// on `data_ports` and go to the same server (passive and active mode).
     Ftp,
@@ -61,6 +63,7 @@ impl Mode {
     pub fn as_str(self) -> &'static str {
         match self {
             Mode::Tcp => "tcp",
+            Mode::Http => "http",
             Mode::Ftp => "ftp",
         }
     }
@@ -185,6 +188,9 @@ pub struct Service {
     pub data_ports: Option<PortRange>,
     #[serde(default)]
     pub health: Health,
+    /// HTTP mode: headers added, timeouts and limits.
+    #[serde(default, skip_serializing_if = "Http::is_default")]
+    pub http: Http,
     /// Tuning of `passive-ratio`.
     #[serde(default)]
     pub passive: Passive,
@@ -292,6 +298,74 @@ impl Default for P2c {
     }
 }
 
+/// A header HTTP mode adds so the server knows the client (HAProxy's `option forwardfor`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum ForwardedHeader {
+    XForwardedFor,
+    XForwardedProto,
+    Forwarded,
+}
+
+/// The access log's format: one line per request.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum AccessLog {
+    Off,
+    Text,
+    Json,
+}
+
+/// `[service.http]`: what HTTP mode adds, waits for and accepts.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct Http {
+    #[serde(default = "defaults::forwarded_headers")]
+    pub forwarded_headers: Vec<ForwardedHeader>,
+    /// Time to receive a whole request head, counted from when Fulcrum starts waiting for it, so
+    /// it also ends idle keep-alive connections and stops slowloris.
+    #[serde(default = "defaults::head_timeout", with = "duration")]
+    pub head_timeout: Duration,
+    /// Time for a server to start its response once the request is sent.
+    #[serde(default = "defaults::response_timeout", with = "duration")]
+    pub response_timeout: Duration,
+    /// How long an idle pooled connection to a server is kept for reuse.
+    #[serde(default = "defaults::keepalive_idle", with = "duration")]
+    pub keepalive_idle: Duration,
+    /// Most header fields in a request (431 above).
+    #[serde(default = "defaults::max_headers")]
+    pub max_headers: usize,
+    /// Most bytes in a request head (431 above); at least 8192.
+    #[serde(default = "defaults::max_head_size")]
+    pub max_head_size: usize,
+    /// Longest request target (414 above).
+    #[serde(default = "defaults::max_uri_length")]
+    pub max_uri_length: usize,
+    #[serde(default = "defaults::access_log")]
+    pub access_log: AccessLog,
+}
+
+impl Default for Http {
+    fn default() -> Self {
+        Http {
+            forwarded_headers: defaults::forwarded_headers(),
+            head_timeout: defaults::head_timeout(),
+            response_timeout: defaults::response_timeout(),
+            keepalive_idle: defaults::keepalive_idle(),
+            max_headers: defaults::max_headers(),
+            max_head_size: defaults::max_head_size(),
+            max_uri_length: defaults::max_uri_length(),
+            access_log: defaults::access_log(),
+        }
+    }
+}
+
+impl Http {
+    fn is_default(&self) -> bool {
+        *self == Http::default()
+    }
+}
+
 /// One real server.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 #[serde(deny_unknown_fields)]
@@ -326,6 +400,30 @@ pub(crate) mod defaults {
     use super::*;
     pub fn yes() -> bool {
         true
+    }
+    pub fn forwarded_headers() -> Vec<ForwardedHeader> {
+        vec![ForwardedHeader::XForwardedFor, ForwardedHeader::XForwardedProto, ForwardedHeader::Forwarded]
+    }
+    pub fn head_timeout() -> Duration {
+        Duration::from_secs(10)
+    }
+    pub fn response_timeout() -> Duration {
+        Duration::from_secs(30)
+    }
+    pub fn keepalive_idle() -> Duration {
+        Duration::from_secs(60)
+    }
+    pub fn max_headers() -> usize {
+        100
+    }
+    pub fn max_head_size() -> usize {
+        16 * 1024
+    }
+    pub fn max_uri_length() -> usize {
+        8 * 1024
+    }
+    pub fn access_log() -> AccessLog {
+        AccessLog::Text
     }
     pub fn mode() -> Mode {
         Mode::Tcp

@@ -176,6 +176,22 @@ fn validate_service(service: &Service, i: usize, report: &mut Report<'_>) {
             report.error(&hat("expect_status"), format!("expect_status {} is not an HTTP status", health.expect_status), "use 100 to 599");
         }
     }
+    let http = &service.http;
+    let htat = |key| [Seg::Key("service"), Seg::Index(i), Seg::Key("http"), Seg::Key(key)];
+    if http.max_head_size < 8192 {
+        report.error(&htat("max_head_size"), format!("max_head_size = {} is below 8192", http.max_head_size), "use 8192 or more; 16384 is the default");
+    }
+    if http.max_headers == 0 {
+        report.error(&htat("max_headers"), "max_headers must be at least 1".into(), "100 is the default");
+    }
+    if http.max_uri_length < 16 {
+        report.error(&htat("max_uri_length"), format!("max_uri_length = {} is too short", http.max_uri_length), "8192 is the default");
+    }
+    for (key, d) in [("head_timeout", http.head_timeout), ("response_timeout", http.response_timeout), ("keepalive_idle", http.keepalive_idle)] {
+        if d.is_zero() {
+            report.error(&htat(key), format!("{key} must be longer than 0"), "use a duration such as \"10s\"");
+        }
+    }
     if service.data_ports.is_some() && service.mode != Mode::Ftp {
         report.error(&at("data_ports"), "data_ports is only for mode = \"ftp\"".into(), "remove it, or set mode = \"ftp\"");
     }

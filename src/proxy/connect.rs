@@ -25,40 +25,58 @@ pub async fn connect(service: &Service, client: SocketAddr) -> Result<(Arc<Serve
     let mut last = Error::new(Kind::NoServer, Side::Server);
     for attempt in 0..=cfg.retries {
         let Some((role, entry, index)) = service.pick(client.ip(), &avoid) else { break };
-        entry.state.counters.lb_total.fetch_add(1, Relaxed);
-        let started = Instant::now();
-        let (result, syns) = connect_measured(entry.addr, cfg.connect_timeout).await;
-        let measure = &entry.state.measure;
-        let err = match result {
-            Ok(stream) => {
-                measure.record_connect(syns, true, started.elapsed());
-                entry.state.record_connect_success();
-                let _ = stream.set_nodelay(true);
-                return Ok((entry, stream));
+        match connect_to(service, &entry).await {
+            Ok(stream) => return Ok((entry, stream)),
+            Err(err) => {
+                redispatching(service, &entry, client, attempt, &err);
+                avoid.add(role, index);
+                last = err;
             }
-            Err(Some(e)) => {
-                // A refusal is an answer (RST), but not a SYN-ACK: the server did not accept.
-                measure.record_connect(syns, false, started.elapsed());
-                Error::new(Kind::Connect, Side::Server).server(entry.addr).io(e)
-            }
-            Err(None) => {
-                measure.record_connect(syns, false, started.elapsed());
-                Error::new(Kind::ConnectTimeout, Side::Server).server(entry.addr)
-            }
-        };
-        if entry.state.record_connect_failure(cfg.failure_limit) {
-            warn!(service = %cfg.name, server = %entry.state.key.address, reason = %err,
-                "server down: {} consecutive connect failures (failure_limit)", cfg.failure_limit);
         }
-        if attempt < cfg.retries {
-            entry.state.counters.redispatches.fetch_add(1, Relaxed);
-            service.state.redispatches.fetch_add(1, Relaxed);
-            debug!(service = %cfg.name, %client, attempt, reason = %err, "connect failed, redispatching");
-        }
-        avoid.add(role, index);
-        last = err;
     }
     Err(last)
+}
+
+/// Counts a failed connect that the caller is about to retry elsewhere.
+pub fn redispatching(service: &Service, entry: &ServerEntry, client: SocketAddr, attempt: u32, err: &Error) {
+    let cfg = &service.config;
+    if attempt < cfg.retries {
+        entry.state.counters.redispatches.fetch_add(1, Relaxed);
+        service.state.redispatches.fetch_add(1, Relaxed);
+        debug!(service = %cfg.name, %client, attempt, reason = %err, "connect failed, redispatching");
+    }
+}
+
+/// One measured connect to a picked server: counts the pick (LbTot), records the SYNs and the
+/// connect time for the passive algorithms, and applies `failure_limit`.
+pub async fn connect_to(service: &Service, entry: &ServerEntry) -> Result<TcpStream, Error> {
+    let cfg = &service.config;
+    entry.state.counters.lb_total.fetch_add(1, Relaxed);
+    let started = Instant::now();
+    let (result, syns) = connect_measured(entry.addr, cfg.connect_timeout).await;
+    let measure = &entry.state.measure;
+    let err = match result {
+        Ok(stream) => {
+            measure.record_connect(syns, true, started.elapsed());
+            entry.state.record_connect_success();
+            let _ = stream.set_nodelay(true);
+            return Ok(stream);
+        }
+        Err(Some(e)) => {
+            // A refusal is an answer (RST), but not a SYN-ACK: the server did not accept.
+            measure.record_connect(syns, false, started.elapsed());
+            Error::new(Kind::Connect, Side::Server).server(entry.addr).io(e)
+        }
+        Err(None) => {
+            measure.record_connect(syns, false, started.elapsed());
+            Error::new(Kind::ConnectTimeout, Side::Server).server(entry.addr)
+        }
+    };
+    if entry.state.record_connect_failure(cfg.failure_limit) {
+        warn!(service = %cfg.name, server = %entry.state.key.address, reason = %err,
+            "server down: {} consecutive connect failures (failure_limit)", cfg.failure_limit);
+    }
+    Err(err)
 }
 
 /// Connects within `limit`; returns the stream (or the error, `None` for a timeout) and the

@@ -2,6 +2,7 @@
 
 pub mod connect;
 pub mod ftp;
+pub mod http;
 pub mod listener;
 #[allow(unsafe_code)]
 pub mod splice;
@@ -22,6 +23,10 @@ use crate::shutdown::Shutdown;
 /// Serves one client connection of `service` to its end.
 pub async fn handle(client: TcpStream, peer: SocketAddr, service: Arc<Service>, _guard: ServiceGuard, shutdown: Shutdown) {
     let cfg = &service.config;
+    if cfg.mode == crate::config::Mode::Http {
+        // Each request picks its own server; the connection is the client's only.
+        return http::serve(client, peer, service, shutdown).await;
+    }
     let (entry, server) = tokio::select! {
         r = connect::connect(&service, peer) => match r {
             Ok(x) => x,

@@ -1,0 +1,428 @@
+//! The request-smuggling defence: an IO wrapper between the client socket and hyper that follows
+//! the HTTP/1.1 framing itself and holds back each request head (and each chunk-size line) until
+//! it has checked it. A head with both Content-Length and Transfer-Encoding, Content-Lengths that
+//! differ, a Transfer-Encoding other than chunked, obsolete line folding, a bare CR or LF, or an
+//! invalid chunk size never reaches hyper, so it never reaches a server: hyper sees the stream end
+//! there, and the client gets a 400 with the reason once hyper has finished what came before.
+//!
+//! hyper alone would accept some of these (it drops Content-Length when Transfer-Encoding is
+//! present, which is safe for us but still forwards a request a strict server would refuse), and
+//! a second, independent reading of the framing is what keeps front and back in agreement.
+
+use std::io;
+use std::pin::Pin;
+use std::sync::{Arc, Mutex};
+use std::task::{Context, Poll, ready};
+
+use bytes::{Buf, BytesMut};
+use tokio::io::{AsyncRead, AsyncWrite, ReadBuf};
+use tokio::net::TcpStream;
+
+/// Where the framing reader is in the stream.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum At {
+    Head,
+    /// `n` more body bytes.
+    Body(u64),
+    ChunkSize,
+    ChunkData(u64),
+    /// The CRLF after a chunk's data.
+    ChunkEnd,
+    Trailers,
+    /// After an upgrade or CONNECT: no longer HTTP, passed through unread.
+    Opaque,
+}
+
+/// What a scan of the unreleased bytes decided.
+#[derive(Debug, PartialEq, Eq)]
+pub enum Scan {
+    /// This many bytes from the front are checked and may go to hyper.
+    Release(usize),
+    NeedMore,
+    Bad(String),
+}
+
+/// The framing state machine; pure, so it is tested without sockets.
+#[derive(Debug)]
+pub struct Framing {
+    at: At,
+    max_head: usize,
+}
+
+impl Framing {
+    pub fn new(max_head: usize) -> Self {
+        Framing { at: At::Head, max_head }
+    }
+
+    /// Decides about the front of `pending` (the bytes not yet released).
+    pub fn scan(&mut self, pending: &[u8]) -> Scan {
+        if pending.is_empty() {
+            return Scan::NeedMore;
+        }
+        match self.at {
+            At::Opaque => Scan::Release(pending.len()),
+            At::Body(n) | At::ChunkData(n) => {
+                let take = n.min(pending.len() as u64);
+                let left = n - take;
+                self.at = match (self.at, left) {
+                    (At::Body(_), 0) => At::Head,
+                    (At::Body(_), l) => At::Body(l),
+                    (_, 0) => At::ChunkEnd,
+                    (_, l) => At::ChunkData(l),
+                };
+                Scan::Release(take as usize)
+            }
+            At::ChunkEnd => {
+                if pending.len() < 2 {
+                    return if pending[0] == b'\r' { Scan::NeedMore } else { Scan::Bad("chunk data not followed by CRLF".into()) };
+                }
+                if &pending[..2] != b"\r\n" {
+                    return Scan::Bad("chunk data not followed by CRLF".into());
+                }
+                self.at = At::ChunkSize;
+                Scan::Release(2)
+            }
+            At::ChunkSize => match line(pending, 1024) {
+                Line::More => Scan::NeedMore,
+                Line::Bad(why) => Scan::Bad(why),
+                Line::Done(text, len) => match chunk_size(text) {
+                    Some(0) => {
+                        self.at = At::Trailers;
+                        Scan::Release(len)
+                    }
+                    Some(n) => {
+                        self.at = At::ChunkData(n);
+                        Scan::Release(len)
+                    }
+                    None => Scan::Bad(format!("invalid chunk size line {:?}", String::from_utf8_lossy(text))),
+                },
+            },
+            At::Trailers => match line(pending, self.max_head) {
+                Line::More => Scan::NeedMore,
+                Line::Bad(why) => Scan::Bad(why),
+                Line::Done(text, len) => {
+                    if text.is_empty() {
+                        self.at = At::Head;
+                    } else if text[0] == b' ' || text[0] == b'\t' {
+                        return Scan::Bad("obsolete line folding in a trailer".into());
+                    }
+                    Scan::Release(len)
+                }
+            },
+            At::Head => self.head(pending),
+        }
+    }
+
+    fn head(&mut self, pending: &[u8]) -> Scan {
+        // Tolerate the empty lines RFC 9112 lets a server skip before a request line.
+        let skip = pending.iter().take_while(|&&b| b == b'\r' || b == b'\n').count();
+        if let Some(bad) = bare_cr_or_lf(&pending[..skip]) {
+            return Scan::Bad(bad);
+        }
+        let rest = &pending[skip..];
+        let Some(end) = rest.windows(4).position(|w| w == b"\r\n\r\n") else {
+            if let Some(bad) = bare_cr_or_lf(rest) {
+                return Scan::Bad(bad);
+            }
+            // Too large: hyper answers 431 for it; nothing after it is read as HTTP.
+            if rest.len() > self.max_head {
+                self.at = At::Opaque;
+                return Scan::Release(pending.len());
+            }
+            return Scan::NeedMore;
+        };
+        let head = &rest[..end + 2];
+        if let Some(bad) = bare_cr_or_lf(head) {
+            return Scan::Bad(bad);
+        }
+        let mut lines = head.split(|&b| b == b'\n').map(|l| l.strip_suffix(b"\r").unwrap_or(l));
+        let request_line = lines.next().unwrap_or_default();
+        let connect = request_line.len() >= 8 && request_line[..8].eq_ignore_ascii_case(b"CONNECT ");
+        let mut length: Option<u64> = None;
+        let mut chunked = None;
+        let mut upgrade = connect;
+        for l in lines.filter(|l| !l.is_empty()) {
+            if l[0] == b' ' || l[0] == b'\t' {
+                return Scan::Bad("obsolete line folding".into());
+            }
+            let Some(colon) = l.iter().position(|&b| b == b':') else { return Scan::Bad("a header line without a colon".into()) };
+            let name = &l[..colon];
+            let value = trim(&l[colon + 1..]);
+            if name.eq_ignore_ascii_case(b"content-length") {
+                let Some(n) = std::str::from_utf8(value).ok().filter(|v| !v.is_empty() && v.bytes().all(|b| b.is_ascii_digit())).and_then(|v| v.parse().ok()) else {
+                    return Scan::Bad(format!("invalid Content-Length {:?}", String::from_utf8_lossy(value)));
+                };
+                if length.is_some_and(|m| m != n) {
+                    return Scan::Bad("Content-Length given twice with different values".into());
+                }
+                length = Some(n);
+            } else if name.eq_ignore_ascii_case(b"transfer-encoding") {
+                let last = value.rsplit(|&b| b == b',').next().map(trim).unwrap_or_default();
+                chunked = Some(chunked.unwrap_or(true) && last.eq_ignore_ascii_case(b"chunked"));
+            } else if name.eq_ignore_ascii_case(b"upgrade") {
+                upgrade = true;
+            }
+        }
+        match (length, chunked) {
+            (Some(_), Some(_)) => return Scan::Bad("both Content-Length and Transfer-Encoding".into()),
+            (_, Some(false)) => return Scan::Bad("a Transfer-Encoding that does not end in chunked".into()),
+            _ => {}
+        }
+        self.at = if chunked == Some(true) {
+            At::ChunkSize
+        } else if upgrade {
+            At::Opaque
+        } else {
+            match length {
+                Some(n) if n > 0 => At::Body(n),
+                _ => At::Head,
+            }
+        };
+        Scan::Release(skip + end + 4)
+    }
+}
+
+enum Line<'a> {
+    Done(&'a [u8], usize),
+    More,
+    Bad(String),
+}
+
+/// One CRLF-terminated line at the front of `data`, and its length with the CRLF.
+fn line(data: &[u8], max: usize) -> Line<'_> {
+    match data.iter().position(|&b| b == b'\n') {
+        Some(i) if i > 0 && data[i - 1] == b'\r' => {
+            let text = &data[..i - 1];
+            if text.contains(&b'\r') { Line::Bad("bare CR".into()) } else { Line::Done(text, i + 1) }
+        }
+        Some(_) => Line::Bad("bare LF".into()),
+        None if data.len() > max => Line::Bad("line too long".into()),
+        None => Line::More,
+    }
+}
+
+fn chunk_size(line: &[u8]) -> Option<u64> {
+    let digits = line.split(|&b| b == b';').next()?;
+    let digits = trim(digits);
+    if digits.is_empty() || digits.len() > 15 || !digits.iter().all(u8::is_ascii_hexdigit) {
+        return None;
+    }
+    u64::from_str_radix(std::str::from_utf8(digits).ok()?, 16).ok()
+}
+
+fn trim(v: &[u8]) -> &[u8] {
+    let start = v.iter().position(|&b| b != b' ' && b != b'\t').unwrap_or(v.len());
+    let end = v.iter().rposition(|&b| b != b' ' && b != b'\t').map_or(start, |e| e + 1);
+    &v[start..end]
+}
+
+/// A CR not followed by LF, or an LF not preceded by CR.
+fn bare_cr_or_lf(data: &[u8]) -> Option<String> {
+    for (i, &b) in data.iter().enumerate() {
+        if b == b'\r' && data.get(i + 1).is_some_and(|&n| n != b'\n') {
+            return Some("bare CR".into());
+        }
+        if b == b'\n' && (i == 0 || data[i - 1] != b'\r') {
+            return Some("bare LF".into());
+        }
+    }
+    None
+}
+
+/// The verdict shared between the wrapper, the request handler and the connection loop.
+#[derive(Debug, Default, Clone)]
+pub struct Verdict(Arc<Mutex<Option<String>>>);
+
+impl Verdict {
+    pub fn get(&self) -> Option<String> {
+        self.0.lock().ok().and_then(|g| g.clone())
+    }
+    fn set(&self, why: String) {
+        if let Ok(mut g) = self.0.lock() {
+            g.get_or_insert(why);
+        }
+    }
+}
+
+/// The client socket as hyper sees it: checked bytes only. When a violation is found, hyper
+/// sees the end of the stream, and the 400 is written before the socket is shut down.
+pub struct Guarded {
+    inner: TcpStream,
+    framing: Framing,
+    pending: BytesMut,
+    /// Bytes at the front of `pending` already checked.
+    ready: usize,
+    verdict: Verdict,
+    /// The 400 still to write, once a violation is found.
+    reply: Option<bytes::Bytes>,
+}
+
+impl Guarded {
+    pub fn new(inner: TcpStream, max_head: usize) -> (Guarded, Verdict) {
+        let verdict = Verdict::default();
+        let g = Guarded { inner, framing: Framing::new(max_head), pending: BytesMut::with_capacity(4096), ready: 0, verdict: verdict.clone(), reply: None };
+        (g, verdict)
+    }
+
+    fn fail(&mut self, why: String) {
+        tracing::debug!("refusing a request: {why}");
+        let body = format!("400 Bad Request: {why}\n");
+        self.reply = Some(bytes::Bytes::from(format!(
+            "HTTP/1.1 400 Bad Request\r\ncontent-type: text/plain\r\ncontent-length: {}\r\nconnection: close\r\n\r\n{body}",
+            body.len()
+        )));
+        self.verdict.set(why);
+    }
+
+    /// Writes the pending 400, if any.
+    fn poll_reply(&mut self, cx: &mut Context<'_>) -> Poll<io::Result<()>> {
+        while let Some(reply) = self.reply.as_mut() {
+            if reply.is_empty() {
+                self.reply = None;
+                break;
+            }
+            let n = ready!(Pin::new(&mut self.inner).poll_write(cx, reply))?;
+            if n == 0 {
+                return Poll::Ready(Err(io::ErrorKind::WriteZero.into()));
+            }
+            reply.advance(n);
+        }
+        Poll::Ready(Ok(()))
+    }
+}
+
+impl AsyncRead for Guarded {
+    fn poll_read(mut self: Pin<&mut Self>, cx: &mut Context<'_>, buf: &mut ReadBuf<'_>) -> Poll<io::Result<()>> {
+        let this = &mut *self;
+        loop {
+            if this.ready > 0 {
+                let n = this.ready.min(buf.remaining());
+                buf.put_slice(&this.pending[..n]);
+                this.pending.advance(n);
+                this.ready -= n;
+                return Poll::Ready(Ok(()));
+            }
+            if this.verdict.get().is_some() {
+                return Poll::Ready(Ok(()));
+            }
+            match this.framing.scan(&this.pending) {
+                Scan::Release(n) => this.ready = n,
+                Scan::Bad(why) => this.fail(why),
+                Scan::NeedMore => {
+                    let mut chunk = [0u8; 8192];
+                    let mut rb = ReadBuf::new(&mut chunk);
+                    ready!(Pin::new(&mut this.inner).poll_read(cx, &mut rb))?;
+                    let n = rb.filled().len();
+                    if n == 0 {
+                        // End of stream: what is left is incomplete; hyper judges it.
+                        this.ready = this.pending.len();
+                        if this.ready == 0 {
+                            return Poll::Ready(Ok(()));
+                        }
+                        this.framing.at = At::Opaque;
+                        continue;
+                    }
+                    this.pending.extend_from_slice(rb.filled());
+                }
+            }
+        }
+    }
+}
+
+impl AsyncWrite for Guarded {
+    fn poll_write(mut self: Pin<&mut Self>, cx: &mut Context<'_>, data: &[u8]) -> Poll<io::Result<usize>> {
+        Pin::new(&mut self.inner).poll_write(cx, data)
+    }
+    fn poll_flush(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<io::Result<()>> {
+        Pin::new(&mut self.inner).poll_flush(cx)
+    }
+    fn poll_shutdown(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<io::Result<()>> {
+        ready!(self.poll_reply(cx))?;
+        Pin::new(&mut self.inner).poll_shutdown(cx)
+    }
+    fn poll_write_vectored(mut self: Pin<&mut Self>, cx: &mut Context<'_>, bufs: &[io::IoSlice<'_>]) -> Poll<io::Result<usize>> {
+        Pin::new(&mut self.inner).poll_write_vectored(cx, bufs)
+    }
+    fn is_write_vectored(&self) -> bool {
+        self.inner.is_write_vectored()
+    }
+}
+
+impl Drop for Guarded {
+    fn drop(&mut self) {
+        // hyper may drop the connection without shutting it down: send the 400 if the socket
+        // takes it now (it is small, so it does unless the client stopped reading).
+        if let Some(reply) = self.reply.take() {
+            let _ = self.inner.try_write(&reply);
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// Scans a whole stream; returns the released total or the violation.
+    fn run(stream: &[u8]) -> Result<usize, String> {
+        let mut f = Framing::new(16 * 1024);
+        let mut at = 0;
+        loop {
+            match f.scan(&stream[at..]) {
+                Scan::Release(n) => at += n,
+                Scan::NeedMore => return Ok(at),
+                Scan::Bad(why) => return Err(why),
+            }
+        }
+    }
+
+    #[test]
+    fn well_framed_requests_pass_whole() {
+        let s = b"GET / HTTP/1.1\r\nHost: a\r\n\r\nPOST /x HTTP/1.1\r\nHost: a\r\nContent-Length: 5\r\n\r\nhelloPOST /c HTTP/1.1\r\nHost: a\r\nTransfer-Encoding: chunked\r\n\r\n5;ext=1\r\nhello\r\n0\r\nX-T: 1\r\n\r\nGET /z HTTP/1.1\r\nHost: a\r\n\r\n";
+        assert_eq!(run(s), Ok(s.len()));
+    }
+
+    #[test]
+    fn a_head_is_held_until_it_is_complete() {
+        let mut f = Framing::new(16 * 1024);
+        assert_eq!(f.scan(b"GET / HTTP/1.1\r\nHost: a\r\n"), Scan::NeedMore);
+        assert_eq!(f.scan(b"GET / HTTP/1.1\r\nHost: a\r\n\r\n"), Scan::Release(27));
+    }
+
+    #[test]
+    fn every_smuggling_probe_is_refused() {
+        let probes: [(&[u8], &str); 9] = [
+            (b"POST / HTTP/1.1\r\nHost: a\r\nContent-Length: 4\r\nTransfer-Encoding: chunked\r\n\r\n0\r\n\r\n", "both Content-Length and Transfer-Encoding"),
+            (b"POST / HTTP/1.1\r\nHost: a\r\nTransfer-Encoding: chunked\r\nContent-Length: 4\r\n\r\n0\r\n\r\n", "both Content-Length and Transfer-Encoding"),
+            (b"POST / HTTP/1.1\r\nHost: a\r\nContent-Length: 4\r\nContent-Length: 5\r\n\r\nhello", "different values"),
+            (b"POST / HTTP/1.1\r\nHost: a\r\nTransfer-Encoding: chunked\r\n\r\nzz\r\nhello\r\n0\r\n\r\n", "invalid chunk size"),
+            (b"POST / HTTP/1.1\r\nHost: a\r\nTransfer-Encoding: chunked\r\n\r\n5\r\nhelloX0\r\n\r\n", "not followed by CRLF"),
+            (b"GET / HTTP/1.1\r\nHost: a\r\nX-A: 1\r\n  folded\r\n\r\n", "obsolete line folding"),
+            (b"GET / HTTP/1.1\r\nHost: a\rX: b\r\n\r\n", "bare CR"),
+            (b"GET / HTTP/1.1\nHost: a\n\n", "bare LF"),
+            (b"POST / HTTP/1.1\r\nHost: a\r\nTransfer-Encoding: gzip\r\n\r\n", "does not end in chunked"),
+        ];
+        for (probe, why) in probes {
+            let got = run(probe).expect_err(&String::from_utf8_lossy(probe));
+            assert!(got.contains(why), "{got:?} should say {why:?}");
+        }
+    }
+
+    #[test]
+    fn a_second_request_after_a_body_is_checked_too() {
+        let s = b"POST / HTTP/1.1\r\nHost: a\r\nContent-Length: 2\r\n\r\nokGET / HTTP/1.1\r\nX: 1\r\n folded\r\n\r\n";
+        assert!(run(s).unwrap_err().contains("folding"));
+    }
+
+    #[test]
+    fn an_upgraded_stream_is_passed_through_unread() {
+        let s = b"GET /ws HTTP/1.1\r\nHost: a\r\nUpgrade: websocket\r\nConnection: Upgrade\r\n\r\n\x81\x05hello\r\rbinary";
+        assert_eq!(run(s), Ok(s.len()));
+    }
+
+    proptest::proptest! {
+        #[test]
+        fn no_stream_panics_the_scanner(data in proptest::collection::vec(proptest::prelude::any::<u8>(), 0..400)) {
+            let _ = run(&data);
+        }
+    }
+}

@@ -1,0 +1,110 @@
+//! Header rules of HTTP mode: hop-by-hop headers stop at Fulcrum (RFC 9110 section 7.6.1), and
+//! the forwarded headers tell the server who the client is.
+
+use std::net::IpAddr;
+
+use hyper::header::{self, HeaderMap, HeaderName, HeaderValue};
+
+use crate::config::ForwardedHeader;
+
+static KEEP_ALIVE: HeaderName = HeaderName::from_static("keep-alive");
+static PROXY_CONNECTION: HeaderName = HeaderName::from_static("proxy-connection");
+static X_FORWARDED_FOR: HeaderName = HeaderName::from_static("x-forwarded-for");
+static X_FORWARDED_PROTO: HeaderName = HeaderName::from_static("x-forwarded-proto");
+
+/// Removes the hop-by-hop headers, those `Connection` names included. An upgrade keeps its
+/// `Connection: upgrade` and `Upgrade`, which the next hop needs.
+pub fn strip_hop_by_hop(headers: &mut HeaderMap, upgrade: bool) {
+    let named: Vec<HeaderName> = headers
+        .get_all(header::CONNECTION)
+        .iter()
+        .filter_map(|v| v.to_str().ok())
+        .flat_map(|v| v.split(','))
+        .filter_map(|n| HeaderName::from_bytes(n.trim().as_bytes()).ok())
+        .filter(|n| !(upgrade && n == header::UPGRADE))
+        .collect();
+    for n in named {
+        headers.remove(n);
+    }
+    for n in [&KEEP_ALIVE, &PROXY_CONNECTION, &header::TE, &header::TRAILER, &header::TRANSFER_ENCODING, &header::PROXY_AUTHORIZATION] {
+        headers.remove(n);
+    }
+    if upgrade {
+        headers.insert(header::CONNECTION, HeaderValue::from_static("upgrade"));
+    } else {
+        headers.remove(header::CONNECTION);
+        headers.remove(header::UPGRADE);
+    }
+}
+
+/// Adds the configured forwarded headers for a client at `client`, appending to what earlier
+/// proxies wrote.
+pub fn add_forwarded(headers: &mut HeaderMap, client: IpAddr, which: &[ForwardedHeader]) {
+    for h in which {
+        match h {
+            ForwardedHeader::XForwardedFor => append_list(headers, &X_FORWARDED_FOR, &client.to_string()),
+            ForwardedHeader::XForwardedProto => {
+                headers.insert(&X_FORWARDED_PROTO, HeaderValue::from_static("http"));
+            }
+            ForwardedHeader::Forwarded => {
+                // RFC 7239: an IPv6 address is quoted and bracketed.
+                let node = match client {
+                    IpAddr::V4(a) => a.to_string(),
+                    IpAddr::V6(a) => format!("\"[{a}]\""),
+                };
+                append_list(headers, &header::FORWARDED, &format!("for={node};proto=http"));
+            }
+        }
+    }
+}
+
+fn append_list(headers: &mut HeaderMap, name: &HeaderName, value: &str) {
+    let joined = match headers.get(name).and_then(|v| v.to_str().ok()) {
+        Some(prev) if !prev.is_empty() => format!("{prev}, {value}"),
+        _ => value.to_string(),
+    };
+    if let Ok(v) = HeaderValue::from_str(&joined) {
+        headers.insert(name, v);
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn hop_by_hop_headers_and_those_named_by_connection_go() {
+        let mut h = HeaderMap::new();
+        h.insert(header::CONNECTION, "close, X-Secret".parse().unwrap());
+        h.insert("x-secret", "1".parse().unwrap());
+        h.insert("keep-alive", "timeout=5".parse().unwrap());
+        h.insert(header::TE, "trailers".parse().unwrap());
+        h.insert(header::HOST, "a".parse().unwrap());
+        strip_hop_by_hop(&mut h, false);
+        assert_eq!(h.len(), 1, "{h:?}");
+        assert!(h.contains_key(header::HOST));
+    }
+
+    #[test]
+    fn an_upgrade_keeps_what_the_next_hop_needs() {
+        let mut h = HeaderMap::new();
+        h.insert(header::CONNECTION, "Upgrade".parse().unwrap());
+        h.insert(header::UPGRADE, "websocket".parse().unwrap());
+        strip_hop_by_hop(&mut h, true);
+        assert_eq!(h.get(header::UPGRADE).unwrap(), "websocket");
+        assert_eq!(h.get(header::CONNECTION).unwrap(), "upgrade");
+    }
+
+    #[test]
+    fn forwarded_headers_append_to_earlier_proxies() {
+        let mut h = HeaderMap::new();
+        h.insert("x-forwarded-for", "10.0.0.1".parse().unwrap());
+        add_forwarded(&mut h, "127.0.0.11".parse().unwrap(), &[ForwardedHeader::XForwardedFor, ForwardedHeader::XForwardedProto, ForwardedHeader::Forwarded]);
+        assert_eq!(h.get("x-forwarded-for").unwrap(), "10.0.0.1, 127.0.0.11");
+        assert_eq!(h.get("x-forwarded-proto").unwrap(), "http");
+        assert_eq!(h.get("forwarded").unwrap(), "for=127.0.0.11;proto=http");
+        let mut h = HeaderMap::new();
+        add_forwarded(&mut h, "::1".parse().unwrap(), &[ForwardedHeader::Forwarded]);
+        assert_eq!(h.get("forwarded").unwrap(), "for=\"[::1]\";proto=http");
+    }
+}

@@ -1,0 +1,196 @@
+//! `mode = "http"`: Fulcrum reads HTTP/1.1 from clients (hyper, behind the framing guard),
+//! forwards each request to a server over a pooled keep-alive connection, streams bodies both
+//! ways without buffering them, adds the forwarded headers, and answers with a readable error
+//! when no server can: 502 (the server failed), 503 (none usable), 504 (no answer in time).
+//! An `Upgrade` request (WebSocket) goes to one server, and after its 101 the bytes flow both
+//! ways untouched.
+
+mod access;
+mod body;
+mod guard;
+mod headers;
+mod upstream;
+
+use std::net::SocketAddr;
+use std::sync::Arc;
+use std::sync::atomic::AtomicU64;
+use std::time::{Duration, Instant, SystemTime};
+
+use bytes::Bytes;
+use hyper::body::{Body, Incoming};
+use hyper::header::{self, HeaderValue};
+use hyper::{Method, Request, Response, StatusCode};
+use hyper_util::rt::{TokioIo, TokioTimer};
+use tokio::net::TcpStream;
+use tracing::{debug, warn};
+
+use access::Record;
+use body::ProxyBody;
+use guard::{Guarded, Verdict};
+use upstream::Failure;
+use crate::error::Kind;
+use crate::runtime::Service;
+use crate::shutdown::Shutdown;
+
+/// Serves one client connection: as many requests as it sends.
+pub async fn serve(client: TcpStream, peer: SocketAddr, service: Arc<Service>, shutdown: Shutdown) {
+    let http = &service.config.http;
+    let (io, verdict) = Guarded::new(client, http.max_head_size);
+    let mut builder = hyper::server::conn::http1::Builder::new();
+    builder
+        .timer(TokioTimer::new())
+        .header_read_timeout(http.head_timeout)
+        .max_headers(http.max_headers)
+        .max_buf_size(http.max_head_size.max(8192));
+    let svc = {
+        let service = service.clone();
+        let verdict = verdict.clone();
+        hyper::service::service_fn(move |req| {
+            let service = service.clone();
+            let verdict = verdict.clone();
+            async move { Ok::<_, std::convert::Infallible>(handle(req, peer, &service, &verdict).await) }
+        })
+    };
+    let conn = builder.serve_connection(TokioIo::new(io), svc).with_upgrades();
+    tokio::select! {
+        r = conn => {
+            if let Err(e) = r {
+                debug!(service = %service.config.name, client = %peer, "client connection ended: {e}");
+            }
+        }
+        _ = shutdown.terminating().cancelled() => {}
+    }
+    if let Some(why) = verdict.get() {
+        warn!(service = %service.config.name, client = %peer, "request refused with 400: {why}");
+    }
+}
+
+/// One request to its response.
+async fn handle(mut req: Request<Incoming>, peer: SocketAddr, service: &Service, verdict: &Verdict) -> Response<ProxyBody> {
+    let cfg = &service.config;
+    let started = Instant::now();
+    let path = req.uri().path_and_query().map(|p| p.as_str().to_string()).unwrap_or_else(|| req.uri().to_string());
+    let mut record = Record {
+        format: cfg.http.access_log,
+        started: SystemTime::now(),
+        client: peer,
+        service: cfg.name.clone(),
+        pool: "default",
+        server: None,
+        method: req.method().to_string(),
+        path: truncate(&path, 512),
+        status: 0,
+        bytes_in: Arc::new(AtomicU64::new(0)),
+        bytes_out: 0,
+        queue: Duration::ZERO,
+        connect: Duration::ZERO,
+        response: Duration::ZERO,
+    };
+    if path.len() > cfg.http.max_uri_length {
+        return answer(record, StatusCode::URI_TOO_LONG, format!("the request target is longer than {} bytes", cfg.http.max_uri_length));
+    }
+    let upgrade = req.headers().contains_key(header::UPGRADE) && req.method() != Method::CONNECT;
+    let client_upgrade = upgrade.then(|| hyper::upgrade::on(&mut req));
+    let (mut parts, incoming) = req.into_parts();
+    // A chunked body's first chunk is read before any server is contacted, so a malformed one
+    // (which the guard stops) is refused here and never reaches a server.
+    let chunked = parts.headers.get(header::TRANSFER_ENCODING).is_some();
+    let mut first = None;
+    let mut incoming = incoming;
+    if chunked {
+        match std::future::poll_fn(|cx| std::pin::Pin::new(&mut incoming).poll_frame(cx)).await {
+            Some(Ok(frame)) => first = Some(frame),
+            Some(Err(e)) => {
+                let why = verdict.get().unwrap_or_else(|| format!("unreadable request body: {e}"));
+                return answer(record, StatusCode::BAD_REQUEST, why);
+            }
+            None => {}
+        }
+    }
+    headers::strip_hop_by_hop(&mut parts.headers, upgrade);
+    headers::add_forwarded(&mut parts.headers, peer.ip(), &cfg.http.forwarded_headers);
+    origin_form(&mut parts);
+    let has_body = first.is_some() || !incoming.is_end_stream();
+    let replayable = !has_body && matches!(parts.method, Method::GET | Method::HEAD | Method::OPTIONS | Method::TRACE | Method::PUT | Method::DELETE);
+    let body = if has_body { ProxyBody::Request { first, rest: incoming, bytes: record.bytes_in.clone() } } else { ProxyBody::Empty };
+    let req = Request::from_parts(parts, body);
+    match upstream::send(service, peer, req, replayable, upgrade).await {
+        Ok(mut a) => {
+            if let (Some(client_side), StatusCode::SWITCHING_PROTOCOLS) = (client_upgrade, a.response.status()) {
+                tunnel(client_side, hyper::upgrade::on(&mut a.response), cfg.name.clone(), peer);
+            }
+            record.server = Some(a.entry.addr);
+            record.connect = a.connect;
+            record.response = a.response_time;
+            record.status = a.response.status().as_u16();
+            let (mut rparts, rbody) = a.response.into_parts();
+            let switching = rparts.status == StatusCode::SWITCHING_PROTOCOLS;
+            headers::strip_hop_by_hop(&mut rparts.headers, switching);
+            let _guard = a.guard;
+            debug!(service = %cfg.name, client = %peer, server = %a.entry.addr, status = record.status, elapsed = ?started.elapsed(), "request forwarded");
+            Response::from_parts(rparts, ProxyBody::Response { body: rbody, pooled: a.pooled, record: Some(record) })
+        }
+        Err(f) => {
+            let (status, why, server) = match f {
+                Failure::Connect(e) if e.kind == Kind::NoServer => (StatusCode::SERVICE_UNAVAILABLE, "no server is available".to_string(), None),
+                Failure::Connect(e) => (StatusCode::BAD_GATEWAY, format!("cannot connect to a server: {e}"), e.server),
+                Failure::Timeout(s) => (StatusCode::GATEWAY_TIMEOUT, format!("the server did not answer within {}", humantime::format_duration(cfg.http.response_timeout)), Some(s)),
+                Failure::Broken(s, e) => (StatusCode::BAD_GATEWAY, format!("the server broke the connection: {e}"), Some(s)),
+            };
+            warn!(service = %cfg.name, client = %peer, server = ?server, status = status.as_u16(), "{why}");
+            record.server = server;
+            answer(record, status, why)
+        }
+    }
+}
+
+/// After a 101, the client's and the server's connections are joined and bytes flow both ways.
+fn tunnel(client: hyper::upgrade::OnUpgrade, server: hyper::upgrade::OnUpgrade, service: String, peer: SocketAddr) {
+    tokio::spawn(async move {
+        let (c, s) = match tokio::try_join!(client, server) {
+            Ok(pair) => pair,
+            Err(e) => return debug!(%service, client = %peer, "upgrade failed: {e}"),
+        };
+        let (mut c, mut s) = (TokioIo::new(c), TokioIo::new(s));
+        match tokio::io::copy_bidirectional(&mut c, &mut s).await {
+            Ok((up, down)) => debug!(%service, client = %peer, up, down, "upgraded connection closed"),
+            Err(e) => debug!(%service, client = %peer, "upgraded connection ended: {e}"),
+        }
+    });
+}
+
+/// An answer of Fulcrum's own: a status and a short text saying why.
+fn answer(mut record: Record, status: StatusCode, why: String) -> Response<ProxyBody> {
+    record.status = status.as_u16();
+    let text = format!("{} {}: {why}\n", status.as_u16(), status.canonical_reason().unwrap_or(""));
+    record.bytes_out = text.len() as u64;
+    drop(record);
+    let mut r = Response::new(ProxyBody::text(Bytes::from(text)));
+    *r.status_mut() = status;
+    r.headers_mut().insert(header::CONTENT_TYPE, HeaderValue::from_static("text/plain; charset=utf-8"));
+    if status == StatusCode::BAD_REQUEST {
+        r.headers_mut().insert(header::CONNECTION, HeaderValue::from_static("close"));
+    }
+    r
+}
+
+/// Servers get origin-form targets (`/path?q`); an absolute-form target's authority becomes Host.
+fn origin_form(parts: &mut hyper::http::request::Parts) {
+    if parts.uri.scheme().is_none() {
+        return;
+    }
+    if let Some(authority) = parts.uri.authority().and_then(|a| HeaderValue::from_str(a.as_str()).ok()) {
+        parts.headers.insert(header::HOST, authority);
+    }
+    let pq = parts.uri.path_and_query().map(|p| p.as_str()).unwrap_or("/");
+    if let Ok(uri) = pq.parse() {
+        parts.uri = uri;
+    }
+}
+
+fn truncate(text: &str, max: usize) -> String {
+    match text.char_indices().nth(max) {
+        Some((i, _)) => format!("{}...", &text[..i]),
+        None => text.to_string(),
+    }
+}
