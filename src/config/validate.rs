@@ -178,6 +178,9 @@ fn validate_service(service: &Service, i: usize, report: &mut Report<'_>) {
     }
     let http = &service.http;
     let htat = |key| [Seg::Key("service"), Seg::Index(i), Seg::Key("http"), Seg::Key(key)];
+    if *http != crate::config::Http::default() && service.mode != Mode::Http {
+        report.error(&[Seg::Key("service"), Seg::Index(i), Seg::Key("http")], "[service.http] is only for mode = \"http\"".into(), "remove it, or set mode = \"http\"");
+    }
     if http.max_head_size < 8192 {
         report.error(&htat("max_head_size"), format!("max_head_size = {} is below 8192", http.max_head_size), "use 8192 or more; 16384 is the default");
     }

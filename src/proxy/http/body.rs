@@ -70,7 +70,9 @@ impl Body for ProxyBody {
                     }
                     Poll::Pending => {}
                 }
-                if let (true, Some(p)) = (body.is_end_stream(), pooled.take()) {
+                if body.is_end_stream()
+                    && let Some(p) = pooled.take()
+                {
                     p.release();
                 }
                 polled
@@ -94,6 +96,19 @@ impl Body for ProxyBody {
             ProxyBody::Request { first: None, rest, .. } => rest.size_hint(),
             ProxyBody::Request { .. } => SizeHint::default(),
             ProxyBody::Response { body, .. } => body.size_hint(),
+        }
+    }
+}
+
+impl Drop for ProxyBody {
+    fn drop(&mut self) {
+        // A response with no body (204, HEAD, length 0) is never polled: its connection is
+        // still good for the next request.
+        if let ProxyBody::Response { body, pooled, .. } = self
+            && body.is_end_stream()
+            && let Some(p) = pooled.take()
+        {
+            p.release();
         }
     }
 }

@@ -38,6 +38,8 @@ pub async fn serve(client: TcpStream, peer: SocketAddr, service: Arc<Service>, s
     let (io, verdict) = Guarded::new(client, http.max_head_size);
     let mut builder = hyper::server::conn::http1::Builder::new();
     builder
+        // A refused head looks to hyper like the end of the stream: finish what came before it.
+        .half_close(true)
         .timer(TokioTimer::new())
         .header_read_timeout(http.head_timeout)
         .max_headers(http.max_headers)
@@ -110,6 +112,9 @@ async fn handle(mut req: Request<Incoming>, peer: SocketAddr, service: &Service,
     headers::strip_hop_by_hop(&mut parts.headers, upgrade);
     headers::add_forwarded(&mut parts.headers, peer.ip(), &cfg.http.forwarded_headers);
     origin_form(&mut parts);
+    // Servers are always spoken to in HTTP/1.1, so an HTTP/1.0 client does not cost a server
+    // connection per request; hyper answers the client in its own version.
+    parts.version = hyper::Version::HTTP_11;
     let has_body = first.is_some() || !incoming.is_end_stream();
     let replayable = !has_body && matches!(parts.method, Method::GET | Method::HEAD | Method::OPTIONS | Method::TRACE | Method::PUT | Method::DELETE);
     let body = if has_body { ProxyBody::Request { first, rest: incoming, bytes: record.bytes_in.clone() } } else { ProxyBody::Empty };

@@ -43,8 +43,10 @@ pub struct Pooled {
 impl Pooled {
     pub fn release(self) {
         if self.sender.is_closed() {
+            debug!(server = %self.addr, "pooled connection closed, not reused");
             return;
         }
+        debug!(server = %self.addr, "connection back to the pool");
         if let Ok(mut pool) = POOL.lock() {
             let idle = pool.entry(self.addr).or_default();
             if idle.len() < MAX_IDLE {
@@ -58,7 +60,9 @@ fn take_idle(addr: SocketAddr, max_idle: Duration) -> Option<SendRequest<ProxyBo
     let mut pool = POOL.lock().ok()?;
     let idle = pool.get_mut(&addr)?;
     while let Some(c) = idle.pop() {
-        if !c.sender.is_closed() && c.since.elapsed() < max_idle && c.sender.is_ready() {
+        // Just released, a connection may not be ready yet (hyper finishes the exchange on its
+        // own task); `send` waits for that.
+        if !c.sender.is_closed() && c.since.elapsed() < max_idle {
             return Some(c.sender);
         }
     }
@@ -99,7 +103,12 @@ pub async fn send(service: &Service, client: SocketAddr, mut req: Request<ProxyB
     while attempt <= cfg.retries {
         let Some((role, entry, index)) = service.pick(client.ip(), &avoid) else { break };
         let started = Instant::now();
-        let reused = if upgrade { None } else { take_idle(entry.addr, cfg.http.keepalive_idle) };
+        let mut reused = if upgrade { None } else { take_idle(entry.addr, cfg.http.keepalive_idle) };
+        if let Some(s) = reused.as_mut()
+            && s.ready().await.is_err()
+        {
+            reused = None;
+        }
         let was_reused = reused.is_some();
         let mut sender = match reused {
             Some(s) => {

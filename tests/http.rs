@@ -1,0 +1,252 @@
+//! `mode = "http"` with real clients and servers: forwarded headers at nginx, readable errors,
+//! the smuggling probes refused before any server sees them, slowloris connections that do not
+//! slow anyone else, limits, a WebSocket round trip, and the HAProxy paper's POST load with ab.
+
+mod support;
+
+use std::io::{Read, Write};
+use std::net::{SocketAddr, TcpStream};
+use std::process::Command;
+use std::time::{Duration, Instant};
+
+use support::*;
+
+fn http_service(algorithm: &str, extra: &str, health: &str, servers: &[SocketAddr], server_extra: &[&str]) -> String {
+    let mut s = format!("[[service]]\nname = \"web\"\nlisten = \"{{LISTEN}}\"\nmode = \"http\"\nalgorithm = \"{algorithm}\"\n{extra}\n\n[service.health]\n{health}\n");
+    for (i, a) in servers.iter().enumerate() {
+        s.push_str(&format!("\n[[service.server]]\naddress = \"{a}\"\n{}\n", server_extra.get(i).unwrap_or(&"")));
+    }
+    s
+}
+
+/// A raw exchange: sends `request` bytes, returns everything read until close or 5 s of quiet.
+fn raw(addr: SocketAddr, request: &[u8]) -> String {
+    let mut s = TcpStream::connect(addr).unwrap();
+    s.set_read_timeout(Some(Duration::from_secs(5))).unwrap();
+    s.write_all(request).unwrap();
+    let mut out = Vec::new();
+    let _ = s.read_to_end(&mut out);
+    String::from_utf8_lossy(&out).to_string()
+}
+
+fn curl_get(url: &str, extra: &[&str]) -> (u16, String) {
+    let out = Command::new("curl").args(["-sS", "--max-time", "20", "-w", "\n%{http_code}"]).args(extra).arg(url).output().unwrap();
+    let text = String::from_utf8_lossy(&out.stdout).to_string();
+    let (body, code) = text.rsplit_once('\n').unwrap();
+    (code.parse().unwrap_or(0), body.to_string())
+}
+
+#[test]
+fn forwarded_headers_reach_nginx_and_hop_by_hop_headers_do_not() {
+    let n = Nginx::start("n1", "TARGET");
+    let f = Fulcrum::start(&http_service("round-robin", "", HTTP_CHECK, &[n.addr], &[]));
+    f.wait_all_up();
+    let url = format!("http://{}/headers", f.listen);
+    let (status, body) = curl_get(&url, &["--interface", "127.0.0.23", "-H", "X-Forwarded-For: 10.9.8.7", "-H", "Keep-Alive: timeout=99", "-H", "Connection: keep-alive, X-Drop", "-H", "X-Drop: 1", "-H", "TE: trailers"]);
+    assert_eq!(status, 200, "{body}");
+    assert!(body.contains("xff=10.9.8.7, 127.0.0.23\n"), "X-Forwarded-For appends the client: {body}");
+    assert!(body.contains("proto=http\n"), "{body}");
+    assert!(body.contains("forwarded=for=127.0.0.23;proto=http\n"), "{body}");
+    assert!(body.contains("keep-alive=\n") && body.contains("te=\n"), "hop-by-hop headers stop at Fulcrum: {body}");
+    assert!(body.contains(&format!("host={}\n", f.listen.ip())), "the client's Host goes through: {body}");
+
+    // Keep-alive with the client: several requests on one connection, each forwarded.
+    let out = Command::new("curl").args(["-sS", "-v"]).args([&url, &url, &url]).output().unwrap();
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(err.contains("Re-using existing connection") || err.contains("Reusing existing"), "{err}");
+    assert_eq!(String::from_utf8_lossy(&out.stdout).matches("server=n1").count(), 3);
+}
+
+#[test]
+fn errors_say_what_went_wrong() {
+    let slow = Backend::start("slow");
+    let gone = free_port();
+    let f = Fulcrum::start(&http_service(
+        "round-robin",
+        "retries = 0\n\n[service.http]\nresponse_timeout = \"500ms\"",
+        "kind = \"none\"",
+        &[slow.addr, format!("127.0.0.1:{gone}").parse().unwrap()],
+        &["", "enabled = false"],
+    ));
+    // 504: the server does not answer in time.
+    let (status, body) = curl_get(&format!("http://{}/slow/2000", f.listen), &[]);
+    assert_eq!(status, 504, "{body}");
+    assert!(body.contains("did not answer within 500ms"), "{body}");
+    // 502: the server cannot be reached.
+    let (status, _) = f.api("POST", &format!("/api/services/web/servers/{}/state", slow.addr), Some(serde_json::json!({ "state": "disable" })));
+    assert_eq!(status, 200);
+    let (status, _) = f.api("POST", &format!("/api/services/web/servers/127.0.0.1:{gone}/state"), Some(serde_json::json!({ "state": "enable" })));
+    assert_eq!(status, 200);
+    let (status, body) = curl_get(&format!("http://{}/name", f.listen), &[]);
+    assert_eq!(status, 502, "{body}");
+    assert!(body.contains("cannot connect to a server"), "{body}");
+    // 503: no server usable.
+    let (status, _) = f.api("POST", &format!("/api/services/web/servers/127.0.0.1:{gone}/state"), Some(serde_json::json!({ "state": "disable" })));
+    assert_eq!(status, 200);
+    let (status, body) = curl_get(&format!("http://{}/name", f.listen), &[]);
+    assert_eq!(status, 503, "{body}");
+    assert!(body.contains("no server is available"), "{body}");
+    f.wait_log("no server is available");
+    f.wait_log("\"GET /slow/2000\" 504");
+}
+
+#[test]
+fn smuggling_probes_get_400_and_the_server_sees_nothing() {
+    let b = Backend::start("b");
+    let f = Fulcrum::start(&http_service("round-robin", "", "kind = \"none\"", &[b.addr], &[]));
+    let stats = |what: &str| -> u64 {
+        let (_, body) = http_get(b.addr, "/stats");
+        serde_json::from_str::<serde_json::Value>(&body).unwrap()[what].as_u64().unwrap()
+    };
+    // One good request first, so the server has a pooled connection from Fulcrum.
+    assert!(raw(f.listen, b"GET /name HTTP/1.1\r\nHost: a\r\nConnection: close\r\n\r\n").contains("200 OK"));
+    let before = stats("requests");
+    let probes: [(&str, &[u8]); 7] = [
+        ("CL and TE", b"POST /post HTTP/1.1\r\nHost: a\r\nContent-Length: 4\r\nTransfer-Encoding: chunked\r\n\r\n0\r\n\r\n"),
+        ("TE and CL", b"POST /post HTTP/1.1\r\nHost: a\r\nTransfer-Encoding: chunked\r\nContent-Length: 4\r\n\r\n0\r\n\r\n"),
+        ("two lengths", b"POST /post HTTP/1.1\r\nHost: a\r\nContent-Length: 4\r\nContent-Length: 6\r\n\r\nhello!"),
+        ("bad chunk size", b"POST /post HTTP/1.1\r\nHost: a\r\nTransfer-Encoding: chunked\r\n\r\nxyz\r\nhello\r\n0\r\n\r\n"),
+        ("line folding", b"GET /name HTTP/1.1\r\nHost: a\r\nX-Long: one\r\n two\r\n\r\n"),
+        ("bare CR", b"GET /name HTTP/1.1\r\nHost: a\r\nX-A: 1\rX-B: 2\r\n\r\n"),
+        ("smuggled after a good one", b"GET /name HTTP/1.1\r\nHost: a\r\n\r\nPOST /post HTTP/1.1\r\nHost: a\r\nContent-Length: 3\r\nTransfer-Encoding: chunked\r\n\r\n0\r\n\r\n"),
+    ];
+    for (what, probe) in probes {
+        let answer = raw(f.listen, probe);
+        let last = answer.rfind("HTTP/1.1").map(|i| &answer[i..]).unwrap_or("");
+        assert!(last.starts_with("HTTP/1.1 400"), "{what}: {answer}");
+        if what == "smuggled after a good one" {
+            assert!(answer.starts_with("HTTP/1.1 200"), "the good request before it is answered: {answer}");
+        }
+    }
+    // Only the good request of the last probe arrived, plus our own /stats request.
+    assert_eq!(stats("requests"), before + 2, "the server saw none of the bad requests");
+    f.wait_log("request refused with 400: both Content-Length and Transfer-Encoding");
+}
+
+#[test]
+fn limits_answer_431_and_414() {
+    let b = Backend::start("b");
+    let f = Fulcrum::start(&http_service("round-robin", "\n[service.http]\nmax_headers = 20\nmax_uri_length = 100", "kind = \"none\"", &[b.addr], &[]));
+    let mut many = String::from("GET /name HTTP/1.1\r\nHost: a\r\n");
+    for i in 0..30 {
+        many.push_str(&format!("X-H{i}: {i}\r\n"));
+    }
+    many.push_str("\r\n");
+    assert!(raw(f.listen, many.as_bytes()).starts_with("HTTP/1.1 431"));
+    let big = format!("GET /name HTTP/1.1\r\nHost: a\r\nX-Big: {}\r\n\r\n", "x".repeat(40_000));
+    assert!(raw(f.listen, big.as_bytes()).starts_with("HTTP/1.1 431"));
+    let long = format!("GET /{} HTTP/1.1\r\nHost: a\r\nConnection: close\r\n\r\n", "p".repeat(200));
+    assert!(raw(f.listen, long.as_bytes()).starts_with("HTTP/1.1 414"));
+    assert!(raw(f.listen, b"GET /name HTTP/1.1\r\nHost: a\r\nConnection: close\r\n\r\n").contains("200 OK"));
+}
+
+/// 1,000 connections that send their heads a byte a second do not delay a normal request by more
+/// than its usual latency plus 100 ms (compared as a ratio of medians, in one bounded run).
+#[test]
+fn slowloris_connections_do_not_delay_other_clients() {
+    let b = Backend::start("b");
+    let f = Fulcrum::start(&http_service("round-robin", "\n[service.http]\nhead_timeout = \"20s\"", "kind = \"none\"", &[b.addr], &[]));
+    let latency = |n: usize| -> Duration {
+        let mut v: Vec<Duration> = (0..n)
+            .map(|_| {
+                let t = Instant::now();
+                assert!(raw(f.listen, b"GET /name HTTP/1.1\r\nHost: a\r\nConnection: close\r\n\r\n").contains("200 OK"));
+                t.elapsed()
+            })
+            .collect();
+        v.sort();
+        v[n / 2]
+    };
+    let usual = latency(20);
+    let mut slow: Vec<TcpStream> = (0..1000).filter_map(|_| TcpStream::connect(f.listen).ok()).collect();
+    assert_eq!(slow.len(), 1000);
+    let head = b"GET /name HTTP/1.1\r\nHost: slow\r\n";
+    let started = Instant::now();
+    let mut loaded = Vec::new();
+    for i in 0..4 {
+        for s in slow.iter_mut() {
+            let _ = s.write_all(&head[i..i + 1]);
+        }
+        loaded.push(latency(5));
+        std::thread::sleep(Duration::from_secs(1).saturating_sub(started.elapsed() - Duration::from_secs(i as u64)));
+    }
+    loaded.sort();
+    let under_attack = loaded[loaded.len() / 2];
+    println!("median latency: {usual:?} usual, {under_attack:?} with 1000 slow heads");
+    assert!(under_attack <= usual + Duration::from_millis(100), "{under_attack:?} vs {usual:?}");
+}
+
+#[test]
+fn a_websocket_echo_goes_through() {
+    use futures_util::{SinkExt, StreamExt};
+    use tokio_tungstenite::tungstenite::Message;
+
+    let rt = tokio::runtime::Runtime::new().unwrap();
+    rt.block_on(async {
+        let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let server_addr = listener.local_addr().unwrap();
+        // A WebSocket echo server that also answers health checks' plain connects.
+        tokio::spawn(async move {
+            while let Ok((stream, _)) = listener.accept().await {
+                tokio::spawn(async move {
+                    if let Ok(mut ws) = tokio_tungstenite::accept_async(stream).await {
+                        while let Some(Ok(m)) = ws.next().await {
+                            if m.is_text() || m.is_binary() {
+                                let _ = ws.send(m).await;
+                            }
+                        }
+                    }
+                });
+            }
+        });
+        let f = Fulcrum::start(&http_service("round-robin", "", "kind = \"none\"", &[server_addr], &[]));
+        let (mut ws, response) = tokio_tungstenite::connect_async(format!("ws://{}/echo", f.listen)).await.unwrap();
+        assert_eq!(response.status(), 101);
+        for i in 0..10 {
+            ws.send(Message::text(format!("hello {i}"))).await.unwrap();
+            let back = ws.next().await.unwrap().unwrap();
+            assert_eq!(back.into_text().unwrap().as_str(), format!("hello {i}"));
+        }
+        let big = vec![7u8; 1 << 20];
+        ws.send(Message::binary(big.clone())).await.unwrap();
+        assert_eq!(ws.next().await.unwrap().unwrap().into_data().to_vec(), big);
+        ws.close(None).await.unwrap();
+    });
+}
+
+/// The HAProxy paper's load test: 10,000 POST requests from 100 concurrent clients through
+/// round robin, static-rr (weights 3:1:1:1) and least-conn over four nginx servers.
+#[test]
+fn ten_thousand_posts_with_ab_and_no_errors() {
+    let servers = four_servers();
+    let addrs: Vec<SocketAddr> = servers.iter().map(|n| n.addr).collect();
+    let body = scratch("ab").join("post.txt");
+    std::fs::write(&body, "field=value&other=".to_string() + &"x".repeat(512)).unwrap();
+    for (algorithm, weights) in [("round-robin", ["", "", "", ""]), ("static-rr", ["weight = 3", "", "", ""]), ("least-conn", ["", "", "", ""])] {
+        let f = Fulcrum::start(&http_service(algorithm, "\n[service.http]\naccess_log = \"off\"", HTTP_CHECK, &addrs, &weights));
+        f.wait_all_up();
+        let out = Command::new("ab")
+            .args(["-q", "-n", "10000", "-c", "100", "-k", "-s", "30", "-T", "application/x-www-form-urlencoded", "-p"])
+            .arg(&body)
+            .arg(format!("http://{}/post", f.listen))
+            .output()
+            .expect("ab must be installed (scripts/test installs apache2-utils)");
+        let report = String::from_utf8_lossy(&out.stdout);
+        assert!(out.status.success(), "{report}{}", String::from_utf8_lossy(&out.stderr));
+        let field = |name: &str| report.lines().find(|l| l.starts_with(name)).map(|l| l[name.len()..].trim().to_string()).unwrap_or_default();
+        assert_eq!(field("Complete requests:"), "10000", "{report}");
+        assert_eq!(field("Failed requests:"), "0", "{report}");
+        assert_eq!(field("Non-2xx responses:"), "", "{report}");
+        let totals: Vec<u64> = f.stats()["services"][0]["servers"].as_array().unwrap().iter().map(|v| v["total"].as_u64().unwrap()).collect();
+        println!("{algorithm}: {} requests/s, per server {totals:?}", field("Requests per second:"));
+        assert_eq!(totals.iter().sum::<u64>(), 10000, "{totals:?}");
+        match algorithm {
+            "round-robin" => assert!(totals.iter().all(|&t| t == 2500), "{totals:?}"),
+            "static-rr" => {
+                assert!((4995..=5005).contains(&totals[0]), "weight 3 of 6: {totals:?}");
+                assert!(totals[1..].iter().all(|t| (1660..=1672).contains(t)), "weight 1 of 6: {totals:?}");
+            }
+            _ => assert!(totals.iter().all(|&t| t > 0), "{totals:?}"),
+        }
+    }
+}
