@@ -39,7 +39,7 @@ impl App {
     /// Starts everything `config` describes: first health round, listeners, admin.
     pub async fn start(config: Config, path: Option<PathBuf>, shutdown: Shutdown) -> anyhow::Result<Arc<App>> {
         let admin_cfg = config.admin.clone();
-        let first_round = config.services.iter().map(|s| s.health.timeout).max().unwrap_or_default();
+        let first_round = config.services.iter().flat_map(|s| std::iter::once(s.health.timeout).chain(s.pools.iter().map(|p| p.health.timeout))).max().unwrap_or_default();
         let runtime = Arc::new(tokio::task::spawn_blocking(move || Runtime::new(config)).await?.map_err(anyhow::Error::msg)?);
         let admin_listener = match &admin_cfg {
             Some(a) => {
@@ -70,7 +70,9 @@ impl App {
         app.restart_health();
         health::wait_first_round(&generation, first_round + Duration::from_millis(200)).await;
         let mut bound = Vec::new();
-        for s in generation.services.iter().filter(|s| s.config.enabled) {
+        // Pools run as services too, on their parent's address: only services listen.
+        let listening = generation.config.services.len();
+        for s in generation.services.iter().take(listening).filter(|s| s.config.enabled) {
             let l = proxy::listener::bind(s.listen).with_context(|| format!("service {}: cannot listen on {}", s.config.name, s.listen))?;
             bound.push((s.listen, l));
         }
@@ -171,7 +173,7 @@ impl App {
         self.restart_health();
         let generation = self.runtime.current();
         let servers: usize = generation.services.iter().map(|s| s.servers().count()).sum();
-        let msg = format!("config applied: {} services, {servers} servers, {added} listeners added, {removed} removed", generation.services.len());
+        let msg = format!("config applied: {} services, {servers} servers, {added} listeners added, {removed} removed", generation.config.services.len());
         info!("{msg}");
         Ok(msg)
     }

@@ -250,3 +250,53 @@ fn ten_thousand_posts_with_ab_and_no_errors() {
         }
     }
 }
+
+/// The HAProxy paper's content switching, from `examples/haproxy-paper-routing.toml` with the
+/// addresses of four nginx servers: static directories and extensions to `static`, the rest to
+/// `app`; each pool checked and counted on its own.
+#[test]
+fn the_haproxy_papers_routing_rules_send_each_path_to_its_pool() {
+    let s1 = Nginx::start("static1", "TARGET");
+    let s2 = Nginx::start("static2", "TARGET");
+    let a1 = Nginx::start("app1", "TARGET");
+    let a2 = Nginx::start("app2", "TARGET");
+    let example = include_str!("../examples/haproxy-paper-routing.toml");
+    let config = example
+        .split("[admin]")
+        .next()
+        .unwrap()
+        .to_string()
+        + &example[example.find("[[service]]").unwrap()..]
+            .replace("0.0.0.0:8080", "{LISTEN}")
+            .replace("127.0.0.1:8101", &s1.addr.to_string())
+            .replace("127.0.0.1:8102", &s2.addr.to_string())
+            .replace("127.0.0.1:8201", &a1.addr.to_string())
+            .replace("127.0.0.1:8202", &a2.addr.to_string());
+    let f = Fulcrum::start(&config);
+    f.wait_all_up();
+    let served_by = |path: &str| -> String {
+        let out = Command::new("curl").args(["-s", "-o", "/dev/null", "-D", "-"]).arg(format!("http://{}{path}", f.listen)).output().unwrap();
+        let head = String::from_utf8_lossy(&out.stdout).to_lowercase();
+        head.lines().find_map(|l| l.strip_prefix("x-served-by: ")).unwrap_or("none").trim().to_string()
+    };
+    for path in ["/static/site.html", "/images/logo", "/javascript/app", "/stylesheets/main", "/shop/photo.jpg", "/a.gif", "/b.png", "/c.css", "/d.js", "/static"] {
+        let who = served_by(path);
+        assert!(who.starts_with("static"), "{path} went to {who}");
+    }
+    for path in ["/", "/index.html", "/cart", "/staticfoo", "/app.jsx", "/images.html"] {
+        let who = served_by(path);
+        assert!(who.starts_with("app"), "{path} went to {who}");
+    }
+    let stats = f.stats();
+    let names: Vec<&str> = stats["services"].as_array().unwrap().iter().map(|s| s["name"].as_str().unwrap()).collect();
+    assert_eq!(names, ["www", "www/static", "www/app"]);
+    let total = |i: usize| -> u64 { stats["services"][i]["servers"].as_array().unwrap().iter().map(|v| v["total"].as_u64().unwrap()).sum() };
+    assert_eq!((total(1), total(2)), (10, 6), "requests per pool");
+    f.wait_log(" www static ");
+    // A pool's servers are changed through the API under the pool's name.
+    let (status, answer) = f.api("POST", &format!("/api/services/www%2Fstatic/servers/{}/state", s1.addr), Some(serde_json::json!({ "state": "disable" })));
+    assert_eq!(status, 200, "{answer}");
+    for _ in 0..4 {
+        assert_eq!(served_by("/x.css"), "static2");
+    }
+}

@@ -49,8 +49,13 @@ const srv = (address, suffix = "") => svc(`/servers/${encodeURIComponent(address
 
 // ---- Loading --------------------------------------------------------------------------------
 
+// A pool shows as `service/pool`: the parent's settings with the pool's servers, algorithm and check.
 function serviceConfig() {
-  return ui.config?.service?.find((s) => s.name === ui.service);
+  const [name, poolName] = (ui.service ?? "").split("/");
+  const s = ui.config?.service?.find((x) => x.name === name);
+  if (!s || !poolName) return s;
+  const p = (s.pool ?? []).find((x) => x.name === poolName);
+  return p && { ...s, name: ui.service, algorithm: p.algorithm, health: p.health, server: p.server };
 }
 
 async function loadConfig() {
@@ -61,7 +66,7 @@ async function loadConfig() {
   $("#save").disabled = !data.file;
   $("#config-reload").disabled = !data.file;
   const select = $("#service");
-  const names = (ui.config.service ?? []).map((s) => s.name);
+  const names = (ui.config.service ?? []).flatMap((s) => [s.name, ...(s.pool ?? []).map((p) => `${s.name}/${p.name}`)]);
   if (!names.includes(ui.service)) ui.service = names[0] ?? null;
   select.replaceChildren(...names.map((n) => new Option(n, n, false, n === ui.service)));
   if (document.activeElement !== $("#config-text")) $("#config-text").value = data.toml;

@@ -56,22 +56,22 @@ impl Change {
             }
             Change::Weight { service, address, weight } => server_mut(config, &service, &address)?.weight = weight,
             Change::AddServer { service, server } => {
-                let s = service_mut(config, &service)?;
-                if s.servers.iter().any(|x| x.address == server.address) {
+                let servers = target_mut(config, &service)?.servers;
+                if servers.iter().any(|x| x.address == server.address) {
                     return Err(format!("service {service} already has server {}", server.address));
                 }
-                s.servers.push(server);
+                servers.push(server);
             }
             Change::RemoveServer { service, address } => {
-                let s = service_mut(config, &service)?;
-                let before = s.servers.len();
-                s.servers.retain(|x| x.address != address);
-                if s.servers.len() == before {
+                let servers = target_mut(config, &service)?.servers;
+                let before = servers.len();
+                servers.retain(|x| x.address != address);
+                if servers.len() == before {
                     return Err(format!("service {service} has no server {address}"));
                 }
             }
-            Change::Algorithm { service, algorithm } => service_mut(config, &service)?.algorithm = algorithm,
-            Change::Health { service, health } => service_mut(config, &service)?.health = health,
+            Change::Algorithm { service, algorithm } => *target_mut(config, &service)?.algorithm = algorithm,
+            Change::Health { service, health } => *target_mut(config, &service)?.health = health,
             Change::ServiceEnabled { service, enabled } => service_mut(config, &service)?.enabled = enabled,
             Change::Settings { service, settings } => {
                 let s = service_mut(config, &service)?;
@@ -107,8 +107,29 @@ fn service_mut<'a>(config: &'a mut Config, name: &str) -> Result<&'a mut Service
     config.services.iter_mut().find(|s| s.name == name).ok_or_else(|| format!("no service {name:?}"))
 }
 
+/// What a change to servers, algorithm or health edits: a service's own, or one of its pools'
+/// when the name is `service/pool` (the name the pool runs and shows under).
+struct Target<'a> {
+    servers: &'a mut Vec<Server>,
+    algorithm: &'a mut Algorithm,
+    health: &'a mut Health,
+}
+
+fn target_mut<'a>(config: &'a mut Config, name: &str) -> Result<Target<'a>, String> {
+    match name.split_once('/') {
+        None => {
+            let s = service_mut(config, name)?;
+            Ok(Target { servers: &mut s.servers, algorithm: &mut s.algorithm, health: &mut s.health })
+        }
+        Some((service, pool)) => {
+            let p = service_mut(config, service)?.pools.iter_mut().find(|p| p.name == pool).ok_or_else(|| format!("service {service:?} has no pool {pool:?}"))?;
+            Ok(Target { servers: &mut p.servers, algorithm: &mut p.algorithm, health: &mut p.health })
+        }
+    }
+}
+
 fn server_mut<'a>(config: &'a mut Config, service: &str, address: &str) -> Result<&'a mut Server, String> {
-    service_mut(config, service)?
+    target_mut(config, service)?
         .servers
         .iter_mut()
         .find(|s| s.address == address)

@@ -199,6 +199,72 @@ pub struct Service {
     pub p2c: P2c,
     #[serde(default, rename = "server")]
     pub servers: Vec<Server>,
+    /// HTTP mode: further pools of servers that routes send requests to.
+    #[serde(default, rename = "pool", skip_serializing_if = "Vec::is_empty")]
+    pub pools: Vec<Pool>,
+    /// HTTP mode: rules tried in order; the first that matches picks the pool.
+    #[serde(default, rename = "route", skip_serializing_if = "Vec::is_empty")]
+    pub routes: Vec<Route>,
+    /// HTTP mode: the pool of requests no route matches; the service's own servers when unset.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub default_pool: Option<String>,
+}
+
+impl Service {
+    /// The service a pool runs as: the parent's settings with the pool's name (`service/pool`),
+    /// servers, algorithm and health check, so pools are balanced, checked and counted by the
+    /// same code as services.
+    pub fn pool_service(&self, pool: &Pool) -> Service {
+        Service {
+            name: format!("{}/{}", self.name, pool.name),
+            algorithm: pool.algorithm,
+            health: pool.health.clone(),
+            passive: pool.passive.clone(),
+            p2c: pool.p2c.clone(),
+            servers: pool.servers.clone(),
+            pools: Vec::new(),
+            routes: Vec::new(),
+            default_pool: None,
+            ..self.clone()
+        }
+    }
+}
+
+/// `[[service.pool]]`: a named group of servers with its own algorithm and health check.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct Pool {
+    pub name: String,
+    #[serde(default = "defaults::algorithm")]
+    pub algorithm: Algorithm,
+    #[serde(default)]
+    pub health: Health,
+    #[serde(default)]
+    pub passive: Passive,
+    #[serde(default)]
+    pub p2c: P2c,
+    #[serde(default, rename = "server")]
+    pub servers: Vec<Server>,
+}
+
+/// `[[service.route]]`: which requests go to `pool`. Every condition given must hold; a list
+/// holds when any of its entries does.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct Route {
+    pub pool: String,
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub path_prefix: Vec<String>,
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub path_suffix: Vec<String>,
+    /// Host names, compared without the port and case-insensitively.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub host: Vec<String>,
+    /// A header that must be present, and equal `header_value` when that is given.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub header: Option<String>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub header_value: Option<String>,
 }
 
 /// What kind of active health check runs against each server.

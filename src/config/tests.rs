@@ -126,3 +126,21 @@ fn ftp_services_take_a_data_port_range_and_others_do_not() {
     let d = first_error(&tcp_with_ftp_check);
     assert!(d.message.contains("kind = \"ftp\""), "{d}");
 }
+
+#[test]
+fn the_haproxy_papers_routing_example_is_valid_and_routes_must_name_pools() {
+    let text = include_str!("../../examples/haproxy-paper-routing.toml");
+    let c = parse_with(text, "routing.toml", Resolve::No).unwrap();
+    let s = &c.services[0];
+    assert_eq!((s.pools.len(), s.routes.len(), s.default_pool.as_deref()), (2, 2, Some("app")));
+    assert_eq!(s.pool_service(&s.pools[1]).name, "www/app");
+    assert_eq!(revalidate(&c).unwrap(), c, "pools and routes are written back as read");
+
+    let d = first_error(&text.replace("pool = \"static\"\npath_suffix", "pool = \"statc\"\npath_suffix"));
+    assert!(d.message.contains("\"statc\", which is not a pool"), "{d}");
+    assert!(d.hint.as_deref().unwrap_or("").contains("static, app"), "{d}");
+    let d = first_error(&text.replace("mode = \"http\"", "mode = \"tcp\""));
+    assert!(d.message.contains("pools and routes need mode = \"http\""), "{d}");
+    let d = first_error(&text.replace("address = \"127.0.0.1:8202\"", "address = \"127.0.0.1:8202\"\nweight = 0"));
+    assert!(d.message.contains("weight 0"), "a pool's servers are checked like a service's: {d}");
+}

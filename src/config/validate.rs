@@ -139,13 +139,14 @@ pub fn validate(config: &Config, text: &str, file: &str, resolve: Resolve) -> Di
                 }
             }
         }
-        validate_service(service, i, &mut report);
+        validate_service(service, &[Seg::Key("service"), Seg::Index(i)], &mut report);
+        validate_routing(service, i, &mut report);
     }
     Diagnostics(report.out)
 }
 
-fn validate_service(service: &Service, i: usize, report: &mut Report<'_>) {
-    let at = |key| [Seg::Key("service"), Seg::Index(i), Seg::Key(key)];
+fn validate_service(service: &Service, prefix: &[Seg<'_>], report: &mut Report<'_>) {
+    let at = |key| path(prefix, &[Seg::Key(key)]);
     if service.connect_timeout.is_zero() {
         report.error(&at("connect_timeout"), "connect_timeout must be longer than 0".into(), "the paper's rule uses \"2s\"");
     }
@@ -156,7 +157,7 @@ fn validate_service(service: &Service, i: usize, report: &mut Report<'_>) {
         }
     }
     let health = &service.health;
-    let hat = |key| [Seg::Key("service"), Seg::Index(i), Seg::Key("health"), Seg::Key(key)];
+    let hat = |key| path(prefix, &[Seg::Key("health"), Seg::Key(key)]);
     if health.kind != HealthKind::None {
         if health.interval.is_zero() {
             report.error(&hat("interval"), "health interval must be longer than 0".into(), "e.g. \"2s\"; the paper checks every \"60s\"");
@@ -177,9 +178,9 @@ fn validate_service(service: &Service, i: usize, report: &mut Report<'_>) {
         }
     }
     let http = &service.http;
-    let htat = |key| [Seg::Key("service"), Seg::Index(i), Seg::Key("http"), Seg::Key(key)];
+    let htat = |key| path(prefix, &[Seg::Key("http"), Seg::Key(key)]);
     if *http != crate::config::Http::default() && service.mode != Mode::Http {
-        report.error(&[Seg::Key("service"), Seg::Index(i), Seg::Key("http")], "[service.http] is only for mode = \"http\"".into(), "remove it, or set mode = \"http\"");
+        report.error(&path(prefix, &[Seg::Key("http")]), "[service.http] is only for mode = \"http\"".into(), "remove it, or set mode = \"http\"");
     }
     if http.max_head_size < 8192 {
         report.error(&htat("max_head_size"), format!("max_head_size = {} is below 8192", http.max_head_size), "use 8192 or more; 16384 is the default");
@@ -201,7 +202,7 @@ fn validate_service(service: &Service, i: usize, report: &mut Report<'_>) {
     if health.kind == HealthKind::Ftp && service.mode != Mode::Ftp {
         report.error(&hat("kind"), "kind = \"ftp\" checks an FTP server, but the service is not mode = \"ftp\"".into(), "use kind = \"tcp\" or \"http\"");
     }
-    let pat = |key| [Seg::Key("service"), Seg::Index(i), Seg::Key("passive"), Seg::Key(key)];
+    let pat = |key| path(prefix, &[Seg::Key("passive"), Seg::Key(key)]);
     let passive = &service.passive;
     if !(passive.delta > 0.0 && passive.delta < 1.0) {
         report.error(&pat("delta"), format!("delta = {} is out of range", passive.delta), "use a share between 0 and 1; the paper uses 0.1");
@@ -213,13 +214,13 @@ fn validate_service(service: &Service, i: usize, report: &mut Report<'_>) {
         report.error(&pat("window_slots"), format!("window_slots = {} is out of range", passive.window_slots), "use 1 to 1000; the paper uses 10");
     }
     if service.p2c.decay.is_zero() {
-        report.error(&[Seg::Key("service"), Seg::Index(i), Seg::Key("p2c"), Seg::Key("decay")], "decay must be longer than 0".into(), "e.g. \"10s\"");
+        report.error(&path(prefix, &[Seg::Key("p2c"), Seg::Key("decay")]), "decay must be longer than 0".into(), "e.g. \"10s\"");
     }
-    if service.servers.is_empty() {
+    if service.servers.is_empty() && service.default_pool.is_none() {
         report.error(&at("name"), format!("service {:?} has no servers", service.name), "add at least one [[service.server]] with an address");
     }
     for (j, server) in service.servers.iter().enumerate() {
-        let sat = |key| [Seg::Key("service"), Seg::Index(i), Seg::Key("server"), Seg::Index(j), Seg::Key(key)];
+        let sat = |key| path(prefix, &[Seg::Key("server"), Seg::Index(j), Seg::Key(key)]);
         if server.weight == 0 || server.weight > MAX_WEIGHT {
             report.error(&sat("weight"), format!("weight {} is out of range", server.weight), "weights go from 1 to 256; disable a server with enabled = false");
         }
@@ -231,10 +232,57 @@ fn validate_service(service: &Service, i: usize, report: &mut Report<'_>) {
     let mut seen: HashMap<&str, usize> = HashMap::new();
     for (j, server) in service.servers.iter().enumerate() {
         if seen.insert(&server.address, j).is_some() {
-            let sat = [Seg::Key("service"), Seg::Index(i), Seg::Key("server"), Seg::Index(j), Seg::Key("address")];
+            let sat = path(prefix, &[Seg::Key("server"), Seg::Index(j), Seg::Key("address")]);
             report.error(&sat, format!("server {} is listed twice", server.address), "list each real server once; use weight for a larger share");
         }
     }
+}
+
+/// Pools are validated as the services they run as; routes must name a pool and say what they match.
+fn validate_routing(service: &Service, i: usize, report: &mut Report<'_>) {
+    if service.pools.is_empty() && service.routes.is_empty() && service.default_pool.is_none() {
+        return;
+    }
+    let at = |rest: &[Seg<'static>]| path(&[Seg::Key("service"), Seg::Index(i)], rest);
+    if service.mode != Mode::Http {
+        report.error(&at(&[Seg::Key("mode")]), "pools and routes need mode = \"http\"".into(), "set mode = \"http\", or remove [[service.pool]] and [[service.route]]");
+        return;
+    }
+    let mut names: HashMap<&str, usize> = HashMap::new();
+    for (k, pool) in service.pools.iter().enumerate() {
+        if pool.name.is_empty() || !pool.name.chars().all(|c| c.is_ascii_alphanumeric() || "-_.".contains(c)) {
+            report.error(&at(&[Seg::Key("pool"), Seg::Index(k), Seg::Key("name")]), format!("pool name {:?} is not a plain name", pool.name), "use letters, digits, '-', '_' and '.'");
+        }
+        if names.insert(&pool.name, k).is_some() {
+            report.error(&at(&[Seg::Key("pool"), Seg::Index(k), Seg::Key("name")]), format!("pool name {:?} is used twice", pool.name), "give every pool its own name");
+        }
+        validate_service(&service.pool_service(pool), &[Seg::Key("service"), Seg::Index(i), Seg::Key("pool"), Seg::Index(k)], report);
+    }
+    let known = |name: &str| names.contains_key(name);
+    let pool_names = || service.pools.iter().map(|p| p.name.as_str()).collect::<Vec<_>>().join(", ");
+    if let Some(d) = service.default_pool.as_deref().filter(|d| !known(d)) {
+        report.error(&at(&[Seg::Key("default_pool")]), format!("default_pool {d:?} is not a pool of this service"), &format!("pools: {}", pool_names()));
+    }
+    for (k, route) in service.routes.iter().enumerate() {
+        let rat = |key| at(&[Seg::Key("route"), Seg::Index(k), Seg::Key(key)]);
+        if !known(&route.pool) {
+            report.error(&rat("pool"), format!("route to {:?}, which is not a pool of this service", route.pool), &format!("pools: {}", pool_names()));
+        }
+        if route.path_prefix.is_empty() && route.path_suffix.is_empty() && route.host.is_empty() && route.header.is_none() {
+            report.error(&rat("pool"), "a route with nothing to match".into(), "give path_prefix, path_suffix, host or header");
+        }
+        if let Some(p) = route.path_prefix.iter().find(|p| !p.starts_with('/')) {
+            report.error(&rat("path_prefix"), format!("path_prefix {p:?} does not start with /"), "e.g. \"/static\"");
+        }
+        if route.header_value.is_some() && route.header.is_none() {
+            report.error(&rat("header_value"), "header_value without header".into(), "name the header too");
+        }
+    }
+}
+
+/// `prefix` followed by `rest`: the path of a key inside a service or a pool.
+fn path<'a>(prefix: &[Seg<'a>], rest: &[Seg<'a>]) -> Vec<Seg<'a>> {
+    prefix.iter().chain(rest).cloned().collect()
 }
 
 /// Resolves a server's `host:port` to the first address the system resolver gives.

@@ -105,35 +105,46 @@ impl Runtime {
 
 fn build(config: Config, registry: &mut Registry) -> Result<Generation, String> {
     let mut services = Vec::with_capacity(config.services.len());
+    // Pools run as services of their own (`service/pool`), listed after every service so a
+    // listen address finds its service first.
+    let mut pools = Vec::new();
     for sc in &config.services {
-        let listen: SocketAddr = sc.listen.parse().map_err(|_| format!("service {}: bad listen address {}", sc.name, sc.listen))?;
-        let shared = registry.services.entry(sc.name.clone()).or_default().clone();
-        let epoch = shared.epoch.clone();
-        let checked = sc.health.kind != HealthKind::None;
-        let mut primary = Vec::new();
-        let mut backup = Vec::new();
-        for server in &sc.servers {
-            let addr = config::resolve_server(server).map_err(|e| format!("service {}: {e}", sc.name))?;
-            let key = ServerKey { service: sc.name.clone(), address: server.address.clone() };
-            let state = registry
-                .servers
-                .entry(key.clone())
-                .or_insert_with(|| Arc::new(ServerState::new(key, epoch.clone(), server.weight, server.enabled, checked)))
-                .clone();
-            state.measure.set_decay(sc.p2c.decay);
-            state.set_weight(server.weight);
-            state.set_enabled(server.enabled);
-            state.set_draining(server.drain);
-            let entry = Arc::new(ServerEntry { addr, state });
-            if server.backup { backup.push(entry) } else { primary.push(entry) }
-        }
-        services.push(Arc::new(Service {
-            listen,
-            primary: ServerPool::new(primary, sc, epoch.clone()),
-            backup: ServerPool::new(backup, sc, epoch),
-            config: sc.clone(),
-            state: shared,
-        }));
+        let own: Vec<Arc<Service>> = sc.pools.iter().map(|p| build_service(&sc.pool_service(p), Vec::new(), registry).map(Arc::new)).collect::<Result<_, _>>()?;
+        pools.extend(own.iter().cloned());
+        services.push(Arc::new(build_service(sc, own, registry)?));
     }
+    services.extend(pools);
     Ok(Generation { config, services })
+}
+
+fn build_service(sc: &config::Service, pools: Vec<Arc<Service>>, registry: &mut Registry) -> Result<Service, String> {
+    let listen: SocketAddr = sc.listen.parse().map_err(|_| format!("service {}: bad listen address {}", sc.name, sc.listen))?;
+    let shared = registry.services.entry(sc.name.clone()).or_default().clone();
+    let epoch = shared.epoch.clone();
+    let checked = sc.health.kind != HealthKind::None;
+    let mut primary = Vec::new();
+    let mut backup = Vec::new();
+    for server in &sc.servers {
+        let addr = config::resolve_server(server).map_err(|e| format!("service {}: {e}", sc.name))?;
+        let key = ServerKey { service: sc.name.clone(), address: server.address.clone() };
+        let state = registry
+            .servers
+            .entry(key.clone())
+            .or_insert_with(|| Arc::new(ServerState::new(key, epoch.clone(), server.weight, server.enabled, checked)))
+            .clone();
+        state.measure.set_decay(sc.p2c.decay);
+        state.set_weight(server.weight);
+        state.set_enabled(server.enabled);
+        state.set_draining(server.drain);
+        let entry = Arc::new(ServerEntry { addr, state });
+        if server.backup { backup.push(entry) } else { primary.push(entry) }
+    }
+    Ok(Service {
+        listen,
+        primary: ServerPool::new(primary, sc, epoch.clone()),
+        backup: ServerPool::new(backup, sc, epoch),
+        config: sc.clone(),
+        state: shared,
+        pools,
+    })
 }

@@ -129,6 +129,15 @@ pub struct Service {
     pub listen: SocketAddr,
     pub primary: ServerPool,
     pub backup: ServerPool,
+    /// HTTP mode: the service's pools, in config order, each running as a service of its own.
+    pub pools: Vec<Arc<Service>>,
+}
+
+impl Service {
+    /// A pool of this service by its name in the config.
+    pub fn pool(&self, name: &str) -> Option<&Arc<Service>> {
+        self.config.pools.iter().position(|p| p.name == name).and_then(|i| self.pools.get(i))
+    }
 }
 
 impl Service {

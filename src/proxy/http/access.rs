@@ -15,7 +15,7 @@ pub struct Record {
     pub started: SystemTime,
     pub client: SocketAddr,
     pub service: String,
-    pub pool: &'static str,
+    pub pool: String,
     pub server: Option<SocketAddr>,
     pub method: String,
     pub path: String,

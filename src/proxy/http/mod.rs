@@ -9,6 +9,7 @@ mod access;
 mod body;
 mod guard;
 mod headers;
+mod route;
 mod upstream;
 
 use std::net::SocketAddr;
@@ -68,7 +69,7 @@ pub async fn serve(client: TcpStream, peer: SocketAddr, service: Arc<Service>, s
 }
 
 /// One request to its response.
-async fn handle(mut req: Request<Incoming>, peer: SocketAddr, service: &Service, verdict: &Verdict) -> Response<ProxyBody> {
+async fn handle(mut req: Request<Incoming>, peer: SocketAddr, service: &Arc<Service>, verdict: &Verdict) -> Response<ProxyBody> {
     let cfg = &service.config;
     let started = Instant::now();
     let path = req.uri().path_and_query().map(|p| p.as_str().to_string()).unwrap_or_else(|| req.uri().to_string());
@@ -77,7 +78,7 @@ async fn handle(mut req: Request<Incoming>, peer: SocketAddr, service: &Service,
         started: SystemTime::now(),
         client: peer,
         service: cfg.name.clone(),
-        pool: "default",
+        pool: String::new(),
         server: None,
         method: req.method().to_string(),
         path: truncate(&path, 512),
@@ -115,11 +116,13 @@ async fn handle(mut req: Request<Incoming>, peer: SocketAddr, service: &Service,
     // Servers are always spoken to in HTTP/1.1, so an HTTP/1.0 client does not cost a server
     // connection per request; hyper answers the client in its own version.
     parts.version = hyper::Version::HTTP_11;
+    let (target, pool) = route::choose(service, parts.uri.path(), &parts.headers, parts.uri.authority().map(|a| a.as_str()));
+    record.pool = pool.to_string();
     let has_body = first.is_some() || !incoming.is_end_stream();
     let replayable = !has_body && matches!(parts.method, Method::GET | Method::HEAD | Method::OPTIONS | Method::TRACE | Method::PUT | Method::DELETE);
     let body = if has_body { ProxyBody::Request { first, rest: incoming, bytes: record.bytes_in.clone() } } else { ProxyBody::Empty };
     let req = Request::from_parts(parts, body);
-    match upstream::send(service, peer, req, replayable, upgrade).await {
+    match upstream::send(target, peer, req, replayable, upgrade).await {
         Ok(mut a) => {
             if let (Some(client_side), StatusCode::SWITCHING_PROTOCOLS) = (client_upgrade, a.response.status()) {
                 tunnel(client_side, hyper::upgrade::on(&mut a.response), cfg.name.clone(), peer);
