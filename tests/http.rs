@@ -300,3 +300,87 @@ fn the_haproxy_papers_routing_rules_send_each_path_to_its_pool() {
         assert_eq!(served_by("/x.css"), "static2");
     }
 }
+
+/// The `cookie` algorithm with curl's cookie jar: 100 requests on the server the first one got;
+/// when that server stops, the next request goes to another and the cookie names the new one.
+#[test]
+fn a_cookie_keeps_a_client_on_its_server_and_fails_over() {
+    let mut servers = four_servers();
+    let addrs: Vec<SocketAddr> = servers.iter().map(|n| n.addr).collect();
+    let ids = ["id=\"a\"", "id=\"b\"", "id=\"c\"", "id=\"d\""];
+    let f = Fulcrum::start(&http_service("cookie", "", HTTP_CHECK, &addrs, &ids));
+    f.wait_all_up();
+    let jar = scratch("cookies").join("jar.txt");
+    let get = |path: &str| -> String {
+        let out = Command::new("curl").args(["-s", "-b"]).arg(&jar).arg("-c").arg(&jar).arg(format!("http://{}{path}", f.listen)).output().unwrap();
+        String::from_utf8_lossy(&out.stdout).to_string()
+    };
+    let first = get("/name");
+    let names: std::collections::BTreeSet<String> = (0..100).map(|_| get("/name")).collect();
+    assert_eq!(names.len(), 1, "one server for the whole session: {names:?}");
+    assert!(names.contains(&first));
+    let jar_text = std::fs::read_to_string(&jar).unwrap();
+    let held = servers.iter().position(|n| n.name == first).unwrap();
+    assert!(jar_text.contains(&format!("SERVERID\t{}", ["a", "b", "c", "d"][held])), "{jar_text}");
+    // Other clients are spread: a fresh client each time lands round robin.
+    let fresh: std::collections::BTreeSet<String> = (0..8).map(|_| http_get(f.listen, "/name").1).collect();
+    assert_eq!(fresh.len(), 4, "{fresh:?}");
+
+    servers[held].stop();
+    wait_until("the stopped server down", Duration::from_secs(10), || f.server_stats(&addrs[held].to_string())["state"] == "down");
+    let after = get("/name");
+    assert_ne!(after, first, "failed over");
+    let jar_text = std::fs::read_to_string(&jar).unwrap();
+    let now = servers.iter().position(|n| n.name == after).unwrap();
+    assert!(jar_text.contains(&format!("SERVERID\t{}", ["a", "b", "c", "d"][now])), "the cookie is issued again: {jar_text}");
+    let names: std::collections::BTreeSet<String> = (0..20).map(|_| get("/name")).collect();
+    assert_eq!(names.into_iter().collect::<Vec<_>>(), vec![after], "and it sticks to the new server");
+}
+
+/// JServ style: the application's session cookie gets `.server-id`, and requests follow it.
+#[test]
+fn a_jserv_session_cookie_is_honoured() {
+    let servers = four_servers();
+    let addrs: Vec<SocketAddr> = servers.iter().map(|n| n.addr).collect();
+    let ids = ["id=\"n1\"", "id=\"n2\"", "id=\"n3\"", "id=\"n4\""];
+    let f = Fulcrum::start(&http_service("cookie", "\n[service.http]\ncookie = \"JSESSIONID\"\ncookie_mode = \"jserv\"", HTTP_CHECK, &addrs, &ids));
+    f.wait_all_up();
+    let head = |cookie: Option<&str>| -> String {
+        let mut c = Command::new("curl");
+        c.args(["-s", "-o", "/dev/null", "-D", "-"]);
+        if let Some(v) = cookie {
+            c.args(["-H", &format!("Cookie: JSESSIONID={v}")]);
+        }
+        String::from_utf8_lossy(&c.arg(format!("http://{}/session", f.listen)).output().unwrap().stdout).to_lowercase()
+    };
+    let h = head(None);
+    let served = h.lines().find_map(|l| l.strip_prefix("x-served-by: ")).unwrap().trim().to_string();
+    let i = servers.iter().position(|n| n.name == served).unwrap();
+    assert!(h.contains(&format!("set-cookie: jsessionid=sess-{served}.n{}", i + 1)), "the session names its server: {h}");
+    // A client holding a session for n3 reaches the third server every time.
+    for _ in 0..20 {
+        let h = head(Some("sess-x.n3"));
+        assert!(h.contains(&format!("x-served-by: {}", servers[2].name)), "{h}");
+    }
+}
+
+/// `uri-hash`: one path, one server; different paths spread.
+#[test]
+fn uri_hash_keeps_a_path_on_one_server() {
+    let servers = four_servers();
+    let addrs: Vec<SocketAddr> = servers.iter().map(|n| n.addr).collect();
+    let f = Fulcrum::start(&http_service("uri-hash", "", HTTP_CHECK, &addrs, &[]));
+    f.wait_all_up();
+    let served_by = |path: &str| -> String {
+        let out = Command::new("curl").args(["-s", "-o", "/dev/null", "-D", "-"]).arg(format!("http://{}{path}", f.listen)).output().unwrap();
+        String::from_utf8_lossy(&out.stdout).to_lowercase().lines().find_map(|l| l.strip_prefix("x-served-by: ").map(|s| s.trim().to_string())).unwrap_or_default()
+    };
+    let mut spread = std::collections::BTreeSet::new();
+    for p in 0..40 {
+        let path = format!("/page{p}.html?session={p}");
+        let first = served_by(&path);
+        assert_eq!(served_by(&format!("/page{p}.html?other=1")), first, "the query is not hashed by default");
+        spread.insert(first);
+    }
+    assert_eq!(spread.len(), 4, "{spread:?}");
+}

@@ -17,6 +17,9 @@ pub struct Pick<'a> {
     /// Servers that already failed for this connection (redispatch): never picked again while
     /// another usable server exists.
     pub avoid: &'a [usize],
+    /// HTTP: the request's hash key (path, header) for `uri-hash` and `header-hash`; the
+    /// hashing algorithms fall back to the client's address without one.
+    pub hash: Option<u64>,
 }
 
 impl Pick<'_> {
@@ -79,7 +82,9 @@ pub fn build(algorithm: Algorithm, passive: passive_ratio::Tuning) -> Box<dyn Ba
         Algorithm::StaticRr => Box::new(static_rr::StaticRr::default()),
         Algorithm::Random => Box::new(random::Random::default()),
         Algorithm::LeastConn => Box::new(least_conn::LeastConn::default()),
-        Algorithm::SourceHash => Box::new(source_hash::SourceHash::default()),
+        Algorithm::SourceHash | Algorithm::UriHash | Algorithm::HeaderHash => Box::new(source_hash::SourceHash::default()),
+        // The cookie names the server when the client has one; new clients are spread evenly.
+        Algorithm::Cookie => Box::new(round_robin::RoundRobin::default()),
     }
 }
 

@@ -32,7 +32,7 @@ impl Balancer for SourceHash {
         self.refresh(pool);
         let guard = self.table.read().ok()?;
         let (_, table) = guard.as_ref()?;
-        let hash = key::client_ip(pick.client);
+        let hash = pick.hash.unwrap_or_else(|| key::client_ip(pick.client));
         table.lookup_usable(hash, |i| i < pool.len() && pool.weight(i) > 0 && !pick.avoids(i))
     }
 }
@@ -44,7 +44,7 @@ mod tests {
     use std::net::IpAddr;
 
     fn from(ip: &str, avoid: &'static [usize]) -> Pick<'static> {
-        Pick { client: ip.parse::<IpAddr>().unwrap(), avoid }
+        Pick { client: ip.parse::<IpAddr>().unwrap(), avoid, hash: None }
     }
 
     #[test]

@@ -40,7 +40,7 @@ impl FakePool {
     }
     /// A pick from a fixed client with the given avoid set.
     pub fn pick(avoid: &[usize]) -> Pick<'_> {
-        Pick { client: IpAddr::V4(Ipv4Addr::LOCALHOST), avoid }
+        Pick { client: IpAddr::V4(Ipv4Addr::LOCALHOST), avoid, hash: None }
     }
 }
 

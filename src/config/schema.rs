@@ -128,6 +128,12 @@ pub enum Algorithm {
     SourceHash,
     PassiveRatio,
     P2cEwma,
+    /// HTTP: Maglev over the request path (and query, with `hash_query`).
+    UriHash,
+    /// HTTP: Maglev over the value of `hash_header`.
+    HeaderHash,
+    /// HTTP: the server named by the affinity cookie, round robin for a client without one.
+    Cookie,
 }
 
 impl Algorithm {
@@ -140,6 +146,9 @@ impl Algorithm {
             Algorithm::SourceHash => "source-hash",
             Algorithm::PassiveRatio => "passive-ratio",
             Algorithm::P2cEwma => "p2c-ewma",
+            Algorithm::UriHash => "uri-hash",
+            Algorithm::HeaderHash => "header-hash",
+            Algorithm::Cookie => "cookie",
         }
     }
 }
@@ -409,6 +418,28 @@ pub struct Http {
     pub max_uri_length: usize,
     #[serde(default = "defaults::access_log")]
     pub access_log: AccessLog,
+    /// `uri-hash`: hash the query string too.
+    #[serde(default, skip_serializing_if = "is_false")]
+    pub hash_query: bool,
+    /// `header-hash`: the header whose value is hashed.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub hash_header: Option<String>,
+    /// `cookie`: the cookie that names the server (`insert`), or the application's session
+    /// cookie that gets `.server-id` appended (`jserv`).
+    #[serde(default = "defaults::cookie_name")]
+    pub cookie: String,
+    #[serde(default = "defaults::cookie_mode")]
+    pub cookie_mode: CookieMode,
+}
+
+/// How the `cookie` algorithm carries the server's id.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum CookieMode {
+    /// Fulcrum sets a cookie of its own, `NAME=server-id`.
+    Insert,
+    /// Apache JServ style: the application's session cookie `NAME=session.server-id`.
+    Jserv,
 }
 
 impl Default for Http {
@@ -422,6 +453,10 @@ impl Default for Http {
             max_head_size: defaults::max_head_size(),
             max_uri_length: defaults::max_uri_length(),
             access_log: defaults::access_log(),
+            hash_query: false,
+            hash_header: None,
+            cookie: defaults::cookie_name(),
+            cookie_mode: defaults::cookie_mode(),
         }
     }
 }
@@ -448,6 +483,17 @@ pub struct Server {
     /// Takes no new connections but keeps its open ones and its health checks.
     #[serde(default, skip_serializing_if = "is_false")]
     pub drain: bool,
+    /// The opaque id the `cookie` algorithm puts in cookies; derived from the address if unset.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub id: Option<String>,
+}
+
+impl Server {
+    /// The cookie id: the configured one, or a stable hash of the address (so it does not show
+    /// the internal address to clients, and two Fulcrum processes agree on it).
+    pub fn cookie_id(&self) -> String {
+        self.id.clone().unwrap_or_else(|| format!("{:08x}", crate::balance::key::hash_bytes(self.address.as_bytes()) as u32))
+    }
 }
 
 fn is_true(b: &bool) -> bool {
@@ -487,6 +533,12 @@ pub(crate) mod defaults {
     }
     pub fn max_uri_length() -> usize {
         8 * 1024
+    }
+    pub fn cookie_name() -> String {
+        "SERVERID".into()
+    }
+    pub fn cookie_mode() -> CookieMode {
+        CookieMode::Insert
     }
     pub fn access_log() -> AccessLog {
         AccessLog::Text

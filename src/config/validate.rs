@@ -8,7 +8,7 @@ use toml::de::{DeTable, DeValue};
 
 use super::diagnostic::{Diagnostic, Diagnostics, line_col};
 use super::Resolve;
-use super::schema::{Config, HealthKind, MAX_WEIGHT, Mode, Server, Service};
+use super::schema::{Algorithm, Config, HealthKind, MAX_WEIGHT, Mode, Server, Service};
 
 /// One step of a path into the document: a key, or an index into an array of tables.
 #[derive(Debug, Clone, Copy)]
@@ -175,6 +175,26 @@ fn validate_service(service: &Service, prefix: &[Seg<'_>], report: &mut Report<'
         }
         if !(100..=599).contains(&health.expect_status) {
             report.error(&hat("expect_status"), format!("expect_status {} is not an HTTP status", health.expect_status), "use 100 to 599");
+        }
+    }
+    if matches!(service.algorithm, Algorithm::UriHash | Algorithm::HeaderHash | Algorithm::Cookie) && service.mode != Mode::Http {
+        report.error(&at("algorithm"), format!("algorithm {} needs mode = \"http\"", service.algorithm.as_str()), "it reads the request; set mode = \"http\" or pick another algorithm");
+    }
+    if service.algorithm == Algorithm::HeaderHash && service.http.hash_header.is_none() {
+        report.error(&at("algorithm"), "algorithm header-hash needs [service.http] hash_header".into(), "e.g. hash_header = \"x-user\"");
+    }
+    let token = |t: &str| !t.is_empty() && t.bytes().all(|b| b.is_ascii_alphanumeric() || b"-_.!#$%&'*+^`|~".contains(&b));
+    if !token(&service.http.cookie) {
+        report.error(&path(prefix, &[Seg::Key("http"), Seg::Key("cookie")]), format!("cookie name {:?} is not a cookie name", service.http.cookie), "use letters, digits, '-' and '_'");
+    }
+    let mut ids: HashMap<String, usize> = HashMap::new();
+    for (j, server) in service.servers.iter().enumerate() {
+        let id = server.cookie_id();
+        if !id.bytes().all(|b| b.is_ascii_alphanumeric() || b == b'-' || b == b'_') || id.is_empty() {
+            report.error(&path(prefix, &[Seg::Key("server"), Seg::Index(j), Seg::Key("id")]), format!("server id {id:?} is not plain"), "use letters, digits, '-' and '_' (it goes into a cookie)");
+        }
+        if let Some(first) = ids.insert(id.clone(), j) {
+            report.error(&path(prefix, &[Seg::Key("server"), Seg::Index(j), Seg::Key("id")]), format!("server id {id:?} is also server #{}'s", first + 1), "give every server its own id");
         }
     }
     let http = &service.http;

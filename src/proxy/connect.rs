@@ -24,7 +24,7 @@ pub async fn connect(service: &Service, client: SocketAddr) -> Result<(Arc<Serve
     let mut avoid = Avoid::default();
     let mut last = Error::new(Kind::NoServer, Side::Server);
     for attempt in 0..=cfg.retries {
-        let Some((role, entry, index)) = service.pick(client.ip(), &avoid) else { break };
+        let Some((role, entry, index)) = service.pick(client.ip(), None, &avoid) else { break };
         match connect_to(service, &entry).await {
             Ok(stream) => return Ok((entry, stream)),
             Err(err) => {

@@ -281,4 +281,6 @@ pub fn unix_ms() -> u64 {
 pub struct ServerEntry {
     pub addr: SocketAddr,
     pub state: Arc<ServerState>,
+    /// The id the `cookie` algorithm names this server by.
+    pub id: String,
 }

@@ -31,8 +31,8 @@ impl ServerPool {
         self.balancer.metrics(i)
     }
 
-    pub fn pick(&self, client: IpAddr, avoid: &[usize]) -> Option<usize> {
-        self.balancer.pick(&Pick { client, avoid }, self)
+    pub fn pick(&self, client: IpAddr, hash: Option<u64>, avoid: &[usize]) -> Option<usize> {
+        self.balancer.pick(&Pick { client, avoid, hash }, self)
     }
 }
 
@@ -142,11 +142,21 @@ impl Service {
 
 impl Service {
     /// Picks a primary server, or a backup while no primary is usable.
-    pub fn pick(&self, client: IpAddr, avoid: &Avoid) -> Option<(Role, Arc<ServerEntry>, usize)> {
-        if let Some(i) = self.primary.pick(client, &avoid.primary) {
+    pub fn pick(&self, client: IpAddr, hash: Option<u64>, avoid: &Avoid) -> Option<(Role, Arc<ServerEntry>, usize)> {
+        if let Some(i) = self.primary.pick(client, hash, &avoid.primary) {
             return Some((Role::Primary, self.primary.servers[i].clone(), i));
         }
-        let i = self.backup.pick(client, &avoid.backup)?;
+        let i = self.backup.pick(client, hash, &avoid.backup)?;
+        Some((Role::Backup, self.backup.servers[i].clone(), i))
+    }
+
+    /// The usable server named `id` (the `cookie` algorithm's affinity), with its place.
+    pub fn by_id(&self, id: &str, avoid: &Avoid) -> Option<(Role, Arc<ServerEntry>, usize)> {
+        let usable = |e: &Arc<ServerEntry>| e.id == id && e.state.effective_weight() > 0;
+        if let Some(i) = self.primary.servers.iter().position(usable).filter(|i| !avoid.primary.contains(i)) {
+            return Some((Role::Primary, self.primary.servers[i].clone(), i));
+        }
+        let i = self.backup.servers.iter().position(usable).filter(|i| !avoid.backup.contains(i))?;
         Some((Role::Backup, self.backup.servers[i].clone(), i))
     }
 

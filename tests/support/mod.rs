@@ -81,6 +81,7 @@ http {{
         add_header X-Served-By {name} always;
         location = /name {{ default_type text/plain; return 200 "{name}"; }}
         location = /post {{ default_type text/plain; return 200 "{name}"; }}
+        location = /session {{ add_header X-Served-By {name} always; add_header Set-Cookie "JSESSIONID=sess-{name}; Path=/" always; default_type text/plain; return 200 "{name}"; }}
         location = /headers {{ default_type text/plain; return 200 "server={name}\nxff=$http_x_forwarded_for\nproto=$http_x_forwarded_proto\nforwarded=$http_forwarded\nconnection=$http_connection\nkeep-alive=$http_keep_alive\nte=$http_te\nhost=$host\n"; }}
         location / {{ }}
     }}

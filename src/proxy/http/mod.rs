@@ -6,6 +6,7 @@
 //! ways untouched.
 
 mod access;
+mod affinity;
 mod body;
 mod guard;
 mod headers;
@@ -122,7 +123,8 @@ async fn handle(mut req: Request<Incoming>, peer: SocketAddr, service: &Arc<Serv
     let replayable = !has_body && matches!(parts.method, Method::GET | Method::HEAD | Method::OPTIONS | Method::TRACE | Method::PUT | Method::DELETE);
     let body = if has_body { ProxyBody::Request { first, rest: incoming, bytes: record.bytes_in.clone() } } else { ProxyBody::Empty };
     let req = Request::from_parts(parts, body);
-    match upstream::send(target, peer, req, replayable, upgrade).await {
+    let steer = affinity::steer(&target.config, req.uri(), req.headers());
+    match upstream::send(target, peer, req, &steer, replayable, upgrade).await {
         Ok(mut a) => {
             if let (Some(client_side), StatusCode::SWITCHING_PROTOCOLS) = (client_upgrade, a.response.status()) {
                 tunnel(client_side, hyper::upgrade::on(&mut a.response), cfg.name.clone(), peer);
@@ -134,6 +136,7 @@ async fn handle(mut req: Request<Incoming>, peer: SocketAddr, service: &Arc<Serv
             let (mut rparts, rbody) = a.response.into_parts();
             let switching = rparts.status == StatusCode::SWITCHING_PROTOCOLS;
             headers::strip_hop_by_hop(&mut rparts.headers, switching);
+            affinity::stamp(&target.config, &steer, &a.entry.id, &mut rparts.headers);
             let _guard = a.guard;
             debug!(service = %cfg.name, client = %peer, server = %a.entry.addr, status = record.status, elapsed = ?started.elapsed(), "request forwarded");
             Response::from_parts(rparts, ProxyBody::Response { body: rbody, pooled: a.pooled, record: Some(record) })

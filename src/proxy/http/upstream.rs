@@ -91,9 +91,19 @@ pub struct Answer {
     pub response_time: Duration,
 }
 
+/// How a request steers the pick: the hash key of `uri-hash`/`header-hash`, the server id a
+/// `cookie` names.
+#[derive(Debug, Default)]
+pub struct Steer {
+    pub hash: Option<u64>,
+    pub prefer: Option<String>,
+    /// The affinity cookie's value as the client sent it.
+    pub cookie: Option<String>,
+}
+
 /// Sends `req` to a server of `service` for `client`; `replayable` says a failed send may be
 /// repeated (idempotent method, no body).
-pub async fn send(service: &Service, client: SocketAddr, mut req: Request<ProxyBody>, replayable: bool, upgrade: bool) -> Result<Answer, Failure> {
+pub async fn send(service: &Service, client: SocketAddr, mut req: Request<ProxyBody>, steer: &Steer, replayable: bool, upgrade: bool) -> Result<Answer, Failure> {
     let cfg = &service.config;
     let mut avoid = Avoid::default();
     let mut last = Failure::Connect(Error::new(Kind::NoServer, Side::Server));
@@ -101,7 +111,8 @@ pub async fn send(service: &Service, client: SocketAddr, mut req: Request<ProxyB
     // What a bodiless idempotent request needs to be sent again.
     let template = replayable.then(|| (req.method().clone(), req.uri().clone(), req.version(), req.headers().clone()));
     while attempt <= cfg.retries {
-        let Some((role, entry, index)) = service.pick(client.ip(), &avoid) else { break };
+        let named = steer.prefer.as_deref().and_then(|id| service.by_id(id, &avoid));
+        let Some((role, entry, index)) = named.or_else(|| service.pick(client.ip(), steer.hash, &avoid)) else { break };
         let started = Instant::now();
         let mut reused = if upgrade { None } else { take_idle(entry.addr, cfg.http.keepalive_idle) };
         if let Some(s) = reused.as_mut()
