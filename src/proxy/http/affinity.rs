@@ -68,10 +68,11 @@ pub fn stamp(cfg: &Service, steer: &Steer, id: &str, headers: &mut HeaderMap) {
                 }
             }
             // Failed over: the session the client holds now lives on `id`.
-            if !rewritten && steer.prefer.as_deref().is_some_and(|p| p != id) {
-                if let Some((session, _)) = steer.cookie.as_deref().and_then(|v| v.rsplit_once('.')) {
-                    set(headers, &format!("{name}={session}.{id}; Path=/"));
-                }
+            if !rewritten
+                && steer.prefer.as_deref().is_some_and(|p| p != id)
+                && let Some((session, _)) = steer.cookie.as_deref().and_then(|v| v.rsplit_once('.'))
+            {
+                set(headers, &format!("{name}={session}.{id}; Path=/"));
             }
         }
     }
