@@ -384,3 +384,31 @@ fn uri_hash_keeps_a_path_on_one_server() {
     }
     assert_eq!(spread.len(), 4, "{spread:?}");
 }
+
+/// `maxconn` per server with a queue: requests beyond it wait and all succeed; when they wait
+/// longer than `queue_timeout` they get 503 saying so.
+#[test]
+fn maxconn_queues_requests_and_the_queue_times_out() {
+    let b1 = Backend::start("b1");
+    let b2 = Backend::start("b2");
+    let f = Fulcrum::start(&http_service("round-robin", "\n[service.http]\nqueue_timeout = \"3s\"", "kind = \"none\"", &[b1.addr, b2.addr], &["maxconn = 2", "maxconn = 2"]));
+    let run = |n: usize, path: &'static str| -> Vec<u16> {
+        let listen = f.listen;
+        let threads: Vec<_> = (0..n).map(|_| std::thread::spawn(move || curl_get(&format!("http://{listen}{path}"), &[]).0)).collect();
+        threads.into_iter().map(|t| t.join().unwrap()).collect()
+    };
+    // 12 requests of 300 ms, 4 at a time: all wait their turn and succeed.
+    let codes = run(12, "/slow/300");
+    assert!(codes.iter().all(|&c| c == 200), "{codes:?}");
+    let stats = f.stats();
+    let service = &stats["services"][0];
+    assert!(service["queue_max"].as_u64().unwrap() >= 4, "requests queued: {service}");
+    for v in service["servers"].as_array().unwrap() {
+        assert!(v["max"].as_u64().unwrap() <= 2, "maxconn held: {v}");
+    }
+    // 8 requests of 5 s: four run, four wait 3 s and get 503.
+    let codes = run(8, "/slow/5000");
+    assert_eq!(codes.iter().filter(|&&c| c == 503).count(), 4, "{codes:?}");
+    assert_eq!(codes.iter().filter(|&&c| c == 200).count(), 4, "{codes:?}");
+    f.wait_log("(queue timeout)");
+}

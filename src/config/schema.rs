@@ -404,6 +404,9 @@ pub struct Http {
     /// Time for a server to start its response once the request is sent.
     #[serde(default = "defaults::response_timeout", with = "duration")]
     pub response_timeout: Duration,
+    /// How long a request waits for a server below its `maxconn` before a 503.
+    #[serde(default = "defaults::queue_timeout", with = "duration")]
+    pub queue_timeout: Duration,
     /// How long an idle pooled connection to a server is kept for reuse.
     #[serde(default = "defaults::keepalive_idle", with = "duration")]
     pub keepalive_idle: Duration,
@@ -449,6 +452,7 @@ impl Default for Http {
             head_timeout: defaults::head_timeout(),
             response_timeout: defaults::response_timeout(),
             keepalive_idle: defaults::keepalive_idle(),
+            queue_timeout: defaults::queue_timeout(),
             max_headers: defaults::max_headers(),
             max_head_size: defaults::max_head_size(),
             max_uri_length: defaults::max_uri_length(),
@@ -483,6 +487,9 @@ pub struct Server {
     /// Takes no new connections but keeps its open ones and its health checks.
     #[serde(default, skip_serializing_if = "is_false")]
     pub drain: bool,
+    /// HTTP: requests in flight at most (0: no limit); more wait in the service's queue.
+    #[serde(default, skip_serializing_if = "is_zero")]
+    pub maxconn: u32,
     /// The opaque id the `cookie` algorithm puts in cookies; derived from the address if unset.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub id: Option<String>,
@@ -498,6 +505,10 @@ impl Server {
 
 fn is_true(b: &bool) -> bool {
     *b
+}
+
+fn is_zero(n: &u32) -> bool {
+    *n == 0
 }
 
 fn is_false(b: &bool) -> bool {
@@ -521,6 +532,9 @@ pub(crate) mod defaults {
     }
     pub fn response_timeout() -> Duration {
         Duration::from_secs(30)
+    }
+    pub fn queue_timeout() -> Duration {
+        Duration::from_secs(5)
     }
     pub fn keepalive_idle() -> Duration {
         Duration::from_secs(60)

@@ -57,7 +57,9 @@ pub async fn serve(listener: std::net::TcpListener, addr: SocketAddr, runtime: A
         };
         drop(generation);
         let maxconn = service.config.maxconn as u64;
+        let mut paused = false;
         while maxconn > 0 && service.state.current.load(Relaxed) >= maxconn {
+            paused = true;
             if let Some((waiting, _)) = super::tcp_info::accept_queue(&listener) {
                 service.state.queue.store(waiting as u64, Relaxed);
                 service.state.queue_max.fetch_max(waiting as u64, Relaxed);
@@ -68,7 +70,9 @@ pub async fn serve(listener: std::net::TcpListener, addr: SocketAddr, runtime: A
                 _ = stop.cancelled() => return,
             }
         }
-        service.state.queue.store(0, Relaxed);
+        if paused {
+            service.state.queue.store(0, Relaxed);
+        }
         let accepted = tokio::select! {
             _ = stop.cancelled() => break,
             _ = shutdown.stopping().cancelled() => break,

@@ -136,7 +136,7 @@ fn build_service(sc: &config::Service, pools: Vec<Arc<Service>>, registry: &mut 
         state.set_weight(server.weight);
         state.set_enabled(server.enabled);
         state.set_draining(server.drain);
-        let entry = Arc::new(ServerEntry { addr, state, id: server.cookie_id() });
+        let entry = Arc::new(ServerEntry { addr, state, id: server.cookie_id(), maxconn: server.maxconn });
         if server.backup { backup.push(entry) } else { primary.push(entry) }
     }
     Ok(Service {

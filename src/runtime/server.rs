@@ -283,4 +283,6 @@ pub struct ServerEntry {
     pub state: Arc<ServerState>,
     /// The id the `cookie` algorithm names this server by.
     pub id: String,
+    /// HTTP: requests in flight this server takes at most (0: no limit); more wait in the queue.
+    pub maxconn: u32,
 }

@@ -65,7 +65,7 @@ pub enum Role {
 }
 
 /// Servers a connection already failed on, per role.
-#[derive(Debug, Default)]
+#[derive(Debug, Default, Clone)]
 pub struct Avoid {
     primary: Vec<usize>,
     backup: Vec<usize>,
@@ -97,6 +97,8 @@ pub struct ServiceState {
     pub queue: AtomicU64,
     pub queue_max: AtomicU64,
     pub rate: Rate,
+    /// HTTP: signalled when a request to a server of the service ends, so a queued one can go.
+    pub released: Notify,
     /// FTP: where the search for a free data port starts next.
     pub data_port_cursor: std::sync::atomic::AtomicU32,
     /// Signalled when a connection ends, so an accept loop paused at `maxconn` resumes.
@@ -158,6 +160,21 @@ impl Service {
         }
         let i = self.backup.servers.iter().position(usable).filter(|i| !avoid.backup.contains(i))?;
         Some((Role::Backup, self.backup.servers[i].clone(), i))
+    }
+
+    /// Whether any server not in `avoid` takes traffic now (full or not).
+    pub fn any_usable(&self, avoid: &Avoid) -> bool {
+        let ok = |(i, e): (usize, &Arc<ServerEntry>), skip: &[usize]| e.state.effective_weight() > 0 && !skip.contains(&i);
+        self.primary.servers.iter().enumerate().any(|x| ok(x, &avoid.primary)) || self.backup.servers.iter().enumerate().any(|x| ok(x, &avoid.backup))
+    }
+
+    /// `avoid` plus every server at its `maxconn`: what a pick must skip now.
+    pub fn avoid_full(&self, avoid: &Avoid) -> Avoid {
+        let mut busy = avoid.clone();
+        let full = |e: &Arc<ServerEntry>| e.maxconn > 0 && e.state.counters.current.load(Relaxed) >= u64::from(e.maxconn);
+        busy.primary.extend(self.primary.servers.iter().enumerate().filter(|(_, e)| full(e)).map(|(i, _)| i));
+        busy.backup.extend(self.backup.servers.iter().enumerate().filter(|(_, e)| full(e)).map(|(i, _)| i));
+        busy
     }
 
     /// Every server of the service, primaries first.

@@ -13,15 +13,21 @@ use bytes::Bytes;
 use hyper::body::{Body, Frame, Incoming, SizeHint};
 
 use super::access::Record;
-use super::upstream::Pooled;
+use super::upstream::{Pooled, Slot};
 
 pub enum ProxyBody {
     Empty,
     Text(Option<Bytes>),
     /// A client's body, counted into `bytes`, with a frame already read in front of it.
     Request { first: Option<Frame<Bytes>>, rest: Incoming, bytes: Arc<AtomicU64> },
-    /// A server's response body.
-    Response { body: Incoming, pooled: Option<Pooled>, record: Option<Record> },
+    /// A server's response body; `slot` holds the server's place until the body has gone out.
+    Response {
+        body: Incoming,
+        pooled: Option<Pooled>,
+        record: Option<Record>,
+        #[allow(dead_code, reason = "held for its Drop")]
+        slot: Option<Slot>,
+    },
 }
 
 impl ProxyBody {
@@ -51,7 +57,7 @@ impl Body for ProxyBody {
                 }
                 Poll::Ready(frame)
             }
-            ProxyBody::Response { body, pooled, record } => {
+            ProxyBody::Response { body, pooled, record, .. } => {
                 let polled = Pin::new(&mut *body).poll_frame(cx);
                 match &polled {
                     Poll::Ready(Some(Ok(f))) => {

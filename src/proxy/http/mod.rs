@@ -131,20 +131,21 @@ async fn handle(mut req: Request<Incoming>, peer: SocketAddr, service: &Arc<Serv
             }
             record.server = Some(a.entry.addr);
             record.connect = a.connect;
+            record.queue = a.queued;
             record.response = a.response_time;
             record.status = a.response.status().as_u16();
             let (mut rparts, rbody) = a.response.into_parts();
             let switching = rparts.status == StatusCode::SWITCHING_PROTOCOLS;
             headers::strip_hop_by_hop(&mut rparts.headers, switching);
             affinity::stamp(&target.config, &steer, &a.entry.id, &mut rparts.headers);
-            let _guard = a.guard;
             debug!(service = %cfg.name, client = %peer, server = %a.entry.addr, status = record.status, elapsed = ?started.elapsed(), "request forwarded");
-            Response::from_parts(rparts, ProxyBody::Response { body: rbody, pooled: a.pooled, record: Some(record) })
+            Response::from_parts(rparts, ProxyBody::Response { body: rbody, pooled: a.pooled, record: Some(record), slot: Some(a.slot) })
         }
         Err(f) => {
             let (status, why, server) = match f {
                 Failure::Connect(e) if e.kind == Kind::NoServer => (StatusCode::SERVICE_UNAVAILABLE, "no server is available".to_string(), None),
                 Failure::Connect(e) => (StatusCode::BAD_GATEWAY, format!("cannot connect to a server: {e}"), e.server),
+                Failure::Queue(t) => (StatusCode::SERVICE_UNAVAILABLE, format!("every server stayed at its maxconn for {} (queue timeout)", humantime::format_duration(t)), None),
                 Failure::Timeout(s) => (StatusCode::GATEWAY_TIMEOUT, format!("the server did not answer within {}", humantime::format_duration(cfg.http.response_timeout)), Some(s)),
                 Failure::Broken(s, e) => (StatusCode::BAD_GATEWAY, format!("the server broke the connection: {e}"), Some(s)),
             };

@@ -22,7 +22,7 @@ use tracing::debug;
 use super::body::ProxyBody;
 use crate::error::{Error, Kind, Side};
 use crate::proxy::connect;
-use crate::runtime::{Avoid, ConnGuard, ServerEntry, Service};
+use crate::runtime::{Avoid, ConnGuard, ServerEntry, Service, ServiceState};
 
 /// Idle connections kept per server at most.
 const MAX_IDLE: usize = 256;
@@ -75,6 +75,8 @@ pub enum Failure {
     Connect(Error),
     /// The server did not answer within `response_timeout`: 504.
     Timeout(SocketAddr),
+    /// Every server stayed at its `maxconn` for `queue_timeout`: 503.
+    Queue(Duration),
     /// The server closed or broke the connection before a response: 502.
     Broken(SocketAddr, hyper::Error),
 }
@@ -86,7 +88,9 @@ pub struct Answer {
     /// The connection, to return to the pool when the body is read (not for upgrades).
     pub pooled: Option<Pooled>,
     /// Counts the request in the server's current/total for as long as the exchange lasts.
-    pub guard: ConnGuard,
+    pub slot: Slot,
+    /// Time spent in the queue waiting for a server below its `maxconn`.
+    pub queued: Duration,
     pub connect: Duration,
     pub response_time: Duration,
 }
@@ -108,11 +112,32 @@ pub async fn send(service: &Service, client: SocketAddr, mut req: Request<ProxyB
     let mut avoid = Avoid::default();
     let mut last = Failure::Connect(Error::new(Kind::NoServer, Side::Server));
     let mut attempt = 0;
+    let mut queue_started: Option<Instant> = None;
     // What a bodiless idempotent request needs to be sent again.
     let template = replayable.then(|| (req.method().clone(), req.uri().clone(), req.version(), req.headers().clone()));
     while attempt <= cfg.retries {
-        let named = steer.prefer.as_deref().and_then(|id| service.by_id(id, &avoid));
-        let Some((role, entry, index)) = named.or_else(|| service.pick(client.ip(), steer.hash, &avoid)) else { break };
+        let busy = service.avoid_full(&avoid);
+        let named = steer.prefer.as_deref().and_then(|id| service.by_id(id, &busy));
+        let Some((role, entry, index)) = named.or_else(|| service.pick(client.ip(), steer.hash, &busy)) else {
+            if !service.any_usable(&avoid) {
+                break;
+            }
+            // Every usable server is at its maxconn: wait in the queue for one to finish.
+            let waited = queue_started.get_or_insert_with(|| {
+                let q = service.state.queue.fetch_add(1, Relaxed) + 1;
+                service.state.queue_max.fetch_max(q, Relaxed);
+                Instant::now()
+            });
+            let left = cfg.http.queue_timeout.saturating_sub(waited.elapsed());
+            if left.is_zero() {
+                leave_queue(service, &mut queue_started);
+                return Err(Failure::Queue(cfg.http.queue_timeout));
+            }
+            // A bounded wait: a release that came just before we listened is seen within 50 ms.
+            let _ = tokio::time::timeout(left.min(Duration::from_millis(50)), service.state.released.notified()).await;
+            continue;
+        };
+        let queued = leave_queue(service, &mut queue_started);
         let started = Instant::now();
         let mut reused = if upgrade { None } else { take_idle(entry.addr, cfg.http.keepalive_idle) };
         if let Some(s) = reused.as_mut()
@@ -138,12 +163,12 @@ pub async fn send(service: &Service, client: SocketAddr, mut req: Request<ProxyB
             },
         };
         let connect = started.elapsed();
-        let guard = entry.state.open();
+        let slot = Slot { _guard: entry.state.open(), service: service.state.clone() };
         let sent = Instant::now();
         match tokio::time::timeout(cfg.http.response_timeout, sender.try_send_request(req)).await {
             Ok(Ok(response)) => {
                 let pooled = (!upgrade).then(|| Pooled { addr: entry.addr, sender });
-                return Ok(Answer { entry, response, pooled, guard, connect, response_time: sent.elapsed() });
+                return Ok(Answer { entry, response, pooled, slot, queued, connect, response_time: sent.elapsed() });
             }
             Ok(Err(mut e)) => {
                 let unsent = e.take_message();
@@ -191,4 +216,28 @@ async fn open(service: &Service, entry: &ServerEntry) -> Result<SendRequest<Prox
         }
     });
     Ok(sender)
+}
+
+/// Leaves the queue if the request was in it; returns the time it waited.
+fn leave_queue(service: &Service, started: &mut Option<Instant>) -> Duration {
+    match started.take() {
+        Some(t) => {
+            service.state.queue.fetch_sub(1, Relaxed);
+            t.elapsed()
+        }
+        None => Duration::ZERO,
+    }
+}
+
+/// One request's place on a server: counted in its `current` until the response has gone out,
+/// then a queued request is told a place is free.
+pub struct Slot {
+    _guard: ConnGuard,
+    service: Arc<ServiceState>,
+}
+
+impl Drop for Slot {
+    fn drop(&mut self) {
+        self.service.released.notify_one();
+    }
 }
