@@ -24,7 +24,7 @@ pub enum ProxyBody {
     Response {
         body: Incoming,
         pooled: Option<Pooled>,
-        record: Option<Record>,
+        record: Option<Box<Record>>,
         #[allow(dead_code, reason = "held for its Drop")]
         slot: Option<Slot>,
     },

@@ -139,7 +139,7 @@ async fn handle(mut req: Request<Incoming>, peer: SocketAddr, service: &Arc<Serv
             headers::strip_hop_by_hop(&mut rparts.headers, switching);
             affinity::stamp(&target.config, &steer, &a.entry.id, &mut rparts.headers);
             debug!(service = %cfg.name, client = %peer, server = %a.entry.addr, status = record.status, elapsed = ?started.elapsed(), "request forwarded");
-            Response::from_parts(rparts, ProxyBody::Response { body: rbody, pooled: a.pooled, record: Some(record), slot: Some(a.slot) })
+            Response::from_parts(rparts, ProxyBody::Response { body: rbody, pooled: a.pooled, record: Some(Box::new(record)), slot: Some(a.slot) })
         }
         Err(f) => {
             let (status, why, server) = match f {
