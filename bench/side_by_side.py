@@ -1,7 +1,9 @@
 """Runs Fulcrum, HAProxy, NGINX and pen side by side in one run (see bench/README.md).
 
 Real servers: four nginx processes on core 0. Each balancer is pinned to core 1 and runs round
-robin over them in TCP mode; the load generators run on core 0. CPU is read from /proc for the
+robin over them, first in TCP mode (all four), then in HTTP mode (Fulcrum `mode = "http"`,
+HAProxy `mode http` with `http-reuse always`, NGINX `proxy_pass` with upstream keepalive; pen has
+no HTTP mode); the load generators run on core 0. CPU is read from /proc for the
 balancer's processes, so "CPU s per 10k requests" is the balancer's own cost.
 """
 import json
@@ -96,16 +98,17 @@ http {{ access_log off; keepalive_requests 1000000; sendfile on;
     wait_port(port, f"real server {port}")
 
 
-def balancer(name):
-    """Starts one balancer on core 1; returns its process (None when it is not installed)."""
-    d = work / name
+def balancer(name, http=False):
+    """Starts one balancer on core 1; returns its process (None for `direct`)."""
+    d = work / (name + ("-http" if http else ""))
     d.mkdir()
     port = PORTS[name]
     ups = "\n".join(f"127.0.0.1:{p}" for p in SERVERS)
     if name == "fulcrum":
         exe = ROOT / "target" / "release" / "fulcrum"
         conf = d / "fulcrum.toml"
-        conf.write_text("workers = 1\n[[service]]\nname = \"bench\"\nlisten = \"127.0.0.1:%d\"\nalgorithm = \"round-robin\"\n[service.health]\nkind = \"tcp\"\n" % port
+        mode = "mode = \"http\"\n[service.http]\naccess_log = \"off\"\n" if http else ""
+        conf.write_text("workers = 1\n[[service]]\nname = \"bench\"\nlisten = \"127.0.0.1:%d\"\nalgorithm = \"round-robin\"\n%s[service.health]\nkind = \"tcp\"\n" % (port, mode)
                         + "".join(f"[[service.server]]\naddress = \"127.0.0.1:{p}\"\n" for p in SERVERS))
         p = start([str(exe), "--log", "warn", "run", str(conf)], 1, name)
     elif name == "haproxy":
@@ -114,7 +117,10 @@ def balancer(name):
   nbthread 1
   maxconn 8000
 defaults
-  mode tcp
+  mode {"http" if http else "tcp"}
+  {"http-reuse always" if http else ""}
+  {"option http-keep-alive" if http else ""}
+  timeout http-keep-alive 60s
   timeout connect 2s
   timeout client 60s
   timeout server 60s
@@ -126,14 +132,25 @@ listen bench
     elif name == "nginx":
         conf = d / "nginx.conf"
         servers = "".join(f"server 127.0.0.1:{p};" for p in SERVERS)
-        conf.write_text(f"""load_module /usr/lib/nginx/modules/ngx_stream_module.so;
+        if http:
+            conf.write_text(f"""daemon off; master_process off; worker_processes 1; user root root;
+pid {d}/nginx.pid; error_log {d}/error.log warn;
+events {{ worker_connections 16384; }}
+http {{ access_log off; keepalive_requests 1000000;
+  client_body_temp_path {d}/b; proxy_temp_path {d}/p; fastcgi_temp_path {d}/f; uwsgi_temp_path {d}/u; scgi_temp_path {d}/s;
+  upstream real {{ {servers} keepalive 256; }}
+  server {{ listen 127.0.0.1:{port} backlog=8192;
+    location / {{ proxy_pass http://real; proxy_http_version 1.1; proxy_set_header Connection ""; proxy_buffering off; }} }} }}
+""")
+        else:
+            conf.write_text(f"""load_module /usr/lib/nginx/modules/ngx_stream_module.so;
 daemon off; master_process off; worker_processes 1; user root root;
 pid {d}/nginx.pid; error_log {d}/error.log warn;
 events {{ worker_connections 16384; }}
 stream {{ upstream real {{ {servers} }} server {{ listen 127.0.0.1:{port} backlog=8192; proxy_pass real; }} }}
 """)
         p = start(["nginx", "-p", str(d), "-c", str(conf)], 1, name)
-    elif name == "pen":
+    elif name == "pen" and not http:
         p = start(["pen", "-f", "-r", "-x", "8000", "-c", "8000", f"127.0.0.1:{port}"] + [f"127.0.0.1:{s}" for s in SERVERS], 1, name)
     else:
         return None
@@ -213,6 +230,14 @@ def main():
         if p:
             os.killpg(p.pid, signal.SIGKILL)
             p.wait()
+    results["http"] = {}
+    for name in ["haproxy", "fulcrum", "nginx"]:
+        print(f"bench: {name} (http) ...", flush=True)
+        p = balancer(name, http=True)
+        port = PORTS[name]
+        results["http"][name] = {"wrk_keepalive": wrk(port, p.pid), "ab_per_connection": ab(port, p.pid), "bulk": bulk(port, p.pid)}
+        os.killpg(p.pid, signal.SIGKILL)
+        p.wait()
     report = render(results)
     print(report)
     out = ROOT / "bench" / "results"
@@ -240,6 +265,19 @@ def render(r):
     for name, res in b.items():
         x = res["bulk"]
         lines.append(f"| {name} | {x['mb_per_s']:.0f} | {x['mb_per_s'] / direct:.2f} | {x['cpu_s_per_gb']:.3f} |")
+    lines += ["", "# Side-by-side HTTP benchmark" + (" (quick)" if r["quick"] else ""), "",
+              "HTTP mode, keep-alive to the servers (HAProxy http-reuse always, NGINX upstream keepalive); pen has no HTTP mode.", "",
+              "| balancer | workload | req/s | p50 ms | p99 ms | CPU s / 10k req | req/s vs HAProxy | CPU/req vs HAProxy | p99 vs HAProxy | errors |",
+              "|---|---|---:|---:|---:|---:|---:|---:|---:|---:|"]
+    hh = r["http"]["haproxy"]
+    for name, res in r["http"].items():
+        for wl in ["wrk_keepalive", "ab_per_connection"]:
+            x, h = res[wl], hh[wl]
+            lines.append(f"| {name} | {wl} | {x['rps']:.0f} | {x['p50_ms']:.2f} | {x['p99_ms']:.2f} | {x['cpu_s_per_10k']:.3f} | "
+                         f"{x['rps'] / h['rps']:.2f} | {x['cpu_s_per_10k'] / h['cpu_s_per_10k']:.2f} | {x['p99_ms'] / max(h['p99_ms'], 0.001):.2f} | {x['errors']} |")
+    lines += ["", "| balancer (http) | bulk MB/s (64 MiB, median) | CPU s / GB |", "|---|---:|---:|"]
+    for name, res in r["http"].items():
+        lines.append(f"| {name} | {res['bulk']['mb_per_s']:.0f} | {res['bulk']['cpu_s_per_gb']:.3f} |")
     lines += ["", "Versions: " + "; ".join(f"{k}: {v}" for k, v in r["versions"].items()), ""]
     return "\n".join(lines)
 
