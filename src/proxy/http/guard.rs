@@ -309,10 +309,10 @@ impl AsyncRead for Guarded {
                 Scan::Release(n) => this.ready = n,
                 Scan::Bad(why) => this.fail(why),
                 Scan::NeedMore => {
-                    let mut chunk = [0u8; 8192];
-                    let mut rb = ReadBuf::new(&mut chunk);
-                    ready!(Pin::new(&mut this.inner).poll_read(cx, &mut rb))?;
-                    let n = rb.filled().len();
+                    if this.pending.capacity() - this.pending.len() < 4096 {
+                        this.pending.reserve(16 * 1024);
+                    }
+                    let n = ready!(tokio_util::io::poll_read_buf(Pin::new(&mut this.inner), cx, &mut this.pending))?;
                     if n == 0 {
                         // End of stream: what is left is incomplete; hyper judges it.
                         this.ready = this.pending.len();
@@ -322,7 +322,6 @@ impl AsyncRead for Guarded {
                         this.framing.at = At::Opaque;
                         continue;
                     }
-                    this.pending.extend_from_slice(rb.filled());
                 }
             }
         }

@@ -30,6 +30,7 @@ use access::Record;
 use body::ProxyBody;
 use guard::{Guarded, Verdict};
 use upstream::Failure;
+use crate::config::AccessLog;
 use crate::error::Kind;
 use crate::runtime::Service;
 use crate::shutdown::Shutdown;
@@ -73,16 +74,18 @@ pub async fn serve(client: TcpStream, peer: SocketAddr, service: Arc<Service>, s
 async fn handle(mut req: Request<Incoming>, peer: SocketAddr, service: &Arc<Service>, verdict: &Verdict) -> Response<ProxyBody> {
     let cfg = &service.config;
     let started = Instant::now();
-    let path = req.uri().path_and_query().map(|p| p.as_str().to_string()).unwrap_or_else(|| req.uri().to_string());
+    let target_len = req.uri().path_and_query().map_or(0, |p| p.as_str().len());
+    // Without an access log the record stays empty: no strings are built per request.
+    let logging = cfg.http.access_log != AccessLog::Off;
     let mut record = Record {
         format: cfg.http.access_log,
         started: SystemTime::now(),
         client: peer,
-        service: cfg.name.clone(),
+        service: if logging { cfg.name.clone() } else { String::new() },
         pool: String::new(),
         server: None,
-        method: req.method().to_string(),
-        path: truncate(&path, 512),
+        method: if logging { req.method().to_string() } else { String::new() },
+        path: if logging { truncate(req.uri().path_and_query().map_or("", |p| p.as_str()), 512) } else { String::new() },
         status: 0,
         bytes_in: Arc::new(AtomicU64::new(0)),
         bytes_out: 0,
@@ -90,7 +93,7 @@ async fn handle(mut req: Request<Incoming>, peer: SocketAddr, service: &Arc<Serv
         connect: Duration::ZERO,
         response: Duration::ZERO,
     };
-    if path.len() > cfg.http.max_uri_length {
+    if target_len > cfg.http.max_uri_length {
         return answer(record, StatusCode::URI_TOO_LONG, format!("the request target is longer than {} bytes", cfg.http.max_uri_length));
     }
     let upgrade = req.headers().contains_key(header::UPGRADE) && req.method() != Method::CONNECT;
@@ -118,7 +121,9 @@ async fn handle(mut req: Request<Incoming>, peer: SocketAddr, service: &Arc<Serv
     // connection per request; hyper answers the client in its own version.
     parts.version = hyper::Version::HTTP_11;
     let (target, pool) = route::choose(service, parts.uri.path(), &parts.headers, parts.uri.authority().map(|a| a.as_str()));
-    record.pool = pool.to_string();
+    if logging {
+        record.pool = pool.to_string();
+    }
     let has_body = first.is_some() || !incoming.is_end_stream();
     let replayable = !has_body && matches!(parts.method, Method::GET | Method::HEAD | Method::OPTIONS | Method::TRACE | Method::PUT | Method::DELETE);
     let body = if has_body { ProxyBody::Request { first, rest: incoming, bytes: record.bytes_in.clone() } } else { ProxyBody::Empty };
