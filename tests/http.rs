@@ -412,3 +412,76 @@ fn maxconn_queues_requests_and_the_queue_times_out() {
     assert_eq!(codes.iter().filter(|&&c| c == 200).count(), 4, "{codes:?}");
     f.wait_log("(queue timeout)");
 }
+
+/// A server that answers the first request on each connection and then, like a server whose
+/// keep-alive timer just fired, closes the connection when the next request arrives. A GET on
+/// the reused connection is sent again on a new one; a POST with a body is not (502).
+#[test]
+fn an_idempotent_request_is_retried_when_a_reused_connection_was_closed() {
+    use std::io::BufRead;
+    let server = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    let addr = server.local_addr().unwrap();
+    std::thread::spawn(move || {
+        for conn in server.incoming().flatten() {
+            std::thread::spawn(move || {
+                let mut reader = std::io::BufReader::new(conn.try_clone().unwrap());
+                let mut conn = conn;
+                // Request 1: read the head (and a body of Content-Length bytes), answer.
+                let mut length = 0usize;
+                loop {
+                    let mut line = String::new();
+                    if reader.read_line(&mut line).unwrap_or(0) == 0 {
+                        return;
+                    }
+                    if let Some(v) = line.to_ascii_lowercase().strip_prefix("content-length:") {
+                        length = v.trim().parse().unwrap_or(0);
+                    }
+                    if line == "\r\n" {
+                        break;
+                    }
+                }
+                let mut body = vec![0u8; length];
+                let _ = reader.read_exact(&mut body);
+                let _ = conn.write_all(b"HTTP/1.1 200 OK\r\ncontent-length: 2\r\n\r\nok");
+                // Request 2: read its first line, then close without an answer.
+                let mut line = String::new();
+                let _ = reader.read_line(&mut line);
+            });
+        }
+    });
+    let f = Fulcrum::start(&http_service("round-robin", "", "kind = \"none\"", &[addr], &[]));
+    for i in 0..5 {
+        let (status, body) = curl_get(&format!("http://{}/get{i}", f.listen), &[]);
+        assert_eq!((status, body.as_str()), (200, "ok"), "GET {i}");
+    }
+    // Each GET after the first found its pooled connection closed as it was sent, and was sent again.
+    let s = f.server_stats(&addr.to_string());
+    assert!(s["transfer_errors"].as_u64().unwrap() >= 4, "the closed reused connections were seen: {s}");
+    // A POST with a body is not sent twice: on the pooled connection the server closes, the
+    // client learns the server broke the connection; the next POST gets a fresh connection.
+    let (status, body) = curl_get(&format!("http://{}/post", f.listen), &["-d", "x=1"]);
+    assert_eq!(status, 502, "{body}");
+    assert!(body.contains("the server broke the connection"), "{body}");
+    let (status, body) = curl_get(&format!("http://{}/post", f.listen), &["-d", "x=2"]);
+    assert_eq!((status, body.as_str()), (200, "ok"));
+}
+
+/// The access log as JSON: one line per request with every field the issue names.
+#[test]
+fn the_json_access_log_has_a_line_per_request() {
+    let b = Backend::start("b");
+    let f = Fulcrum::start(&http_service("round-robin", "\n[service.http]\naccess_log = \"json\"", "kind = \"none\"", &[b.addr], &[]));
+    let (status, _) = curl_get(&format!("http://{}/post?x=1", f.listen), &["-d", "0123456789", "--interface", "127.0.0.31"]);
+    assert_eq!(status, 200);
+    f.wait_log("\"path\":\"/post?x=1\"");
+    let line = f.log().lines().find(|l| l.contains("\"path\":\"/post?x=1\"")).unwrap().to_string();
+    let json: serde_json::Value = serde_json::from_str(&line[line.find('{').unwrap()..].replace("\u{1b}[0m", "")).unwrap_or_else(|e| panic!("{e}: {line}"));
+    for key in ["time", "client", "service", "pool", "server", "method", "path", "status", "bytes_in", "bytes_out", "queue_ms", "connect_ms", "response_ms"] {
+        assert!(json.get(key).is_some(), "{key} missing in {json}");
+    }
+    assert_eq!(json["status"], 200);
+    assert_eq!(json["bytes_in"], 10);
+    assert_eq!(json["method"], "POST");
+    assert!(json["client"].as_str().unwrap().starts_with("127.0.0.31:"), "{json}");
+    assert_eq!(json["server"], b.addr.to_string());
+}
