@@ -1,4 +1,4 @@
-//! Fulcrum: a TCP server load balancer.
+//! Fulcrum: a TCP, HTTP and FTP server load balancer.
 //!
 //! A client connection arrives on a **listener**, its **service** asks a **balancer** for a
 //! **server** among the healthy ones, the **proxy** connects and forwards bytes both ways, and
@@ -7,13 +7,16 @@
 //! connections in flight.
 //!
 //! # Layout
-//! - [`config`]: the TOML schema, defaults, and validation with line/column errors.
+//! - [`config`]: the TOML schema, defaults, validation with line/column errors, and `Change`,
+//!   the typed edits the admin API applies to a copy of the running config.
 //! - [`runtime`]: the live generation behind an `ArcSwap`, and server state that outlives it.
 //! - [`balance`]: the `Balancer` trait and one file per algorithm.
 //! - [`health`]: active checks and the rise/fall state machine.
-//! - [`proxy`]: listeners, connect with redispatch, L4 forwarding with splice(2).
-//! - [`stats`]: read-only views over the counters.
-//! - [`admin`]: the JSON API on the admin listener.
+//! - [`proxy`]: listeners, connect with redispatch, L4 forwarding with splice(2); `proxy::http`
+//!   (hyper behind a framing guard, pooled server connections, routing, affinity, queueing) and
+//!   `proxy::ftp` (control-channel rewriting and data ports).
+//! - [`stats`]: read-only views over the counters, the 10 s traffic history, Prometheus text.
+//! - [`admin`]: the dashboard, the JSON API and `/metrics` on the admin listener, with auth.
 //! - [`app`]: the running process and the one path every config change takes.
 //! - [`backend`]: a real server for tests, the demo and the lab.
 //! - [`cli`]: the subcommands.

@@ -101,15 +101,16 @@ fn data_ports(base: u16, len: u16) -> String {
     format!("{}-{}", base, base + len - 1)
 }
 
-/// How one client talks FTP.
+/// How one client talks FTP. Active mode is spoken by Python's ftplib: curl 7.88's `--ftp-port`
+/// reads an unset address when it sets up its listening socket (curl issue 10622) and now and then
+/// announces a port it does not listen on, which would fail this test for a reason not Fulcrum's.
 #[derive(Debug, Clone, Copy)]
 enum Client {
     CurlEpsv,
     CurlPasv,
-    CurlEprt,
-    CurlPort,
     FtplibPassive,
-    FtplibActive,
+    FtplibPort,
+    FtplibEprt,
 }
 
 fn run_client(kind: Client, source: IpAddr, vip: SocketAddr, out: &Path, upload: &Path) -> Result<(), String> {
@@ -120,35 +121,40 @@ fn run_client(kind: Client, source: IpAddr, vip: SocketAddr, out: &Path, upload:
         if o.status.success() { Ok(()) } else { Err(format!("{kind:?} from {source}: {}", String::from_utf8_lossy(&o.stderr))) }
     };
     match kind {
-        Client::FtplibPassive | Client::FtplibActive => {
+        Client::FtplibPassive | Client::FtplibPort | Client::FtplibEprt => {
             let script = r#"
 import ftplib, sys
-src, host, port, out, upload, name, passive = sys.argv[1:8]
-f = ftplib.FTP(source_address=(src, 0), timeout=60)
-f.connect(host, int(port))
-f.login()
-f.set_pasv(passive == "1")
+src, host, port, out, upload, name, mode = sys.argv[1:8]
+def session():
+    f = ftplib.FTP(source_address=(src, 0), timeout=60)
+    f.connect(host, int(port))
+    f.login()
+    f.set_pasv(mode == "passive")
+    if mode == "eprt":
+        # ftplib sends PORT on IPv4; EPRT takes the same (host, port).
+        f.sendport = f.sendeprt
+    return f
+f = session()
 for i in range(10):
     with open(f"{out}/file{i}.bin", "wb") as w:
         f.retrbinary(f"RETR pub/file{i}.bin", w.write)
 f.quit()
-g = ftplib.FTP(source_address=(src, 0), timeout=60)
-g.connect(host, int(port))
-g.login()
-g.set_pasv(passive == "1")
+g = session()
 with open(upload, "rb") as r:
     g.storbinary(f"STOR pub/upload/{name}", r)
 g.quit()
 "#;
-            let passive = if matches!(kind, Client::FtplibPassive) { "1" } else { "0" };
-            ok(Command::new("python3").args(["-c", script]).arg(source.to_string()).arg(vip.ip().to_string()).arg(vip.port().to_string()).arg(out).arg(upload).arg(&upload_name).arg(passive))
+            let mode = match kind {
+                Client::FtplibPassive => "passive",
+                Client::FtplibPort => "port",
+                _ => "eprt",
+            };
+            ok(Command::new("python3").args(["-c", script]).arg(source.to_string()).arg(vip.ip().to_string()).arg(vip.port().to_string()).arg(out).arg(upload).arg(&upload_name).arg(mode))
         }
         _ => {
             let mode: Vec<String> = match kind {
                 Client::CurlEpsv => vec![],
                 Client::CurlPasv => vec!["--disable-epsv".into()],
-                Client::CurlEprt => vec!["--ftp-port".into(), source.to_string()],
-                Client::CurlPort => vec!["--ftp-port".into(), source.to_string(), "--disable-eprt".into()],
                 _ => unreachable!(),
             };
             let base = ["-sS", "--max-time", "120", "--interface"];
@@ -173,7 +179,7 @@ fn ten_clients_download_and_upload_through_four_vsftpd_servers_in_every_mode() {
     let s = f.server_stats(&servers[0].addr.to_string());
     assert!(s["last_check"].as_str().unwrap().contains("220"), "the ftp check reads the greeting: {s}");
 
-    let kinds = [Client::CurlEpsv, Client::CurlPasv, Client::CurlEprt, Client::CurlPort, Client::FtplibPassive, Client::FtplibActive];
+    let kinds = [Client::CurlEpsv, Client::CurlPasv, Client::FtplibPassive, Client::FtplibPort, Client::FtplibEprt];
     let work = scratch("ftp-clients");
     let threads: Vec<_> = (0..10)
         .map(|i| {
