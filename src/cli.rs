@@ -1,4 +1,4 @@
-//! Subcommands: `run`, `check`, `demo`, `backend`.
+//! Subcommands: `run`, `check`, `demo`, `lab`, `backend`, `hash-password`.
 
 use std::path::PathBuf;
 use std::process::ExitCode;
@@ -12,7 +12,7 @@ use crate::config;
 use crate::shutdown::Shutdown;
 
 #[derive(Debug, Parser)]
-#[command(name = "fulcrum", version, about = "A TCP server load balancer")]
+#[command(name = "fulcrum", version, about = "A TCP, HTTP and FTP server load balancer")]
 pub struct Cli {
     /// Log filter (error, warn, info, debug, trace, or a tracing filter); RUST_LOG overrides it.
     #[arg(long, global = true, default_value = "info")]
@@ -32,6 +32,8 @@ pub enum Command {
     },
     /// Start four built-in real servers, a service over them and light traffic.
     Demo(crate::demo::DemoArgs),
+    /// Reproduce the source papers' experiments and compare the algorithms (report, JSON, plots).
+    Lab(crate::lab::LabArgs),
     /// Run one real server (HTTP) for tests, the demo and the lab.
     Backend(BackendArgs),
     /// Read a password on standard input and print its Argon2 hash for `[admin] password_hash`.
@@ -46,6 +48,11 @@ pub fn main() -> ExitCode {
         Command::Run { config } => run(config),
         Command::Demo(args) => runtime(0).and_then(|rt| rt.block_on(crate::demo::run(args))),
         Command::HashPassword => hash_password(),
+        Command::Lab(args) => match runtime(0).and_then(|rt| rt.block_on(crate::lab::run(args))) {
+            Ok(true) => Ok(()),
+            Ok(false) => return ExitCode::from(3),
+            Err(e) => Err(e),
+        },
         Command::Backend(args) => runtime(1).and_then(|rt| rt.block_on(crate::backend::serve(args, ctrl_c()))),
     };
     match result {

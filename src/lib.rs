@@ -19,6 +19,7 @@
 //! - [`admin`]: the dashboard, the JSON API and `/metrics` on the admin listener, with auth.
 //! - [`app`]: the running process and the one path every config change takes.
 //! - [`backend`]: a real server for tests, the demo and the lab.
+//! - [`lab`]: the source papers' experiments as `fulcrum lab SCENARIO`, with reports and plots.
 //! - [`cli`]: the subcommands.
 
 #![deny(unsafe_code)]
@@ -32,6 +33,7 @@ pub mod config;
 pub mod demo;
 pub mod error;
 pub mod health;
+pub mod lab;
 pub mod proxy;
 pub mod runtime;
 pub mod shutdown;

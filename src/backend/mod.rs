@@ -3,7 +3,8 @@
 //! HTTP/1.1 with keep-alive (hyper), and half-closed connections served to the end, since the L4
 //! half-close tests need a server that keeps answering after the client's FIN (nginx aborts).
 //! `/index.html` carries a configurable text for health checks, `/name` the instance's name,
-//! `/large` a deterministic bulk body streamed in chunks, and `/stats` what this instance served.
+//! `/large` a deterministic bulk body streamed in chunks, `/site/NAME-SIZE.EXT` a page or image of
+//! the lab's generated website, and `/stats` what this instance served.
 
 mod routes;
 
@@ -56,6 +57,10 @@ pub struct Degrade {
     /// CPU work per request, in µs of busy computation.
     #[arg(long, default_value_t = 0)]
     pub cpu_us: u64,
+    /// Requests served at once (0: no limit); others wait their turn, like a server with a fixed
+    /// pool of worker threads.
+    #[arg(long, default_value_t = 0)]
+    pub workers: usize,
 }
 
 /// What one instance serves and counts.
@@ -66,6 +71,11 @@ pub struct Instance {
     pub large_size: u64,
     pub requests: AtomicU64,
     pub connections: AtomicU64,
+    /// Requests being served now, and the most at once (what `--workers` bounds).
+    pub in_service: AtomicU64,
+    pub in_service_max: AtomicU64,
+    /// The worker pool of `--workers`.
+    pub workers: Option<tokio::sync::Semaphore>,
 }
 
 /// Binds, then returns the bound address and the future that serves until `stop` fires.
@@ -79,6 +89,9 @@ pub async fn bind(args: BackendArgs, stop: CancellationToken) -> anyhow::Result<
         large_size: args.large_size,
         requests: AtomicU64::new(0),
         connections: AtomicU64::new(0),
+        in_service: AtomicU64::new(0),
+        in_service_max: AtomicU64::new(0),
+        workers: (args.degrade.workers > 0).then(|| tokio::sync::Semaphore::new(args.degrade.workers)),
     });
     Ok((addr, accept_loop(listener, instance, stop)))
 }
@@ -88,6 +101,8 @@ pub async fn serve(args: BackendArgs, shutdown: impl Future<Output = ()> + Send 
     let stop = CancellationToken::new();
     let (addr, serving) = bind(args.clone(), stop.clone()).await?;
     tracing::info!(%addr, name = %args.name, "backend listening");
+    // The bound address on standard output, so a parent that asked for port 0 learns the port.
+    println!("{addr}");
     tokio::spawn(async move {
         shutdown.await;
         stop.cancel();

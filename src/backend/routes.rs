@@ -25,7 +25,15 @@ pub fn pattern_byte(i: u64) -> u8 {
 
 pub async fn route(instance: Arc<Instance>, req: Request<Incoming>) -> Result<Response<Body>, Infallible> {
     instance.requests.fetch_add(1, Relaxed);
+    // Held until the response head is built; a streamed body is sent without a worker.
+    let _worker = match &instance.workers {
+        Some(pool) => pool.acquire().await.ok(),
+        None => None,
+    };
+    let now = instance.in_service.fetch_add(1, Relaxed) + 1;
+    instance.in_service_max.fetch_max(now, Relaxed);
     degrade(&instance.degrade).await;
+    instance.in_service.fetch_sub(1, Relaxed);
     let path = req.uri().path().to_string();
     let resp = match (req.method().clone(), path.as_str()) {
         (Method::POST, _) => {
@@ -43,13 +51,18 @@ pub async fn route(instance: Arc<Instance>, req: Request<Incoming>) -> Result<Re
                 "name": instance.name,
                 "requests": instance.requests.load(Relaxed),
                 "connections": instance.connections.load(Relaxed),
+                "max_in_service": instance.in_service_max.load(Relaxed),
             });
             text(&instance, StatusCode::OK, body.to_string(), "application/json")
         }
-        (Method::GET, "/large") => stream(&instance, instance.large_size),
+        (Method::GET, "/large") => stream(&instance, instance.large_size, "application/octet-stream"),
         (Method::GET, p) if p.starts_with("/bytes/") => match p["/bytes/".len()..].parse::<u64>() {
-            Ok(n) if n <= MAX_BYTES => stream(&instance, n),
+            Ok(n) if n <= MAX_BYTES => stream(&instance, n, "application/octet-stream"),
             _ => text(&instance, StatusCode::BAD_REQUEST, "size must be 0 to 1073741824 bytes".into(), "text/plain"),
+        },
+        (Method::GET, p) if p.starts_with("/site/") => match site_file(&p["/site/".len()..]) {
+            Some((size, content_type)) => stream(&instance, size, content_type),
+            None => text(&instance, StatusCode::NOT_FOUND, "site files are named NAME-SIZE.EXT".into(), "text/plain"),
         },
         (Method::GET, p) if p.starts_with("/slow/") => match p["/slow/".len()..].parse::<u64>() {
             Ok(ms) if ms <= 60_000 => {
@@ -88,7 +101,22 @@ fn text(instance: &Instance, status: StatusCode, body: String, content_type: &st
         .unwrap_or_else(|_| Response::new(Full::new(Bytes::new()).boxed()))
 }
 
-fn stream(instance: &Instance, len: u64) -> Response<Body> {
+/// A site file's size and content type from its name, `NAME-SIZE.EXT`.
+fn site_file(name: &str) -> Option<(u64, &'static str)> {
+    let (stem, ext) = name.rsplit_once('.')?;
+    let size: u64 = stem.rsplit_once('-')?.1.parse().ok()?;
+    let content_type = match ext {
+        "html" => "text/html",
+        "css" => "text/css",
+        "jpg" => "image/jpeg",
+        "png" => "image/png",
+        "gif" => "image/gif",
+        _ => return None,
+    };
+    (size <= MAX_BYTES).then_some((size, content_type))
+}
+
+fn stream(instance: &Instance, len: u64, content_type: &str) -> Response<Body> {
     // Every chunk is a cheap slice of one period-aligned buffer, cut at the chunk's phase.
     let period: Bytes = (0..(CHUNK as u64 + 251)).map(pattern_byte).collect::<Vec<u8>>().into();
     let mut sent = 0u64;
@@ -101,7 +129,7 @@ fn stream(instance: &Instance, len: u64) -> Response<Body> {
         sent += n as u64;
         Some(Ok(Frame::data(period.slice(phase..phase + n))))
     });
-    builder(instance, StatusCode::OK, "application/octet-stream")
+    builder(instance, StatusCode::OK, content_type)
         .header(header::CONTENT_LENGTH, len)
         .body(BodyExt::boxed(StreamBody::new(futures_util::stream::iter(frames))))
         .unwrap_or_else(|_| Response::new(Full::new(Bytes::new()).boxed()))

@@ -7,6 +7,10 @@ use tokio_util::sync::CancellationToken;
 use super::*;
 
 async fn start(index: Option<&str>, large: u64) -> (SocketAddr, CancellationToken) {
+    start_with(index, large, Degrade::default()).await
+}
+
+async fn start_with(index: Option<&str>, large: u64, degrade: Degrade) -> (SocketAddr, CancellationToken) {
     let stop = CancellationToken::new();
     let args = BackendArgs {
         listen: "127.0.0.1:0".parse().unwrap(),
@@ -14,7 +18,7 @@ async fn start(index: Option<&str>, large: u64) -> (SocketAddr, CancellationToke
         index_text: index.map(str::to_string),
         large_size: large,
         backlog: 16,
-        degrade: Degrade::default(),
+        degrade,
     };
     let (addr, serving) = bind(args, stop.clone()).await.unwrap();
     tokio::spawn(serving);
@@ -43,6 +47,27 @@ async fn index_carries_target_and_the_name_by_default_or_the_given_text() {
     assert!(String::from_utf8_lossy(&r).contains("x-served-by: b7"));
     let (a, _s) = start(Some("down for maintenance"), 10).await;
     assert_eq!(body(&raw(a, "GET / HTTP/1.0\r\n\r\n").await), b"down for maintenance");
+}
+
+#[tokio::test]
+async fn site_files_have_the_size_and_type_their_name_gives() {
+    let (a, _s) = start(None, 10).await;
+    let r = raw(a, "GET /site/img3-20480.png HTTP/1.0\r\n\r\n").await;
+    assert_eq!(body(&r).len(), 20480);
+    assert!(String::from_utf8_lossy(&r).contains("content-type: image/png"));
+    assert!(String::from_utf8_lossy(&raw(a, "GET /site/page1-100.html HTTP/1.0\r\n\r\n").await).contains("content-type: text/html"));
+    for bad in ["/site/x.html", "/site/x-12.exe", "/site/x-99999999999.jpg"] {
+        assert!(String::from_utf8_lossy(&raw(a, &format!("GET {bad} HTTP/1.0\r\n\r\n")).await).starts_with("HTTP/1.0 404"), "{bad}");
+    }
+}
+
+#[tokio::test]
+async fn workers_bound_the_requests_served_at_once() {
+    let (a, _s) = start_with(None, 10, Degrade { workers: 2, delay_ms: 50, ..Degrade::default() }).await;
+    let all = futures_util::future::join_all((0..8).map(|_| raw(a, "GET /name HTTP/1.0\r\n\r\n"))).await;
+    assert!(all.iter().all(|r| body(r) == b"b7"));
+    let stats: serde_json::Value = serde_json::from_slice(body(&raw(a, "GET /stats HTTP/1.0\r\n\r\n").await)).unwrap();
+    assert_eq!(stats["max_in_service"], 2, "{stats}");
 }
 
 #[tokio::test]

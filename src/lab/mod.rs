@@ -1,0 +1,171 @@
+//! `fulcrum lab`: the four source documents' experiments, repeatable on the user's own machine.
+//!
+//! Real servers and Fulcrum run as child processes (their CPU and memory read from `/proc`), the
+//! clients run in this process from distinct loopback source addresses, every random choice has a
+//! seed, and each run writes `report.md`, `results.json` and SVG plots into one folder.
+//! Scenarios: `java-slb` (algorithm comparison with 10 clients browsing a site on 4 servers),
+//! `passive` (a degraded server under Poisson load), `haproxy` (10,000 POSTs in HTTP mode) and
+//! `scaling` (1 to 4 servers at low and high concurrency); `compare` sets two runs side by side.
+
+mod client;
+mod ftp;
+mod haproxy;
+mod java_slb;
+mod passive;
+mod plot;
+mod procs;
+mod report;
+mod scaling;
+mod site;
+
+use std::path::PathBuf;
+use std::time::Duration;
+
+use anyhow::Context;
+use indicatif::{ProgressBar, ProgressStyle};
+
+pub use report::{Report, compare};
+
+#[derive(Debug, clap::Args)]
+pub struct LabArgs {
+    #[command(subcommand)]
+    pub command: LabCommand,
+}
+
+#[derive(Debug, clap::Subcommand)]
+pub enum LabCommand {
+    /// The Java TCP load balancer paper: 10 clients browse a generated site on 4 real servers,
+    /// once per algorithm; response time per client, CPU and memory of Fulcrum and the servers.
+    JavaSlb(RunArgs),
+    /// The passive-measurement paper: 3 servers, one degraded, Poisson arrivals over a sweep of
+    /// rates; equal split against passive-ratio, least-conn and p2c-ewma.
+    Passive(RunArgs),
+    /// The HAProxy paper: 10,000 POSTs at concurrency 100 in HTTP mode with round robin, static-rr
+    /// and least-conn.
+    Haproxy(RunArgs),
+    /// The JServ cluster article: 1 to 4 servers at concurrency 2 and 50, and weights 3:1.
+    Scaling(RunArgs),
+    /// Two result folders side by side (figures of B over A).
+    Compare { a: PathBuf, b: PathBuf },
+}
+
+/// Options every scenario takes.
+#[derive(Debug, Clone, clap::Args)]
+pub struct RunArgs {
+    /// Seconds instead of minutes: small counts, for tests and a first look.
+    #[arg(long)]
+    pub quick: bool,
+    /// Seed of every random choice (site, links, arrivals, random algorithms' clients).
+    #[arg(long, default_value_t = 1)]
+    pub seed: u64,
+    /// Folder for report.md, results.json and the plots [default: lab-results/SCENARIO-TIME].
+    #[arg(long)]
+    pub out: Option<PathBuf>,
+}
+
+/// Runs one lab command; the error says what to fix.
+pub async fn run(args: LabArgs) -> anyhow::Result<bool> {
+    let (name, run): (&'static str, RunArgs) = match args.command {
+        LabCommand::Compare { a, b } => {
+            print!("{}", compare(&a, &b)?);
+            return Ok(true);
+        }
+        LabCommand::JavaSlb(r) => ("java-slb", r),
+        LabCommand::Passive(r) => ("passive", r),
+        LabCommand::Haproxy(r) => ("haproxy", r),
+        LabCommand::Scaling(r) => ("scaling", r),
+    };
+    let dir = run.out.clone().unwrap_or_else(|| {
+        let stamp = humantime::format_rfc3339_seconds(std::time::SystemTime::now()).to_string().replace(':', "");
+        PathBuf::from("lab-results").join(format!("{name}-{stamp}"))
+    });
+    std::fs::create_dir_all(&dir).with_context(|| format!("cannot create the result folder {}", dir.display()))?;
+    procs::check_sources(&client::sources(10))?;
+    let ctx = Ctx { dir: dir.clone(), quick: run.quick, seed: run.seed };
+    let report = match name {
+        "java-slb" => java_slb::run(&ctx).await?,
+        "passive" => passive::run(&ctx).await?,
+        "haproxy" => haproxy::run(&ctx).await?,
+        _ => scaling::run(&ctx).await?,
+    };
+    report.write(&dir)?;
+    let failed = report.checks.iter().filter(|c| !c.passed).count();
+    for c in &report.checks {
+        eprintln!("{} {}: {}", if c.passed { "PASS" } else { "FAIL" }, c.name, c.detail);
+    }
+    eprintln!("report: {}", dir.join("report.md").display());
+    if failed > 0 {
+        eprintln!("{failed} check{} failed", if failed == 1 { "" } else { "s" });
+    }
+    Ok(failed == 0)
+}
+
+/// What a scenario needs to know about its run.
+pub struct Ctx {
+    /// The result folder; Fulcrum's configs and logs go there too.
+    pub dir: PathBuf,
+    pub quick: bool,
+    pub seed: u64,
+}
+
+impl Ctx {
+    /// A progress bar of `len` steps, or a counter when the length is not known (both hidden when
+    /// standard error is not a terminal).
+    pub fn progress(&self, len: Option<u64>, what: &str) -> ProgressBar {
+        let (pb, template) = match len {
+            Some(n) => (ProgressBar::new(n), "{spinner} {msg:32} [{bar:30}] {pos}/{len} {elapsed}"),
+            None => (ProgressBar::no_length(), "{spinner} {msg:32} {pos} requests {elapsed}"),
+        };
+        let style = ProgressStyle::with_template(template).unwrap_or_else(|_| ProgressStyle::default_bar()).progress_chars("=> ");
+        pb.set_style(style);
+        pb.set_message(what.to_string());
+        pb.enable_steady_tick(Duration::from_millis(200));
+        pb
+    }
+}
+
+/// The `[[service]]` TOML of a lab run: `mode`, `algorithm`, the servers with their weights,
+/// and `extra` lines for the service table.
+pub fn service_toml(mode: &str, algorithm: &str, servers: &[(std::net::SocketAddr, u32)], extra: &str) -> String {
+    let mut s = format!(
+        "[[service]]\nname = \"lab\"\nlisten = \"{{LISTEN}}\"\nmode = \"{mode}\"\nalgorithm = \"{algorithm}\"\n\
+         connect_timeout = \"5s\"\nfailure_limit = 0\n{extra}\n[service.health]\nkind = \"none\"\n"
+    );
+    for (addr, weight) in servers {
+        s.push_str(&format!("\n[[service.server]]\naddress = \"{addr}\"\nweight = {weight}\n"));
+    }
+    s
+}
+
+/// How many samples each real server answered, by the name in `X-Served-By`.
+pub fn served_by<'a>(samples: impl IntoIterator<Item = &'a client::Sample>) -> std::collections::BTreeMap<String, usize> {
+    let mut m = std::collections::BTreeMap::new();
+    for s in samples {
+        if let (true, Some(name)) = (s.ok(), &s.server) {
+            *m.entry(name.clone()).or_insert(0) += 1;
+        }
+    }
+    m
+}
+
+/// Starts `n` real servers named `{prefix}1`.. with the same options.
+pub fn start_backends(prefix: &str, n: usize, extra: &[String]) -> anyhow::Result<Vec<procs::Backend>> {
+    (1..=n).map(|i| procs::Backend::start(&format!("{prefix}{i}"), extra)).collect()
+}
+
+/// Samples a set of processes' usage every `every` until `stop` fires; (seconds, usage per proc).
+pub fn sample_usage(pids: Vec<u32>, every: Duration, stop: tokio_util::sync::CancellationToken) -> tokio::task::JoinHandle<Vec<(f64, Vec<procs::Usage>)>> {
+    tokio::spawn(async move {
+        let start = std::time::Instant::now();
+        let mut out = Vec::new();
+        loop {
+            out.push((start.elapsed().as_secs_f64(), pids.iter().map(|p| procs::Usage::of(*p)).collect()));
+            tokio::select! {
+                _ = tokio::time::sleep(every) => {}
+                _ = stop.cancelled() => break,
+            }
+        }
+        out.push((start.elapsed().as_secs_f64(), pids.iter().map(|p| procs::Usage::of(*p)).collect()));
+        out
+    })
+}

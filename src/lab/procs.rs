@@ -1,0 +1,183 @@
+//! The lab's processes: real servers (`fulcrum backend`) and Fulcrum itself (`fulcrum run`), each
+//! a child process so its CPU time and memory come from the operating system (`/proc`), as the
+//! papers read them from their hosts' monitors. Children are killed when their handle drops.
+
+use std::io::{BufRead, BufReader};
+use std::net::{SocketAddr, TcpListener, TcpStream};
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Stdio};
+use std::time::{Duration, Instant};
+
+use anyhow::{Context, bail};
+
+/// One child process of the lab.
+pub struct Proc {
+    pub name: String,
+    pub child: Child,
+}
+
+impl Proc {
+    pub fn pid(&self) -> u32 {
+        self.child.id()
+    }
+
+    /// CPU seconds and peak resident memory so far.
+    pub fn usage(&self) -> Usage {
+        Usage::of(self.pid())
+    }
+}
+
+impl Drop for Proc {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+/// A real server: `fulcrum backend` with `extra` options, on a port the kernel picks.
+pub struct Backend {
+    pub addr: SocketAddr,
+    pub proc: Proc,
+}
+
+impl Backend {
+    pub fn start(name: &str, extra: &[String]) -> anyhow::Result<Backend> {
+        let mut child = Command::new(exe()?)
+            .args(["--log", "warn", "backend", "--listen", "127.0.0.1:0", "--name", name])
+            .args(extra)
+            .stdin(Stdio::null())
+            .stdout(Stdio::piped())
+            .stderr(Stdio::inherit())
+            .spawn()
+            .with_context(|| format!("cannot start real server {name}"))?;
+        // The backend prints the address it bound as its first line.
+        let stdout = child.stdout.take().context("no stdout")?;
+        let mut line = String::new();
+        BufReader::new(stdout).read_line(&mut line).with_context(|| format!("real server {name} did not start"))?;
+        let proc = Proc { name: name.to_string(), child };
+        let addr = line.trim().parse().with_context(|| format!("real server {name} printed {line:?}, not its address"))?;
+        Ok(Backend { addr, proc })
+    }
+}
+
+/// Fulcrum under test: `fulcrum run` on a config the lab wrote.
+pub struct Fulcrum {
+    pub listen: SocketAddr,
+    pub admin: SocketAddr,
+    pub proc: Proc,
+    log: PathBuf,
+}
+
+impl Fulcrum {
+    /// Writes `service` (TOML of one `[[service]]` whose listen address is `{LISTEN}`) with an
+    /// admin table into `dir`, starts Fulcrum on it and waits until it listens.
+    pub fn start(dir: &Path, tag: &str, service: &str) -> anyhow::Result<Fulcrum> {
+        let listen = free_addr()?;
+        let admin = free_addr()?;
+        let config = format!("[admin]\nlisten = \"{admin}\"\n\n{}", service.replace("{LISTEN}", &listen.to_string()));
+        let path = dir.join(format!("fulcrum-{tag}.toml"));
+        std::fs::write(&path, config).with_context(|| format!("cannot write {}", path.display()))?;
+        let log = dir.join(format!("fulcrum-{tag}.log"));
+        let log_file = std::fs::File::create(&log).with_context(|| format!("cannot create {}", log.display()))?;
+        let child = Command::new(exe()?)
+            .args(["--log", "warn", "run"])
+            .arg(&path)
+            .env_remove("RUST_LOG")
+            .stdin(Stdio::null())
+            .stdout(Stdio::null())
+            .stderr(log_file)
+            .spawn()
+            .context("cannot start fulcrum")?;
+        let mut f = Fulcrum { listen, admin, proc: Proc { name: "fulcrum".into(), child }, log };
+        let deadline = Instant::now() + Duration::from_secs(15);
+        while !(accepts(listen) && accepts(admin)) {
+            if let Ok(Some(status)) = f.proc.child.try_wait() {
+                bail!("fulcrum exited ({status}) before listening:\n{}", f.log_text());
+            }
+            if Instant::now() > deadline {
+                bail!("fulcrum did not listen on {listen} within 15 s:\n{}", f.log_text());
+            }
+            std::thread::sleep(Duration::from_millis(20));
+        }
+        Ok(f)
+    }
+
+    pub fn log_text(&self) -> String {
+        std::fs::read_to_string(&self.log).unwrap_or_default()
+    }
+}
+
+/// The running `fulcrum` binary, which is also every child's.
+fn exe() -> anyhow::Result<PathBuf> {
+    std::env::current_exe().context("cannot find the fulcrum executable")
+}
+
+fn accepts(addr: SocketAddr) -> bool {
+    TcpStream::connect_timeout(&addr, Duration::from_millis(200)).is_ok()
+}
+
+/// A loopback address with a port free right now.
+pub fn free_addr() -> anyhow::Result<SocketAddr> {
+    let l = TcpListener::bind("127.0.0.1:0").context("cannot bind a loopback port")?;
+    Ok(l.local_addr()?)
+}
+
+/// What a process used: CPU seconds (user + system) and resident memory now and at its peak.
+#[derive(Debug, Clone, Copy, Default, serde::Serialize)]
+pub struct Usage {
+    pub cpu_secs: f64,
+    pub rss_kib: u64,
+    pub peak_rss_kib: u64,
+}
+
+impl Usage {
+    /// Reads `/proc/PID/stat` (CPU time of every thread, live or gone, in USER_HZ ticks, which
+    /// Linux fixes at 100 a second for /proc) and `/proc/PID/status`; zeros where they cannot
+    /// be read.
+    pub fn of(pid: u32) -> Usage {
+        let cpu_secs = std::fs::read_to_string(format!("/proc/{pid}/stat"))
+            .ok()
+            .and_then(|s| {
+                // The fields after the command name, which may hold spaces and ends at the last ')'.
+                let rest = s.get(s.rfind(')')? + 2..)?;
+                let f: Vec<&str> = rest.split_whitespace().collect();
+                let utime: f64 = f.get(11)?.parse().ok()?;
+                let stime: f64 = f.get(12)?.parse().ok()?;
+                Some((utime + stime) / 100.0)
+            })
+            .unwrap_or(0.0);
+        let status = std::fs::read_to_string(format!("/proc/{pid}/status")).unwrap_or_default();
+        let kib = |key: &str| {
+            status
+                .lines()
+                .find_map(|l| l.strip_prefix(key))
+                .and_then(|v| v.split_whitespace().next()?.parse().ok())
+                .unwrap_or(0)
+        };
+        Usage { cpu_secs, rss_kib: kib("VmRSS:"), peak_rss_kib: kib("VmHWM:") }
+    }
+}
+
+/// Fails with a clear message if a source address the clients need cannot be bound.
+pub fn check_sources(sources: &[std::net::IpAddr]) -> anyhow::Result<()> {
+    for ip in sources {
+        if let Err(e) = std::net::TcpListener::bind((*ip, 0)) {
+            bail!(
+                "source address {ip} is not available ({e}); the lab's clients need 127.0.0.11 to 127.0.0.20, \
+                 which Linux routes to loopback (elsewhere add them as loopback aliases)"
+            );
+        }
+    }
+    Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn own_usage_is_read_from_proc() {
+        let u = Usage::of(std::process::id());
+        assert!(u.rss_kib > 0 && u.peak_rss_kib >= u.rss_kib && u.cpu_secs > 0.0, "{u:?}");
+    }
+}

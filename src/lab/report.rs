@@ -1,0 +1,233 @@
+//! What a lab run leaves behind: `report.md` (tables in the papers' layouts), `results.json` (every
+//! figure, the checks, the machine and the version) and SVG plots, in one folder; and `compare`,
+//! which sets two such folders side by side.
+
+use std::collections::BTreeMap;
+use std::fmt::Write as _;
+use std::path::Path;
+
+use anyhow::Context;
+use serde::Serialize;
+use serde_json::Value;
+
+/// Mean, spread and tail of a set of values.
+#[derive(Debug, Clone, Copy, Default, Serialize)]
+pub struct Summary {
+    pub n: usize,
+    pub mean: f64,
+    pub std: f64,
+    pub min: f64,
+    pub max: f64,
+    pub p50: f64,
+    pub p99: f64,
+}
+
+impl Summary {
+    pub fn of(values: &[f64]) -> Summary {
+        if values.is_empty() {
+            return Summary::default();
+        }
+        let mut v = values.to_vec();
+        v.sort_by(f64::total_cmp);
+        let n = v.len();
+        let mean = v.iter().sum::<f64>() / n as f64;
+        let var = v.iter().map(|x| (x - mean).powi(2)).sum::<f64>() / n as f64;
+        let pct = |p: f64| v[((p * (n - 1) as f64).round() as usize).min(n - 1)];
+        Summary { n, mean, std: var.sqrt(), min: v[0], max: v[n - 1], p50: pct(0.5), p99: pct(0.99) }
+    }
+}
+
+/// A Markdown table.
+pub struct Table {
+    head: Vec<String>,
+    rows: Vec<Vec<String>>,
+}
+
+impl Table {
+    pub fn new<S: ToString>(head: impl IntoIterator<Item = S>) -> Table {
+        Table { head: head.into_iter().map(|s| s.to_string()).collect(), rows: Vec::new() }
+    }
+
+    pub fn row<S: ToString>(&mut self, cells: impl IntoIterator<Item = S>) {
+        self.rows.push(cells.into_iter().map(|s| s.to_string()).collect());
+    }
+
+    pub fn markdown(&self) -> String {
+        let mut s = format!("| {} |\n|{}\n", self.head.join(" | "), " --- |".repeat(self.head.len()));
+        for r in &self.rows {
+            let _ = writeln!(s, "| {} |", r.join(" | "));
+        }
+        s
+    }
+}
+
+/// A sanity check of a run's results, reported and recorded.
+#[derive(Debug, Clone, Serialize)]
+pub struct Check {
+    pub name: String,
+    pub passed: bool,
+    pub detail: String,
+}
+
+/// Everything one scenario run produced, before it is written.
+pub struct Report {
+    pub scenario: &'static str,
+    pub quick: bool,
+    pub seed: u64,
+    /// Markdown: the tables and their readings, in order.
+    pub body: String,
+    /// Flat named figures, the ones `compare` sets side by side.
+    pub figures: BTreeMap<String, f64>,
+    pub checks: Vec<Check>,
+    /// Every raw figure of the run.
+    pub raw: Value,
+    /// File name and SVG text of each plot.
+    pub plots: Vec<(String, String)>,
+}
+
+impl Report {
+    pub fn new(scenario: &'static str, quick: bool, seed: u64) -> Report {
+        Report { scenario, quick, seed, body: String::new(), figures: BTreeMap::new(), checks: Vec::new(), raw: Value::Null, plots: Vec::new() }
+    }
+
+    pub fn section(&mut self, title: &str, text: &str) {
+        let _ = write!(self.body, "## {title}\n\n{text}\n\n");
+    }
+
+    pub fn check(&mut self, name: &str, passed: bool, detail: String) {
+        self.checks.push(Check { name: name.to_string(), passed, detail });
+    }
+
+    pub fn figure(&mut self, name: impl Into<String>, value: f64) {
+        self.figures.insert(name.into(), value);
+    }
+
+    pub fn plot(&mut self, file: &str, title: &str, svg: String) {
+        let _ = write!(self.body, "![{title}]({file})\n\n");
+        self.plots.push((file.to_string(), svg));
+    }
+
+    /// Writes report.md, results.json and the plots into `dir`.
+    pub fn write(&self, dir: &Path) -> anyhow::Result<()> {
+        std::fs::create_dir_all(dir).with_context(|| format!("cannot create {}", dir.display()))?;
+        let machine = machine();
+        let mode = if self.quick { "quick" } else { "full" };
+        let mut md = format!("# Fulcrum lab: `{}` ({mode} run, seed {})\n\n", self.scenario, self.seed);
+        let _ = write!(
+            md,
+            "Fulcrum {} on {} ({} cores, Linux {}). Every figure is in `results.json`.\n\n",
+            env!("CARGO_PKG_VERSION"),
+            machine["cpu"].as_str().unwrap_or("?"),
+            machine["cores"],
+            machine["kernel"].as_str().unwrap_or("?"),
+        );
+        md.push_str(&self.body);
+        md.push_str("## Checks\n\n");
+        for c in &self.checks {
+            let _ = writeln!(md, "- {} **{}**: {}", if c.passed { "PASS" } else { "FAIL" }, c.name, c.detail);
+        }
+        let json = serde_json::json!({
+            "scenario": self.scenario,
+            "mode": mode,
+            "seed": self.seed,
+            "fulcrum_version": env!("CARGO_PKG_VERSION"),
+            "machine": machine,
+            "figures": self.figures,
+            "checks": self.checks,
+            "raw": self.raw,
+        });
+        write(dir, "report.md", &md)?;
+        write(dir, "results.json", &serde_json::to_string_pretty(&json)?)?;
+        for (name, svg) in &self.plots {
+            write(dir, name, svg)?;
+        }
+        Ok(())
+    }
+}
+
+fn write(dir: &Path, name: &str, text: &str) -> anyhow::Result<()> {
+    let path = dir.join(name);
+    std::fs::write(&path, text).with_context(|| format!("cannot write {}", path.display()))
+}
+
+/// The machine a run was made on.
+fn machine() -> Value {
+    let cpuinfo = std::fs::read_to_string("/proc/cpuinfo").unwrap_or_default();
+    let cpu = cpuinfo.lines().find_map(|l| l.strip_prefix("model name")).map(|v| v.trim_start_matches([' ', '\t', ':']).to_string());
+    let kernel = std::fs::read_to_string("/proc/sys/kernel/osrelease").map(|s| s.trim().to_string()).ok();
+    let memory_kib = std::fs::read_to_string("/proc/meminfo")
+        .ok()
+        .and_then(|m| m.lines().find_map(|l| l.strip_prefix("MemTotal:"))?.split_whitespace().next()?.parse::<u64>().ok());
+    serde_json::json!({
+        "cores": std::thread::available_parallelism().map(|n| n.get()).unwrap_or(1),
+        "cpu": cpu,
+        "kernel": kernel,
+        "memory_kib": memory_kib,
+    })
+}
+
+/// `fulcrum lab compare A B`: the figures of two runs side by side, with B/A.
+pub fn compare(a: &Path, b: &Path) -> anyhow::Result<String> {
+    let (ja, jb) = (load(a)?, load(b)?);
+    let fa = ja["figures"].as_object().cloned().unwrap_or_default();
+    let fb = jb["figures"].as_object().cloned().unwrap_or_default();
+    let mut keys: Vec<&String> = fa.keys().chain(fb.keys()).collect();
+    keys.sort();
+    keys.dedup();
+    let name = |j: &Value, p: &Path| format!("{} ({}, {})", p.display(), j["scenario"].as_str().unwrap_or("?"), j["mode"].as_str().unwrap_or("?"));
+    let mut t = Table::new(["figure".to_string(), name(&ja, a), name(&jb, b), "B/A".to_string()]);
+    for k in keys {
+        let va = fa.get(k).and_then(Value::as_f64);
+        let vb = fb.get(k).and_then(Value::as_f64);
+        let ratio = match (va, vb) {
+            (Some(x), Some(y)) if x != 0.0 => format!("{:.2}", y / x),
+            _ => "-".into(),
+        };
+        let show = |v: Option<f64>| v.map(fmt).unwrap_or_else(|| "-".into());
+        t.row([k.clone(), show(va), show(vb), ratio]);
+    }
+    Ok(t.markdown())
+}
+
+fn load(dir: &Path) -> anyhow::Result<Value> {
+    let path = dir.join("results.json");
+    let text = std::fs::read_to_string(&path).with_context(|| format!("cannot read {} (is {} a lab result folder?)", path.display(), dir.display()))?;
+    serde_json::from_str(&text).with_context(|| format!("{} is not valid JSON", path.display()))
+}
+
+/// A figure with as many decimals as its size needs.
+pub fn fmt(v: f64) -> String {
+    match v.abs() {
+        x if x >= 100.0 || x == 0.0 => format!("{v:.0}"),
+        x if x >= 10.0 => format!("{v:.1}"),
+        x if x >= 1.0 => format!("{v:.2}"),
+        _ => format!("{v:.3}"),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn summary_of_known_values() {
+        let s = Summary::of(&[1.0, 2.0, 3.0, 4.0]);
+        assert_eq!((s.n, s.mean, s.min, s.max), (4, 2.5, 1.0, 4.0));
+        assert!((s.std - 1.118).abs() < 0.001);
+        assert_eq!(Summary::of(&[]).n, 0);
+    }
+
+    #[test]
+    fn compare_sets_two_runs_side_by_side() {
+        let dir = std::env::temp_dir().join(format!("fulcrum-lab-compare-{}", std::process::id()));
+        for (name, v) in [("a", 100.0), ("b", 150.0)] {
+            let mut r = Report::new("haproxy", true, 1);
+            r.figure("rps", v);
+            r.write(&dir.join(name)).unwrap();
+        }
+        let t = compare(&dir.join("a"), &dir.join("b")).unwrap();
+        assert!(t.contains("| rps | 100 | 150 | 1.50 |"), "{t}");
+        assert!(compare(&dir.join("a"), &dir.join("none")).unwrap_err().to_string().contains("lab result folder"));
+        let _ = std::fs::remove_dir_all(dir);
+    }
+}

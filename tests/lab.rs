@@ -1,0 +1,147 @@
+//! `fulcrum lab`: every scenario in `--quick` mode, its results read back from `results.json` and
+//! checked against what the algorithms promise; `lab compare`; and clean errors for bad input.
+
+mod support;
+
+use std::path::{Path, PathBuf};
+use std::process::Command;
+
+use serde_json::Value;
+use support::scratch;
+
+/// One scenario at a time: they measure throughput and timing, which a neighbour would skew.
+static ONE_AT_A_TIME: std::sync::Mutex<()> = std::sync::Mutex::new(());
+
+/// Runs `fulcrum lab SCENARIO --quick` into a fresh folder; returns the folder and results.json.
+fn lab(scenario: &str) -> (PathBuf, Value) {
+    let _turn = ONE_AT_A_TIME.lock().unwrap_or_else(|e| e.into_inner());
+    let out = scratch(&format!("lab-{scenario}"));
+    let o = Command::new(env!("CARGO_BIN_EXE_fulcrum")).args(["lab", scenario, "--quick", "--seed", "3", "--out"]).arg(&out).output().unwrap();
+    let stderr = String::from_utf8_lossy(&o.stderr);
+    println!("{stderr}");
+    assert!(o.status.success(), "fulcrum lab {scenario} failed ({}):\n{stderr}", o.status);
+    for f in ["report.md", "results.json"] {
+        assert!(out.join(f).exists(), "{scenario}: no {f}");
+    }
+    let svgs = std::fs::read_dir(&out).unwrap().filter(|e| e.as_ref().unwrap().path().extension().is_some_and(|x| x == "svg")).count();
+    assert!(svgs >= 1, "{scenario}: no plot");
+    let results: Value = serde_json::from_str(&std::fs::read_to_string(out.join("results.json")).unwrap()).unwrap();
+    assert_eq!(results["scenario"], scenario);
+    assert!(results["machine"]["cores"].as_u64().unwrap() >= 1);
+    assert!(results["checks"].as_array().unwrap().iter().all(|c| c["passed"] == true), "{}", results["checks"]);
+    (out, results)
+}
+
+fn runs(results: &Value) -> &Vec<Value> {
+    results["raw"]["runs"].as_array().unwrap()
+}
+
+fn u(v: &Value) -> u64 {
+    v.as_u64().unwrap_or_else(|| panic!("not a count: {v}"))
+}
+
+#[test]
+fn java_slb_round_robin_is_even_and_source_hash_is_sticky() {
+    let (out, results) = lab("java-slb");
+    let runs = runs(&results);
+    let algorithms: Vec<&str> = runs.iter().map(|r| r["algorithm"].as_str().unwrap()).collect();
+    assert_eq!(algorithms[..4], ["round-robin", "source-hash", "least-conn", "random"], "the paper's four first");
+    assert!(algorithms.contains(&"passive-ratio") && algorithms.contains(&"p2c-ewma"));
+    for r in runs {
+        let clients = r["clients"].as_array().unwrap();
+        assert_eq!(clients.len(), 10);
+        assert!(clients.iter().all(|c| u(&c["failed"]) == 0 && c["mean_ms"].as_f64().unwrap() > 0.0), "{r}");
+        assert!(r["fulcrum"]["peak_rss_kib"].as_u64().unwrap() > 0);
+    }
+    let rr = &runs[0];
+    let per_server: Vec<u64> = rr["servers"].as_array().unwrap().iter().map(|s| u(&s["requests"])).collect();
+    let mean = per_server.iter().sum::<u64>() as f64 / 4.0;
+    assert!(per_server.iter().all(|&n| (n as f64 - mean).abs() <= mean * 0.01), "round robin within 1% of equal: {per_server:?}");
+    let sh = &runs[1];
+    assert!(sh["clients"].as_array().unwrap().iter().all(|c| u(&c["servers_seen"]) == 1), "source hash keeps each client on one server: {sh}");
+    // The FTP half (scripts/test installs vsftpd and curl): ten clients, the paper's four algorithms.
+    let ftp = results["raw"]["ftp"].as_array().unwrap_or_else(|| panic!("the FTP half ran: {}", results["raw"]["ftp"]));
+    assert_eq!(ftp.len(), 4);
+    for r in ftp {
+        let clients = r["clients"].as_array().unwrap();
+        assert!(clients.len() == 10 && clients.iter().all(|c| u(&c["failed"]) == 0 && u(&c["sessions"]) == 2), "{r}");
+        assert!(r["sessions_per_server"].as_array().unwrap().iter().map(u).sum::<u64>() >= 20, "{r}");
+    }
+    let report = std::fs::read_to_string(out.join("report.md")).unwrap();
+    for table in ["Table 1.", "Table 2.", "Table 7.", "Table 8.", "Client 10 (127.0.0.20)"] {
+        assert!(report.contains(table), "report.md has {table}");
+    }
+}
+
+#[test]
+fn passive_ratio_gives_the_degraded_server_the_smallest_share() {
+    let (_, results) = lab("passive");
+    let runs = runs(&results);
+    let top = runs.iter().map(|r| r["rate"].as_f64().unwrap()).fold(0.0, f64::max);
+    let pr = runs.iter().find(|r| r["algorithm"] == "passive-ratio" && r["rate"].as_f64() == Some(top)).unwrap();
+    let share = |n: &str| pr["shares"][n].as_f64().unwrap();
+    assert!(share("slow") < share("fast1") && share("slow") < share("fast2"), "{pr}");
+    let ratios = pr["controller_ratios"].as_array().unwrap();
+    let last = &ratios.last().unwrap()[1];
+    assert!(last[2].as_f64().unwrap() < 0.3, "the controller cut the slow server's ratio: {last}");
+    for a in ["round-robin", "least-conn", "p2c-ewma"] {
+        assert!(runs.iter().any(|r| r["algorithm"] == a), "{a} ran");
+    }
+}
+
+#[test]
+fn haproxy_posts_spread_by_the_weights_with_no_error() {
+    let (_, results) = lab("haproxy");
+    let runs = runs(&results);
+    for r in runs {
+        assert_eq!(u(&r["failed"]), 0, "{r}");
+        let p: Vec<u64> = r["per_server"].as_array().unwrap().iter().map(u).collect();
+        assert_eq!(p.iter().sum::<u64>(), u(&results["raw"]["requests"]), "{r}");
+        let first = p[0] as f64 / (p[0] + p[1]) as f64;
+        match r["algorithm"].as_str().unwrap() {
+            "round-robin" => assert!((first - 0.5).abs() <= 0.01, "{p:?}"),
+            "static-rr" => assert!((first - 2.0 / 3.0).abs() <= 0.01, "{p:?}"),
+            _ => assert!(p.iter().all(|&n| n > 0), "{p:?}"),
+        }
+    }
+}
+
+#[test]
+fn scaling_gives_more_requests_per_second_with_more_servers() {
+    let (a, results) = lab("scaling");
+    let high: Vec<f64> = runs(&results)
+        .iter()
+        .filter(|r| u(&r["concurrency"]) == 50 && r["weights"].as_array().unwrap().iter().all(|w| u(w) == 1))
+        .map(|r| r["requests_per_s"].as_f64().unwrap())
+        .collect();
+    assert_eq!(high.len(), 4);
+    assert!(high.windows(2).all(|w| w[1] > w[0]), "req/s by servers at concurrency 50: {high:?}");
+    assert!(runs(&results).iter().all(|r| u(&r["failed"]) == 0));
+
+    // compare: a folder against itself gives ratios of 1.00.
+    let o = Command::new(env!("CARGO_BIN_EXE_fulcrum")).args(["lab", "compare"]).arg(&a).arg(&a).output().unwrap();
+    let table = String::from_utf8_lossy(&o.stdout);
+    assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+    assert!(table.lines().any(|l| l.starts_with("| 4servers.1:1:1:1.c50.requests_per_s |") && l.ends_with("| 1.00 |")), "{table}");
+}
+
+#[test]
+fn bad_input_gets_a_clear_error() {
+    let run = |args: &[&str]| {
+        let o = Command::new(env!("CARGO_BIN_EXE_fulcrum")).args(args).output().unwrap();
+        (o.status.code(), String::from_utf8_lossy(&o.stderr).to_string())
+    };
+    let missing = scratch("lab-missing");
+    let (code, err) = run(&["lab", "compare", missing.to_str().unwrap(), missing.to_str().unwrap()]);
+    assert_eq!(code, Some(1), "{err}");
+    assert!(err.contains("is a lab result folder?") || err.contains("lab result folder"), "{err}");
+    let file = missing.join("a-file");
+    std::fs::write(&file, "x").unwrap();
+    let (code, err) = run(&["lab", "haproxy", "--quick", "--out", file.join("sub").to_str().unwrap()]);
+    assert_eq!(code, Some(1), "{err}");
+    assert!(err.contains("cannot create the result folder"), "{err}");
+    assert!(!err.contains("panicked"), "{err}");
+    let (code, err) = run(&["lab", "nonsense"]);
+    assert_eq!(code, Some(2), "{err}");
+    assert!(Path::new(env!("CARGO_BIN_EXE_fulcrum")).exists());
+}
