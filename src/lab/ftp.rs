@@ -35,15 +35,15 @@ pub async fn run(ctx: &Ctx) -> anyhow::Result<Vec<FtpRun>> {
     let vsftpd = ["/usr/sbin/vsftpd", "/usr/bin/vsftpd"].into_iter().find(|p| Path::new(p).exists()).context("vsftpd is not installed (apt-get install vsftpd)")?;
     Command::new("curl").arg("--version").stdout(Stdio::null()).status().context("curl is not installed")?;
     let sizes: &[u64] = if ctx.quick { &[1 << 10, 5 << 10, 20 << 10, 100 << 10, 300 << 10, 1 << 20, 40 << 10, 3 << 10, 60 << 10, 200 << 10] } else { &[1 << 10, 5 << 10, 20 << 10, 100 << 10, 300 << 10, 1 << 20, 2 << 20, 4 << 20, 8 << 20, 16 << 20] };
-    let files = ctx.dir.join("ftp-files");
+    let files = ctx.work.join("ftp-files");
     make_files(&files, sizes)?;
     let sessions_per_client = if ctx.quick { 2 } else { 6 };
     let mut runs = Vec::new();
     for (k, algorithm) in ALGORITHMS.iter().enumerate() {
-        let servers: Vec<Vsftpd> = (1..=SERVERS).map(|i| Vsftpd::start(vsftpd, &ctx.dir.join(format!("vsftpd-{algorithm}-{i}")), &format!("ftp{i}"), &files)).collect::<anyhow::Result<_>>()?;
+        let servers: Vec<Vsftpd> = (1..=SERVERS).map(|i| Vsftpd::start(vsftpd, &ctx.work.join(format!("vsftpd-{algorithm}-{i}")), &format!("ftp{i}"), &files)).collect::<anyhow::Result<_>>()?;
         let addrs: Vec<_> = servers.iter().map(|s| (s.addr, 1)).collect();
         let ports = format!("data_ports = \"{}-{}\"\n", 46000 + k * 200, 46199 + k * 200);
-        let f = Fulcrum::start(&ctx.dir, &format!("ftp-{algorithm}"), &service_toml("ftp", algorithm, &addrs, &ports))?;
+        let f = Fulcrum::start(&ctx.work, &format!("ftp-{algorithm}"), &service_toml("ftp", algorithm, &addrs, &ports))?;
         let before = f.proc.usage();
         let pb = ctx.progress(Some((sessions_per_client * 10) as u64), &format!("java-slb ftp {algorithm}"));
         let tasks: Vec<_> = client::sources(10)
@@ -57,8 +57,11 @@ pub async fn run(ctx: &Ctx) -> anyhow::Result<Vec<FtpRun>> {
                         match session(source, vip, &sizes).await {
                             Ok(t) => times.push(t),
                             Err(e) => {
+                                // The first failure of each client is shown; all are counted.
+                                if failed == 0 {
+                                    pb.suspend(|| eprintln!("ftp session from {source} failed: {e:#}"));
+                                }
                                 failed += 1;
-                                pb.suspend(|| eprintln!("ftp session from {source} failed: {e:#}"));
                             }
                         }
                         pb.inc(1);
@@ -77,7 +80,11 @@ pub async fn run(ctx: &Ctx) -> anyhow::Result<Vec<FtpRun>> {
         let fulcrum = f.proc.usage();
         eprintln!("java-slb ftp {algorithm}: mean session {:.3} s, sessions per server {sessions:?}", Summary::of(&clients.iter().map(|c| c.0).collect::<Vec<_>>()).mean);
         runs.push(FtpRun { algorithm, clients, sessions, fulcrum, fulcrum_cpu: fulcrum.cpu_secs - before.cpu_secs });
+        drop(servers);
+        let _ = (1..=SERVERS).try_for_each(|i| std::fs::remove_dir_all(ctx.work.join(format!("vsftpd-{algorithm}-{i}"))));
     }
+    // The files are tens of MiB and can be made again from the sizes.
+    let _ = std::fs::remove_dir_all(&files);
     Ok(runs)
 }
 

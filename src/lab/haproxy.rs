@@ -53,7 +53,7 @@ pub async fn run(ctx: &Ctx) -> anyhow::Result<Report> {
     for (algorithm, weights) in ALGORITHMS {
         let backends = start_backends("server", 2, &["--jitter-ms".into(), "4".into()])?;
         let servers: Vec<_> = backends.iter().zip(weights).map(|(b, w)| (b.addr, w)).collect();
-        let f = Fulcrum::start(&ctx.dir, &format!("haproxy-{algorithm}"), &service_toml("http", algorithm, &servers, ""))?;
+        let f = Fulcrum::start(&ctx.work, &format!("haproxy-{algorithm}"), &service_toml("http", algorithm, &servers, ""))?;
         let before = f.proc.usage();
         let pb = ctx.progress(Some(total as u64), &format!("haproxy {algorithm}"));
         let (samples, wall) = client::fixed(total, CONCURRENCY, Traffic { sources: &sources, target: f.listen, link: &link, timeout: Duration::from_secs(30) }, &pb).await;

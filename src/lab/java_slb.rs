@@ -67,7 +67,7 @@ async fn run_one(ctx: &Ctx, algorithm: &'static str, browsers: &[Browser], until
     // Fresh real servers per algorithm, so each one's peak memory belongs to this run.
     let backends = start_backends("rs", SERVERS, &[])?;
     let servers: Vec<_> = backends.iter().map(|b| (b.addr, 1)).collect();
-    let f = Fulcrum::start(&ctx.dir, &format!("java-slb-{algorithm}"), &service_toml("tcp", algorithm, &servers, ""))?;
+    let f = Fulcrum::start(&ctx.work, &format!("java-slb-{algorithm}"), &service_toml("tcp", algorithm, &servers, ""))?;
     let pids: Vec<u32> = std::iter::once(f.proc.pid()).chain(backends.iter().map(|b| b.proc.pid())).collect();
     let before: Vec<Usage> = backends.iter().map(|b| b.proc.usage()).collect();
     let fulcrum_before = f.proc.usage();
@@ -160,11 +160,11 @@ fn report(ctx: &Ctx, site_bytes: u64, pages: usize, runs: &[Run], ftp: &Result<V
     // Table 8: the rank of the algorithms by each measure, lowest first.
     type Measure = fn(&Run) -> f64;
     let measures: [(&str, Measure); 6] = [
-        ("Client response time", |x| x.response.mean),
-        ("Fulcrum CPU per request", |x| x.fulcrum_cpu / x.response.n.max(1) as f64),
-        ("Fulcrum memory", |x| x.fulcrum.peak_rss_kib as f64),
-        ("Real servers' CPU, std dev", |x| Summary::of(&x.servers.iter().map(|s| s.1).collect::<Vec<_>>()).std),
-        ("Real servers' memory, sum of peaks", |x| x.servers.iter().map(|s| s.2 as f64).sum()),
+        ("Client response time (ms)", |x| x.response.mean),
+        ("Fulcrum CPU per request (µs)", |x| x.fulcrum_cpu * 1e6 / x.response.n.max(1) as f64),
+        ("Fulcrum peak memory (KiB)", |x| x.fulcrum.peak_rss_kib as f64),
+        ("Real servers' CPU s, std dev", |x| Summary::of(&x.servers.iter().map(|s| s.1).collect::<Vec<_>>()).std),
+        ("Real servers' peak memory, sum (KiB)", |x| x.servers.iter().map(|s| s.2 as f64).sum()),
         ("Requests per server, std dev", |x| Summary::of(&x.servers.iter().map(|s| s.0 as f64).collect::<Vec<_>>()).std),
     ];
     let ordinals = ["1st", "2nd", "3rd", "4th", "5th", "6th", "7th"];

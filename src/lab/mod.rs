@@ -80,8 +80,12 @@ pub async fn run(args: LabArgs) -> anyhow::Result<bool> {
         PathBuf::from("lab-results").join(format!("{name}-{stamp}"))
     });
     std::fs::create_dir_all(&dir).with_context(|| format!("cannot create the result folder {}", dir.display()))?;
+    // Absolute, since child processes (vsftpd's anon_root) get paths inside it.
+    let dir = std::fs::canonicalize(&dir).with_context(|| format!("cannot resolve {}", dir.display()))?;
     procs::check_sources(&client::sources(10))?;
-    let ctx = Ctx { dir: dir.clone(), quick: run.quick, seed: run.seed };
+    let work = dir.join("work");
+    std::fs::create_dir_all(&work).with_context(|| format!("cannot create {}", work.display()))?;
+    let ctx = Ctx { dir: dir.clone(), work, quick: run.quick, seed: run.seed };
     let report = match name {
         "java-slb" => java_slb::run(&ctx).await?,
         "passive" => passive::run(&ctx).await?,
@@ -102,8 +106,10 @@ pub async fn run(args: LabArgs) -> anyhow::Result<bool> {
 
 /// What a scenario needs to know about its run.
 pub struct Ctx {
-    /// The result folder; Fulcrum's configs and logs go there too.
+    /// The result folder.
     pub dir: PathBuf,
+    /// `dir/work`: Fulcrum's configs and logs, and the FTP servers' files while they run.
+    pub work: PathBuf,
     pub quick: bool,
     pub seed: u64,
 }

@@ -74,7 +74,7 @@ pub async fn run(ctx: &Ctx) -> anyhow::Result<Report> {
     for &rate in rates {
         for (i, algorithm) in ALGORITHMS.iter().enumerate() {
             pb.set_message(format!("passive {algorithm} at {rate}/s"));
-            let f = Fulcrum::start(&ctx.dir, &format!("passive-{algorithm}-{rate}"), &service_toml("tcp", algorithm, &servers, &extra))?;
+            let f = Fulcrum::start(&ctx.work, &format!("passive-{algorithm}-{rate}"), &service_toml("tcp", algorithm, &servers, &extra))?;
             let stop = CancellationToken::new();
             let poller = poll_ratios(f.admin, stop.clone());
             let seed = ctx.seed * 100 + i as u64;

@@ -60,7 +60,7 @@ pub async fn run(ctx: &Ctx) -> anyhow::Result<Report> {
         let backends = start_backends("node", n, &work)?;
         let servers: Vec<_> = backends.iter().zip(&weights).map(|(b, w)| (b.addr, *w)).collect();
         let algorithm = if weights.iter().all(|w| *w == 1) { "round-robin" } else { "static-rr" };
-        let f = Fulcrum::start(&ctx.dir, &format!("scaling-{n}-{concurrency}-{}", weights.iter().map(u32::to_string).collect::<Vec<_>>().join("-")), &service_toml("http", algorithm, &servers, ""))?;
+        let f = Fulcrum::start(&ctx.work, &format!("scaling-{n}-{concurrency}-{}", weights.iter().map(u32::to_string).collect::<Vec<_>>().join("-")), &service_toml("http", algorithm, &servers, ""))?;
         let (samples, wall) = client::fixed(total, concurrency, Traffic { sources: &sources, target: f.listen, link: &link, timeout: Duration::from_secs(30) }, &pb).await;
         let r = Run { servers: n, weights, concurrency, samples, wall };
         pb.suspend(|| eprintln!("scaling {} servers {:?} at c={}: {:.0} req/s, {} failed, per server {:?}", n, r.weights, concurrency, r.rps(), r.samples.len() - r.ok(), r.per_server()));
