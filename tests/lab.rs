@@ -145,3 +145,39 @@ fn bad_input_gets_a_clear_error() {
     assert_eq!(code, Some(2), "{err}");
     assert!(Path::new(env!("CARGO_BIN_EXE_fulcrum")).exists());
 }
+
+/// The live processes whose parent is `pid`.
+fn children(pid: u32) -> Vec<u32> {
+    std::fs::read_dir("/proc")
+        .unwrap()
+        .filter_map(|e| e.ok()?.file_name().to_str()?.parse::<u32>().ok())
+        .filter(|p| {
+            let stat = std::fs::read_to_string(format!("/proc/{p}/stat")).unwrap_or_default();
+            // Field 4, after the command name in parentheses, is the parent's pid.
+            stat.rsplit_once(')').and_then(|(_, rest)| rest.split_whitespace().nth(1)?.parse::<u32>().ok()) == Some(pid)
+        })
+        .collect()
+}
+
+#[test]
+fn ctrl_c_stops_the_real_servers_and_fulcrum_it_started() {
+    let _turn = ONE_AT_A_TIME.lock().unwrap_or_else(|e| e.into_inner());
+    let out = scratch("lab-interrupted");
+    let mut lab = Command::new(env!("CARGO_BIN_EXE_fulcrum")).args(["lab", "passive", "--quick", "--out"]).arg(&out).stderr(std::process::Stdio::piped()).spawn().unwrap();
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(20);
+    let started = loop {
+        let c = children(lab.id());
+        if c.len() >= 4 || std::time::Instant::now() > deadline {
+            break c;
+        }
+        std::thread::sleep(std::time::Duration::from_millis(50));
+    };
+    assert!(started.len() >= 4, "three real servers and Fulcrum: {started:?}");
+    assert!(Command::new("kill").args(["-INT", &lab.id().to_string()]).status().unwrap().success());
+    let o = lab.wait_with_output().unwrap();
+    let err = String::from_utf8_lossy(&o.stderr);
+    assert_eq!(o.status.code(), Some(1), "{err}");
+    assert!(err.contains("interrupted"), "{err}");
+    let left: Vec<u32> = started.into_iter().filter(|p| std::path::Path::new(&format!("/proc/{p}")).exists()).collect();
+    assert!(left.is_empty(), "children left running: {left:?}");
+}

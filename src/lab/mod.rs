@@ -86,11 +86,19 @@ pub async fn run(args: LabArgs) -> anyhow::Result<bool> {
     let work = dir.join("work");
     std::fs::create_dir_all(&work).with_context(|| format!("cannot create {}", work.display()))?;
     let ctx = Ctx { dir: dir.clone(), work, quick: run.quick, seed: run.seed };
-    let report = match name {
-        "java-slb" => java_slb::run(&ctx).await?,
-        "passive" => passive::run(&ctx).await?,
-        "haproxy" => haproxy::run(&ctx).await?,
-        _ => scaling::run(&ctx).await?,
+    let scenario = async {
+        match name {
+            "java-slb" => java_slb::run(&ctx).await,
+            "passive" => passive::run(&ctx).await,
+            "haproxy" => haproxy::run(&ctx).await,
+            _ => scaling::run(&ctx).await,
+        }
+    };
+    // Ctrl-C drops the scenario, and with it every child process it started (a `Proc` kills its
+    // child when dropped), so no real server or Fulcrum is left holding a port.
+    let report = tokio::select! {
+        r = scenario => r?,
+        _ = tokio::signal::ctrl_c() => anyhow::bail!("interrupted; the real servers and Fulcrum it started are stopped"),
     };
     report.write(&dir)?;
     let failed = report.checks.iter().filter(|c| !c.passed).count();
