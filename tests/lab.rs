@@ -163,7 +163,7 @@ fn children(pid: u32) -> Vec<u32> {
 fn ctrl_c_stops_the_real_servers_and_fulcrum_it_started() {
     let _turn = ONE_AT_A_TIME.lock().unwrap_or_else(|e| e.into_inner());
     let out = scratch("lab-interrupted");
-    let mut lab = Command::new(env!("CARGO_BIN_EXE_fulcrum")).args(["lab", "passive", "--quick", "--out"]).arg(&out).stderr(std::process::Stdio::piped()).spawn().unwrap();
+    let lab = Command::new(env!("CARGO_BIN_EXE_fulcrum")).args(["lab", "passive", "--quick", "--out"]).arg(&out).stderr(std::process::Stdio::piped()).spawn().unwrap();
     let deadline = std::time::Instant::now() + std::time::Duration::from_secs(20);
     let started = loop {
         let c = children(lab.id());
