@@ -55,7 +55,7 @@ pub struct RunArgs {
     /// Seconds instead of minutes: small counts, for tests and a first look.
     #[arg(long)]
     pub quick: bool,
-    /// Seed of every random choice (site, links, arrivals, random algorithms' clients).
+    /// Seed of the lab's random choices: the site, each client's links, the Poisson arrivals.
     #[arg(long, default_value_t = 1)]
     pub seed: u64,
     /// Folder for report.md, results.json and the plots [default: lab-results/SCENARIO-TIME].
