@@ -252,19 +252,47 @@ impl ServerState {
 
     /// Accounts a new connection; the guard accounts its end, on every path.
     pub fn open(self: &Arc<Self>) -> ConnGuard {
+        let now = self.counters.current.fetch_add(1, Relaxed) + 1;
+        self.counters.max.fetch_max(now, Relaxed);
+        let guard = ConnGuard(self.clone());
+        guard.opened();
+        guard
+    }
+
+    /// Takes one of this server's `limit` places (0: no limit) in one atomic step, or `None`
+    /// when all are taken: checking `current` and adding to it later would let requests that
+    /// pick the server at the same moment overshoot its maxconn. The place counts in `current`
+    /// at once; `ConnGuard::opened` counts the connection once it is made.
+    pub fn try_reserve(self: &Arc<Self>, limit: u32) -> Option<ConnGuard> {
         let c = &self.counters;
-        let now = c.current.fetch_add(1, Relaxed) + 1;
-        c.max.fetch_max(now, Relaxed);
-        c.total.fetch_add(1, Relaxed);
-        let now = unix_ms();
-        c.last_use_ms.store(now, Relaxed);
-        c.rate.tick(now / 1000);
-        ConnGuard(self.clone())
+        let mut now = c.current.load(Relaxed);
+        loop {
+            if limit > 0 && now >= u64::from(limit) {
+                return None;
+            }
+            match c.current.compare_exchange_weak(now, now + 1, Relaxed, Relaxed) {
+                Ok(_) => break,
+                Err(seen) => now = seen,
+            }
+        }
+        c.max.fetch_max(now + 1, Relaxed);
+        Some(ConnGuard(self.clone()))
     }
 }
 
 /// Held for the life of one proxied connection.
 pub struct ConnGuard(Arc<ServerState>);
+
+impl ConnGuard {
+    /// Counts the connection as made: total, last use, session rate.
+    pub fn opened(&self) {
+        let c = &self.0.counters;
+        c.total.fetch_add(1, Relaxed);
+        let now = unix_ms();
+        c.last_use_ms.store(now, Relaxed);
+        c.rate.tick(now / 1000);
+    }
+}
 
 impl Drop for ConnGuard {
     fn drop(&mut self) {
@@ -285,4 +313,36 @@ pub struct ServerEntry {
     pub id: String,
     /// HTTP: requests in flight this server takes at most (0: no limit); more wait in the queue.
     pub maxconn: u32,
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn reservations_never_go_past_the_limit_under_contention() {
+        let key = ServerKey { service: "web".into(), address: "127.0.0.1:1".into() };
+        let state = Arc::new(ServerState::new(key, Arc::new(AtomicU64::new(0)), 1, true, false));
+        let threads: Vec<_> = (0..8)
+            .map(|_| {
+                let state = state.clone();
+                std::thread::spawn(move || {
+                    for _ in 0..2000 {
+                        if let Some(g) = state.try_reserve(3) {
+                            g.opened();
+                            std::hint::black_box(&g);
+                        }
+                    }
+                })
+            })
+            .collect();
+        threads.into_iter().for_each(|t| t.join().unwrap());
+        let c = &state.counters;
+        assert!(c.max.load(Relaxed) <= 3 && c.max.load(Relaxed) >= 1, "max {}", c.max.load(Relaxed));
+        assert_eq!(c.current.load(Relaxed), 0, "every place given back");
+        assert!(c.total.load(Relaxed) > 0);
+        let held: Vec<_> = (0..3).filter_map(|_| state.try_reserve(3)).collect();
+        assert_eq!(held.len(), 3);
+        assert!(state.try_reserve(3).is_none() && state.try_reserve(0).is_some());
+    }
 }

@@ -137,6 +137,13 @@ pub async fn send(service: &Service, client: SocketAddr, mut req: Request<ProxyB
             let _ = tokio::time::timeout(left.min(Duration::from_millis(50)), service.state.released.notified()).await;
             continue;
         };
+        // The place is taken before the connection is made, so a server never goes past its maxconn.
+        let Some(place) = entry.state.try_reserve(entry.maxconn) else {
+            // Filled between the pick and now by another request: pick again.
+            tokio::task::yield_now().await;
+            continue;
+        };
+        let slot = Slot { place, service: service.state.clone() };
         let queued = leave_queue(service, &mut queue_started);
         let started = Instant::now();
         let mut reused = if upgrade { None } else { take_idle(entry.addr, cfg.http.keepalive_idle) };
@@ -163,7 +170,7 @@ pub async fn send(service: &Service, client: SocketAddr, mut req: Request<ProxyB
             },
         };
         let connect = started.elapsed();
-        let slot = Slot { _guard: entry.state.open(), service: service.state.clone() };
+        slot.place.opened();
         let sent = Instant::now();
         match tokio::time::timeout(cfg.http.response_timeout, sender.try_send_request(req)).await {
             Ok(Ok(response)) => {
@@ -232,7 +239,7 @@ fn leave_queue(service: &Service, started: &mut Option<Instant>) -> Duration {
 /// One request's place on a server: counted in its `current` until the response has gone out,
 /// then a queued request is told a place is free.
 pub struct Slot {
-    _guard: ConnGuard,
+    place: ConnGuard,
     service: Arc<ServiceState>,
 }
 
