@@ -11,13 +11,31 @@ use std::time::{Duration, Instant};
 
 static SEQ: AtomicU32 = AtomicU32::new(0);
 
-/// A fresh scratch directory under the target dir, unique per test.
+/// A fresh scratch directory under the target dir, unique per test. The first call of a test
+/// process removes the scratch directories of test processes that have ended, so runs do not
+/// pile up (the FTP test alone downloads 320 MB).
 pub fn scratch(name: &str) -> PathBuf {
+    static SWEEP: std::sync::Once = std::sync::Once::new();
+    SWEEP.call_once(remove_scratch_of_ended_runs);
     let dir = PathBuf::from(env!("CARGO_TARGET_TMPDIR"))
         .join(format!("{name}-{}-{}", std::process::id(), SEQ.fetch_add(1, Ordering::Relaxed)));
     let _ = std::fs::remove_dir_all(&dir);
     std::fs::create_dir_all(&dir).unwrap();
     dir
+}
+
+/// Scratch directories are named NAME-PID-SEQ; those whose PID no longer runs are removed.
+fn remove_scratch_of_ended_runs() {
+    let Ok(entries) = std::fs::read_dir(env!("CARGO_TARGET_TMPDIR")) else { return };
+    for entry in entries.flatten() {
+        let name = entry.file_name().to_string_lossy().to_string();
+        let mut parts = name.rsplit('-');
+        let (Some(seq), Some(pid)) = (parts.next(), parts.next()) else { continue };
+        let (Ok(_), Ok(pid)) = (seq.parse::<u32>(), pid.parse::<u32>()) else { continue };
+        if pid != std::process::id() && !Path::new(&format!("/proc/{pid}")).exists() {
+            let _ = std::fs::remove_dir_all(entry.path());
+        }
+    }
 }
 
 /// A loopback port free right now.
