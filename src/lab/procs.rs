@@ -177,7 +177,19 @@ mod tests {
 
     #[test]
     fn own_usage_is_read_from_proc() {
-        let u = Usage::of(std::process::id());
+        // /proc counts CPU in ticks of 10 ms: a test process that just started may have none yet,
+        // so work until one is counted (bounded, not timed).
+        let mut x = 0u64;
+        let mut u = Usage::of(std::process::id());
+        for _ in 0..2000 {
+            if u.cpu_secs > 0.0 {
+                break;
+            }
+            for i in 0..100_000u64 {
+                x = std::hint::black_box(x.wrapping_mul(31).wrapping_add(i));
+            }
+            u = Usage::of(std::process::id());
+        }
         assert!(u.rss_kib > 0 && u.peak_rss_kib >= u.rss_kib && u.cpu_secs > 0.0, "{u:?}");
     }
 }
