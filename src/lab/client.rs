@@ -52,6 +52,11 @@ pub struct Sample {
 }
 
 impl Sample {
+    /// A request that started `at` into its run and has no result yet.
+    fn started(at: Duration) -> Sample {
+        Sample { at, connect: Duration::ZERO, first_byte: Duration::ZERO, total: Duration::ZERO, status: 0, bytes: 0, server: None, error: None }
+    }
+
     pub fn ok(&self) -> bool {
         self.error.is_none() && (200..400).contains(&self.status)
     }
@@ -60,16 +65,7 @@ impl Sample {
 /// Makes one request on a new connection from `source`; never fails, an error is in the sample.
 pub async fn request(source: IpAddr, target: SocketAddr, link: &Link, timeout: Duration, run_start: Instant) -> Sample {
     let started = Instant::now();
-    let mut sample = Sample {
-        at: started - run_start,
-        connect: Duration::ZERO,
-        first_byte: Duration::ZERO,
-        total: Duration::ZERO,
-        status: 0,
-        bytes: 0,
-        server: None,
-        error: None,
-    };
+    let mut sample = Sample::started(started - run_start);
     let result = tokio::time::timeout(timeout, exchange(source, target, link, started, &mut sample)).await;
     sample.total = started.elapsed();
     match result {
@@ -240,16 +236,7 @@ pub async fn poisson(rate: f64, duration: Duration, seed: u64, traffic: Traffic<
         let source = sources[i % sources.len()];
         i += 1;
         if in_flight.load(Relaxed) >= max_in_flight {
-            refused.push(Sample {
-                at: start.elapsed(),
-                connect: Duration::ZERO,
-                first_byte: Duration::ZERO,
-                total: Duration::ZERO,
-                status: 0,
-                bytes: 0,
-                server: None,
-                error: Some(format!("client limit of {max_in_flight} requests in flight")),
-            });
+            refused.push(Sample { error: Some(format!("client limit of {max_in_flight} requests in flight")), ..Sample::started(start.elapsed()) });
             continue;
         }
         in_flight.fetch_add(1, Relaxed);

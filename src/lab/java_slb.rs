@@ -51,10 +51,10 @@ pub async fn run(ctx: &Ctx) -> anyhow::Result<Report> {
             Until::Elapsed(_) => None,
         };
         let pb = ctx.progress(len, &format!("java-slb {algorithm}"));
-        runs.push(run_one(ctx, algorithm, &browsers, until, &pb).await?);
+        let r = run_one(ctx, algorithm, &browsers, until, &pb).await?;
         pb.finish_and_clear();
-        let r = runs.last().expect("just pushed");
         eprintln!("java-slb {algorithm}: mean response {:.1} ms, {} requests", r.response.mean, r.response.n);
+        runs.push(r);
     }
     let ftp = ftp::run(ctx).await.map_err(|e| format!("{e:#}"));
     if let Err(e) = &ftp {
@@ -122,7 +122,7 @@ fn report(ctx: &Ctx, site_bytes: u64, pages: usize, runs: &[Run], ftp: &Result<V
     // Table 1: mean response time per client.
     let mut t = Table::new(std::iter::once("Client".to_string()).chain(runs.iter().map(|x| x.algorithm.to_string())));
     for c in 0..CLIENTS {
-        t.row(std::iter::once(format!("Client {} (127.0.0.{})", c + 1, 11 + c)).chain(runs.iter().map(|x| fmt(x.clients[c].0))));
+        t.row(std::iter::once(client_label(c)).chain(runs.iter().map(|x| fmt(x.clients[c].0))));
     }
     t.row(std::iter::once("**Algorithm average**".to_string()).chain(runs.iter().map(|x| format!("**{}**", fmt(x.response.mean)))));
     r.section("Table 1. HTTP service response time (ms, mean per request)", &t.markdown());
@@ -216,7 +216,7 @@ fn report(ctx: &Ctx, site_bytes: u64, pages: usize, runs: &[Run], ftp: &Result<V
         "ftp": match ftp {
             Ok(runs) => json!(runs.iter().map(|x| json!({
                 "algorithm": x.algorithm,
-                "clients": x.clients.iter().enumerate().map(|(i, c)| json!({"source": format!("127.0.0.{}", 11 + i), "mean_session_secs": c.0, "sessions": c.1, "failed": c.2})).collect::<Vec<_>>(),
+                "clients": x.clients.iter().enumerate().map(|(i, c)| json!({"source": source(i), "mean_session_secs": c.0, "sessions": c.1, "failed": c.2})).collect::<Vec<_>>(),
                 "sessions_per_server": x.sessions,
                 "fulcrum": {"cpu_secs": x.fulcrum_cpu, "peak_rss_kib": x.fulcrum.peak_rss_kib},
             })).collect::<Vec<_>>()),
@@ -226,13 +226,23 @@ fn report(ctx: &Ctx, site_bytes: u64, pages: usize, runs: &[Run], ftp: &Result<V
             "algorithm": x.algorithm,
             "seconds": x.seconds,
             "response_ms": x.response,
-            "clients": x.clients.iter().enumerate().map(|(i, c)| json!({"source": format!("127.0.0.{}", 11 + i), "mean_ms": c.0, "requests": c.1, "failed": c.2, "servers_seen": c.3})).collect::<Vec<_>>(),
+            "clients": x.clients.iter().enumerate().map(|(i, c)| json!({"source": source(i), "mean_ms": c.0, "requests": c.1, "failed": c.2, "servers_seen": c.3})).collect::<Vec<_>>(),
             "servers": x.servers.iter().enumerate().map(|(i, s)| json!({"name": format!("rs{}", i + 1), "requests": s.0, "cpu_secs": s.1, "peak_rss_kib": s.2})).collect::<Vec<_>>(),
             "fulcrum": {"cpu_secs": x.fulcrum_cpu, "peak_rss_kib": x.fulcrum.peak_rss_kib},
             "fulcrum_timeline": x.timeline,
         })).collect::<Vec<_>>(),
     });
     r
+}
+
+/// The address client `i` used.
+fn source(i: usize) -> String {
+    client::sources(CLIENTS).get(i).map_or_else(|| "?".to_string(), |a| a.to_string())
+}
+
+/// "Client 3 (127.0.0.13)": the paper's row name and the address that client used.
+fn client_label(i: usize) -> String {
+    format!("Client {} ({})", i + 1, source(i))
 }
 
 /// Table 7 (FTP response time per client) and the FTP runs' Fulcrum figures, or why they are missing.
@@ -243,7 +253,7 @@ fn ftp_tables(r: &mut Report, ftp: &Result<Vec<FtpRun>, String>) {
     };
     let mut t = Table::new(std::iter::once("Client".to_string()).chain(runs.iter().map(|x| x.algorithm.to_string())));
     for c in 0..CLIENTS {
-        t.row(std::iter::once(format!("Client {} (127.0.0.{})", c + 1, 11 + c)).chain(runs.iter().map(|x| fmt(x.clients[c].0))));
+        t.row(std::iter::once(client_label(c)).chain(runs.iter().map(|x| fmt(x.clients[c].0))));
     }
     let mean = |x: &FtpRun| Summary::of(&x.clients.iter().map(|c| c.0).collect::<Vec<_>>()).mean;
     t.row(std::iter::once("**Algorithm average**".to_string()).chain(runs.iter().map(|x| format!("**{}**", fmt(mean(x))))));

@@ -162,7 +162,10 @@ fn report(ctx: &Ctx, rates: &[f64], warm_up: u64, seconds: u64, window: usize, r
     let reading = ALGORITHMS
         .iter()
         .skip(1)
-        .map(|a| format!("{a} {} ms ({:.2}x)", fmt(find(runs, a, top).times().mean), find(runs, a, top).times().mean / equal.max(1e-9)))
+        .map(|a| {
+            let mean = find(runs, a, top).times().mean;
+            format!("{a} {} ms ({:.2}x)", fmt(mean), mean / equal.max(1e-9))
+        })
         .collect::<Vec<_>>()
         .join(", ");
     r.section("Reading", &format!("At {top} req/s the equal split's mean is {} ms; {reading}.", fmt(equal)));
