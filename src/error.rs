@@ -1,32 +1,33 @@
-//! The one error type of the data path: what went wrong, on which side, and whether another server
-//! might do better. Config errors have their own type (`config::Diagnostics`) because they carry
-//! file positions; the CLI edge turns both into `anyhow`.
+//! The error of the data path: what went wrong, on which side, and whether another server might
+//! do better. The dispatcher decides redispatch from [`Error::retryable`] alone, so a failure is
+//! classified once, where it happens. Config errors have their own type (`config::Diagnostics`)
+//! because they carry file positions; the CLI edge turns both into `anyhow`.
 
 use std::fmt;
+use std::io;
 use std::net::SocketAddr;
 
 /// Which party a failure belongs to; it decides what a log line blames and what a retry can fix.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Side {
-    Client,
     Server,
-    Internal,
+    /// This process or host: out of descriptors, memory or ephemeral ports. Never counted against
+    /// a server, and no other server would fare better.
+    Local,
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Kind {
     /// No server of the service is usable, backups included.
     NoServer,
+    /// Every usable server stayed at its `maxconn` for `queue_timeout`.
+    QueueTimeout,
     /// The connect to a server failed or was refused.
     Connect,
     /// The connect did not finish within `connect_timeout`.
     ConnectTimeout,
-    /// The connection was idle longer than its timeout.
-    Idle,
     /// Reading or writing an established connection failed.
     Io,
-    /// The server was disabled with `terminate_on_disable`.
-    Terminated,
 }
 
 #[derive(Debug, thiserror::Error)]
@@ -35,7 +36,7 @@ pub struct Error {
     pub side: Side,
     pub server: Option<SocketAddr>,
     #[source]
-    pub source: Option<std::io::Error>,
+    pub source: Option<io::Error>,
 }
 
 impl Error {
@@ -46,25 +47,37 @@ impl Error {
         self.server = Some(addr);
         self
     }
-    pub fn io(mut self, e: std::io::Error) -> Self {
+    pub fn io(mut self, e: io::Error) -> Self {
         self.source = Some(e);
         self
     }
-    /// Whether trying another server could succeed: only failures before any byte was forwarded.
-    pub fn retryable(&self) -> bool {
-        matches!(self.kind, Kind::Connect | Kind::ConnectTimeout)
+    /// A failed connect, blamed on the server unless the error is the host's own.
+    pub fn connect(addr: SocketAddr, e: io::Error) -> Self {
+        let side = if is_local(&e) { Side::Local } else { Side::Server };
+        Error::new(Kind::Connect, side).server(addr).io(e)
     }
+    /// Whether trying another server could succeed: only a server's failure before any byte was
+    /// forwarded.
+    pub fn retryable(&self) -> bool {
+        self.side == Side::Server && matches!(self.kind, Kind::Connect | Kind::ConnectTimeout)
+    }
+}
+
+/// Errors that say this host ran out of something (descriptors, memory, buffers, local ports):
+/// the server was never reached.
+pub fn is_local(e: &io::Error) -> bool {
+    matches!(e.raw_os_error(), Some(libc::EMFILE | libc::ENFILE | libc::ENOBUFS | libc::ENOMEM | libc::EADDRNOTAVAIL))
 }
 
 impl fmt::Display for Error {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         let what = match self.kind {
             Kind::NoServer => "no server is up",
+            Kind::QueueTimeout => "every server stayed at its maxconn (queue timeout)",
+            Kind::Connect if self.side == Side::Local => "cannot open a connection on this host",
             Kind::Connect => "connect failed",
             Kind::ConnectTimeout => "connect timed out",
-            Kind::Idle => "idle timeout",
             Kind::Io => "i/o error",
-            Kind::Terminated => "server disabled with terminate_on_disable",
         };
         write!(f, "{what}")?;
         if let Some(s) = self.server {
@@ -74,5 +87,22 @@ impl fmt::Display for Error {
             write!(f, ": {e}")?;
         }
         Ok(())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn out_of_descriptors_is_local_and_not_retried_elsewhere() {
+        let addr: SocketAddr = "127.0.0.1:1".parse().unwrap();
+        let local = Error::connect(addr, io::Error::from_raw_os_error(libc::EMFILE));
+        assert_eq!(local.side, Side::Local);
+        assert!(!local.retryable());
+        let refused = Error::connect(addr, io::Error::from_raw_os_error(libc::ECONNREFUSED));
+        assert_eq!(refused.side, Side::Server);
+        assert!(refused.retryable());
+        assert!(!Error::new(Kind::NoServer, Side::Server).retryable());
     }
 }

@@ -191,6 +191,10 @@ pub struct Service {
     /// Concurrent client connections the service accepts; 0 means no limit.
     #[serde(default)]
     pub maxconn: u32,
+    /// How long a connection (HTTP: a request) waits for a server below its `maxconn` before
+    /// it is refused (HTTP: 503). HAProxy's `timeout queue`.
+    #[serde(default = "defaults::queue_timeout", with = "duration")]
+    pub queue_timeout: Duration,
     /// FTP: the ports Fulcrum opens for data connections (passive mode towards clients, active
     /// mode towards servers); `PortRange::FTP_DEFAULT` when not set.
     #[serde(default, skip_serializing_if = "Option::is_none")]
@@ -220,6 +224,11 @@ pub struct Service {
 }
 
 impl Service {
+    /// How long a connection or request waits in the queue for a server place.
+    pub fn queue_timeout(&self) -> Duration {
+        self.http.queue_timeout.unwrap_or(self.queue_timeout)
+    }
+
     /// The service a pool runs as: the parent's settings with the pool's name (`service/pool`),
     /// servers, algorithm and health check, so pools are balanced, checked and counted by the
     /// same code as services.
@@ -404,9 +413,9 @@ pub struct Http {
     /// Time for a server to start its response once the request is sent.
     #[serde(default = "defaults::response_timeout", with = "duration")]
     pub response_timeout: Duration,
-    /// How long a request waits for a server below its `maxconn` before a 503.
-    #[serde(default = "defaults::queue_timeout", with = "duration")]
-    pub queue_timeout: Duration,
+    /// The older place of the service's `queue_timeout`, still read; when set, it wins.
+    #[serde(default, with = "optional_duration", skip_serializing_if = "Option::is_none")]
+    pub queue_timeout: Option<Duration>,
     /// How long an idle pooled connection to a server is kept for reuse.
     #[serde(default = "defaults::keepalive_idle", with = "duration")]
     pub keepalive_idle: Duration,
@@ -452,7 +461,7 @@ impl Default for Http {
             head_timeout: defaults::head_timeout(),
             response_timeout: defaults::response_timeout(),
             keepalive_idle: defaults::keepalive_idle(),
-            queue_timeout: defaults::queue_timeout(),
+            queue_timeout: None,
             max_headers: defaults::max_headers(),
             max_head_size: defaults::max_head_size(),
             max_uri_length: defaults::max_uri_length(),
@@ -625,6 +634,23 @@ pub(crate) mod defaults {
 }
 
 /// Durations as humans write them: "2s", "500ms", "1m 30s".
+pub(crate) mod optional_duration {
+    use std::time::Duration;
+
+    use serde::{Deserializer, Serializer};
+
+    pub fn serialize<S: Serializer>(d: &Option<Duration>, s: S) -> Result<S::Ok, S::Error> {
+        match d {
+            Some(d) => super::duration::serialize(d, s),
+            None => s.serialize_none(),
+        }
+    }
+
+    pub fn deserialize<'de, D: Deserializer<'de>>(d: D) -> Result<Option<Duration>, D::Error> {
+        super::duration::deserialize(d).map(Some)
+    }
+}
+
 pub(crate) mod duration {
     use std::time::Duration;
 

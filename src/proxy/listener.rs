@@ -61,8 +61,9 @@ pub async fn serve(listener: std::net::TcpListener, addr: SocketAddr, runtime: A
         while maxconn > 0 && service.state.current.load(Relaxed) >= maxconn {
             paused = true;
             if let Some((waiting, _)) = super::tcp_info::accept_queue(&listener) {
-                service.state.queue.store(waiting as u64, Relaxed);
-                service.state.queue_max.fetch_max(waiting as u64, Relaxed);
+                let state = &service.state;
+                state.backlog.store(waiting as u64, Relaxed);
+                state.queue_max.fetch_max(waiting as u64 + state.queue.load(Relaxed), Relaxed);
             }
             tokio::select! {
                 _ = service.state.freed.notified() => {}
@@ -71,7 +72,7 @@ pub async fn serve(listener: std::net::TcpListener, addr: SocketAddr, runtime: A
             }
         }
         if paused {
-            service.state.queue.store(0, Relaxed);
+            service.state.backlog.store(0, Relaxed);
         }
         let accepted = tokio::select! {
             _ = stop.cancelled() => break,

@@ -1,9 +1,12 @@
-//! The data path: listeners accept, `connect` finds a server, `tcp` forwards the bytes.
+//! The data path: listeners accept, `dispatch` finds a server and connects (`connect`), `tcp`
+//! forwards the bytes; `http` and `ftp` are the modes that read what they forward.
 
 pub mod connect;
+pub mod dispatch;
 pub mod ftp;
 pub mod http;
 pub mod listener;
+pub mod queue;
 #[allow(unsafe_code)]
 pub mod splice;
 pub mod tcp;
@@ -27,8 +30,8 @@ pub async fn handle(client: TcpStream, peer: SocketAddr, service: Arc<Service>, 
         // Each request picks its own server; the connection is the client's only.
         return http::serve(client, peer, service, shutdown).await;
     }
-    let (entry, server) = tokio::select! {
-        r = connect::connect(&service, peer) => match r {
+    let (place, server) = tokio::select! {
+        r = dispatch::connect(&service, peer) => match r {
             Ok(x) => x,
             Err(e) => {
                 service.state.refused.fetch_add(1, Relaxed);
@@ -38,8 +41,8 @@ pub async fn handle(client: TcpStream, peer: SocketAddr, service: Arc<Service>, 
         },
         _ = shutdown.terminating().cancelled() => return,
     };
+    let entry = place.entry();
     let state = &entry.state;
-    let _conn = state.open();
     let terminate = state.terminate_token();
     let opts = tcp::Options {
         half_close: cfg.half_close,

@@ -58,6 +58,8 @@ pub struct ServerState {
     pub counters: Counters,
     /// Connect measurements for the load-aware algorithms.
     pub measure: Measure,
+    /// HTTP: idle keep-alive connections to this server, lent one request at a time.
+    pub idle: Arc<crate::proxy::http::ServerConns>,
 }
 
 /// Per-server counters, as in HAProxy's stats table.
@@ -104,6 +106,7 @@ impl ServerState {
             last_check: Mutex::new(if checked { "not checked yet".into() } else { "no check".into() }),
             counters: Counters::default(),
             measure: Measure::new(crate::config::P2c::default().decay),
+            idle: Arc::default(),
         }
     }
 
@@ -250,15 +253,6 @@ impl ServerState {
         }
     }
 
-    /// Accounts a new connection; the guard accounts its end, on every path.
-    pub fn open(self: &Arc<Self>) -> ConnGuard {
-        let now = self.counters.current.fetch_add(1, Relaxed) + 1;
-        self.counters.max.fetch_max(now, Relaxed);
-        let guard = ConnGuard(self.clone());
-        guard.opened();
-        guard
-    }
-
     /// Takes one of this server's `limit` places (0: no limit) in one atomic step, or `None`
     /// when all are taken: checking `current` and adding to it later would let requests that
     /// pick the server at the same moment overshoot its maxconn. The place counts in `current`
@@ -280,7 +274,7 @@ impl ServerState {
     }
 }
 
-/// Held for the life of one proxied connection.
+/// A place on this server, held for the life of one proxied connection or request.
 pub struct ConnGuard(Arc<ServerState>);
 
 impl ConnGuard {
@@ -311,7 +305,8 @@ pub struct ServerEntry {
     pub state: Arc<ServerState>,
     /// The id the `cookie` algorithm names this server by.
     pub id: String,
-    /// HTTP: requests in flight this server takes at most (0: no limit); more wait in the queue.
+    /// Connections (HTTP: requests) in flight this server takes at most (0: no limit); more
+    /// wait in the service's queue.
     pub maxconn: u32,
 }
 

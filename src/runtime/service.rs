@@ -92,12 +92,15 @@ pub struct ServiceState {
     pub refused: AtomicU64,
     /// Connects that failed on one server and were tried on another.
     pub redispatches: AtomicU64,
-    /// Clients waiting in the kernel's accept queue while the service is at `maxconn`, and the
-    /// most seen; read from the listening socket's TCP_INFO while the accept loop is paused.
+    /// Connections (HTTP: requests) waiting for a place on a server at its `maxconn`.
     pub queue: AtomicU64,
+    /// The most clients seen waiting, in the queue and in the accept backlog together.
     pub queue_max: AtomicU64,
+    /// Clients waiting in the kernel's accept queue while the service is at `maxconn`; read from
+    /// the listening socket's TCP_INFO while the accept loop is paused.
+    pub backlog: AtomicU64,
     pub rate: Rate,
-    /// HTTP: signalled when a request to a server of the service ends, so a queued one can go.
+    /// Signalled when a place on a server of the service frees, so a queued client can go.
     pub released: Notify,
     /// FTP: where the search for a free data port starts next.
     pub data_port_cursor: std::sync::atomic::AtomicU32,

@@ -32,8 +32,8 @@ pub struct ServiceStats {
     /// Sessions started in the last whole second, and the most in one second.
     pub rate: u64,
     pub rate_max: u64,
-    /// Clients waiting in the accept queue while the service is at `maxconn`; the most seen; the
-    /// queue's limit (the listen backlog).
+    /// Clients waiting: for a server place (servers at their `maxconn`) and in the accept
+    /// backlog (the service at its `maxconn`); the most seen; the backlog's limit.
     pub queue: u64,
     pub queue_max: u64,
     pub queue_limit: u32,
@@ -108,7 +108,7 @@ pub fn snapshot(generation: &Generation) -> Snapshot {
             maxconn: s.config.maxconn,
             rate: s.state.rate.current(now / 1000),
             rate_max: s.state.rate.max(),
-            queue: s.state.queue.load(Relaxed),
+            queue: s.state.queue.load(Relaxed) + s.state.backlog.load(Relaxed),
             queue_max: s.state.queue_max.load(Relaxed),
             queue_limit: crate::proxy::listener::BACKLOG as u32,
             redispatches: s.state.redispatches.load(Relaxed),

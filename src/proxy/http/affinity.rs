@@ -10,20 +10,35 @@
 use hyper::Uri;
 use hyper::header::{self, HeaderMap, HeaderValue};
 
-use super::upstream::Steer;
+use crate::proxy::dispatch::Steer;
 use crate::balance::key;
 use crate::config::{Algorithm, CookieMode, Service};
 
-pub fn steer(cfg: &Service, uri: &Uri, headers: &HeaderMap) -> Steer {
+/// How a request steers the pick: the hash key of `uri-hash`/`header-hash`, the server id a
+/// `cookie` names, and that cookie's value as the client sent it.
+#[derive(Debug, Default)]
+pub struct Affinity {
+    pub hash: Option<u64>,
+    pub prefer: Option<String>,
+    pub cookie: Option<String>,
+}
+
+impl Affinity {
+    pub fn steer(&self) -> Steer<'_> {
+        Steer { hash: self.hash, prefer: self.prefer.as_deref() }
+    }
+}
+
+pub fn steer(cfg: &Service, uri: &Uri, headers: &HeaderMap) -> Affinity {
     let http = &cfg.http;
     match cfg.algorithm {
         Algorithm::UriHash => {
             let target = if http.hash_query { uri.path_and_query().map(|p| p.as_str()).unwrap_or("/") } else { uri.path() };
-            Steer { hash: Some(key::hash_bytes(target.as_bytes())), ..Steer::default() }
+            Affinity { hash: Some(key::hash_bytes(target.as_bytes())), ..Affinity::default() }
         }
         Algorithm::HeaderHash => {
             let value = http.hash_header.as_deref().and_then(|h| headers.get(h));
-            Steer { hash: value.map(|v| key::hash_bytes(v.as_bytes())), ..Steer::default() }
+            Affinity { hash: value.map(|v| key::hash_bytes(v.as_bytes())), ..Affinity::default() }
         }
         Algorithm::Cookie => {
             let value = cookie(headers, &http.cookie);
@@ -31,14 +46,14 @@ pub fn steer(cfg: &Service, uri: &Uri, headers: &HeaderMap) -> Steer {
                 CookieMode::Insert => value.clone(),
                 CookieMode::Jserv => value.as_deref().and_then(|v| v.rsplit_once('.')).map(|(_, id)| id.to_string()),
             };
-            Steer { hash: None, prefer, cookie: value }
+            Affinity { hash: None, prefer, cookie: value }
         }
-        _ => Steer::default(),
+        _ => Affinity::default(),
     }
 }
 
 /// Sets or rewrites the affinity cookie on a response from server `id`.
-pub fn stamp(cfg: &Service, steer: &Steer, id: &str, headers: &mut HeaderMap) {
+pub fn stamp(cfg: &Service, steer: &Affinity, id: &str, headers: &mut HeaderMap) {
     if cfg.algorithm != Algorithm::Cookie {
         return;
     }
@@ -129,7 +144,7 @@ mod tests {
         let mut resp = HeaderMap::new();
         resp.append(header::SET_COOKIE, "JSESSIONID=abc123; Path=/app".parse().unwrap());
         resp.append(header::SET_COOKIE, "other=1".parse().unwrap());
-        stamp(&cfg, &Steer::default(), "n1", &mut resp);
+        stamp(&cfg, &Affinity::default(), "n1", &mut resp);
         assert_eq!(set_cookies(&resp), ["JSESSIONID=abc123.n1; Path=/app", "other=1"]);
 
         let mut req = HeaderMap::new();

@@ -1,7 +1,7 @@
 //! The one body type of HTTP mode, both ways: a client's request body on its way to a server
 //! (with the first chunk possibly read ahead), a server's response on its way to a client (which
-//! returns its pooled connection when it ends and writes the access-log line when dropped), or a
-//! short text Fulcrum answers itself. An enum rather than a boxed trait object: no allocation per
+//! gives its lent connection back when it ends, holds the request's place on the server until
+//! then, and writes the access-log line when dropped), or a short text Fulcrum answers itself. An enum rather than a boxed trait object: no allocation per
 //! request for the body.
 
 use std::pin::Pin;
@@ -12,21 +12,25 @@ use std::task::{Context, Poll};
 use bytes::Bytes;
 use hyper::body::{Body, Frame, Incoming, SizeHint};
 
+use hyper::client::conn::http1::SendRequest;
+
 use super::access::Record;
-use super::upstream::{Pooled, Slot};
+use super::idle::Lent;
+use crate::proxy::dispatch::Place;
 
 pub enum ProxyBody {
     Empty,
     Text(Option<Bytes>),
     /// A client's body, counted into `bytes`, with a frame already read in front of it.
     Request { first: Option<Frame<Bytes>>, rest: Incoming, bytes: Arc<AtomicU64> },
-    /// A server's response body; `slot` holds the server's place until the body has gone out.
+    /// A server's response body; `place` holds the request's place on the server until the
+    /// body has gone out.
     Response {
         body: Incoming,
-        pooled: Option<Pooled>,
+        lent: Option<Lent<SendRequest<ProxyBody>>>,
         record: Option<Box<Record>>,
         #[allow(dead_code, reason = "held for its Drop")]
-        slot: Option<Slot>,
+        place: Option<Place>,
     },
 }
 
@@ -57,7 +61,7 @@ impl Body for ProxyBody {
                 }
                 Poll::Ready(frame)
             }
-            ProxyBody::Response { body, pooled, record, .. } => {
+            ProxyBody::Response { body, lent, record, .. } => {
                 let polled = Pin::new(&mut *body).poll_frame(cx);
                 match &polled {
                     Poll::Ready(Some(Ok(f))) => {
@@ -67,17 +71,17 @@ impl Body for ProxyBody {
                     }
                     Poll::Ready(Some(Err(_))) => {
                         // A broken response: its connection is not reused.
-                        pooled.take();
+                        lent.take();
                     }
                     Poll::Ready(None) => {
-                        if let Some(p) = pooled.take() {
+                        if let Some(p) = lent.take() {
                             p.release();
                         }
                     }
                     Poll::Pending => {}
                 }
                 if body.is_end_stream()
-                    && let Some(p) = pooled.take()
+                    && let Some(p) = lent.take()
                 {
                     p.release();
                 }
@@ -110,9 +114,9 @@ impl Drop for ProxyBody {
     fn drop(&mut self) {
         // A response with no body (204, HEAD, length 0) is never polled: its connection is
         // still good for the next request.
-        if let ProxyBody::Response { body, pooled, .. } = self
+        if let ProxyBody::Response { body, lent, .. } = self
             && body.is_end_stream()
-            && let Some(p) = pooled.take()
+            && let Some(p) = lent.take()
         {
             p.release();
         }

@@ -1,5 +1,5 @@
 //! `mode = "http"`: Fulcrum reads HTTP/1.1 from clients (hyper, behind the framing guard),
-//! forwards each request to a server over a pooled keep-alive connection, streams bodies both
+//! forwards each request to a server over an idle keep-alive connection of that server, streams bodies both
 //! ways without buffering them, adds the forwarded headers, and answers with a readable error
 //! when no server can: 502 (the server failed), 503 (none usable), 504 (no answer in time).
 //! An `Upgrade` request (WebSocket) goes to one server, and after its 101 the bytes flow both
@@ -10,6 +10,8 @@ mod affinity;
 mod body;
 mod guard;
 mod headers;
+mod idle;
+mod replay;
 mod route;
 mod upstream;
 
@@ -31,9 +33,12 @@ use body::ProxyBody;
 use guard::{Guarded, Verdict};
 use upstream::Failure;
 use crate::config::AccessLog;
-use crate::error::Kind;
+use crate::error::{Kind, Side};
 use crate::runtime::Service;
 use crate::shutdown::Shutdown;
+
+/// A server's idle keep-alive connections, kept in its state (`runtime::ServerState::idle`).
+pub(crate) type ServerConns = idle::IdleConns<hyper::client::conn::http1::SendRequest<ProxyBody>>;
 
 /// Serves one client connection: as many requests as it sends.
 pub async fn serve(client: TcpStream, peer: SocketAddr, service: Arc<Service>, shutdown: Shutdown) {
@@ -129,26 +134,29 @@ async fn handle(mut req: Request<Incoming>, peer: SocketAddr, service: &Arc<Serv
     let body = if has_body { ProxyBody::Request { first, rest: incoming, bytes: record.bytes_in.clone() } } else { ProxyBody::Empty };
     let req = Request::from_parts(parts, body);
     let steer = affinity::steer(&target.config, req.uri(), req.headers());
-    match upstream::send(target, peer, req, &steer, replayable, upgrade).await {
+    match upstream::send(target, peer, req, steer.steer(), replayable, upgrade).await {
         Ok(mut a) => {
             if let (Some(client_side), StatusCode::SWITCHING_PROTOCOLS) = (client_upgrade, a.response.status()) {
                 tunnel(client_side, hyper::upgrade::on(&mut a.response), cfg.name.clone(), peer);
             }
-            record.server = Some(a.entry.addr);
+            let entry = a.place.entry().clone();
+            record.server = Some(entry.addr);
             record.connect = a.connect;
-            record.queue = a.queued;
+            record.queue = a.place.queued();
             record.response = a.response_time;
             record.status = a.response.status().as_u16();
             let (mut rparts, rbody) = a.response.into_parts();
             let switching = rparts.status == StatusCode::SWITCHING_PROTOCOLS;
             headers::strip_hop_by_hop(&mut rparts.headers, switching);
-            affinity::stamp(&target.config, &steer, &a.entry.id, &mut rparts.headers);
-            debug!(service = %cfg.name, client = %peer, server = %a.entry.addr, status = record.status, elapsed = ?started.elapsed(), "request forwarded");
-            Response::from_parts(rparts, ProxyBody::Response { body: rbody, pooled: a.pooled, record: Some(Box::new(record)), slot: Some(a.slot) })
+            affinity::stamp(&target.config, &steer, &entry.id, &mut rparts.headers);
+            debug!(service = %cfg.name, client = %peer, server = %entry.addr, status = record.status, elapsed = ?started.elapsed(), "request forwarded");
+            Response::from_parts(rparts, ProxyBody::Response { body: rbody, lent: a.lent, record: Some(Box::new(record)), place: Some(a.place) })
         }
         Err(f) => {
             let (status, why, server) = match f {
                 Failure::Connect(e) if e.kind == Kind::NoServer => (StatusCode::SERVICE_UNAVAILABLE, "no server is available".to_string(), None),
+                // This host ran out of something (descriptors, ports): no server is to blame.
+                Failure::Connect(e) if e.side == Side::Local => (StatusCode::SERVICE_UNAVAILABLE, e.to_string(), None),
                 Failure::Connect(e) => (StatusCode::BAD_GATEWAY, format!("cannot connect to a server: {e}"), e.server),
                 Failure::Queue(t) => (StatusCode::SERVICE_UNAVAILABLE, format!("every server stayed at its maxconn for {} (queue timeout)", humantime::format_duration(t)), None),
                 Failure::Timeout(s) => (StatusCode::GATEWAY_TIMEOUT, format!("the server did not answer within {}", humantime::format_duration(cfg.http.response_timeout)), Some(s)),

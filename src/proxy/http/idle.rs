@@ -1,0 +1,150 @@
+//! Idle keep-alive connections to one server, lent to one request at a time. Each server keeps
+//! its own list next to its state, so the connections outlive a reload the way its counters do,
+//! go away with the server when it leaves the config, and no lock is shared between servers: a
+//! request takes this server's short lock once to borrow and once to give back.
+//!
+//! Generic over the connection, so this file knows nothing of bodies or the request path.
+
+use std::fmt;
+use std::net::SocketAddr;
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+/// Idle connections kept per server at most.
+const MAX_IDLE: usize = 256;
+
+/// A connection that can tell it was closed by its peer.
+pub trait Reusable {
+    fn is_closed(&self) -> bool;
+}
+
+impl<B> Reusable for hyper::client::conn::http1::SendRequest<B> {
+    fn is_closed(&self) -> bool {
+        hyper::client::conn::http1::SendRequest::is_closed(self)
+    }
+}
+
+struct Idle<C> {
+    conn: C,
+    /// The address it was made to: a reload that resolves the server anew must not reuse it.
+    addr: SocketAddr,
+    since: Instant,
+}
+
+pub struct IdleConns<C> {
+    idle: Mutex<Vec<Idle<C>>>,
+}
+
+impl<C> Default for IdleConns<C> {
+    fn default() -> Self {
+        IdleConns { idle: Mutex::new(Vec::new()) }
+    }
+}
+
+impl<C> fmt::Debug for IdleConns<C> {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        let n = self.idle.lock().map(|g| g.len()).unwrap_or(0);
+        write!(f, "IdleConns({n})")
+    }
+}
+
+impl<C: Reusable> IdleConns<C> {
+    /// The most recently used connection to `addr` that is still open and idled less than
+    /// `max_idle`; older or closed ones met on the way are dropped.
+    pub fn take(&self, addr: SocketAddr, max_idle: Duration) -> Option<C> {
+        let mut idle = self.idle.lock().ok()?;
+        while let Some(c) = idle.pop() {
+            // Just given back, a connection may not be ready yet (hyper finishes the exchange on
+            // its own task); the sender waits for that.
+            if c.addr == addr && !c.conn.is_closed() && c.since.elapsed() < max_idle {
+                return Some(c.conn);
+            }
+        }
+        None
+    }
+
+    fn put(&self, conn: C, addr: SocketAddr) {
+        if conn.is_closed() {
+            tracing::debug!(server = %addr, "server connection closed, not reused");
+            return;
+        }
+        if let Ok(mut idle) = self.idle.lock()
+            && idle.len() < MAX_IDLE
+        {
+            idle.push(Idle { conn, addr, since: Instant::now() });
+        }
+    }
+
+    pub fn len(&self) -> usize {
+        self.idle.lock().map(|g| g.len()).unwrap_or(0)
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.len() == 0
+    }
+}
+
+/// A connection lent out for one request; `release` gives it back for the next one.
+pub struct Lent<C: Reusable> {
+    conn: C,
+    addr: SocketAddr,
+    home: Arc<IdleConns<C>>,
+}
+
+impl<C: Reusable> Lent<C> {
+    pub fn new(conn: C, addr: SocketAddr, home: Arc<IdleConns<C>>) -> Self {
+        Lent { conn, addr, home }
+    }
+
+    pub fn release(self) {
+        self.home.put(self.conn, self.addr);
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::sync::atomic::{AtomicBool, Ordering::Relaxed};
+
+    #[derive(Clone)]
+    struct Fake(Arc<AtomicBool>);
+
+    impl Reusable for Fake {
+        fn is_closed(&self) -> bool {
+            self.0.load(Relaxed)
+        }
+    }
+
+    fn fake() -> (Fake, Arc<AtomicBool>) {
+        let closed = Arc::new(AtomicBool::new(false));
+        (Fake(closed.clone()), closed)
+    }
+
+    #[test]
+    fn a_released_connection_is_lent_again_only_to_its_own_address() {
+        let home = Arc::new(IdleConns::default());
+        let (a, b): (SocketAddr, SocketAddr) = ("127.0.0.1:1".parse().unwrap(), "127.0.0.1:2".parse().unwrap());
+        Lent::new(fake().0, a, home.clone()).release();
+        assert_eq!(home.len(), 1);
+        assert!(home.take(b, Duration::from_secs(60)).is_none(), "resolved anew to another address");
+        assert!(home.is_empty(), "the stale connection is dropped");
+        Lent::new(fake().0, a, home.clone()).release();
+        assert!(home.take(a, Duration::from_secs(60)).is_some());
+    }
+
+    #[test]
+    fn closed_or_expired_connections_are_never_lent() {
+        let home = Arc::new(IdleConns::default());
+        let a: SocketAddr = "127.0.0.1:1".parse().unwrap();
+        let (conn, closed) = fake();
+        Lent::new(conn, a, home.clone()).release();
+        closed.store(true, Relaxed);
+        assert!(home.take(a, Duration::from_secs(60)).is_none());
+        Lent::new(fake().0, a, home.clone()).release();
+        assert!(home.take(a, Duration::ZERO).is_none(), "idled longer than keepalive_idle");
+        let (conn, closed) = fake();
+        closed.store(true, Relaxed);
+        Lent::new(conn, a, home.clone()).release();
+        assert!(home.is_empty(), "a closed connection is not kept");
+    }
+}

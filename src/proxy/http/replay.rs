@@ -1,0 +1,54 @@
+//! When a request that failed on its way to a server may be sent again. Only two cases are safe
+//! (RFC 9110 section 9.2.2, and what HAProxy and hyper's own pool do):
+//! - the request was never written: the reused connection was found closed before use, and
+//!   hyper hands the request back; it can go anywhere, at no cost of an attempt;
+//! - the request is idempotent, has no body, and the reused connection was closed by the server
+//!   as the request went out (a keep-alive race): it is rebuilt and sent again, as a retry.
+//!
+//! Anything else (a body was sent, a new connection broke, a non-idempotent method) is the
+//! client's answer: 502.
+
+use hyper::client::conn::TrySendError;
+use hyper::{HeaderMap, Method, Request, Uri, Version};
+
+use super::body::ProxyBody;
+
+/// What a request needs to be sent again, kept only for requests that may be.
+pub struct Replay {
+    template: Option<(Method, Uri, Version, HeaderMap)>,
+}
+
+/// What to do after a send failed.
+pub enum Next {
+    /// Never written: send it again, on this server or another.
+    Unsent(Request<ProxyBody>),
+    /// Rebuilt after a keep-alive race: send it again if an attempt is left.
+    Retry(Request<ProxyBody>, hyper::Error),
+    Fail(hyper::Error),
+}
+
+impl Replay {
+    /// `replayable`: an idempotent method and no body.
+    pub fn of(req: &Request<ProxyBody>, replayable: bool) -> Self {
+        Replay { template: replayable.then(|| (req.method().clone(), req.uri().clone(), req.version(), req.headers().clone())) }
+    }
+
+    pub fn after(&self, mut failed: TrySendError<Request<ProxyBody>>, reused: bool) -> Next {
+        let unsent = failed.take_message();
+        let error = failed.into_error();
+        if let (Some(req), true) = (unsent, reused) {
+            return Next::Unsent(req);
+        }
+        match &self.template {
+            Some((method, uri, version, headers)) if reused && error.is_incomplete_message() => {
+                let mut again = Request::new(ProxyBody::Empty);
+                *again.method_mut() = method.clone();
+                *again.uri_mut() = uri.clone();
+                *again.version_mut() = *version;
+                *again.headers_mut() = headers.clone();
+                Next::Retry(again, error)
+            }
+            _ => Next::Fail(error),
+        }
+    }
+}
