@@ -1,5 +1,6 @@
 //! The JSON API: reads of the live state, and one route per `Change`.
 
+use std::fmt::Display;
 use std::sync::Arc;
 
 use axum::extract::{FromRequest, Path, Query, Request, State};
@@ -12,7 +13,7 @@ use serde_json::json;
 
 use super::refuse;
 use crate::app::App;
-use crate::config::{self, Algorithm, Change, Health, ServerAdmin, ServiceSettings};
+use crate::config::{self, Algorithm, Change, Diagnostics, Health, ServerAdmin, ServiceSettings};
 use crate::stats;
 
 pub fn routes() -> Router<Arc<App>> {
@@ -52,10 +53,10 @@ impl<S: Send + Sync, T: serde::de::DeserializeOwned> FromRequest<S> for Body<T> 
 }
 
 /// The answer to a change: 200 with the message, or 422 with why it was refused.
-fn answer(result: Result<String, String>) -> Response {
+fn answer(result: Result<String, impl Display>) -> Response {
     match result {
         Ok(message) => Json(json!({ "ok": true, "message": message })).into_response(),
-        Err(error) => refuse(StatusCode::UNPROCESSABLE_ENTITY, error),
+        Err(error) => refuse(StatusCode::UNPROCESSABLE_ENTITY, error.to_string()),
     }
 }
 
@@ -95,12 +96,19 @@ struct ConfigBody {
     toml: String,
 }
 
+/// Why a config sent by the API was not taken.
+#[derive(Debug, thiserror::Error)]
+enum BodyError {
+    #[error("config refused, the running config stays:\n{0}")]
+    Refused(Diagnostics),
+    /// The parse did not finish (it panicked, or the runtime is shutting down).
+    #[error(transparent)]
+    Task(#[from] tokio::task::JoinError),
+}
+
 /// Parses a whole config sent by the API, with line/column errors against the text sent.
-async fn parse_body(body: ConfigBody) -> Result<config::Config, String> {
-    tokio::task::spawn_blocking(move || config::parse(&body.toml, "request"))
-        .await
-        .map_err(|e| e.to_string())?
-        .map_err(|d| format!("config refused, the running config stays:\n{d}"))
+async fn parse_body(body: ConfigBody) -> Result<config::Config, BodyError> {
+    tokio::task::spawn_blocking(move || config::parse(&body.toml, "request")).await?.map_err(BodyError::Refused)
 }
 
 async fn validate_config(Body(body): Body<ConfigBody>) -> Response {
@@ -110,7 +118,7 @@ async fn validate_config(Body(body): Body<ConfigBody>) -> Response {
 async fn put_config(State(app): State<Arc<App>>, Body(body): Body<ConfigBody>) -> Response {
     match parse_body(body).await {
         Ok(c) => answer(app.change(Change::Replace(Box::new(c))).await),
-        Err(e) => answer(Err(e)),
+        Err(e) => answer(Err::<String, _>(e)),
     }
 }
 

@@ -20,7 +20,7 @@ use axum::middleware::{self, Next};
 use axum::response::{IntoResponse, Response};
 use serde_json::json;
 
-pub use auth::{Auth, hash_password};
+pub use auth::{Auth, AuthError, hash_password};
 
 use crate::app::App;
 
