@@ -4,12 +4,14 @@
 //! `apply` binds every new listen address before it swaps the generation, so a config whose port
 //! is taken is refused whole and the old one keeps running; then it stops the listeners the config
 //! dropped and restarts the health checks over the new generation.
+//!
+//! The admin listener reaches the process only through the [`admin::Control`] it implements.
 
 mod error;
 
 use std::collections::HashMap;
 use std::net::SocketAddr;
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
@@ -17,7 +19,7 @@ use tokio_util::sync::CancellationToken;
 use tracing::{error, info, warn};
 
 use crate::config::{self, Config};
-use crate::runtime::Runtime;
+use crate::runtime::{Generation, Runtime};
 use crate::shutdown::Shutdown;
 use crate::{admin, health, proxy, stats};
 
@@ -234,6 +236,35 @@ impl App {
             warn!("closed {left} connections still open after the grace period");
         }
         info!("stopped");
+    }
+}
+
+impl admin::Control for App {
+    type Error = ControlError;
+
+    fn current(&self) -> Arc<Generation> {
+        self.runtime.current()
+    }
+    fn history(&self) -> &stats::history::History {
+        &self.history
+    }
+    fn auth(&self) -> &admin::Auth {
+        &self.auth
+    }
+    fn file(&self) -> Option<&Path> {
+        self.path.as_deref()
+    }
+    fn stopping(&self) -> CancellationToken {
+        self.shutdown.stopping().clone()
+    }
+    fn change(&self, change: config::Change) -> impl Future<Output = Result<String, ControlError>> + Send {
+        App::change(self, change)
+    }
+    fn reload(&self) -> impl Future<Output = Result<String, ControlError>> + Send {
+        App::reload(self)
+    }
+    fn save(&self) -> impl Future<Output = Result<String, ControlError>> + Send {
+        App::save(self)
     }
 }
 
