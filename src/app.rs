@@ -4,21 +4,26 @@
 //! `apply` binds every new listen address before it swaps the generation, so a config whose port
 //! is taken is refused whole and the old one keeps running; then it stops the listeners the config
 //! dropped and restarts the health checks over the new generation.
+//!
+//! The admin listener reaches the process only through the [`admin::Control`] it implements.
+
+mod error;
 
 use std::collections::HashMap;
 use std::net::SocketAddr;
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
-use anyhow::Context;
 use tokio_util::sync::CancellationToken;
 use tracing::{error, info, warn};
 
 use crate::config::{self, Config};
-use crate::runtime::Runtime;
+use crate::runtime::{Generation, Runtime};
 use crate::shutdown::Shutdown;
 use crate::{admin, health, proxy, stats};
+
+pub use error::{ControlError, StartError};
 
 pub struct App {
     pub runtime: Arc<Runtime>,
@@ -37,21 +42,22 @@ pub struct App {
 
 impl App {
     /// Starts everything `config` describes: first health round, listeners, admin.
-    pub async fn start(config: Config, path: Option<PathBuf>, shutdown: Shutdown) -> anyhow::Result<Arc<App>> {
+    pub async fn start(config: Config, path: Option<PathBuf>, shutdown: Shutdown) -> Result<Arc<App>, StartError> {
         let admin_cfg = config.admin.clone();
         let first_round = config.services.iter().flat_map(|s| std::iter::once(s.health.timeout).chain(s.pools.iter().map(|p| p.health.timeout))).max().unwrap_or_default();
-        let runtime = Arc::new(tokio::task::spawn_blocking(move || Runtime::new(config)).await?.map_err(anyhow::Error::msg)?);
+        let runtime = Arc::new(tokio::task::spawn_blocking(move || Runtime::new(config)).await??);
         let admin_listener = match &admin_cfg {
             Some(a) => {
-                let addr: SocketAddr = a.listen.parse().with_context(|| format!("admin listen address {}", a.listen))?;
-                let l = tokio::net::TcpListener::bind(addr).await.with_context(|| format!("cannot listen on admin address {addr}"))?;
-                Some(l)
+                let addr: SocketAddr = a.listen.parse().map_err(|cause| StartError::AdminAddress { listen: a.listen.clone(), cause })?;
+                let l = tokio::net::TcpListener::bind(addr).await.map_err(|cause| StartError::AdminBind { address: addr, cause })?;
+                let bound = l.local_addr().map_err(|cause| StartError::AdminBind { address: addr, cause })?;
+                Some((l, bound))
             }
             None => None,
         };
-        let admin_addr = admin_listener.as_ref().and_then(|l| l.local_addr().ok());
+        let admin_addr = admin_listener.as_ref().map(|(_, addr)| *addr);
         let auth = match &admin_cfg {
-            Some(a) => admin::Auth::from_config(a).map_err(anyhow::Error::msg)?,
+            Some(a) => admin::Auth::from_config(a)?,
             None => admin::Auth::default(),
         };
         let app = Arc::new(App {
@@ -73,66 +79,66 @@ impl App {
         // Pools run as services too, on their parent's address: only services listen.
         let listening = generation.config.services.len();
         for s in generation.services.iter().take(listening).filter(|s| s.config.enabled) {
-            let l = proxy::listener::bind(s.listen).with_context(|| format!("service {}: cannot listen on {}", s.config.name, s.listen))?;
+            let l = proxy::listener::bind(s.listen).map_err(|cause| StartError::Bind { service: s.config.name.clone(), address: s.listen, cause })?;
             bound.push((s.listen, l));
         }
         app.start_listeners(bound);
-        if let Some(listener) = admin_listener {
-            info!(addr = %listener.local_addr()?, "admin API listening");
+        if let Some((listener, addr)) = admin_listener {
+            info!(%addr, "admin API listening");
             tokio::spawn(admin::serve(listener, app.clone()));
         }
         Ok(app)
     }
 
     /// Re-reads the config file and applies it; on any error the running config stays.
-    pub async fn reload(&self) -> Result<String, String> {
-        let Some(path) = self.path.clone() else { return Err("this instance runs an embedded config; nothing to reload".into()) };
-        let loaded = tokio::task::spawn_blocking(move || config::load(&path)).await.map_err(|e| e.to_string())?;
+    pub async fn reload(&self) -> Result<String, ControlError> {
+        let Some(path) = self.path.clone() else { return Err(ControlError::NothingToReload) };
+        let loaded = tokio::task::spawn_blocking(move || config::load(&path)).await?;
         match loaded {
             Ok(l) => self.apply(l.config).await,
-            Err(d) => Err(format!("config refused, the running config stays:\n{d}")),
+            Err(d) => Err(ControlError::Refused(d)),
         }
     }
 
     /// Applies one change to the running config, validated as a file would be.
-    pub async fn change(&self, change: config::Change) -> Result<String, String> {
+    pub async fn change(&self, change: config::Change) -> Result<String, ControlError> {
         let _one_at_a_time = self.changing.lock().await;
         let mut next = self.runtime.current().config.clone();
         change.apply(&mut next)?;
-        let next = tokio::task::spawn_blocking(move || config::revalidate(&next))
-            .await
-            .map_err(|e| e.to_string())?
-            .map_err(|d| format!("change refused, the running config stays:\n{d}"))?;
+        let next = tokio::task::spawn_blocking(move || config::revalidate(&next)).await?.map_err(ControlError::ChangeRefused)?;
         self.apply_locked(next).await
     }
 
     /// Writes the running config to its file, keeping the previous file as `FILE.bak`.
-    pub async fn save(&self) -> Result<String, String> {
-        let Some(path) = self.path.clone() else { return Err("this instance runs an embedded config; there is no file to save to".into()) };
+    pub async fn save(&self) -> Result<String, ControlError> {
+        let Some(path) = self.path.clone() else { return Err(ControlError::NoFileToSave) };
         let _one_at_a_time = self.changing.lock().await;
         let text = format!("# Written by fulcrum from its running config.\n\n{}", config::to_toml(&self.runtime.current().config));
-        tokio::task::spawn_blocking(move || -> std::io::Result<String> {
+        tokio::task::spawn_blocking(move || {
             let backup = path.with_extension("toml.bak");
-            if path.exists() {
-                std::fs::copy(&path, &backup)?;
+            let write = || -> std::io::Result<()> {
+                if path.exists() {
+                    std::fs::copy(&path, &backup)?;
+                }
+                let tmp = path.with_extension("toml.tmp");
+                std::fs::write(&tmp, text)?;
+                std::fs::rename(&tmp, &path)
+            };
+            match write() {
+                Ok(()) => Ok(format!("saved to {} (previous file kept as {})", path.display(), backup.display())),
+                Err(cause) => Err(ControlError::Save { file: path, cause }),
             }
-            let tmp = path.with_extension("toml.tmp");
-            std::fs::write(&tmp, text)?;
-            std::fs::rename(&tmp, &path)?;
-            Ok(format!("saved to {} (previous file kept as {})", path.display(), backup.display()))
         })
-        .await
-        .map_err(|e| e.to_string())?
-        .map_err(|e| format!("cannot save the config: {e}"))
+        .await?
     }
 
     /// Applies a validated config: bind new addresses, swap, stop dropped listeners, restart checks.
-    pub async fn apply(&self, config: Config) -> Result<String, String> {
+    pub async fn apply(&self, config: Config) -> Result<String, ControlError> {
         let _one_at_a_time = self.changing.lock().await;
         self.apply_locked(config).await
     }
 
-    async fn apply_locked(&self, config: Config) -> Result<String, String> {
+    async fn apply_locked(&self, config: Config) -> Result<String, ControlError> {
         if config.admin != self.runtime.current().config.admin {
             warn!("admin listener changes take effect at the next restart");
         }
@@ -144,16 +150,16 @@ impl App {
             .collect();
         let mut bound = Vec::new();
         {
-            let listeners = self.listeners.lock().map_err(|_| "listener table poisoned")?;
+            let listeners = self.listeners.lock().map_err(|_| ControlError::Poisoned)?;
             for (name, addr) in &wanted {
                 if !listeners.contains_key(addr) {
-                    let l = proxy::listener::bind(*addr).map_err(|e| format!("service {name}: cannot listen on {addr}: {e}; the running config stays"))?;
+                    let l = proxy::listener::bind(*addr).map_err(|cause| ControlError::Bind { service: name.clone(), address: *addr, cause })?;
                     bound.push((*addr, l));
                 }
             }
         }
         let runtime = self.runtime.clone();
-        let applied = tokio::task::spawn_blocking(move || runtime.apply(config)).await.map_err(|e| e.to_string())??;
+        let applied = tokio::task::spawn_blocking(move || runtime.apply(config)).await??;
         for key in &applied.terminated {
             info!(service = %key.service, server = %key.address, "closed the connections of a disabled or removed server (terminate_on_disable)");
         }
@@ -197,7 +203,7 @@ impl App {
     }
 
     /// Serves until SIGTERM or SIGINT (reloading on SIGHUP), then drains.
-    pub async fn run_until_signal(self: Arc<Self>) -> anyhow::Result<()> {
+    pub async fn run_until_signal(self: Arc<Self>) -> std::io::Result<()> {
         use tokio::signal::unix::{SignalKind, signal};
         let mut hup = signal(SignalKind::hangup())?;
         let mut term = signal(SignalKind::terminate())?;
@@ -230,6 +236,35 @@ impl App {
             warn!("closed {left} connections still open after the grace period");
         }
         info!("stopped");
+    }
+}
+
+impl admin::Control for App {
+    type Error = ControlError;
+
+    fn current(&self) -> Arc<Generation> {
+        self.runtime.current()
+    }
+    fn history(&self) -> &stats::history::History {
+        &self.history
+    }
+    fn auth(&self) -> &admin::Auth {
+        &self.auth
+    }
+    fn file(&self) -> Option<&Path> {
+        self.path.as_deref()
+    }
+    fn stopping(&self) -> CancellationToken {
+        self.shutdown.stopping().clone()
+    }
+    fn change(&self, change: config::Change) -> impl Future<Output = Result<String, ControlError>> + Send {
+        App::change(self, change)
+    }
+    fn reload(&self) -> impl Future<Output = Result<String, ControlError>> + Send {
+        App::reload(self)
+    }
+    fn save(&self) -> impl Future<Output = Result<String, ControlError>> + Send {
+        App::save(self)
     }
 }
 

@@ -107,7 +107,8 @@ fn run(path: PathBuf) -> anyhow::Result<()> {
     let rt = runtime(loaded.config.workers)?;
     rt.block_on(async move {
         let app = App::start(loaded.config, Some(path), Shutdown::new()).await?;
-        app.run_until_signal().await
+        app.run_until_signal().await?;
+        Ok(())
     })
 }
 
@@ -116,7 +117,7 @@ fn hash_password() -> anyhow::Result<()> {
     std::io::stdin().read_line(&mut line).context("reading the password from standard input")?;
     let password = line.trim_end_matches(['\r', '\n']);
     anyhow::ensure!(!password.is_empty(), "no password given on standard input");
-    println!("{}", crate::admin::hash_password(password).map_err(anyhow::Error::msg)?);
+    println!("{}", crate::admin::hash_password(password)?);
     Ok(())
 }
 

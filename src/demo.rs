@@ -11,6 +11,7 @@ use tokio::net::TcpStream;
 
 use tokio_util::sync::CancellationToken;
 
+use crate::admin::Control;
 use crate::app::App;
 use crate::backend::{self, BackendArgs};
 use crate::config;
@@ -106,12 +107,12 @@ async fn traffic(target: SocketAddr, rate: u32) {
 }
 
 /// Prints each server's state and total connections every five seconds.
-async fn report(app: std::sync::Arc<App>) {
+async fn report(control: std::sync::Arc<impl Control>) {
     let mut tick = tokio::time::interval(REPORT_EVERY);
     tick.tick().await;
     loop {
         tick.tick().await;
-        let snap = crate::stats::snapshot(&app.runtime.current());
+        let snap = crate::stats::snapshot(&control.current());
         for s in &snap.services {
             let line: Vec<String> = s
                 .servers

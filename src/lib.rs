@@ -16,8 +16,10 @@
 //!   (hyper behind a framing guard, pooled server connections, routing, affinity, queueing) and
 //!   `proxy::ftp` (control-channel rewriting and data ports).
 //! - [`stats`]: read-only views over the counters, the 10 s traffic history, Prometheus text.
-//! - [`admin`]: the dashboard, the JSON API and `/metrics` on the admin listener, with auth.
-//! - [`app`]: the running process and the one path every config change takes.
+//! - [`admin`]: the dashboard, the JSON API and `/metrics` on the admin listener, with auth; it
+//!   reaches the process only through the `admin::Control` handle.
+//! - [`app`]: the running process, the one path every config change takes, and the admin's
+//!   `Control` over it.
 //! - [`backend`]: a real server for tests, the demo and the lab.
 //! - [`lab`]: the source papers' experiments as `fulcrum lab SCENARIO`, with reports and plots.
 //! - [`cli`]: the subcommands.

@@ -1,5 +1,6 @@
 //! The JSON API: reads of the live state, and one route per `Change`.
 
+use std::fmt::Display;
 use std::sync::Arc;
 
 use axum::extract::{FromRequest, Path, Query, Request, State};
@@ -10,30 +11,29 @@ use axum::{Json, Router};
 use serde::Deserialize;
 use serde_json::json;
 
-use super::refuse;
-use crate::app::App;
-use crate::config::{self, Algorithm, Change, Health, ServerAdmin, ServiceSettings};
+use super::{Control, refuse};
+use crate::config::{self, Algorithm, Change, Diagnostics, Health, ServerAdmin, ServiceSettings};
 use crate::stats;
 
-pub fn routes() -> Router<Arc<App>> {
+pub fn routes<C: Control>() -> Router<Arc<C>> {
     Router::new()
-        .route("/api/stats", get(get_stats))
-        .route("/api/stats.csv", get(get_csv))
-        .route("/metrics", get(metrics))
-        .route("/api/history", get(history))
-        .route("/api/config", get(get_config).post(put_config))
+        .route("/api/stats", get(get_stats::<C>))
+        .route("/api/stats.csv", get(get_csv::<C>))
+        .route("/metrics", get(metrics::<C>))
+        .route("/api/history", get(history::<C>))
+        .route("/api/config", get(get_config::<C>).post(put_config::<C>))
         .route("/api/config/validate", post(validate_config))
-        .route("/api/save", post(save))
-        .route("/api/reload", post(reload))
-        .route("/api/services/{service}/servers", post(add_server))
-        .route("/api/services/{service}/servers/{address}", axum::routing::delete(remove_server))
-        .route("/api/services/{service}/servers/{address}/state", post(server_state))
-        .route("/api/services/{service}/servers/{address}/weight", post(weight))
-        .route("/api/services/{service}/algorithm", post(algorithm))
-        .route("/api/services/{service}/health", post(health))
-        .route("/api/services/{service}/settings", post(settings))
-        .route("/api/services/{service}/start", post(start))
-        .route("/api/services/{service}/stop", post(stop))
+        .route("/api/save", post(save::<C>))
+        .route("/api/reload", post(reload::<C>))
+        .route("/api/services/{service}/servers", post(add_server::<C>))
+        .route("/api/services/{service}/servers/{address}", axum::routing::delete(remove_server::<C>))
+        .route("/api/services/{service}/servers/{address}/state", post(server_state::<C>))
+        .route("/api/services/{service}/servers/{address}/weight", post(weight::<C>))
+        .route("/api/services/{service}/algorithm", post(algorithm::<C>))
+        .route("/api/services/{service}/health", post(health::<C>))
+        .route("/api/services/{service}/settings", post(settings::<C>))
+        .route("/api/services/{service}/start", post(start::<C>))
+        .route("/api/services/{service}/stop", post(stop::<C>))
 }
 
 /// A JSON request body; a body that does not parse is refused in the API's own error format,
@@ -52,24 +52,24 @@ impl<S: Send + Sync, T: serde::de::DeserializeOwned> FromRequest<S> for Body<T> 
 }
 
 /// The answer to a change: 200 with the message, or 422 with why it was refused.
-fn answer(result: Result<String, String>) -> Response {
+fn answer(result: Result<String, impl Display>) -> Response {
     match result {
         Ok(message) => Json(json!({ "ok": true, "message": message })).into_response(),
-        Err(error) => refuse(StatusCode::UNPROCESSABLE_ENTITY, error),
+        Err(error) => refuse(StatusCode::UNPROCESSABLE_ENTITY, error.to_string()),
     }
 }
 
-async fn get_stats(State(app): State<Arc<App>>) -> Json<stats::Snapshot> {
-    Json(stats::snapshot(&app.runtime.current()))
+async fn get_stats<C: Control>(State(control): State<Arc<C>>) -> Json<stats::Snapshot> {
+    Json(stats::snapshot(&control.current()))
 }
 
-async fn get_csv(State(app): State<Arc<App>>) -> Response {
-    let body = stats::csv(&stats::snapshot(&app.runtime.current()));
+async fn get_csv<C: Control>(State(control): State<Arc<C>>) -> Response {
+    let body = stats::csv(&stats::snapshot(&control.current()));
     ([(header::CONTENT_TYPE, "text/csv; charset=utf-8")], body).into_response()
 }
 
-async fn metrics(State(app): State<Arc<App>>) -> Response {
-    let body = stats::prometheus::render(&stats::snapshot(&app.runtime.current()));
+async fn metrics<C: Control>(State(control): State<Arc<C>>) -> Response {
+    let body = stats::prometheus::render(&stats::snapshot(&control.current()));
     ([(header::CONTENT_TYPE, "text/plain; version=0.0.4; charset=utf-8")], body).into_response()
 }
 
@@ -80,14 +80,14 @@ struct HistoryQuery {
     since: u64,
 }
 
-async fn history(State(app): State<Arc<App>>, Query(q): Query<HistoryQuery>) -> Response {
-    let series = app.history.get(q.service.as_deref(), q.since);
+async fn history<C: Control>(State(control): State<Arc<C>>, Query(q): Query<HistoryQuery>) -> Response {
+    let series = control.history().get(q.service.as_deref(), q.since);
     Json(json!({ "interval_secs": stats::history::INTERVAL.as_secs(), "series": series })).into_response()
 }
 
-async fn get_config(State(app): State<Arc<App>>) -> Response {
-    let config = app.runtime.current().config.clone();
-    Json(json!({ "toml": config::to_toml(&config), "config": config, "file": app.path.as_ref().map(|p| p.display().to_string()) })).into_response()
+async fn get_config<C: Control>(State(control): State<Arc<C>>) -> Response {
+    let config = control.current().config.clone();
+    Json(json!({ "toml": config::to_toml(&config), "config": config, "file": control.file().map(|p| p.display().to_string()) })).into_response()
 }
 
 #[derive(Deserialize)]
@@ -95,31 +95,38 @@ struct ConfigBody {
     toml: String,
 }
 
+/// Why a config sent by the API was not taken.
+#[derive(Debug, thiserror::Error)]
+enum BodyError {
+    #[error("config refused, the running config stays:\n{0}")]
+    Refused(Diagnostics),
+    /// The parse did not finish (it panicked, or the runtime is shutting down).
+    #[error(transparent)]
+    Task(#[from] tokio::task::JoinError),
+}
+
 /// Parses a whole config sent by the API, with line/column errors against the text sent.
-async fn parse_body(body: ConfigBody) -> Result<config::Config, String> {
-    tokio::task::spawn_blocking(move || config::parse(&body.toml, "request"))
-        .await
-        .map_err(|e| e.to_string())?
-        .map_err(|d| format!("config refused, the running config stays:\n{d}"))
+async fn parse_body(body: ConfigBody) -> Result<config::Config, BodyError> {
+    tokio::task::spawn_blocking(move || config::parse(&body.toml, "request")).await?.map_err(BodyError::Refused)
 }
 
 async fn validate_config(Body(body): Body<ConfigBody>) -> Response {
     answer(parse_body(body).await.map(|c| format!("valid: {} services", c.services.len())))
 }
 
-async fn put_config(State(app): State<Arc<App>>, Body(body): Body<ConfigBody>) -> Response {
+async fn put_config<C: Control>(State(control): State<Arc<C>>, Body(body): Body<ConfigBody>) -> Response {
     match parse_body(body).await {
-        Ok(c) => answer(app.change(Change::Replace(Box::new(c))).await),
-        Err(e) => answer(Err(e)),
+        Ok(c) => answer(control.change(Change::Replace(Box::new(c))).await),
+        Err(e) => answer(Err::<String, _>(e)),
     }
 }
 
-async fn save(State(app): State<Arc<App>>) -> Response {
-    answer(app.save().await)
+async fn save<C: Control>(State(control): State<Arc<C>>) -> Response {
+    answer(control.save().await)
 }
 
-async fn reload(State(app): State<Arc<App>>) -> Response {
-    answer(app.reload().await)
+async fn reload<C: Control>(State(control): State<Arc<C>>) -> Response {
+    answer(control.reload().await)
 }
 
 #[derive(Deserialize)]
@@ -127,8 +134,8 @@ struct StateBody {
     state: ServerAdmin,
 }
 
-async fn server_state(State(app): State<Arc<App>>, Path((service, address)): Path<(String, String)>, Body(b): Body<StateBody>) -> Response {
-    answer(app.change(Change::ServerState { service, address, state: b.state }).await)
+async fn server_state<C: Control>(State(control): State<Arc<C>>, Path((service, address)): Path<(String, String)>, Body(b): Body<StateBody>) -> Response {
+    answer(control.change(Change::ServerState { service, address, state: b.state }).await)
 }
 
 #[derive(Deserialize)]
@@ -136,16 +143,16 @@ struct WeightBody {
     weight: u32,
 }
 
-async fn weight(State(app): State<Arc<App>>, Path((service, address)): Path<(String, String)>, Body(b): Body<WeightBody>) -> Response {
-    answer(app.change(Change::Weight { service, address, weight: b.weight }).await)
+async fn weight<C: Control>(State(control): State<Arc<C>>, Path((service, address)): Path<(String, String)>, Body(b): Body<WeightBody>) -> Response {
+    answer(control.change(Change::Weight { service, address, weight: b.weight }).await)
 }
 
-async fn add_server(State(app): State<Arc<App>>, Path(service): Path<String>, Body(server): Body<config::Server>) -> Response {
-    answer(app.change(Change::AddServer { service, server }).await)
+async fn add_server<C: Control>(State(control): State<Arc<C>>, Path(service): Path<String>, Body(server): Body<config::Server>) -> Response {
+    answer(control.change(Change::AddServer { service, server }).await)
 }
 
-async fn remove_server(State(app): State<Arc<App>>, Path((service, address)): Path<(String, String)>) -> Response {
-    answer(app.change(Change::RemoveServer { service, address }).await)
+async fn remove_server<C: Control>(State(control): State<Arc<C>>, Path((service, address)): Path<(String, String)>) -> Response {
+    answer(control.change(Change::RemoveServer { service, address }).await)
 }
 
 #[derive(Deserialize)]
@@ -153,22 +160,22 @@ struct AlgorithmBody {
     algorithm: Algorithm,
 }
 
-async fn algorithm(State(app): State<Arc<App>>, Path(service): Path<String>, Body(b): Body<AlgorithmBody>) -> Response {
-    answer(app.change(Change::Algorithm { service, algorithm: b.algorithm }).await)
+async fn algorithm<C: Control>(State(control): State<Arc<C>>, Path(service): Path<String>, Body(b): Body<AlgorithmBody>) -> Response {
+    answer(control.change(Change::Algorithm { service, algorithm: b.algorithm }).await)
 }
 
-async fn health(State(app): State<Arc<App>>, Path(service): Path<String>, Body(health): Body<Health>) -> Response {
-    answer(app.change(Change::Health { service, health }).await)
+async fn health<C: Control>(State(control): State<Arc<C>>, Path(service): Path<String>, Body(health): Body<Health>) -> Response {
+    answer(control.change(Change::Health { service, health }).await)
 }
 
-async fn settings(State(app): State<Arc<App>>, Path(service): Path<String>, Body(settings): Body<ServiceSettings>) -> Response {
-    answer(app.change(Change::Settings { service, settings }).await)
+async fn settings<C: Control>(State(control): State<Arc<C>>, Path(service): Path<String>, Body(settings): Body<ServiceSettings>) -> Response {
+    answer(control.change(Change::Settings { service, settings }).await)
 }
 
-async fn start(State(app): State<Arc<App>>, Path(service): Path<String>) -> Response {
-    answer(app.change(Change::ServiceEnabled { service, enabled: true }).await)
+async fn start<C: Control>(State(control): State<Arc<C>>, Path(service): Path<String>) -> Response {
+    answer(control.change(Change::ServiceEnabled { service, enabled: true }).await)
 }
 
-async fn stop(State(app): State<Arc<App>>, Path(service): Path<String>) -> Response {
-    answer(app.change(Change::ServiceEnabled { service, enabled: false }).await)
+async fn stop<C: Control>(State(control): State<Arc<C>>, Path(service): Path<String>) -> Response {
+    answer(control.change(Change::ServiceEnabled { service, enabled: false }).await)
 }

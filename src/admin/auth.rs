@@ -20,18 +20,30 @@ pub struct Auth {
     verified: Mutex<HashSet<String>>,
 }
 
+/// Why the configured credentials cannot be used, or a password cannot be hashed. The messages
+/// include their causes' text, so causes are not also returned as `source()`.
+#[derive(Debug, thiserror::Error)]
+pub enum AuthError {
+    #[error("cannot read token_file {file}: {cause}")]
+    TokenFile { file: String, cause: std::io::Error },
+    #[error("password_hash is not a valid PHC string: {0}")]
+    PasswordHash(argon2::password_hash::Error),
+    #[error("{0}")]
+    Hash(argon2::password_hash::Error),
+}
+
 /// Most distinct verified credentials remembered (a few browsers and scripts).
 const REMEMBER: usize = 32;
 
 impl Auth {
-    pub fn from_config(admin: &Admin) -> Result<Auth, String> {
+    pub fn from_config(admin: &Admin) -> Result<Auth, AuthError> {
         let token = match &admin.token_file {
-            Some(f) => Some(std::fs::read_to_string(f).map_err(|e| format!("cannot read token_file {f}: {e}"))?.trim().to_string()),
+            Some(f) => Some(std::fs::read_to_string(f).map_err(|cause| AuthError::TokenFile { file: f.clone(), cause })?.trim().to_string()),
             None => None,
         };
         let basic = match (&admin.user, &admin.password_hash) {
             (Some(u), Some(h)) => {
-                PasswordHash::new(h).map_err(|e| format!("password_hash is not a valid PHC string: {e}"))?;
+                PasswordHash::new(h).map_err(AuthError::PasswordHash)?;
                 Some((u.clone(), h.clone()))
             }
             _ => None,
@@ -83,10 +95,10 @@ fn basic_credentials(b64: &str) -> Option<(String, String)> {
 }
 
 /// An Argon2id hash of `password` in PHC form, for `[admin] password_hash`.
-pub fn hash_password(password: &str) -> Result<String, String> {
+pub fn hash_password(password: &str) -> Result<String, AuthError> {
     use argon2::password_hash::{PasswordHasher, SaltString, rand_core::OsRng};
     let salt = SaltString::generate(&mut OsRng);
-    argon2::Argon2::default().hash_password(password.as_bytes(), &salt).map(|h| h.to_string()).map_err(|e| e.to_string())
+    argon2::Argon2::default().hash_password(password.as_bytes(), &salt).map(|h| h.to_string()).map_err(AuthError::Hash)
 }
 
 #[cfg(test)]

@@ -5,11 +5,12 @@
 //! are POST/PUT/DELETE only and must be JSON, and a request whose `Origin` is another site is
 //! refused, so a web page in the user's browser cannot drive the balancer. Without authentication
 //! the `Host` must be an address or `localhost`, which defeats DNS rebinding. Every change goes
-//! through `App::change`, validated like the config file.
+//! through the [`Control`] handle the process gives it, validated like the config file.
 
 mod api;
 mod assets;
 mod auth;
+mod control;
 
 use std::sync::Arc;
 
@@ -20,20 +21,19 @@ use axum::middleware::{self, Next};
 use axum::response::{IntoResponse, Response};
 use serde_json::json;
 
-pub use auth::{Auth, hash_password};
+pub use auth::{Auth, AuthError, hash_password};
+pub use control::Control;
 
-use crate::app::App;
-
-pub fn router(app: Arc<App>) -> Router {
+pub fn router<C: Control>(control: Arc<C>) -> Router {
     api::routes()
         .merge(assets::routes())
-        .layer(middleware::from_fn_with_state(app.clone(), guard))
-        .with_state(app)
+        .layer(middleware::from_fn_with_state(control.clone(), guard::<C>))
+        .with_state(control)
 }
 
-pub async fn serve(listener: tokio::net::TcpListener, app: Arc<App>) {
-    let stop = app.shutdown.stopping().clone();
-    let router = router(app);
+pub async fn serve<C: Control>(listener: tokio::net::TcpListener, control: Arc<C>) {
+    let stop = control.stopping();
+    let router = router(control);
     if let Err(e) = axum::serve(listener, router).with_graceful_shutdown(async move { stop.cancelled().await }).await {
         tracing::error!("admin listener failed: {e}");
     }
@@ -45,16 +45,16 @@ pub(crate) fn refuse(status: StatusCode, error: impl Into<String>) -> Response {
 }
 
 /// Authentication, then the cross-site checks for changing requests.
-async fn guard(State(app): State<Arc<App>>, req: Request, next: Next) -> Response {
+async fn guard<C: Control>(State(control): State<Arc<C>>, req: Request, next: Next) -> Response {
     let authorization = req.headers().get(header::AUTHORIZATION).and_then(|v| v.to_str().ok());
-    if !app.auth.check(authorization) {
+    if !control.auth().check(authorization) {
         let mut r = refuse(StatusCode::UNAUTHORIZED, "authentication required");
         r.headers_mut().insert(header::WWW_AUTHENTICATE, header::HeaderValue::from_static("Basic realm=\"fulcrum\""));
         return r;
     }
     // Without authentication, a web page could still reach a loopback listener through a name
     // its own DNS points at 127.0.0.1 (DNS rebinding); such a request names that host.
-    if !app.auth.required() && !host_is_local(req.headers()) {
+    if !control.auth().required() && !host_is_local(req.headers()) {
         return refuse(StatusCode::MISDIRECTED_REQUEST, "the Host header must be an IP address or localhost unless authentication is configured");
     }
     let changing = !matches!(*req.method(), Method::GET | Method::HEAD | Method::OPTIONS);

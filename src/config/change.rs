@@ -5,6 +5,7 @@
 
 use serde::Deserialize;
 
+use super::error::ChangeError;
 use super::schema::{Algorithm, Config, Health, Server, Service};
 
 /// An administrative state of a real server.
@@ -46,7 +47,7 @@ pub enum Change {
 
 impl Change {
     /// Applies the change to `config`; an error names what was not found.
-    pub fn apply(self, config: &mut Config) -> Result<(), String> {
+    pub fn apply(self, config: &mut Config) -> Result<(), ChangeError> {
         match self {
             Change::Replace(c) => *config = *c,
             Change::ServerState { service, address, state } => {
@@ -58,7 +59,7 @@ impl Change {
             Change::AddServer { service, server } => {
                 let servers = target_mut(config, &service)?.servers;
                 if servers.iter().any(|x| x.address == server.address) {
-                    return Err(format!("service {service} already has server {}", server.address));
+                    return Err(ChangeError::ServerExists { service, address: server.address });
                 }
                 servers.push(server);
             }
@@ -67,7 +68,7 @@ impl Change {
                 let before = servers.len();
                 servers.retain(|x| x.address != address);
                 if servers.len() == before {
-                    return Err(format!("service {service} has no server {address}"));
+                    return Err(ChangeError::NothingToRemove { service, address });
                 }
             }
             Change::Algorithm { service, algorithm } => *target_mut(config, &service)?.algorithm = algorithm,
@@ -103,8 +104,8 @@ impl Change {
     }
 }
 
-fn service_mut<'a>(config: &'a mut Config, name: &str) -> Result<&'a mut Service, String> {
-    config.services.iter_mut().find(|s| s.name == name).ok_or_else(|| format!("no service {name:?}"))
+fn service_mut<'a>(config: &'a mut Config, name: &str) -> Result<&'a mut Service, ChangeError> {
+    config.services.iter_mut().find(|s| s.name == name).ok_or_else(|| ChangeError::NoService { service: name.into() })
 }
 
 /// What a change to servers, algorithm or health edits: a service's own, or one of its pools'
@@ -115,25 +116,25 @@ struct Target<'a> {
     health: &'a mut Health,
 }
 
-fn target_mut<'a>(config: &'a mut Config, name: &str) -> Result<Target<'a>, String> {
+fn target_mut<'a>(config: &'a mut Config, name: &str) -> Result<Target<'a>, ChangeError> {
     match name.split_once('/') {
         None => {
             let s = service_mut(config, name)?;
             Ok(Target { servers: &mut s.servers, algorithm: &mut s.algorithm, health: &mut s.health })
         }
         Some((service, pool)) => {
-            let p = service_mut(config, service)?.pools.iter_mut().find(|p| p.name == pool).ok_or_else(|| format!("service {service:?} has no pool {pool:?}"))?;
+            let p = service_mut(config, service)?.pools.iter_mut().find(|p| p.name == pool).ok_or_else(|| ChangeError::NoPool { service: service.into(), pool: pool.into() })?;
             Ok(Target { servers: &mut p.servers, algorithm: &mut p.algorithm, health: &mut p.health })
         }
     }
 }
 
-fn server_mut<'a>(config: &'a mut Config, service: &str, address: &str) -> Result<&'a mut Server, String> {
+fn server_mut<'a>(config: &'a mut Config, service: &str, address: &str) -> Result<&'a mut Server, ChangeError> {
     target_mut(config, service)?
         .servers
         .iter_mut()
         .find(|s| s.address == address)
-        .ok_or_else(|| format!("service {service:?} has no server {address:?}"))
+        .ok_or_else(|| ChangeError::NoServer { service: service.into(), address: address.into() })
 }
 
 /// Optional durations as humans write them.
@@ -173,9 +174,9 @@ mod tests {
     #[test]
     fn unknown_names_are_errors_not_panics() {
         let mut c = config();
-        let e = Change::Weight { service: "nope".into(), address: "x".into(), weight: 2 }.apply(&mut c).unwrap_err();
+        let e = Change::Weight { service: "nope".into(), address: "x".into(), weight: 2 }.apply(&mut c).unwrap_err().to_string();
         assert!(e.contains("no service"));
-        let e = Change::RemoveServer { service: "web".into(), address: "127.0.0.1:9".into() }.apply(&mut c).unwrap_err();
+        let e = Change::RemoveServer { service: "web".into(), address: "127.0.0.1:9".into() }.apply(&mut c).unwrap_err().to_string();
         assert!(e.contains("no server"));
     }
 }

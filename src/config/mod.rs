@@ -7,6 +7,7 @@
 
 mod change;
 mod diagnostic;
+mod error;
 mod schema;
 mod validate;
 
@@ -14,6 +15,7 @@ use std::path::{Path, PathBuf};
 
 pub use change::{Change, ServerAdmin, ServiceSettings};
 pub use diagnostic::{Diagnostic, Diagnostics};
+pub use error::{AddressError, ChangeError, PortRangeError};
 pub use schema::*;
 pub use validate::{resolve_server, validate};
 

@@ -7,6 +7,8 @@ use std::time::Duration;
 
 use serde::{Deserialize, Serialize};
 
+use super::error::PortRangeError;
+
 /// The whole config file.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 #[serde(deny_unknown_fields)]
@@ -91,15 +93,15 @@ impl std::fmt::Display for PortRange {
 }
 
 impl std::str::FromStr for PortRange {
-    type Err = String;
+    type Err = PortRangeError;
 
-    fn from_str(text: &str) -> Result<Self, String> {
-        let bad = || format!("invalid port range {text:?} (write \"FIRST-LAST\", e.g. \"50000-50999\")");
+    fn from_str(text: &str) -> Result<Self, PortRangeError> {
+        let bad = || PortRangeError::Malformed { text: text.into() };
         let (a, b) = text.split_once('-').ok_or_else(bad)?;
         let first: u16 = a.trim().parse().map_err(|_| bad())?;
         let last: u16 = b.trim().parse().map_err(|_| bad())?;
         if first == 0 || last < first {
-            return Err(format!("port range {text:?} is empty or starts at 0"));
+            return Err(PortRangeError::Empty { text: text.into() });
         }
         Ok(PortRange { first, last })
     }

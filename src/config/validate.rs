@@ -7,6 +7,7 @@ use toml::Spanned;
 use toml::de::{DeTable, DeValue};
 
 use super::diagnostic::{Diagnostic, Diagnostics, line_col};
+use super::error::AddressError;
 use super::Resolve;
 use super::schema::{Algorithm, Config, HealthKind, MAX_WEIGHT, Mode, Server, Service};
 
@@ -245,8 +246,8 @@ fn validate_service(service: &Service, prefix: &[Seg<'_>], report: &mut Report<'
             report.error(&sat("weight"), format!("weight {} is out of range", server.weight), "weights go from 1 to 256; disable a server with enabled = false");
         }
         let checked = if report.resolve == Resolve::Yes { resolve_server(server).map(|_| ()) } else { split_host_port(&server.address).map(|_| ()) };
-        if let Err(message) = checked {
-            report.error(&sat("address"), message, "write host:port or ip:port of a reachable real server");
+        if let Err(e) = checked {
+            report.error(&sat("address"), e.to_string(), "write host:port or ip:port of a reachable real server");
         }
     }
     let mut seen: HashMap<&str, usize> = HashMap::new();
@@ -306,25 +307,25 @@ fn path<'a>(prefix: &[Seg<'a>], rest: &[Seg<'a>]) -> Vec<Seg<'a>> {
 }
 
 /// Resolves a server's `host:port` to the first address the system resolver gives.
-pub fn resolve_server(server: &Server) -> Result<SocketAddr, String> {
+pub fn resolve_server(server: &Server) -> Result<SocketAddr, AddressError> {
     let address = &server.address;
     split_host_port(address)?;
     match address.to_socket_addrs() {
-        Ok(mut addrs) => addrs.next().ok_or_else(|| format!("host name in {address:?} resolves to no address")),
-        Err(e) => Err(format!("cannot resolve {address:?}: {e}")),
+        Ok(mut addrs) => addrs.next().ok_or_else(|| AddressError::NoAddress { address: address.clone() }),
+        Err(cause) => Err(AddressError::Resolve { address: address.clone(), cause }),
     }
 }
 
 /// Checks the form `host:port` without resolving.
-fn split_host_port(address: &str) -> Result<(&str, u16), String> {
+fn split_host_port(address: &str) -> Result<(&str, u16), AddressError> {
     let Some((host, port)) = address.rsplit_once(':') else {
-        return Err(format!("server address {address:?} has no port"));
+        return Err(AddressError::NoPort { address: address.into() });
     };
     if host.is_empty() {
-        return Err(format!("server address {address:?} has no host"));
+        return Err(AddressError::NoHost { address: address.into() });
     }
     match port.parse::<u16>() {
-        Ok(0) | Err(_) => Err(format!("server address {address:?} has no valid port")),
+        Ok(0) | Err(_) => Err(AddressError::BadPort { address: address.into() }),
         Ok(p) => Ok((host, p)),
     }
 }

@@ -6,23 +6,25 @@ use std::net::SocketAddr;
 use tokio::io::{AsyncBufReadExt, AsyncReadExt, AsyncWriteExt, BufReader};
 use tokio::net::TcpStream;
 
-pub async fn check(addr: SocketAddr) -> Result<String, String> {
-    let stream = TcpStream::connect(addr).await.map_err(|e| format!("connect failed: {e}"))?;
+use super::CheckError;
+
+pub async fn check(addr: SocketAddr) -> Result<String, CheckError> {
+    let stream = TcpStream::connect(addr).await.map_err(CheckError::Connect)?;
     let mut reader = BufReader::new(stream);
     // A greeting may span lines ("220-..." then "220 ..."); the last line starts "220 ".
     let mut line = String::new();
     loop {
         line.clear();
-        let n = (&mut reader).take(1024).read_line(&mut line).await.map_err(|e| format!("reading the greeting: {e}"))?;
+        let n = (&mut reader).take(1024).read_line(&mut line).await.map_err(CheckError::Greeting)?;
         if n == 0 {
-            return Err("closed before greeting".into());
+            return Err(CheckError::ClosedBeforeGreeting);
         }
         let text = line.trim_end();
         if text.len() >= 4 && text.as_bytes()[3] == b'-' {
             continue;
         }
         if !text.starts_with("220") {
-            return Err(format!("greeting {:?} is not 220", truncate(text)));
+            return Err(CheckError::NotReady { greeting: truncate(text).into() });
         }
         let _ = reader.get_mut().write_all(b"QUIT\r\n").await;
         return Ok(format!("greeting {:?}", truncate(text)));

@@ -3,11 +3,13 @@
 //! failures) is counted on the data path in `runtime::ServerState` and ended here by the next
 //! passing check. Only transitions are logged, once each, with the reason.
 
+mod error;
 mod ftp;
 mod http;
 mod scheduler;
 mod tcp;
 
+pub use error::CheckError;
 pub use scheduler::{spawn, wait_first_round};
 
 /// Rise/fall hysteresis: `rise` passes in a row bring a server up, `fall` failures take it down.

@@ -7,7 +7,7 @@ use std::time::{Duration, Instant};
 use tokio_util::sync::CancellationToken;
 use tracing::{info, warn};
 
-use super::RiseFall;
+use super::{CheckError, RiseFall};
 use super::http::HttpCheck;
 use crate::config::{Health, HealthKind};
 use crate::runtime::{Generation, ServerEntry, Service};
@@ -79,9 +79,9 @@ async fn run(service: Arc<Service>, entry: Arc<ServerEntry>, stop: CancellationT
     }
 }
 
-async fn timed(limit: Duration, check: impl Future<Output = Result<String, String>>) -> Result<String, String> {
+async fn timed(limit: Duration, check: impl Future<Output = Result<String, CheckError>>) -> Result<String, CheckError> {
     match tokio::time::timeout(limit, check).await {
         Ok(r) => r,
-        Err(_) => Err(format!("no answer within {}", humantime::format_duration(limit))),
+        Err(_) => Err(CheckError::Timeout(limit)),
     }
 }

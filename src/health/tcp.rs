@@ -4,9 +4,11 @@ use std::net::SocketAddr;
 
 use tokio::net::TcpStream;
 
-pub async fn check(addr: SocketAddr) -> Result<String, String> {
+use super::CheckError;
+
+pub async fn check(addr: SocketAddr) -> Result<String, CheckError> {
     match TcpStream::connect(addr).await {
         Ok(_) => Ok("connect ok".into()),
-        Err(e) => Err(format!("connect failed: {e}")),
+        Err(e) => Err(CheckError::Connect(e)),
     }
 }

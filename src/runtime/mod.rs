@@ -48,6 +48,18 @@ pub struct Applied {
     pub terminated: Vec<ServerKey>,
 }
 
+/// Why a config could not become a generation; the running generation stays.
+#[derive(Debug, thiserror::Error)]
+pub enum BuildError {
+    #[error("service {service}: bad listen address {listen}")]
+    ListenAddress { service: String, listen: String },
+    /// The message includes the cause's, so it is not also a `source()`.
+    #[error("service {service}: {cause}")]
+    Server { service: String, cause: config::AddressError },
+    #[error("runtime registry poisoned")]
+    Poisoned,
+}
+
 pub struct Runtime {
     current: ArcSwap<Generation>,
     registry: Mutex<Registry>,
@@ -55,7 +67,7 @@ pub struct Runtime {
 
 impl Runtime {
     /// Builds the first generation.
-    pub fn new(config: Config) -> Result<Self, String> {
+    pub fn new(config: Config) -> Result<Self, BuildError> {
         let mut registry = Registry::default();
         let generation = build(config, &mut registry)?;
         Ok(Runtime { current: ArcSwap::from_pointee(generation), registry: Mutex::new(registry) })
@@ -69,8 +81,8 @@ impl Runtime {
     ///
     /// Servers that are disabled or removed by this config close their connections when their
     /// service has `terminate_on_disable`; otherwise those connections finish on their own.
-    pub fn apply(&self, config: Config) -> Result<Applied, String> {
-        let mut registry = self.registry.lock().map_err(|_| "runtime registry poisoned".to_string())?;
+    pub fn apply(&self, config: Config) -> Result<Applied, BuildError> {
+        let mut registry = self.registry.lock().map_err(|_| BuildError::Poisoned)?;
         let old = self.current();
         let new = build(config, &mut registry)?;
         let mut applied = Applied::default();
@@ -103,7 +115,7 @@ impl Runtime {
     }
 }
 
-fn build(config: Config, registry: &mut Registry) -> Result<Generation, String> {
+fn build(config: Config, registry: &mut Registry) -> Result<Generation, BuildError> {
     let mut services = Vec::with_capacity(config.services.len());
     // Pools run as services of their own (`service/pool`), listed after every service so a
     // listen address finds its service first.
@@ -117,15 +129,15 @@ fn build(config: Config, registry: &mut Registry) -> Result<Generation, String> 
     Ok(Generation { config, services })
 }
 
-fn build_service(sc: &config::Service, pools: Vec<Arc<Service>>, registry: &mut Registry) -> Result<Service, String> {
-    let listen: SocketAddr = sc.listen.parse().map_err(|_| format!("service {}: bad listen address {}", sc.name, sc.listen))?;
+fn build_service(sc: &config::Service, pools: Vec<Arc<Service>>, registry: &mut Registry) -> Result<Service, BuildError> {
+    let listen: SocketAddr = sc.listen.parse().map_err(|_| BuildError::ListenAddress { service: sc.name.clone(), listen: sc.listen.clone() })?;
     let shared = registry.services.entry(sc.name.clone()).or_default().clone();
     let epoch = shared.epoch.clone();
     let checked = sc.health.kind != HealthKind::None;
     let mut primary = Vec::new();
     let mut backup = Vec::new();
     for server in &sc.servers {
-        let addr = config::resolve_server(server).map_err(|e| format!("service {}: {e}", sc.name))?;
+        let addr = config::resolve_server(server).map_err(|cause| BuildError::Server { service: sc.name.clone(), cause })?;
         let key = ServerKey { service: sc.name.clone(), address: server.address.clone() };
         let state = registry
             .servers

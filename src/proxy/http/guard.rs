@@ -39,7 +39,36 @@ pub enum Scan {
     /// This many bytes from the front are checked and may go to hyper.
     Release(usize),
     NeedMore,
-    Bad(String),
+    Bad(Refusal),
+}
+
+/// Why a request was refused with a 400; the text is the 400's body and the log line.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum Refusal {
+    #[error("both Content-Length and Transfer-Encoding")]
+    LengthAndEncoding,
+    #[error("Content-Length given twice with different values")]
+    LengthsDiffer,
+    #[error("invalid Content-Length {value:?}")]
+    BadLength { value: String },
+    #[error("a Transfer-Encoding that does not end in chunked")]
+    NotChunked,
+    #[error("invalid chunk size line {line:?}")]
+    BadChunkSize { line: String },
+    #[error("chunk data not followed by CRLF")]
+    ChunkNotEnded,
+    #[error("obsolete line folding")]
+    Folding,
+    #[error("obsolete line folding in a trailer")]
+    TrailerFolding,
+    #[error("a header line without a colon")]
+    NoColon,
+    #[error("bare CR")]
+    BareCr,
+    #[error("bare LF")]
+    BareLf,
+    #[error("line too long")]
+    LineTooLong,
 }
 
 /// The framing state machine; pure, so it is tested without sockets.
@@ -74,10 +103,10 @@ impl Framing {
             }
             At::ChunkEnd => {
                 if pending.len() < 2 {
-                    return if pending[0] == b'\r' { Scan::NeedMore } else { Scan::Bad("chunk data not followed by CRLF".into()) };
+                    return if pending[0] == b'\r' { Scan::NeedMore } else { Scan::Bad(Refusal::ChunkNotEnded) };
                 }
                 if &pending[..2] != b"\r\n" {
-                    return Scan::Bad("chunk data not followed by CRLF".into());
+                    return Scan::Bad(Refusal::ChunkNotEnded);
                 }
                 self.at = At::ChunkSize;
                 Scan::Release(2)
@@ -94,7 +123,7 @@ impl Framing {
                         self.at = At::ChunkData(n);
                         Scan::Release(len)
                     }
-                    None => Scan::Bad(format!("invalid chunk size line {:?}", String::from_utf8_lossy(text))),
+                    None => Scan::Bad(Refusal::BadChunkSize { line: String::from_utf8_lossy(text).into() }),
                 },
             },
             At::Trailers => match line(pending, self.max_head) {
@@ -104,7 +133,7 @@ impl Framing {
                     if text.is_empty() {
                         self.at = At::Head;
                     } else if text[0] == b' ' || text[0] == b'\t' {
-                        return Scan::Bad("obsolete line folding in a trailer".into());
+                        return Scan::Bad(Refusal::TrailerFolding);
                     }
                     Scan::Release(len)
                 }
@@ -143,17 +172,17 @@ impl Framing {
         let mut upgrade = connect;
         for l in lines.filter(|l| !l.is_empty()) {
             if l[0] == b' ' || l[0] == b'\t' {
-                return Scan::Bad("obsolete line folding".into());
+                return Scan::Bad(Refusal::Folding);
             }
-            let Some(colon) = l.iter().position(|&b| b == b':') else { return Scan::Bad("a header line without a colon".into()) };
+            let Some(colon) = l.iter().position(|&b| b == b':') else { return Scan::Bad(Refusal::NoColon) };
             let name = &l[..colon];
             let value = trim(&l[colon + 1..]);
             if name.eq_ignore_ascii_case(b"content-length") {
                 let Some(n) = std::str::from_utf8(value).ok().filter(|v| !v.is_empty() && v.bytes().all(|b| b.is_ascii_digit())).and_then(|v| v.parse().ok()) else {
-                    return Scan::Bad(format!("invalid Content-Length {:?}", String::from_utf8_lossy(value)));
+                    return Scan::Bad(Refusal::BadLength { value: String::from_utf8_lossy(value).into() });
                 };
                 if length.is_some_and(|m| m != n) {
-                    return Scan::Bad("Content-Length given twice with different values".into());
+                    return Scan::Bad(Refusal::LengthsDiffer);
                 }
                 length = Some(n);
             } else if name.eq_ignore_ascii_case(b"transfer-encoding") {
@@ -164,8 +193,8 @@ impl Framing {
             }
         }
         match (length, chunked) {
-            (Some(_), Some(_)) => return Scan::Bad("both Content-Length and Transfer-Encoding".into()),
-            (_, Some(false)) => return Scan::Bad("a Transfer-Encoding that does not end in chunked".into()),
+            (Some(_), Some(_)) => return Scan::Bad(Refusal::LengthAndEncoding),
+            (_, Some(false)) => return Scan::Bad(Refusal::NotChunked),
             _ => {}
         }
         self.at = if chunked == Some(true) {
@@ -185,7 +214,7 @@ impl Framing {
 enum Line<'a> {
     Done(&'a [u8], usize),
     More,
-    Bad(String),
+    Bad(Refusal),
 }
 
 /// One CRLF-terminated line at the front of `data`, and its length with the CRLF.
@@ -193,10 +222,10 @@ fn line(data: &[u8], max: usize) -> Line<'_> {
     match data.iter().position(|&b| b == b'\n') {
         Some(i) if i > 0 && data[i - 1] == b'\r' => {
             let text = &data[..i - 1];
-            if text.contains(&b'\r') { Line::Bad("bare CR".into()) } else { Line::Done(text, i + 1) }
+            if text.contains(&b'\r') { Line::Bad(Refusal::BareCr) } else { Line::Done(text, i + 1) }
         }
-        Some(_) => Line::Bad("bare LF".into()),
-        None if data.len() > max => Line::Bad("line too long".into()),
+        Some(_) => Line::Bad(Refusal::BareLf),
+        None if data.len() > max => Line::Bad(Refusal::LineTooLong),
         None => Line::More,
     }
 }
@@ -217,13 +246,13 @@ fn trim(v: &[u8]) -> &[u8] {
 }
 
 /// A CR not followed by LF, or an LF not preceded by CR.
-fn bare_cr_or_lf(data: &[u8]) -> Option<String> {
+fn bare_cr_or_lf(data: &[u8]) -> Option<Refusal> {
     for (i, &b) in data.iter().enumerate() {
         if b == b'\r' && data.get(i + 1).is_some_and(|&n| n != b'\n') {
-            return Some("bare CR".into());
+            return Some(Refusal::BareCr);
         }
         if b == b'\n' && (i == 0 || data[i - 1] != b'\r') {
-            return Some("bare LF".into());
+            return Some(Refusal::BareLf);
         }
     }
     None
@@ -231,13 +260,14 @@ fn bare_cr_or_lf(data: &[u8]) -> Option<String> {
 
 /// The verdict shared between the wrapper, the request handler and the connection loop.
 #[derive(Debug, Default, Clone)]
-pub struct Verdict(Arc<Mutex<Option<String>>>);
+pub struct Verdict(Arc<Mutex<Option<Refusal>>>);
 
 impl Verdict {
+    /// The refusal as the client and the log read it, once there is one.
     pub fn get(&self) -> Option<String> {
-        self.0.lock().ok().and_then(|g| g.clone())
+        self.0.lock().ok().and_then(|g| g.as_ref().map(Refusal::to_string))
     }
-    fn set(&self, why: String) {
+    fn set(&self, why: Refusal) {
         if let Ok(mut g) = self.0.lock() {
             g.get_or_insert(why);
         }
@@ -264,7 +294,7 @@ impl Guarded {
         (g, verdict)
     }
 
-    fn fail(&mut self, why: String) {
+    fn fail(&mut self, why: Refusal) {
         tracing::debug!("refusing a request: {why}");
         let body = format!("400 Bad Request: {why}\n");
         self.reply = Some(bytes::Bytes::from(format!(
@@ -362,7 +392,7 @@ mod tests {
     use super::*;
 
     /// Scans a whole stream; returns the released total or the violation.
-    fn run(stream: &[u8]) -> Result<usize, String> {
+    fn run(stream: &[u8]) -> Result<usize, Refusal> {
         let mut f = Framing::new(16 * 1024);
         let mut at = 0;
         loop {
@@ -401,7 +431,7 @@ mod tests {
             (b"POST / HTTP/1.1\r\nHost: a\r\nTransfer-Encoding: gzip\r\n\r\n", "does not end in chunked"),
         ];
         for (probe, why) in probes {
-            let got = run(probe).expect_err(&String::from_utf8_lossy(probe));
+            let got = run(probe).expect_err(&String::from_utf8_lossy(probe)).to_string();
             assert!(got.contains(why), "{got:?} should say {why:?}");
         }
     }
@@ -409,7 +439,7 @@ mod tests {
     #[test]
     fn a_second_request_after_a_body_is_checked_too() {
         let s = b"POST / HTTP/1.1\r\nHost: a\r\nContent-Length: 2\r\n\r\nokGET / HTTP/1.1\r\nX: 1\r\n folded\r\n\r\n";
-        assert!(run(s).unwrap_err().contains("folding"));
+        assert!(run(s).unwrap_err().to_string().contains("folding"));
     }
 
     #[test]

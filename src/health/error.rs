@@ -1,0 +1,52 @@
+//! Why an active check failed. The text is what the dashboard shows after `fail:` and what the log
+//! says when a server goes down.
+//!
+//! Each message already includes its cause's text, so causes are kept as fields and not also
+//! returned as `source()`: a printer of error chains would otherwise repeat them.
+
+use std::time::Duration;
+
+#[derive(Debug, thiserror::Error)]
+pub enum CheckError {
+    #[error("connect failed: {0}")]
+    Connect(std::io::Error),
+    #[error("no answer within {}", humantime::format_duration(*.0))]
+    Timeout(Duration),
+    /// HTTP: the connection handshake failed.
+    #[error("handshake failed: {0}")]
+    Handshake(hyper::Error),
+    /// HTTP: the kept-alive connection closed between checks.
+    #[error("connection lost: {0}")]
+    ConnectionLost(hyper::Error),
+    #[error("no connection")]
+    NoConnection,
+    /// HTTP: the configured path does not make a request.
+    #[error("bad request: {0}")]
+    BadRequest(hyper::http::Error),
+    #[error("request failed: {0}")]
+    Request(hyper::Error),
+    #[error("reading body failed: {0}")]
+    Body(Box<dyn std::error::Error + Send + Sync>),
+    #[error("GET {path} answered {status}, expected {expected}")]
+    Status { path: String, status: u16, expected: u16 },
+    #[error("GET {path} answered {status} without the text {text:?}")]
+    TextNotFound { path: String, status: u16, text: String },
+    /// FTP: reading the server's greeting failed.
+    #[error("reading the greeting: {0}")]
+    Greeting(std::io::Error),
+    #[error("closed before greeting")]
+    ClosedBeforeGreeting,
+    /// FTP: the greeting's last line (its first 60 characters) does not start with 220.
+    #[error("greeting {greeting:?} is not 220")]
+    NotReady { greeting: String },
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_timeout_reads_as_a_duration() {
+        assert_eq!(CheckError::Timeout(Duration::from_millis(1500)).to_string(), "no answer within 1s 500ms");
+    }
+}
