@@ -107,9 +107,16 @@ impl Fulcrum {
     }
 }
 
-/// The running `fulcrum` binary, which is also every child's.
+/// The `fulcrum` binary every child runs: the one that started the lab (`FULCRUM_EXE`, set by
+/// `fulcrum lab`), else the one beside the lab's own executable.
 fn exe() -> anyhow::Result<PathBuf> {
-    std::env::current_exe().context("cannot find the fulcrum executable")
+    if let Some(exe) = std::env::var_os("FULCRUM_EXE") {
+        return Ok(PathBuf::from(exe));
+    }
+    let me = std::env::current_exe().context("cannot find the lab's executable")?;
+    let exe = me.with_file_name("fulcrum");
+    anyhow::ensure!(exe.exists(), "{} is missing: build it with `cargo build --release`", exe.display());
+    Ok(exe)
 }
 
 fn accepts(addr: SocketAddr) -> bool {

@@ -4,7 +4,7 @@ use proptest::prelude::*;
 
 use super::*;
 
-const PAPER: &str = include_str!("../../examples/paper-http.toml");
+const PAPER: &str = include_str!("../../../../examples/paper-http.toml");
 
 #[test]
 fn paper_rule_parses_with_its_settings() {
@@ -129,7 +129,7 @@ fn ftp_services_take_a_data_port_range_and_others_do_not() {
 
 #[test]
 fn the_haproxy_papers_routing_example_is_valid_and_routes_must_name_pools() {
-    let text = include_str!("../../examples/haproxy-paper-routing.toml");
+    let text = include_str!("../../../../examples/haproxy-paper-routing.toml");
     let c = parse_with(text, "routing.toml", Resolve::No).unwrap();
     let s = &c.services[0];
     assert_eq!((s.pools.len(), s.routes.len(), s.default_pool.as_deref()), (2, 2, Some("app")));

@@ -260,7 +260,7 @@ fn the_haproxy_papers_routing_rules_send_each_path_to_its_pool() {
     let s2 = Nginx::start("static2", "TARGET");
     let a1 = Nginx::start("app1", "TARGET");
     let a2 = Nginx::start("app2", "TARGET");
-    let example = include_str!("../examples/haproxy-paper-routing.toml");
+    let example = include_str!("../../../examples/haproxy-paper-routing.toml");
     let config = example
         .split("[admin]")
         .next()

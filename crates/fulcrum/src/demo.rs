@@ -13,14 +13,14 @@ use tokio_util::sync::CancellationToken;
 
 use crate::admin::Control;
 use crate::app::App;
-use crate::backend::{self, BackendArgs};
+use realserver::{self as backend, BackendArgs};
 use crate::config;
 use crate::shutdown::Shutdown;
 
 /// How often the demo prints what each server got.
 const REPORT_EVERY: Duration = Duration::from_secs(5);
 
-const TEMPLATE: &str = include_str!("../examples/demo.toml");
+const TEMPLATE: &str = include_str!("../../../examples/demo.toml");
 
 #[derive(Debug, Clone, clap::Args)]
 pub struct DemoArgs {

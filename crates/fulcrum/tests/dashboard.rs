@@ -45,7 +45,7 @@ fn a_user_drives_the_dashboard_in_chromium() {
         })
     };
 
-    let artifacts = root.join("artifacts/dashboard");
+    let artifacts = root.join("../../artifacts/dashboard");
     let _ = std::fs::remove_dir_all(&artifacts);
     let out = Command::new("node")
         .arg(browser.join("dashboard.mjs"))

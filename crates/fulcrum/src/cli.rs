@@ -7,7 +7,7 @@ use anyhow::Context;
 use clap::{Parser, Subcommand};
 
 use crate::app::App;
-use crate::backend::BackendArgs;
+use realserver::BackendArgs;
 use crate::config;
 use crate::shutdown::Shutdown;
 
@@ -32,8 +32,13 @@ pub enum Command {
     },
     /// Start four built-in real servers, a service over them and light traffic.
     Demo(crate::demo::DemoArgs),
-    /// Reproduce the source papers' experiments and compare the algorithms (report, JSON, plots).
-    Lab(crate::lab::LabArgs),
+    /// Reproduce the source papers' experiments and compare the algorithms (report, JSON, plots):
+    /// runs `fulcrum-lab` with these arguments (`fulcrum lab --help` lists its scenarios).
+    #[command(disable_help_flag = true)]
+    Lab {
+        #[arg(trailing_var_arg = true, allow_hyphen_values = true)]
+        args: Vec<std::ffi::OsString>,
+    },
     /// Run one real server (HTTP) for tests, the demo and the lab.
     Backend(BackendArgs),
     /// Read a password on standard input and print its Argon2 hash for `[admin] password_hash`.
@@ -48,12 +53,8 @@ pub fn main() -> ExitCode {
         Command::Run { config } => run(config),
         Command::Demo(args) => runtime(0).and_then(|rt| rt.block_on(crate::demo::run(args))),
         Command::HashPassword => hash_password(),
-        Command::Lab(args) => match runtime(0).and_then(|rt| rt.block_on(crate::lab::run(args))) {
-            Ok(true) => Ok(()),
-            Ok(false) => return ExitCode::from(3),
-            Err(e) => Err(e),
-        },
-        Command::Backend(args) => runtime(1).and_then(|rt| rt.block_on(crate::backend::serve(args, ctrl_c()))),
+        Command::Lab { args } => lab(&args),
+        Command::Backend(args) => runtime(1).and_then(|rt| rt.block_on(realserver::serve(args, ctrl_c()))),
     };
     match result {
         Ok(()) => ExitCode::SUCCESS,
@@ -119,6 +120,33 @@ fn hash_password() -> anyhow::Result<()> {
     anyhow::ensure!(!password.is_empty(), "no password given on standard input");
     println!("{}", crate::admin::hash_password(password)?);
     Ok(())
+}
+
+/// The lab is its own binary, so the load balancer carries none of its plotting and reporting:
+/// `fulcrum lab ARGS` runs `fulcrum-lab ARGS` from beside this executable and tells it where this
+/// executable is (every scenario runs it as `fulcrum run` and `fulcrum backend`). Under `cargo
+/// run`, a lab not built yet is built first, so the README's commands work as typed.
+fn lab(args: &[std::ffi::OsString]) -> anyhow::Result<()> {
+    use std::os::unix::process::CommandExt;
+    let me = std::env::current_exe().context("cannot find the fulcrum executable")?;
+    let dir = me.parent().context("the fulcrum executable has no folder")?;
+    let lab = dir.join("fulcrum-lab");
+    if !lab.exists() {
+        let Some(cargo) = std::env::var_os("CARGO") else {
+            anyhow::bail!("{} is missing: the lab is built with `cargo build --release -p fulcrum-lab`", lab.display());
+        };
+        let release = dir.file_name().is_some_and(|d| d == "release");
+        eprintln!("fulcrum: building the lab first (cargo build{} -p fulcrum-lab)", if release { " --release" } else { "" });
+        let mut build = std::process::Command::new(cargo);
+        build.args(["build", "-p", "fulcrum-lab"]);
+        if release {
+            build.arg("--release");
+        }
+        let status = build.status().context("cannot run cargo to build the lab")?;
+        anyhow::ensure!(status.success() && lab.exists(), "building the lab failed ({status})");
+    }
+    let err = std::process::Command::new(&lab).args(args).env("FULCRUM_EXE", &me).exec();
+    Err(anyhow::Error::new(err).context(format!("cannot run {}", lab.display())))
 }
 
 async fn ctrl_c() {

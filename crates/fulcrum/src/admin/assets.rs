@@ -6,9 +6,9 @@ use axum::http::header;
 use axum::response::IntoResponse;
 use axum::routing::get;
 
-const INDEX: &str = include_str!("../../web/index.html");
-const SCRIPT: &str = include_str!("../../web/app.js");
-const STYLE: &str = include_str!("../../web/style.css");
+const INDEX: &str = include_str!("../../../../web/index.html");
+const SCRIPT: &str = include_str!("../../../../web/app.js");
+const STYLE: &str = include_str!("../../../../web/style.css");
 
 /// The dashboard's routes; they read no state, so they fit under any router's.
 pub fn routes<S: Clone + Send + Sync + 'static>() -> Router<S> {

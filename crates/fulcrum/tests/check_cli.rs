@@ -34,7 +34,7 @@ fn each_broken_config_is_refused_at_its_line() {
 
 #[test]
 fn the_paper_rule_and_the_demo_config_pass() {
-    let path = format!("{}/examples/paper-http.toml", env!("CARGO_MANIFEST_DIR"));
+    let path = format!("{}/../../examples/paper-http.toml", env!("CARGO_MANIFEST_DIR"));
     let out = Command::new(env!("CARGO_BIN_EXE_fulcrum")).args(["check", &path]).output().unwrap();
     assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
 }

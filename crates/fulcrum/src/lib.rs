@@ -20,22 +20,22 @@
 //!   reaches the process only through the `admin::Control` handle.
 //! - [`app`]: the running process, the one path every config change takes, and the admin's
 //!   `Control` over it.
-//! - [`backend`]: a real server for tests, the demo and the lab.
-//! - [`lab`]: the source papers' experiments as `fulcrum lab SCENARIO`, with reports and plots.
-//! - [`cli`]: the subcommands.
-
-#![deny(unsafe_code)]
+//! - [`demo`]: the embedded default: four real servers of the `realserver` crate, a service
+//!   over them, light traffic and the dashboard.
+//! - [`cli`]: the subcommands; `fulcrum lab` runs the `fulcrum-lab` binary of this workspace.
+//!
+//! Beside this crate in the workspace: `crates/realserver` (the real server of the tests, the
+//! demo and the lab) and `crates/fulcrum-lab` (the papers' experiments, with reports and plots).
+//! `unsafe_code` is denied workspace-wide; `proxy::splice` and `proxy::tcp_info` allow it.
 
 pub mod admin;
 pub mod app;
-pub mod backend;
 pub mod balance;
 pub mod cli;
 pub mod config;
 pub mod demo;
 pub mod error;
 pub mod health;
-pub mod lab;
 pub mod proxy;
 pub mod runtime;
 pub mod shutdown;
