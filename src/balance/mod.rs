@@ -95,6 +95,7 @@ pub mod maglev;
 pub mod p2c_ewma;
 pub mod passive_ratio;
 pub mod random;
+pub mod rng;
 pub mod round_robin;
 pub mod source_hash;
 pub mod static_rr;

@@ -7,28 +7,17 @@
 //! In tcp mode the latency is the connect time (`load::Measure`), which is where a server with an
 //! overflowing accept queue shows its trouble.
 
-use std::sync::Mutex;
-
-use rand::rngs::SmallRng;
-use rand::{Rng, SeedableRng};
-
+use super::rng::Rng;
 use super::{Balancer, Pick, Pool};
 
 #[derive(Debug, Default)]
 pub struct P2cEwma {
-    seeded: Option<Mutex<SmallRng>>,
+    rng: Rng,
 }
 
 impl P2cEwma {
     pub fn seeded(seed: u64) -> Self {
-        P2cEwma { seeded: Some(Mutex::new(SmallRng::seed_from_u64(seed))) }
-    }
-
-    fn below(&self, n: usize) -> usize {
-        match &self.seeded {
-            Some(rng) => rng.lock().unwrap_or_else(|p| p.into_inner()).random_range(0..n),
-            None => rand::rng().random_range(0..n),
-        }
+        P2cEwma { rng: Rng::seeded(seed) }
     }
 
     /// Cost of sending one more connection to server `i`. A server never measured costs as much
@@ -46,9 +35,9 @@ impl Balancer for P2cEwma {
             0 => None,
             1 => Some(usable[0]),
             n => {
-                let a = self.below(n);
+                let a = self.rng.index(n);
                 // A second index drawn from the other n - 1, so the two choices are distinct.
-                let b = (a + 1 + self.below(n - 1)) % n;
+                let b = (a + 1 + self.rng.index(n - 1)) % n;
                 let (a, b) = (usable[a], usable[b]);
                 Some(if Self::cost(pool, b) < Self::cost(pool, a) { b } else { a })
             }

@@ -1,29 +1,17 @@
 //! `random`: weighted random choice, each pick independent. The Java TCP load balancer paper's
 //! "Random" algorithm, with weights; useful as the baseline the others are compared against.
 
-use std::sync::Mutex;
-
-use rand::rngs::SmallRng;
-use rand::{Rng, SeedableRng};
-
+use super::rng::Rng;
 use super::{Balancer, Pick, Pool};
 
 #[derive(Debug, Default)]
 pub struct Random {
-    /// A seeded generator for reproducible tests and lab runs; the thread's generator otherwise.
-    seeded: Option<Mutex<SmallRng>>,
+    rng: Rng,
 }
 
 impl Random {
     pub fn seeded(seed: u64) -> Self {
-        Random { seeded: Some(Mutex::new(SmallRng::seed_from_u64(seed))) }
-    }
-
-    fn below(&self, n: u64) -> u64 {
-        match &self.seeded {
-            Some(rng) => rng.lock().unwrap_or_else(|p| p.into_inner()).random_range(0..n),
-            None => rand::rng().random_range(0..n),
-        }
+        Random { rng: Rng::seeded(seed) }
     }
 }
 
@@ -34,7 +22,7 @@ impl Balancer for Random {
         if total == 0 {
             return None;
         }
-        let mut point = self.below(total);
+        let mut point = self.rng.below(total);
         for i in 0..pool.len() {
             let w = usable(i);
             if point < w {
