@@ -26,6 +26,11 @@ impl Pick<'_> {
     pub fn avoids(&self, i: usize) -> bool {
         self.avoid.contains(&i)
     }
+
+    /// Whether server `i` may take this connection: usable now and not already failed on.
+    pub fn usable(&self, view: &dyn Pool, i: usize) -> bool {
+        view.weight(i) > 0 && !self.avoids(i)
+    }
 }
 
 /// The live view of a pool's servers, indexed `0..len()` in config order.
@@ -89,9 +94,11 @@ pub fn build(algorithm: Algorithm, passive: passive_ratio::Tuning) -> Box<dyn Ba
 }
 
 pub mod key;
+pub mod least;
 pub mod least_conn;
 pub mod load;
 pub mod maglev;
+pub mod p2c;
 pub mod p2c_ewma;
 pub mod passive_ratio;
 pub mod random;
