@@ -5,7 +5,7 @@
 use std::sync::atomic::{AtomicUsize, Ordering::Relaxed};
 
 use super::load::Load;
-use super::{Balancer, Pick, Pool};
+use super::{Balancer, Pick, ServerView};
 
 #[derive(Debug, Default)]
 pub struct Least<L> {
@@ -15,7 +15,7 @@ pub struct Least<L> {
 }
 
 impl<L: Load> Balancer for Least<L> {
-    fn pick(&self, pick: &Pick<'_>, view: &dyn Pool) -> Option<usize> {
+    fn pick(&self, pick: &Pick<'_>, view: &dyn ServerView) -> Option<usize> {
         let n = view.len();
         if n == 0 {
             return None;

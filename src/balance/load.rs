@@ -6,7 +6,7 @@
 //!
 //! What the data path records per server (`Measure`, `Sample`, `PeakEwma`) lives in `measure.rs`.
 
-use super::Pool;
+use super::ServerView;
 
 mod in_flight;
 mod measure;
@@ -22,5 +22,5 @@ pub use peak_ewma_cost::PeakEwmaCost;
 pub trait Load: Send + Sync {
     type Metric: PartialOrd;
 
-    fn load(&self, view: &dyn Pool, i: usize) -> Self::Metric;
+    fn load(&self, view: &dyn ServerView, i: usize) -> Self::Metric;
 }

@@ -8,7 +8,7 @@
 
 use super::load::Load;
 use super::rng::Rng;
-use super::{Balancer, Pick, Pool};
+use super::{Balancer, Pick, ServerView};
 
 #[derive(Debug, Default)]
 pub struct P2c<L> {
@@ -23,7 +23,7 @@ impl<L: Default> P2c<L> {
 }
 
 impl<L: Load> Balancer for P2c<L> {
-    fn pick(&self, pick: &Pick<'_>, view: &dyn Pool) -> Option<usize> {
+    fn pick(&self, pick: &Pick<'_>, view: &dyn ServerView) -> Option<usize> {
         let usable = |i: usize| pick.usable(view, i);
         let n = (0..view.len()).filter(|&i| usable(i)).count();
         if n < 2 {
@@ -75,7 +75,7 @@ mod tests {
     #[test]
     fn p2c_skips_avoided_and_down_servers_and_returns_none_without_one() {
         let mut pool = FakePool::with_weights(&[1, 1, 1, 1]);
-        pool.set_weight(0, 0);
+        pool.set_up(0, false);
         let b = P2c::<InFlight>::seeded(9);
         for _ in 0..200 {
             let i = b.pick(&FakePool::pick(&[2]), &pool).unwrap();

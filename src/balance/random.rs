@@ -2,7 +2,7 @@
 //! "Random" algorithm, with weights; useful as the baseline the others are compared against.
 
 use super::rng::Rng;
-use super::{Balancer, Pick, Pool};
+use super::{Balancer, Pick, ServerView};
 
 #[derive(Debug, Default)]
 pub struct Random {
@@ -16,14 +16,14 @@ impl Random {
 }
 
 impl Balancer for Random {
-    fn pick(&self, pick: &Pick<'_>, pool: &dyn Pool) -> Option<usize> {
-        let usable = |i: usize| if pick.avoids(i) { 0 } else { pool.weight(i) as u64 };
-        let total: u64 = (0..pool.len()).map(usable).sum();
+    fn pick(&self, pick: &Pick<'_>, view: &dyn ServerView) -> Option<usize> {
+        let usable = |i: usize| if pick.avoids(i) { 0 } else { view.effective_weight(i) as u64 };
+        let total: u64 = (0..view.len()).map(usable).sum();
         if total == 0 {
             return None;
         }
         let mut point = self.rng.below(total);
-        for i in 0..pool.len() {
+        for i in 0..view.len() {
             let w = usable(i);
             if point < w {
                 return Some(i);

@@ -120,7 +120,7 @@ fn build(config: Config, registry: &mut Registry) -> Result<Generation, String> 
 fn build_service(sc: &config::Service, pools: Vec<Arc<Service>>, registry: &mut Registry) -> Result<Service, String> {
     let listen: SocketAddr = sc.listen.parse().map_err(|_| format!("service {}: bad listen address {}", sc.name, sc.listen))?;
     let shared = registry.services.entry(sc.name.clone()).or_default().clone();
-    let epoch = shared.epoch.clone();
+    let events = shared.events.clone();
     let checked = sc.health.kind != HealthKind::None;
     let mut primary = Vec::new();
     let mut backup = Vec::new();
@@ -130,7 +130,7 @@ fn build_service(sc: &config::Service, pools: Vec<Arc<Service>>, registry: &mut 
         let state = registry
             .servers
             .entry(key.clone())
-            .or_insert_with(|| Arc::new(ServerState::new(key, epoch.clone(), server.weight, server.enabled, checked)))
+            .or_insert_with(|| Arc::new(ServerState::new(key, events.clone(), server.weight, server.enabled, checked)))
             .clone();
         state.measure.set_decay(sc.p2c.decay);
         state.set_weight(server.weight);
@@ -141,8 +141,8 @@ fn build_service(sc: &config::Service, pools: Vec<Arc<Service>>, registry: &mut 
     }
     Ok(Service {
         listen,
-        primary: ServerPool::new(primary, sc, epoch.clone()),
-        backup: ServerPool::new(backup, sc, epoch),
+        primary: ServerPool::new(primary, sc, &events),
+        backup: ServerPool::new(backup, sc, &events),
         config: sc.clone(),
         state: shared,
         pools,

@@ -3,7 +3,7 @@
 
 use std::cmp::Ordering;
 
-use super::{Load, Pool};
+use super::{Load, ServerView};
 
 /// Connections in flight to a server, per unit of its effective weight.
 #[derive(Debug, Clone, Copy, Default)]
@@ -33,8 +33,8 @@ impl PartialOrd for PerWeight {
 impl Load for InFlight {
     type Metric = PerWeight;
 
-    fn load(&self, view: &dyn Pool, i: usize) -> PerWeight {
-        PerWeight { count: view.active(i), weight: view.weight(i) }
+    fn load(&self, view: &dyn ServerView, i: usize) -> PerWeight {
+        PerWeight { count: view.active(i), weight: view.effective_weight(i) }
     }
 }
 

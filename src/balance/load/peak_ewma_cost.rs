@@ -3,7 +3,7 @@
 //! unit of weight. A slow server and a busy one both cost more, and the peak EWMA reacts at once
 //! to trouble and forgets it slowly.
 
-use super::{Load, Pool};
+use super::{Load, ServerView};
 
 #[derive(Debug, Clone, Copy, Default)]
 pub struct PeakEwmaCost;
@@ -12,8 +12,8 @@ impl Load for PeakEwmaCost {
     type Metric = f64;
 
     /// A server never measured costs as much as a 1 µs connect, so it is tried and measured.
-    fn load(&self, view: &dyn Pool, i: usize) -> f64 {
+    fn load(&self, view: &dyn ServerView, i: usize) -> f64 {
         let latency = view.sample(i).ewma_us.max(1.0);
-        latency * (view.active(i) as f64 + 1.0) / view.weight(i).max(1) as f64
+        latency * (view.active(i) as f64 + 1.0) / view.effective_weight(i).max(1) as f64
     }
 }
