@@ -347,4 +347,34 @@ mod tests {
         assert_eq!(held.len(), 3);
         assert!(state.try_reserve(3).is_none() && state.try_reserve(0).is_some());
     }
+
+    #[test]
+    fn every_change_of_state_or_weight_tells_the_services_balancers_once() {
+        use crate::balance::events::{Listener, Subscribers};
+
+        #[derive(Default)]
+        struct Heard(AtomicU64);
+        impl Listener for Heard {
+            fn server_changed(&self) {
+                self.0.fetch_add(1, Relaxed);
+            }
+        }
+
+        let events = Arc::new(Subscribers::default());
+        let heard = Arc::new(Heard::default());
+        events.subscribe(&heard);
+        let key = ServerKey { service: "web".into(), address: "127.0.0.1:1".into() };
+        let state = ServerState::new(key, events, 1, true, true);
+        state.set_health(true);
+        state.set_health(true);
+        state.set_weight(3);
+        state.set_weight(3);
+        state.set_draining(true);
+        state.set_enabled(false);
+        assert_eq!(heard.0.load(Relaxed), 4, "a setter that changes nothing tells nothing");
+        assert!(!state.record_connect_failure(2));
+        assert!(state.record_connect_failure(2));
+        assert!(state.clear_passive());
+        assert_eq!(heard.0.load(Relaxed), 6, "a passive hold and its end are changes too");
+    }
 }
