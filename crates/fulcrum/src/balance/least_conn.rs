@@ -1,44 +1,16 @@
 //! `least-conn`: the usable server with the fewest connections in flight per unit of weight
-//! (HAProxy's `leastconn`, `lb_fwlc.c`). Ratios are compared by cross-multiplying, so no float
-//! rounding decides a tie; ties rotate, so equally loaded servers are used in turn.
+//! (HAProxy's `leastconn`, `lb_fwlc.c`): the "least of all" rule (`least.rs`) over the in-flight
+//! measure (`load::InFlight`), which compares ratios exactly and rotates among ties.
 
-use std::sync::atomic::{AtomicUsize, Ordering::Relaxed};
+use super::least::Least;
+use super::load::InFlight;
 
-use super::{Balancer, Pick, Pool};
-
-#[derive(Debug, Default)]
-pub struct LeastConn {
-    /// Where the scan starts, moved on every pick to rotate among equals.
-    start: AtomicUsize,
-}
-
-impl Balancer for LeastConn {
-    fn pick(&self, pick: &Pick<'_>, pool: &dyn Pool) -> Option<usize> {
-        let n = pool.len();
-        if n == 0 {
-            return None;
-        }
-        let start = self.start.fetch_add(1, Relaxed) % n;
-        let mut best: Option<(usize, u128, u128)> = None;
-        for k in 0..n {
-            let i = (start + k) % n;
-            let w = pool.weight(i) as u128;
-            if w == 0 || pick.avoids(i) {
-                continue;
-            }
-            let active = pool.active(i) as u128;
-            // active/w < best_active/best_w  <=>  active*best_w < best_active*w
-            if best.is_none_or(|(_, ba, bw)| active * bw < ba * w) {
-                best = Some((i, active, w));
-            }
-        }
-        best.map(|(i, _, _)| i)
-    }
-}
+pub type LeastConn = Least<InFlight>;
 
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::balance::Balancer;
     use crate::balance::testing::FakePool;
 
     #[test]

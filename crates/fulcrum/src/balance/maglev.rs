@@ -15,7 +15,8 @@ use super::key::{OFFSET_SEED, SKIP_SEED};
 /// number of servers, which the paper gives for a spread within about 1% of even.
 pub const TABLE_SIZE: usize = 65537;
 
-#[derive(Debug, Clone)]
+/// The empty table (no server) maps nothing.
+#[derive(Debug, Clone, Default)]
 pub struct Maglev {
     table: Vec<u32>,
 }

@@ -1,9 +1,12 @@
 //! Balancing algorithms: one file per algorithm behind the one small [`Balancer`] trait.
 //!
-//! A balancer sees its pool only through [`Pool`]: effective weights (0 for a server that is down,
-//! disabled or draining), connections in flight, and a stable key per server. It never sees health
-//! checks, config or sockets, so each algorithm is testable on its own and a reload that keeps a pool
-//! keeps its balancer state. What to hash (`key.rs`) is apart from how to map it (`maglev.rs`).
+//! A balancer sees its servers only through [`ServerView`]: configured and effective weights (the
+//! effective one is 0 for a server that is down, disabled or draining), connections in flight,
+//! and a stable key per server. It never sees health checks, config or sockets, so each algorithm
+//! is testable on its own. It hears of state changes through [`Balancer::update`] (wired by
+//! `events.rs`), where it rebuilds what it precomputes, so [`Balancer::pick`] only reads. What to
+//! hash (`key.rs`) is apart from how to map it (`maglev.rs`), and what load is (`load.rs`) is apart
+//! from the rule that compares it (`least.rs`, `p2c.rs`).
 
 use std::net::IpAddr;
 
@@ -26,23 +29,30 @@ impl Pick<'_> {
     pub fn avoids(&self, i: usize) -> bool {
         self.avoid.contains(&i)
     }
+
+    /// Whether server `i` may take this connection: usable now and not already failed on.
+    pub fn usable(&self, view: &dyn ServerView, i: usize) -> bool {
+        i < view.len() && view.effective_weight(i) > 0 && !self.avoids(i)
+    }
 }
 
-/// The live view of a pool's servers, indexed `0..len()` in config order.
-pub trait Pool {
+/// The live view of one group of servers (a pool), indexed `0..len()` in config order.
+pub trait ServerView {
     fn len(&self) -> usize;
     fn is_empty(&self) -> bool {
         self.len() == 0
     }
-    /// Effective weight now: 0 while the server is down, disabled or draining.
+    /// The configured weight, whatever the server's state: what a table that must not move on a
+    /// health flip (Maglev) is built over.
     fn weight(&self, i: usize) -> u32;
+    /// Weight now: the configured weight while the server is up, 0 while it is down, disabled or
+    /// draining. What a pick may use.
+    fn effective_weight(&self, i: usize) -> u32;
     /// Connections to this server in flight.
     fn active(&self, i: usize) -> u64;
     /// A stable identity (the configured address) for hashing algorithms: two processes with the
-    /// same pool agree on it.
+    /// same servers agree on it.
     fn key(&self, i: usize) -> &str;
-    /// Changes whenever any effective weight changes, so precomputed tables know to rebuild.
-    fn epoch(&self) -> u64;
     /// What the data path measured of this server (connect counters, peak EWMA).
     fn sample(&self, _i: usize) -> load::Sample {
         load::Sample::default()
@@ -61,11 +71,19 @@ pub struct AlgorithmMetrics {
     pub n_a: Option<u64>,
 }
 
-/// A balancing algorithm. Implementations keep their own state behind `&self` (atomics or a
-/// short per-pool lock), since one balancer serves every worker thread.
+/// A balancing algorithm. Implementations keep their own state behind `&self` (atomics, a table
+/// behind an `ArcSwap`, or a short lock), since one balancer serves every worker thread.
 pub trait Balancer: Send + Sync {
-    /// One usable server (weight > 0, not avoided), or `None` when there is none.
-    fn pick(&self, pick: &Pick<'_>, pool: &dyn Pool) -> Option<usize>;
+    /// One usable server (effective weight > 0, not avoided), or `None` when there is none.
+    /// Runs on a connection task: it reads what `update` built and never rebuilds a table.
+    fn pick(&self, pick: &Pick<'_>, view: &dyn ServerView) -> Option<usize>;
+
+    /// Told once when the balancer is built, before its first pick, and after every change of a
+    /// server's state or weight in `view`. Precomputed tables are rebuilt here and published for
+    /// `pick` to load. Runs on the task that changed the state (a health check, the admin API, a
+    /// connect failure on the data path), so an algorithm whose tables do not depend on what
+    /// changed returns at once.
+    fn update(&self, _view: &dyn ServerView) {}
 
     /// What this algorithm measures of server `i`, if anything.
     fn metrics(&self, _i: usize) -> Option<AlgorithmMetrics> {
@@ -88,13 +106,17 @@ pub fn build(algorithm: Algorithm, passive: passive_ratio::Tuning) -> Box<dyn Ba
     }
 }
 
+pub mod events;
 pub mod key;
+pub mod least;
 pub mod least_conn;
 pub mod load;
 pub mod maglev;
+pub mod p2c;
 pub mod p2c_ewma;
 pub mod passive_ratio;
 pub mod random;
+pub mod rng;
 pub mod round_robin;
 pub mod source_hash;
 pub mod static_rr;

@@ -1,64 +1,21 @@
 //! `p2c-ewma`: power of two choices over peak-EWMA latency, as Finagle and Linkerd balance (see
-//! tower's `balance/p2c` and `load/peak_ewma.rs`): pick two distinct usable servers at random and
-//! take the one with the lower cost = EWMA latency x (connections in flight + 1). Two random
-//! choices avoid the herd that "always the least loaded" causes when many balancers share stale
+//! tower's `balance/p2c` and `load/peak_ewma.rs`): the p2c rule (`p2c.rs`) over the cost
+//! `load::PeakEwmaCost` = EWMA latency x (connections in flight + 1) / weight. Two random choices
+//! avoid the herd that "always the least loaded" causes when many balancers share stale
 //! information, and the peak EWMA reacts at once to a slow server and forgets it slowly.
 //!
 //! In tcp mode the latency is the connect time (`load::Measure`), which is where a server with an
 //! overflowing accept queue shows its trouble.
 
-use std::sync::Mutex;
+use super::load::PeakEwmaCost;
+use super::p2c::P2c;
 
-use rand::rngs::SmallRng;
-use rand::{Rng, SeedableRng};
-
-use super::{Balancer, Pick, Pool};
-
-#[derive(Debug, Default)]
-pub struct P2cEwma {
-    seeded: Option<Mutex<SmallRng>>,
-}
-
-impl P2cEwma {
-    pub fn seeded(seed: u64) -> Self {
-        P2cEwma { seeded: Some(Mutex::new(SmallRng::seed_from_u64(seed))) }
-    }
-
-    fn below(&self, n: usize) -> usize {
-        match &self.seeded {
-            Some(rng) => rng.lock().unwrap_or_else(|p| p.into_inner()).random_range(0..n),
-            None => rand::rng().random_range(0..n),
-        }
-    }
-
-    /// Cost of sending one more connection to server `i`. A server never measured costs as much
-    /// as a 1 µs connect, so it is tried and measured.
-    fn cost(pool: &dyn Pool, i: usize) -> f64 {
-        let latency = pool.sample(i).ewma_us.max(1.0);
-        latency * (pool.active(i) as f64 + 1.0) / pool.weight(i).max(1) as f64
-    }
-}
-
-impl Balancer for P2cEwma {
-    fn pick(&self, pick: &Pick<'_>, pool: &dyn Pool) -> Option<usize> {
-        let usable: Vec<usize> = (0..pool.len()).filter(|&i| pool.weight(i) > 0 && !pick.avoids(i)).collect();
-        match usable.len() {
-            0 => None,
-            1 => Some(usable[0]),
-            n => {
-                let a = self.below(n);
-                // A second index drawn from the other n - 1, so the two choices are distinct.
-                let b = (a + 1 + self.below(n - 1)) % n;
-                let (a, b) = (usable[a], usable[b]);
-                Some(if Self::cost(pool, b) < Self::cost(pool, a) { b } else { a })
-            }
-        }
-    }
-}
+pub type P2cEwma = P2c<PeakEwmaCost>;
 
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::balance::Balancer;
     use crate::balance::testing::FakePool;
     use proptest::prelude::*;
 

@@ -10,12 +10,17 @@
 //!
 //! Beyond the paper: R is trusted only once a window holds `min_samples` SYNs (a handful of
 //! connects says nothing); no ratio falls below `MIN_RATIO`, so a degraded server keeps being
-//! measured; ratios are renormalised whenever a server joins, leaves, goes down or comes back.
+//! measured; ratios are renormalised in `update` whenever a server goes down or comes back (a
+//! server that joins or leaves comes with a new generation, whose balancer starts afresh).
+//!
+//! The control steps stay in `pick`: they are driven by time, not by events, a step is due at most
+//! once per slot and costs one pass over the servers with no allocation, and stepping where the
+//! traffic is means an idle service runs no timer and its windows simply record empty slots.
 
 use std::sync::Mutex;
 use std::time::{Duration, Instant};
 
-use super::{Balancer, Pick, Pool};
+use super::{Balancer, Pick, ServerView};
 
 /// Tuning of the controller (`[service.passive]`).
 #[derive(Debug, Clone, Copy, PartialEq)]
@@ -71,18 +76,21 @@ pub struct Controller {
 
 impl Controller {
     /// One control step over `usable` servers with their windowed R (`None`: not trusted).
-    /// Returns the server that lost ratio, if any.
+    /// Returns the server that lost ratio, if any. Runs inside a pick, so the live and trusted
+    /// sets are iterated rather than collected: a pick allocates nothing.
     pub fn step(&mut self, usable: &[bool], r: &[Option<f64>], delta: f64) -> Option<usize> {
-        let live: Vec<usize> = (0..self.ratios.len()).filter(|&i| usable[i]).collect();
-        if live.len() < 2 {
+        let n = self.ratios.len();
+        let live = |i: &usize| usable.get(*i).copied().unwrap_or(false);
+        let trusted = || (0..n).filter(live).filter_map(|i| r.get(i).copied().flatten().map(|v| (i, v)));
+        let live_count = (0..n).filter(live).count();
+        if live_count < 2 {
             return None;
         }
-        let trusted: Vec<(usize, f64)> = live.iter().filter_map(|&i| r[i].map(|v| (i, v))).collect();
-        let (worst, worst_r) = trusted.iter().copied().fold(None, |best: Option<(usize, f64)>, (i, v)| match best {
+        let (worst, worst_r) = trusted().fold(None, |best: Option<(usize, f64)>, (i, v)| match best {
             Some((_, bv)) if bv >= v => best,
             _ => Some((i, v)),
         })?;
-        if trusted.iter().all(|&(_, v)| v == worst_r) {
+        if trusted().all(|(_, v)| v == worst_r) {
             return None;
         }
         let give = (delta * self.ratios[worst]).min(self.ratios[worst] - MIN_RATIO).max(0.0);
@@ -90,8 +98,8 @@ impl Controller {
             return None;
         }
         self.ratios[worst] -= give;
-        let share = give / (live.len() - 1) as f64;
-        for &i in &live {
+        let share = give / (live_count - 1) as f64;
+        for i in (0..n).filter(live) {
             if i != worst {
                 self.ratios[i] += share;
             }
@@ -130,11 +138,14 @@ struct State {
     windows: Vec<Window>,
     /// Counter totals at the last step, to cut the next slot from.
     last: Vec<(u64, u64)>,
+    /// The usable set the ratios were last renormalised for.
     usable: Vec<bool>,
-    epoch: u64,
-    last_step: Instant,
+    /// When the last step was due; `None` until the first pick, which starts the control clock.
+    last_step: Option<Instant>,
     /// Smooth weighted selection state.
     current: Vec<f64>,
+    /// Each server's R at the last step, kept so a step allocates nothing.
+    r: Vec<Option<f64>>,
 }
 
 #[derive(Debug)]
@@ -143,29 +154,31 @@ pub struct PassiveRatio {
     state: Mutex<Option<State>>,
 }
 
+fn usable_set(view: &dyn ServerView) -> impl Iterator<Item = bool> + '_ {
+    (0..view.len()).map(|i| view.effective_weight(i) > 0)
+}
+
 impl PassiveRatio {
     pub fn new(tuning: Tuning) -> Self {
         PassiveRatio { tuning, state: Mutex::new(None) }
     }
 
-    /// Runs the control steps due by `now`, and renormalises if the pool changed.
-    fn update(&self, st: &mut State, pool: &dyn Pool, now: Instant) {
-        let usable: Vec<bool> = (0..pool.len()).map(|i| pool.weight(i) > 0).collect();
-        if pool.epoch() != st.epoch || usable != st.usable {
-            st.controller.renormalise(&st.usable, &usable);
-            st.usable = usable;
-            st.epoch = pool.epoch();
-        }
-        let elapsed = now.saturating_duration_since(st.last_step);
+    /// Runs the control steps due by `now`.
+    fn step_due(&self, st: &mut State, view: &dyn ServerView, now: Instant) {
+        let Some(last_step) = st.last_step else {
+            st.last_step = Some(now);
+            return;
+        };
+        let elapsed = now.saturating_duration_since(last_step);
         let slot = self.tuning.slot.max(Duration::from_millis(1));
         if elapsed < slot {
             return;
         }
         let steps = (elapsed.as_nanos() / slot.as_nanos()) as u32;
-        st.last_step += slot * steps;
+        st.last_step = Some(last_step + slot * steps);
         let m = self.tuning.window_slots;
-        for i in 0..pool.len() {
-            let s = pool.sample(i);
+        for i in 0..view.len().min(st.windows.len()) {
+            let s = view.sample(i);
             let (ps, pa) = st.last[i];
             st.last[i] = (s.syn_sent, s.syn_acked);
             // Slots that passed with no pick are empty: the window still moves on.
@@ -174,24 +187,26 @@ impl PassiveRatio {
             }
             st.windows[i].push(s.syn_sent.saturating_sub(ps), s.syn_acked.saturating_sub(pa), m);
         }
-        let r: Vec<Option<f64>> = st.windows.iter().map(|w| w.r(self.tuning.min_samples)).collect();
-        let moved = st.controller.step(&st.usable, &r, self.tuning.delta);
-        tracing::debug!(ratios = ?st.controller.ratios, r = ?r, moved = ?moved, "passive-ratio control step");
+        for (r, w) in st.r.iter_mut().zip(&st.windows) {
+            *r = w.r(self.tuning.min_samples);
+        }
+        let moved = st.controller.step(&st.usable, &st.r, self.tuning.delta);
+        tracing::debug!(ratios = ?st.controller.ratios, r = ?st.r, moved = ?moved, "passive-ratio control step");
     }
 
-    fn fresh(&self, pool: &dyn Pool, now: Instant) -> State {
-        let n = pool.len();
-        let usable: Vec<bool> = (0..n).map(|i| pool.weight(i) > 0).collect();
+    fn fresh(view: &dyn ServerView) -> State {
+        let n = view.len();
+        let usable: Vec<bool> = usable_set(view).collect();
         let mut controller = Controller { ratios: vec![0.0; n] };
         controller.renormalise(&vec![false; n], &usable);
         State {
             controller,
             windows: vec![Window::default(); n],
-            last: (0..n).map(|i| pool.sample(i)).map(|s| (s.syn_sent, s.syn_acked)).collect(),
+            last: (0..n).map(|i| view.sample(i)).map(|s| (s.syn_sent, s.syn_acked)).collect(),
             usable,
-            epoch: pool.epoch(),
-            last_step: now,
+            last_step: None,
             current: vec![0.0; n],
+            r: vec![None; n],
         }
     }
 
@@ -209,18 +224,19 @@ impl PassiveRatio {
             .collect()
     }
 
-    pub fn pick_at(&self, pick: &Pick<'_>, pool: &dyn Pool, now: Instant) -> Option<usize> {
+    pub fn pick_at(&self, pick: &Pick<'_>, view: &dyn ServerView, now: Instant) -> Option<usize> {
         let mut g = self.state.lock().unwrap_or_else(|p| p.into_inner());
-        if g.as_ref().is_none_or(|s| s.windows.len() != pool.len()) {
-            *g = Some(self.fresh(pool, now));
+        if g.as_ref().is_none_or(|s| s.windows.len() != view.len()) {
+            // Only for a balancer picking before its first update; `update` builds the state.
+            *g = Some(Self::fresh(view));
         }
         let st = g.as_mut()?;
-        self.update(st, pool, now);
+        self.step_due(st, view, now);
         let mut total = 0.0;
         let mut best: Option<usize> = None;
-        for i in 0..pool.len() {
+        for i in 0..view.len() {
             let w = st.controller.ratios[i];
-            if w <= 0.0 || pool.weight(i) == 0 || pick.avoids(i) {
+            if w <= 0.0 || !pick.usable(view, i) {
                 st.current[i] = 0.0;
                 continue;
             }
@@ -237,8 +253,24 @@ impl PassiveRatio {
 }
 
 impl Balancer for PassiveRatio {
-    fn pick(&self, pick: &Pick<'_>, pool: &dyn Pool) -> Option<usize> {
-        self.pick_at(pick, pool, Instant::now())
+    fn pick(&self, pick: &Pick<'_>, view: &dyn ServerView) -> Option<usize> {
+        self.pick_at(pick, view, Instant::now())
+    }
+
+    /// Builds the state at build time and renormalises the ratios when a server went down or
+    /// came back; the windows and the control clock carry on.
+    fn update(&self, view: &dyn ServerView) {
+        let mut g = self.state.lock().unwrap_or_else(|p| p.into_inner());
+        match g.as_mut() {
+            Some(st) if st.windows.len() == view.len() => {
+                if !usable_set(view).eq(st.usable.iter().copied()) {
+                    let usable: Vec<bool> = usable_set(view).collect();
+                    st.controller.renormalise(&st.usable, &usable);
+                    st.usable = usable;
+                }
+            }
+            _ => *g = Some(Self::fresh(view)),
+        }
     }
 
     fn metrics(&self, i: usize) -> Option<super::AlgorithmMetrics> {

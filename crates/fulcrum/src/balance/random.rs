@@ -1,41 +1,29 @@
 //! `random`: weighted random choice, each pick independent. The Java TCP load balancer paper's
 //! "Random" algorithm, with weights; useful as the baseline the others are compared against.
 
-use std::sync::Mutex;
-
-use rand::rngs::SmallRng;
-use rand::{Rng, SeedableRng};
-
-use super::{Balancer, Pick, Pool};
+use super::rng::Rng;
+use super::{Balancer, Pick, ServerView};
 
 #[derive(Debug, Default)]
 pub struct Random {
-    /// A seeded generator for reproducible tests and lab runs; the thread's generator otherwise.
-    seeded: Option<Mutex<SmallRng>>,
+    rng: Rng,
 }
 
 impl Random {
     pub fn seeded(seed: u64) -> Self {
-        Random { seeded: Some(Mutex::new(SmallRng::seed_from_u64(seed))) }
-    }
-
-    fn below(&self, n: u64) -> u64 {
-        match &self.seeded {
-            Some(rng) => rng.lock().unwrap_or_else(|p| p.into_inner()).random_range(0..n),
-            None => rand::rng().random_range(0..n),
-        }
+        Random { rng: Rng::seeded(seed) }
     }
 }
 
 impl Balancer for Random {
-    fn pick(&self, pick: &Pick<'_>, pool: &dyn Pool) -> Option<usize> {
-        let usable = |i: usize| if pick.avoids(i) { 0 } else { pool.weight(i) as u64 };
-        let total: u64 = (0..pool.len()).map(usable).sum();
+    fn pick(&self, pick: &Pick<'_>, view: &dyn ServerView) -> Option<usize> {
+        let usable = |i: usize| if pick.avoids(i) { 0 } else { view.effective_weight(i) as u64 };
+        let total: u64 = (0..view.len()).map(usable).sum();
         if total == 0 {
             return None;
         }
-        let mut point = self.below(total);
-        for i in 0..pool.len() {
+        let mut point = self.rng.below(total);
+        for i in 0..view.len() {
             let w = usable(i);
             if point < w {
                 return Some(i);

@@ -3,11 +3,12 @@
 //! Every pick adds each usable server's weight to its running score, takes the highest, and
 //! subtracts the total from the winner. With weights 5,1,1 the order is a a b a c a a rather than
 //! a a a a a b c, so a heavy server never gets a burst; with equal weights it is plain rotation.
-//! Weights are read at every pick, so a server going down or a weight change takes effect at once.
+//! Weights are read at every pick, so a server going down or a weight change takes effect at once
+//! and `update` has nothing to rebuild: it only sizes the scores, so a pick never allocates.
 
 use std::sync::Mutex;
 
-use super::{Balancer, Pick, Pool};
+use super::{Balancer, Pick, ServerView};
 
 #[derive(Debug, Default)]
 pub struct RoundRobin {
@@ -15,17 +16,23 @@ pub struct RoundRobin {
     current: Mutex<Vec<i64>>,
 }
 
+/// Scores for `n` servers: kept while the count is the same, started afresh when it differs.
+fn sized(current: &mut Vec<i64>, n: usize) {
+    if current.len() != n {
+        current.clear();
+        current.resize(n, 0);
+    }
+}
+
 impl Balancer for RoundRobin {
-    fn pick(&self, pick: &Pick<'_>, pool: &dyn Pool) -> Option<usize> {
+    fn pick(&self, pick: &Pick<'_>, view: &dyn ServerView) -> Option<usize> {
         let mut current = self.current.lock().unwrap_or_else(|p| p.into_inner());
-        if current.len() != pool.len() {
-            current.clear();
-            current.resize(pool.len(), 0);
-        }
+        // A no-op once `update` has run; kept so a balancer used before its first update works.
+        sized(&mut current, view.len());
         let mut total = 0i64;
         let mut best: Option<usize> = None;
-        for i in 0..pool.len() {
-            let w = pool.weight(i) as i64;
+        for i in 0..view.len() {
+            let w = view.effective_weight(i) as i64;
             if w == 0 || pick.avoids(i) {
                 // A server out of rotation starts afresh when it returns.
                 current[i] = 0;
@@ -40,6 +47,10 @@ impl Balancer for RoundRobin {
         let b = best?;
         current[b] -= total;
         Some(b)
+    }
+
+    fn update(&self, view: &dyn ServerView) {
+        sized(&mut self.current.lock().unwrap_or_else(|p| p.into_inner()), view.len());
     }
 }
 
@@ -99,7 +110,7 @@ mod tests {
     #[test]
     fn a_down_server_gets_nothing_and_its_share_is_spread() {
         let mut pool = FakePool::with_weights(&[1, 1, 1, 1]);
-        pool.set_weight(2, 0);
+        pool.set_up(2, false);
         let counts = count_picks(&RoundRobin::default(), &pool, 300);
         assert_eq!(counts, vec![100, 100, 0, 100]);
     }

@@ -1,17 +1,30 @@
-//! `static-rr`: HAProxy's static weighted round robin (`lb_map.c`). The order is computed once per
-//! pool change (a smooth weighted sequence, as long as the sum of the weights) and a lock-free
-//! cursor walks it, so a pick costs an atomic add and a read lock. Servers that go down are
-//! skipped in place rather than the sequence being rebuilt mid-cycle.
+//! `static-rr`: HAProxy's static weighted round robin (`lb_map.c`). The order of one cycle (a
+//! smooth weighted sequence, as long as the sum of the effective weights) is computed in `update`
+//! whenever an effective weight changes, as HAProxy recomputes its map on every server state
+//! change, and published behind an `ArcSwap`; a lock-free cursor walks it, so a pick costs an
+//! atomic add and a load. A server that goes down leaves the next cycle and the others share its
+//! turns by weight. Servers are skipped in place only when a connection already failed on them
+//! (redispatch), or in the instant between a state change and its rebuild.
 
-use std::sync::RwLock;
 use std::sync::atomic::{AtomicUsize, Ordering::Relaxed};
+use std::sync::{Arc, Mutex};
 
-use super::{Balancer, Pick, Pool};
+use arc_swap::ArcSwap;
+
+use super::{Balancer, Pick, ServerView};
+
+/// One cycle and the effective weights it was computed from.
+#[derive(Debug, Default)]
+struct Sequence {
+    weights: Vec<u32>,
+    order: Vec<usize>,
+}
 
 #[derive(Debug, Default)]
 pub struct StaticRr {
-    /// (pool epoch, sequence of server indices).
-    sequence: RwLock<(u64, Vec<usize>)>,
+    sequence: ArcSwap<Sequence>,
+    /// Serialises rebuilds, so the last to store read the state left by every change before it.
+    rebuild: Mutex<()>,
     cursor: AtomicUsize,
 }
 
@@ -39,32 +52,28 @@ fn build(weights: &[u32]) -> Vec<usize> {
     out
 }
 
-impl StaticRr {
-    fn refresh(&self, pool: &dyn Pool) {
-        let epoch = pool.epoch();
-        let fresh = self.sequence.read().map(|s| s.0 == epoch && !s.1.is_empty()).unwrap_or(false);
-        if fresh {
-            return;
-        }
-        let weights: Vec<u32> = (0..pool.len()).map(|i| pool.weight(i)).collect();
-        if let Ok(mut s) = self.sequence.write() {
-            *s = (epoch, build(&weights));
-        }
-    }
-}
-
 impl Balancer for StaticRr {
-    fn pick(&self, pick: &Pick<'_>, pool: &dyn Pool) -> Option<usize> {
-        self.refresh(pool);
-        let seq = self.sequence.read().ok()?;
-        let len = seq.1.len();
+    fn pick(&self, pick: &Pick<'_>, view: &dyn ServerView) -> Option<usize> {
+        let seq = self.sequence.load();
+        let len = seq.order.len();
         if len == 0 {
             return None;
         }
         let start = self.cursor.fetch_add(1, Relaxed);
-        (0..len)
-            .map(|k| seq.1[(start + k) % len])
-            .find(|&i| i < pool.len() && pool.weight(i) > 0 && !pick.avoids(i))
+        (0..len).map(|k| seq.order[(start + k) % len]).find(|&i| pick.usable(view, i))
+    }
+
+    fn update(&self, view: &dyn ServerView) {
+        let _one_at_a_time = self.rebuild.lock().unwrap_or_else(|p| p.into_inner());
+        let unchanged = {
+            let seq = self.sequence.load();
+            seq.weights.len() == view.len() && seq.weights.iter().enumerate().all(|(i, &w)| view.effective_weight(i) == w)
+        };
+        if unchanged {
+            return;
+        }
+        let weights: Vec<u32> = (0..view.len()).map(|i| view.effective_weight(i)).collect();
+        self.sequence.store(Arc::new(Sequence { order: build(&weights), weights }));
     }
 }
 
@@ -83,27 +92,50 @@ mod tests {
     #[test]
     fn static_rr_rebuilds_when_the_pool_changes() {
         let mut pool = FakePool::with_weights(&[1, 1]);
-        let b = StaticRr::default();
-        assert_eq!(count_picks(&b, &pool, 10), vec![5, 5]);
+        let b = pool.attach(StaticRr::default());
+        assert_eq!(count_picks(&*b, &pool, 10), vec![5, 5]);
         pool.set_weight(1, 3);
-        assert_eq!(count_picks(&b, &pool, 40), vec![10, 30]);
+        assert_eq!(count_picks(&*b, &pool, 40), vec![10, 30]);
+    }
+
+    #[test]
+    fn static_rr_down_server_leaves_the_cycle_and_the_rest_share_its_turns_by_weight() {
+        let mut pool = FakePool::with_weights(&[1, 1, 2]);
+        let b = pool.attach(StaticRr::default());
+        pool.set_up(0, false);
+        assert_eq!(count_picks(&*b, &pool, 30), vec![0, 10, 20]);
+        pool.set_up(0, true);
+        assert_eq!(count_picks(&*b, &pool, 40), vec![10, 10, 20]);
+    }
+
+    #[test]
+    fn static_rr_keeps_its_cycle_when_no_effective_weight_changed() {
+        let mut pool = FakePool::with_weights(&[2, 1]);
+        let b = pool.attach(StaticRr::default());
+        let before = b.sequence.load_full();
+        b.update(&pool);
+        assert!(Arc::ptr_eq(&before, &b.sequence.load_full()), "an event that changes no weight rebuilds nothing");
     }
 
     #[test]
     fn static_rr_empty_pool_returns_none_without_panic() {
-        let b = StaticRr::default();
-        assert_eq!(b.pick(&FakePool::pick(&[]), &FakePool::with_weights(&[])), None);
-        assert_eq!(b.pick(&FakePool::pick(&[0]), &FakePool::with_weights(&[4])), None);
+        let mut empty = FakePool::with_weights(&[]);
+        let b = empty.attach(StaticRr::default());
+        assert_eq!(b.pick(&FakePool::pick(&[]), &empty), None);
+        let mut one = FakePool::with_weights(&[4]);
+        let b = one.attach(StaticRr::default());
+        assert_eq!(b.pick(&FakePool::pick(&[0]), &one), None);
     }
 
     proptest! {
         #![proptest_config(ProptestConfig::with_cases(16))]
         #[test]
         fn static_rr_honours_weights_exactly_over_whole_cycles(weights in proptest::collection::vec(1u32..=256, 1..8)) {
-            let pool = FakePool::with_weights(&weights);
+            let mut pool = FakePool::with_weights(&weights);
+            let b = pool.attach(StaticRr::default());
             let total: u32 = weights.iter().sum();
             let cycles = (100_000 / total).max(1);
-            let counts = count_picks(&StaticRr::default(), &pool, (total * cycles) as usize);
+            let counts = count_picks(&*b, &pool, (total * cycles) as usize);
             for (i, &w) in weights.iter().enumerate() {
                 prop_assert_eq!(counts[i], (w * cycles) as usize);
             }

@@ -1,31 +1,53 @@
-//! A pool of fake servers for the algorithms' unit tests.
+//! A group of fake servers for the algorithms' unit tests, which tells the balancers attached to
+//! it of every weight or state change as the runtime's event hub (`events.rs`) does.
 
 use std::net::{IpAddr, Ipv4Addr};
+use std::sync::{Arc, Weak};
 
-use super::{Balancer, Pick, Pool};
+use super::{Balancer, Pick, ServerView};
 
-#[derive(Debug, Clone)]
+#[derive(Clone)]
 pub struct FakePool {
     weights: Vec<u32>,
+    up: Vec<bool>,
     active: Vec<u64>,
     keys: Vec<String>,
-    epoch: u64,
     samples: Vec<super::load::Sample>,
+    attached: Vec<Weak<dyn Balancer>>,
 }
 
 impl FakePool {
     pub fn with_weights(weights: &[u32]) -> Self {
         FakePool {
             weights: weights.to_vec(),
+            up: vec![true; weights.len()],
             active: vec![0; weights.len()],
             keys: (0..weights.len()).map(|i| format!("192.0.2.{i}:80")).collect(),
-            epoch: 1,
             samples: vec![super::load::Sample::default(); weights.len()],
+            attached: Vec::new(),
         }
     }
+    /// Builds a balancer over this pool as the runtime does: one update now, one on every change.
+    pub fn attach<B: Balancer + 'static>(&mut self, b: B) -> Arc<B> {
+        let b = Arc::new(b);
+        b.update(self);
+        self.attached.push(Arc::downgrade(&b) as Weak<dyn Balancer>);
+        b
+    }
+    fn changed(&self) {
+        for b in self.attached.iter().filter_map(Weak::upgrade) {
+            b.update(self);
+        }
+    }
+    /// Changes the configured weight (the effective one follows while the server is up).
     pub fn set_weight(&mut self, i: usize, w: u32) {
         self.weights[i] = w;
-        self.epoch += 1;
+        self.changed();
+    }
+    /// A health flip: the server goes down (effective weight 0) or comes back.
+    pub fn set_up(&mut self, i: usize, up: bool) {
+        self.up[i] = up;
+        self.changed();
     }
     pub fn set_active(&mut self, i: usize, n: u64) {
         self.active[i] = n;
@@ -44,21 +66,21 @@ impl FakePool {
     }
 }
 
-impl Pool for FakePool {
+impl ServerView for FakePool {
     fn len(&self) -> usize {
         self.weights.len()
     }
     fn weight(&self, i: usize) -> u32 {
         self.weights[i]
     }
+    fn effective_weight(&self, i: usize) -> u32 {
+        if self.up[i] { self.weights[i] } else { 0 }
+    }
     fn active(&self, i: usize) -> u64 {
         self.active[i]
     }
     fn key(&self, i: usize) -> &str {
         &self.keys[i]
-    }
-    fn epoch(&self) -> u64 {
-        self.epoch
     }
     fn sample(&self, i: usize) -> super::load::Sample {
         self.samples[i]

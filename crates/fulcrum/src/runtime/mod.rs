@@ -132,7 +132,7 @@ fn build(config: Config, registry: &mut Registry) -> Result<Generation, BuildErr
 fn build_service(sc: &config::Service, pools: Vec<Arc<Service>>, registry: &mut Registry) -> Result<Service, BuildError> {
     let listen: SocketAddr = sc.listen.parse().map_err(|_| BuildError::ListenAddress { service: sc.name.clone(), listen: sc.listen.clone() })?;
     let shared = registry.services.entry(sc.name.clone()).or_default().clone();
-    let epoch = shared.epoch.clone();
+    let events = shared.events.clone();
     let checked = sc.health.kind != HealthKind::None;
     let mut primary = Vec::new();
     let mut backup = Vec::new();
@@ -142,7 +142,7 @@ fn build_service(sc: &config::Service, pools: Vec<Arc<Service>>, registry: &mut 
         let state = registry
             .servers
             .entry(key.clone())
-            .or_insert_with(|| Arc::new(ServerState::new(key, epoch.clone(), server.weight, server.enabled, checked)))
+            .or_insert_with(|| Arc::new(ServerState::new(key, events.clone(), server.weight, server.enabled, checked)))
             .clone();
         state.measure.set_decay(sc.p2c.decay);
         state.set_weight(server.weight);
@@ -153,10 +153,69 @@ fn build_service(sc: &config::Service, pools: Vec<Arc<Service>>, registry: &mut 
     }
     Ok(Service {
         listen,
-        primary: ServerPool::new(primary, sc, epoch.clone()),
-        backup: ServerPool::new(backup, sc, epoch),
+        primary: ServerPool::new(primary, sc, &events),
+        backup: ServerPool::new(backup, sc, &events),
         config: sc.clone(),
         state: shared,
         pools,
     })
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::net::IpAddr;
+
+    fn config(algorithm: &str) -> Config {
+        let mut text = format!("[[service]]\nname = \"web\"\nlisten = \"127.0.0.1:1000\"\nalgorithm = \"{algorithm}\"\n");
+        for port in 1001..=1004 {
+            text += &format!("[[service.server]]\naddress = \"127.0.0.1:{port}\"\n");
+        }
+        config::parse(&text, "t.toml").unwrap()
+    }
+
+    fn set_up(rt: &Runtime, port: u16, up: bool) {
+        rt.server("web", &format!("127.0.0.1:{port}")).unwrap().set_health(up);
+    }
+
+    #[test]
+    fn a_health_flip_reaches_the_live_generations_balancer_and_moves_no_other_keys() {
+        let rt = Runtime::new(config("source-hash")).unwrap();
+        (1001..=1004).for_each(|port| set_up(&rt, port, true));
+        let generation = rt.current();
+        let primary = &generation.services[0].primary;
+        let clients: Vec<IpAddr> = (0..=255u8).map(|h| IpAddr::from([198, 51, 100, h])).collect();
+        let picks = || clients.iter().map(|&ip| primary.pick(ip, None, &[])).collect::<Vec<_>>();
+        let before = picks();
+        assert!(before.contains(&Some(1)));
+        set_up(&rt, 1002, false);
+        for (was, now) in before.iter().zip(picks()) {
+            assert_ne!(now, Some(1));
+            if *was != Some(1) {
+                assert_eq!(now, *was);
+            }
+        }
+        set_up(&rt, 1002, true);
+        assert_eq!(picks(), before);
+    }
+
+    #[test]
+    fn a_dropped_generations_balancers_leave_the_services_event_hub() {
+        let rt = Runtime::new(config("static-rr")).unwrap();
+        let hub = rt.registry.lock().unwrap().services["web"].events.clone();
+        assert_eq!(hub.len(), 2, "primary and backup");
+        let held = rt.current();
+        rt.apply(config("static-rr")).unwrap();
+        assert_eq!(hub.len(), 4, "a generation still in use keeps hearing changes");
+        drop(held);
+        set_up(&rt, 1001, false);
+        assert_eq!(hub.len(), 2);
+        let generation = rt.current();
+        let primary = &generation.services[0].primary;
+        (1002..=1004).for_each(|port| set_up(&rt, port, true));
+        let mut seen: Vec<usize> = (0..6).filter_map(|_| primary.pick(IpAddr::from([127, 0, 0, 1]), None, &[])).collect();
+        seen.sort();
+        assert_eq!(seen, vec![1, 1, 2, 2, 3, 3], "the static-rr cycle was rebuilt on the events");
+    }
+}
+

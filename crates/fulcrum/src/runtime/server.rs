@@ -11,6 +11,7 @@ use std::time::{SystemTime, UNIX_EPOCH};
 use serde::Serialize;
 
 use super::rate::Rate;
+use crate::balance::events::Subscribers;
 use crate::balance::load::Measure;
 use tokio_util::sync::CancellationToken;
 
@@ -35,8 +36,8 @@ pub struct ServerKey {
 #[derive(Debug)]
 pub struct ServerState {
     pub key: ServerKey,
-    /// The service's pool epoch, bumped on every change of an effective weight.
-    epoch: Arc<AtomicU64>,
+    /// The service's balancers, told of every change of this server's state or weight.
+    events: Arc<Subscribers>,
     weight: AtomicU32,
     enabled: AtomicBool,
     draining: AtomicBool,
@@ -86,10 +87,10 @@ pub struct Counters {
 }
 
 impl ServerState {
-    pub fn new(key: ServerKey, epoch: Arc<AtomicU64>, weight: u32, enabled: bool, checked: bool) -> Self {
+    pub fn new(key: ServerKey, events: Arc<Subscribers>, weight: u32, enabled: bool, checked: bool) -> Self {
         ServerState {
             key,
-            epoch,
+            events,
             weight: AtomicU32::new(weight),
             enabled: AtomicBool::new(enabled),
             draining: AtomicBool::new(false),
@@ -131,10 +132,10 @@ impl ServerState {
         self.weight.load(Relaxed)
     }
 
-    /// Every change of a flag that decides the state goes through here: the pool rebuilds its
-    /// tables, and the downtime clock starts or stops.
+    /// Every change of a flag that decides the state, and of the weight, goes through here: the
+    /// downtime clock starts or stops, and the service's balancers hear of it last, once the new
+    /// state is in place for them to read.
     fn bump(&self) {
-        self.epoch.fetch_add(1, Relaxed);
         let now = unix_ms();
         if self.state() == State::Down {
             let _ = self.down_since_ms.compare_exchange(0, now, Relaxed, Relaxed);
@@ -144,6 +145,7 @@ impl ServerState {
                 self.downtime_ms.fetch_add(now.saturating_sub(since), Relaxed);
             }
         }
+        self.events.notify();
     }
 
     /// Total time spent down (checks failing or held by connect failures), in ms up to `now`.
@@ -317,7 +319,7 @@ mod tests {
     #[test]
     fn reservations_never_go_past_the_limit_under_contention() {
         let key = ServerKey { service: "web".into(), address: "127.0.0.1:1".into() };
-        let state = Arc::new(ServerState::new(key, Arc::new(AtomicU64::new(0)), 1, true, false));
+        let state = Arc::new(ServerState::new(key, Arc::default(), 1, true, false));
         let threads: Vec<_> = (0..8)
             .map(|_| {
                 let state = state.clone();
@@ -339,5 +341,35 @@ mod tests {
         let held: Vec<_> = (0..3).filter_map(|_| state.try_reserve(3)).collect();
         assert_eq!(held.len(), 3);
         assert!(state.try_reserve(3).is_none() && state.try_reserve(0).is_some());
+    }
+
+    #[test]
+    fn every_change_of_state_or_weight_tells_the_services_balancers_once() {
+        use crate::balance::events::{Listener, Subscribers};
+
+        #[derive(Default)]
+        struct Heard(AtomicU64);
+        impl Listener for Heard {
+            fn server_changed(&self) {
+                self.0.fetch_add(1, Relaxed);
+            }
+        }
+
+        let events = Arc::new(Subscribers::default());
+        let heard = Arc::new(Heard::default());
+        events.subscribe(&heard);
+        let key = ServerKey { service: "web".into(), address: "127.0.0.1:1".into() };
+        let state = ServerState::new(key, events, 1, true, true);
+        state.set_health(true);
+        state.set_health(true);
+        state.set_weight(3);
+        state.set_weight(3);
+        state.set_draining(true);
+        state.set_enabled(false);
+        assert_eq!(heard.0.load(Relaxed), 4, "a setter that changes nothing tells nothing");
+        assert!(!state.record_connect_failure(2));
+        assert!(state.record_connect_failure(2));
+        assert!(state.clear_passive());
+        assert_eq!(heard.0.load(Relaxed), 6, "a passive hold and its end are changes too");
     }
 }

@@ -6,7 +6,8 @@ use std::sync::atomic::{AtomicU64, Ordering::Relaxed};
 
 use tokio::sync::Notify;
 
-use crate::balance::{self, Balancer, Pick};
+use crate::balance::events::{Listener, Subscribers};
+use crate::balance::{self, Balancer, Pick, ServerView};
 use crate::config;
 
 use super::rate::Rate;
@@ -15,45 +16,65 @@ use super::server::ServerEntry;
 /// Servers of one role (primary or backup) with the balancer that picks among them.
 pub struct ServerPool {
     pub servers: Vec<Arc<ServerEntry>>,
-    balancer: Box<dyn Balancer>,
-    epoch: Arc<AtomicU64>,
+    /// Shared with the service's event hub by a weak reference, so the balancer hears of every
+    /// server change for as long as this generation lives and no longer.
+    picker: Arc<Picker>,
 }
 
+/// A balancer with the view it picks over: what the event hub tells of a change.
+struct Picker {
+    view: Servers,
+    balancer: Box<dyn Balancer>,
+}
+
+/// The live state of a pool's servers, as its balancer sees it.
+struct Servers(Vec<Arc<ServerEntry>>);
+
 impl ServerPool {
-    pub fn new(servers: Vec<Arc<ServerEntry>>, service: &config::Service, epoch: Arc<AtomicU64>) -> Self {
+    pub fn new(servers: Vec<Arc<ServerEntry>>, service: &config::Service, events: &Subscribers) -> Self {
         let p = &service.passive;
         let tuning = balance::passive_ratio::Tuning { delta: p.delta, slot: p.slot, window_slots: p.window_slots, min_samples: p.min_samples };
-        ServerPool { servers, balancer: balance::build(service.algorithm, tuning), epoch }
+        let picker = Arc::new(Picker { view: Servers(servers.clone()), balancer: balance::build(service.algorithm, tuning) });
+        // Subscribed before the first update, so a change that lands between the two is heard.
+        events.subscribe(&picker);
+        picker.server_changed();
+        ServerPool { servers, picker }
     }
 
     /// What the algorithm measures of server `i`, for stats.
     pub fn metrics(&self, i: usize) -> Option<balance::AlgorithmMetrics> {
-        self.balancer.metrics(i)
+        self.picker.balancer.metrics(i)
     }
 
     pub fn pick(&self, client: IpAddr, hash: Option<u64>, avoid: &[usize]) -> Option<usize> {
-        self.balancer.pick(&Pick { client, avoid, hash }, self)
+        self.picker.balancer.pick(&Pick { client, avoid, hash }, &self.picker.view)
     }
 }
 
-impl balance::Pool for ServerPool {
+impl Listener for Picker {
+    fn server_changed(&self) {
+        self.balancer.update(&self.view);
+    }
+}
+
+impl ServerView for Servers {
     fn len(&self) -> usize {
-        self.servers.len()
+        self.0.len()
     }
     fn weight(&self, i: usize) -> u32 {
-        self.servers[i].state.effective_weight()
+        self.0[i].state.weight()
+    }
+    fn effective_weight(&self, i: usize) -> u32 {
+        self.0[i].state.effective_weight()
     }
     fn active(&self, i: usize) -> u64 {
-        self.servers[i].state.counters.current.load(Relaxed)
+        self.0[i].state.counters.current.load(Relaxed)
     }
     fn key(&self, i: usize) -> &str {
-        &self.servers[i].state.key.address
-    }
-    fn epoch(&self) -> u64 {
-        self.epoch.load(Relaxed)
+        &self.0[i].state.key.address
     }
     fn sample(&self, i: usize) -> balance::load::Sample {
-        self.servers[i].state.measure.sample()
+        self.0[i].state.measure.sample()
     }
 }
 
@@ -80,11 +101,12 @@ impl Avoid {
     }
 }
 
-/// Per-service state that outlives generations: the pool epoch and the service's counters.
+/// Per-service state that outlives generations: the balancers' event hub and the service's counters.
 #[derive(Debug, Default)]
 pub struct ServiceState {
-    /// Bumped on every change of a server's effective weight; balancers rebuild tables on it.
-    pub epoch: Arc<AtomicU64>,
+    /// The balancers of the service's live generations, told of every server state or weight
+    /// change (`ServerState::bump`).
+    pub events: Arc<Subscribers>,
     pub current: AtomicU64,
     pub max: AtomicU64,
     pub total: AtomicU64,

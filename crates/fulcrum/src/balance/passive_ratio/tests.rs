@@ -72,8 +72,8 @@ fn no_ratio_falls_below_the_floor() {
 #[test]
 fn picks_follow_the_ratios_exactly_and_steps_come_once_per_slot() {
     let tuning = Tuning { delta: 0.1, slot: Duration::from_secs(1), window_slots: 3, min_samples: 10 };
-    let b = PassiveRatio::new(tuning);
     let mut pool = FakePool::with_weights(&[1, 1, 1]);
+    let b = pool.attach(PassiveRatio::new(tuning));
     let t0 = Instant::now();
     let pick = FakePool::pick(&[]);
     let mut counts = [0usize; 3];
@@ -102,16 +102,28 @@ fn picks_follow_the_ratios_exactly_and_steps_come_once_per_slot() {
 #[test]
 fn a_server_going_down_is_renormalised_out_and_gets_no_picks() {
     let tuning = Tuning { delta: 0.1, slot: Duration::from_secs(1), window_slots: 3, min_samples: 10 };
-    let b = PassiveRatio::new(tuning);
     let mut pool = FakePool::with_weights(&[1, 1, 1]);
+    let b = pool.attach(PassiveRatio::new(tuning));
     let t0 = Instant::now();
     let pick = FakePool::pick(&[]);
     b.pick_at(&pick, &pool, t0);
-    pool.set_weight(0, 0);
+    pool.set_up(0, false);
     for _ in 0..10 {
         assert_ne!(b.pick_at(&pick, &pool, t0), Some(0));
     }
     let table = b.table();
     assert_eq!(table[0].0, 0.0);
     assert!((table[1].0 - 0.5).abs() < 1e-9 && (table[2].0 - 0.5).abs() < 1e-9, "{table:?}");
+}
+
+#[test]
+fn a_server_coming_back_is_renormalised_in_on_the_event_with_its_share() {
+    let tuning = Tuning { delta: 0.1, slot: Duration::from_secs(1), window_slots: 3, min_samples: 10 };
+    let mut pool = FakePool::with_weights(&[1, 1]);
+    let b = pool.attach(PassiveRatio::new(tuning));
+    pool.set_up(1, false);
+    assert!(close(&b.table().iter().map(|t| t.0).collect::<Vec<_>>(), &[1.0, 0.0]));
+    pool.set_up(1, true);
+    let ratios: Vec<f64> = b.table().iter().map(|t| t.0).collect();
+    assert!(close(&ratios, &[0.5, 0.5]), "renormalised before any pick: {ratios:?}");
 }

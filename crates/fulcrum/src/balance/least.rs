@@ -1,0 +1,37 @@
+//! The "least loaded of all" rule over any [`Load`]: scan every usable server and take the one
+//! with the lowest metric (HAProxy's `leastconn` with `load::InFlight`). Ties rotate: the scan
+//! starts one server further on every pick, so equally loaded servers are used in turn.
+
+use std::sync::atomic::{AtomicUsize, Ordering::Relaxed};
+
+use super::load::Load;
+use super::{Balancer, Pick, ServerView};
+
+#[derive(Debug, Default)]
+pub struct Least<L> {
+    load: L,
+    /// Where the scan starts, moved on every pick to rotate among equals.
+    start: AtomicUsize,
+}
+
+impl<L: Load> Balancer for Least<L> {
+    fn pick(&self, pick: &Pick<'_>, view: &dyn ServerView) -> Option<usize> {
+        let n = view.len();
+        if n == 0 {
+            return None;
+        }
+        let start = self.start.fetch_add(1, Relaxed) % n;
+        let mut best: Option<(usize, L::Metric)> = None;
+        for k in 0..n {
+            let i = (start + k) % n;
+            if !pick.usable(view, i) {
+                continue;
+            }
+            let metric = self.load.load(view, i);
+            if best.as_ref().is_none_or(|(_, b)| metric < *b) {
+                best = Some((i, metric));
+            }
+        }
+        best.map(|(i, _)| i)
+    }
+}

@@ -1,0 +1,86 @@
+//! The power-of-two-choices rule over any [`Load`] (Mitzenmacher, "The Power of Two Choices in
+//! Randomized Load Balancing"; tower's `balance/p2c`): draw two distinct usable servers at random
+//! and take the less loaded. Two random choices avoid the herd that "always the least loaded"
+//! causes when many balancers act on the same stale information.
+//!
+//! A pick allocates nothing: it counts the usable servers, draws two distinct ranks among them,
+//! and finds the servers of those ranks in a second pass.
+
+use super::load::Load;
+use super::rng::Rng;
+use super::{Balancer, Pick, ServerView};
+
+#[derive(Debug, Default)]
+pub struct P2c<L> {
+    load: L,
+    rng: Rng,
+}
+
+impl<L: Default> P2c<L> {
+    pub fn seeded(seed: u64) -> Self {
+        P2c { load: L::default(), rng: Rng::seeded(seed) }
+    }
+}
+
+impl<L: Load> Balancer for P2c<L> {
+    fn pick(&self, pick: &Pick<'_>, view: &dyn ServerView) -> Option<usize> {
+        let usable = |i: usize| pick.usable(view, i);
+        let n = (0..view.len()).filter(|&i| usable(i)).count();
+        if n < 2 {
+            return (0..view.len()).find(|&i| usable(i));
+        }
+        let a = self.rng.index(n);
+        // A second rank drawn from the other n - 1, so the two choices are distinct.
+        let b = (a + 1 + self.rng.index(n - 1)) % n;
+        let (mut first, mut second) = (None, None);
+        for (rank, i) in (0..view.len()).filter(|&i| usable(i)).enumerate() {
+            if rank == a {
+                first = Some(i);
+            }
+            if rank == b {
+                second = Some(i);
+            }
+        }
+        match (first, second) {
+            (Some(x), Some(y)) => Some(if self.load.load(view, y) < self.load.load(view, x) { y } else { x }),
+            // A server left between the two passes: take the one still found.
+            (x, y) => x.or(y),
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::balance::load::InFlight;
+    use crate::balance::testing::FakePool;
+    use proptest::prelude::*;
+
+    proptest! {
+        #![proptest_config(ProptestConfig::with_cases(32))]
+        #[test]
+        fn p2c_over_connections_never_picks_the_busiest_server(n in 2usize..10, seed in any::<u64>()) {
+            // The rule runs over any load: with connections in flight as the metric, the busiest
+            // server loses every comparison it is drawn into.
+            let mut pool = FakePool::with_weights(&vec![1; n]);
+            for i in 0..n { pool.set_active(i, i as u64); }
+            let b = P2c::<InFlight>::seeded(seed);
+            for _ in 0..200 {
+                let i = b.pick(&FakePool::pick(&[]), &pool).unwrap();
+                prop_assert!(i < n - 1);
+            }
+        }
+    }
+
+    #[test]
+    fn p2c_skips_avoided_and_down_servers_and_returns_none_without_one() {
+        let mut pool = FakePool::with_weights(&[1, 1, 1, 1]);
+        pool.set_up(0, false);
+        let b = P2c::<InFlight>::seeded(9);
+        for _ in 0..200 {
+            let i = b.pick(&FakePool::pick(&[2]), &pool).unwrap();
+            assert!(i == 1 || i == 3, "{i}");
+        }
+        assert_eq!(b.pick(&FakePool::pick(&[1, 2, 3]), &pool), None);
+    }
+}
