@@ -1,4 +1,4 @@
-//! The running process: runtime, listeners, health checks and admin, and the one path every
+//! The running process: live state, listeners, health checks and admin, and the one path every
 //! config change takes (start, SIGHUP, `POST /api/reload`).
 //!
 //! `apply` binds every new listen address before it swaps the generation, so a config whose port
@@ -19,14 +19,14 @@ use tokio_util::sync::CancellationToken;
 use tracing::{error, info, warn};
 
 use crate::config::{self, Config};
-use crate::runtime::{Generation, Runtime};
+use crate::live::{Generation, Live};
 use crate::shutdown::Shutdown;
 use crate::{admin, health, proxy, stats};
 
 pub use error::{ControlError, StartError};
 
 pub struct App {
-    pub runtime: Arc<Runtime>,
+    pub live: Arc<Live>,
     pub shutdown: Shutdown,
     /// The file `reload` re-reads; `None` for an embedded config (the demo).
     pub path: Option<PathBuf>,
@@ -45,7 +45,7 @@ impl App {
     pub async fn start(config: Config, path: Option<PathBuf>, shutdown: Shutdown) -> Result<Arc<App>, StartError> {
         let admin_cfg = config.admin.clone();
         let first_round = config.services.iter().flat_map(|s| std::iter::once(s.health.timeout).chain(s.pools.iter().map(|p| p.health.timeout))).max().unwrap_or_default();
-        let runtime = Arc::new(tokio::task::spawn_blocking(move || Runtime::new(config)).await??);
+        let live = Arc::new(tokio::task::spawn_blocking(move || Live::new(config)).await??);
         let admin_listener = match &admin_cfg {
             Some(a) => {
                 let addr: SocketAddr = a.listen.parse().map_err(|cause| StartError::AdminAddress { listen: a.listen.clone(), cause })?;
@@ -61,7 +61,7 @@ impl App {
             None => admin::Auth::default(),
         };
         let app = Arc::new(App {
-            runtime: runtime.clone(),
+            live: live.clone(),
             shutdown: shutdown.clone(),
             path,
             listeners: Mutex::default(),
@@ -72,14 +72,12 @@ impl App {
             history: stats::history::History::default(),
         });
         tokio::spawn(record_history(Arc::downgrade(&app)));
-        let generation = runtime.current();
+        let generation = live.current();
         app.restart_health();
         health::wait_first_round(&generation, first_round + Duration::from_millis(200)).await;
         let mut bound = Vec::new();
-        // Pools run as services too, on their parent's address: only services listen.
-        let listening = generation.config.services.len();
-        for s in generation.services.iter().take(listening).filter(|s| s.config.enabled) {
-            let l = proxy::listener::bind(s.listen).map_err(|cause| StartError::Bind { service: s.config.name.clone(), address: s.listen, cause })?;
+        for s in generation.services.iter().filter(|s| s.config().enabled) {
+            let l = proxy::listener::bind(s.listen).map_err(|cause| StartError::Bind { service: s.config().name.clone(), address: s.listen, cause })?;
             bound.push((s.listen, l));
         }
         app.start_listeners(bound);
@@ -103,7 +101,7 @@ impl App {
     /// Applies one change to the running config, validated as a file would be.
     pub async fn change(&self, change: config::Change) -> Result<String, ControlError> {
         let _one_at_a_time = self.changing.lock().await;
-        let mut next = self.runtime.current().config.clone();
+        let mut next = self.live.current().config.clone();
         change.apply(&mut next)?;
         let next = tokio::task::spawn_blocking(move || config::revalidate(&next)).await?.map_err(ControlError::ChangeRefused)?;
         self.apply_locked(next).await
@@ -113,7 +111,7 @@ impl App {
     pub async fn save(&self) -> Result<String, ControlError> {
         let Some(path) = self.path.clone() else { return Err(ControlError::NoFileToSave) };
         let _one_at_a_time = self.changing.lock().await;
-        let text = format!("# Written by fulcrum from its running config.\n\n{}", config::to_toml(&self.runtime.current().config));
+        let text = format!("# Written by fulcrum from its running config.\n\n{}", config::to_toml(&self.live.current().config));
         tokio::task::spawn_blocking(move || {
             let backup = path.with_extension("toml.bak");
             let write = || -> std::io::Result<()> {
@@ -139,7 +137,7 @@ impl App {
     }
 
     async fn apply_locked(&self, config: Config) -> Result<String, ControlError> {
-        if config.admin != self.runtime.current().config.admin {
+        if config.admin != self.live.current().config.admin {
             warn!("admin listener changes take effect at the next restart");
         }
         let wanted: Vec<(String, SocketAddr)> = config
@@ -158,8 +156,8 @@ impl App {
                 }
             }
         }
-        let runtime = self.runtime.clone();
-        let applied = tokio::task::spawn_blocking(move || runtime.apply(config)).await??;
+        let live = self.live.clone();
+        let applied = tokio::task::spawn_blocking(move || live.apply(config)).await??;
         for key in &applied.terminated {
             info!(service = %key.service, server = %key.address, "closed the connections of a disabled or removed server (terminate_on_disable)");
         }
@@ -177,8 +175,8 @@ impl App {
             });
         }
         self.restart_health();
-        let generation = self.runtime.current();
-        let servers: usize = generation.services.iter().map(|s| s.servers().count()).sum();
+        let generation = self.live.current();
+        let servers: usize = generation.pools().map(|(_, p)| p.servers().count()).sum();
         let msg = format!("config applied: {} services, {servers} servers, {added} listeners added, {removed} removed", generation.config.services.len());
         info!("{msg}");
         Ok(msg)
@@ -189,7 +187,7 @@ impl App {
         for (addr, l) in bound {
             let stop = CancellationToken::new();
             listeners.insert(addr, stop.clone());
-            tokio::spawn(proxy::listener::serve(l, addr, self.runtime.clone(), stop, self.shutdown.clone()));
+            tokio::spawn(proxy::listener::serve(l, addr, self.live.clone(), stop, self.shutdown.clone()));
         }
     }
 
@@ -199,7 +197,7 @@ impl App {
             h.cancel();
             *h = stop.clone();
         }
-        health::spawn(&self.runtime.current(), &stop);
+        health::spawn(&self.live.current(), &stop);
     }
 
     /// Serves until SIGTERM or SIGINT (reloading on SIGHUP), then drains.
@@ -226,7 +224,7 @@ impl App {
 
     /// Stops accepting, drains connections up to the grace period, and stops health checks.
     pub async fn stop(&self) {
-        let grace = self.runtime.current().config.shutdown_grace;
+        let grace = self.live.current().config.shutdown_grace;
         info!("shutting down: draining connections for up to {}", humantime::format_duration(grace));
         if let Ok(h) = self.health.lock() {
             h.cancel();
@@ -243,7 +241,7 @@ impl admin::Control for App {
     type Error = ControlError;
 
     fn current(&self) -> Arc<Generation> {
-        self.runtime.current()
+        self.live.current()
     }
     fn history(&self) -> &stats::history::History {
         &self.history
@@ -279,6 +277,6 @@ async fn record_history(app: std::sync::Weak<App>) {
         if app.shutdown.stopping().is_cancelled() {
             return;
         }
-        app.history.sample(&app.runtime.current());
+        app.history.sample(&app.live.current());
     }
 }

@@ -9,12 +9,17 @@
 //! # Layout
 //! - [`config`]: the TOML schema, defaults, validation with line/column errors, and `Change`,
 //!   the typed edits the admin API applies to a copy of the running config.
-//! - [`runtime`]: the live generation behind an `ArcSwap`, and server state that outlives it.
-//! - [`balance`]: the `Balancer` trait and one file per algorithm.
+//! - [`live`]: the live generation behind an `ArcSwap` (services, each owning its pools of
+//!   servers), and the server and service state that outlives generations.
+//! - [`balance`]: the `Balancer` trait (pick, and update on every server event), the `Load`
+//!   metrics apart from the rules, and one file per algorithm.
 //! - [`health`]: active checks and the rise/fall state machine.
-//! - [`proxy`]: listeners, connect with redispatch, L4 forwarding with splice(2); `proxy::http`
-//!   (hyper behind a framing guard, pooled server connections, routing, affinity, queueing) and
-//!   `proxy::ftp` (control-channel rewriting and data ports).
+//! - [`error`]: the data path's error: kind, side (server or local), retryable.
+//! - [`shutdown`]: one shutdown signal and one drain.
+//! - [`proxy`]: listeners; `dispatch`, the one path to a server for every mode (pick, maxconn
+//!   and the queue, measured connect, redispatch, backups); L4 forwarding with splice(2);
+//!   `proxy::http` (hyper behind a framing guard, idle server connections, routing, affinity,
+//!   the replay rule) and `proxy::ftp` (control-channel rewriting and data ports).
 //! - [`stats`]: read-only views over the counters, the 10 s traffic history, Prometheus text.
 //! - [`admin`]: the dashboard, the JSON API and `/metrics` on the admin listener, with auth; it
 //!   reaches the process only through the `admin::Control` handle.
@@ -36,7 +41,7 @@ pub mod config;
 pub mod demo;
 pub mod error;
 pub mod health;
+pub mod live;
 pub mod proxy;
-pub mod runtime;
 pub mod shutdown;
 pub mod stats;

@@ -9,7 +9,7 @@ use tokio_util::sync::CancellationToken;
 
 use super::Auth;
 use crate::config::Change;
-use crate::runtime::Generation;
+use crate::live::Generation;
 use crate::stats::history::History;
 
 pub trait Control: Send + Sync + 'static {

@@ -12,7 +12,7 @@ use tokio::task::JoinError;
 
 use crate::admin::AuthError;
 use crate::config::{ChangeError, Diagnostics};
-use crate::runtime::BuildError;
+use crate::live::BuildError;
 
 #[derive(Debug, thiserror::Error)]
 pub enum StartError {

@@ -54,7 +54,7 @@ impl Admin {
 #[serde(rename_all = "kebab-case")]
 pub enum Mode {
     Tcp,
-    /// HTTP/1.1: requests are read, checked and forwarded over pooled keep-alive connections.
+    /// HTTP/1.1: requests are read, checked and forwarded over the servers' idle keep-alive connections.
     Http,
     /// FTP: the control connection is balanced and read, data connections are opened by Fulcrum
     /// on `data_ports` and go to the same server (passive and active mode).
@@ -231,10 +231,10 @@ impl Service {
         self.http.queue_timeout.unwrap_or(self.queue_timeout)
     }
 
-    /// The service a pool runs as: the parent's settings with the pool's name (`service/pool`),
-    /// servers, algorithm and health check, so pools are balanced, checked and counted by the
-    /// same code as services.
-    pub fn pool_service(&self, pool: &Pool) -> Service {
+    /// The settings a routed pool is dispatched and checked with: the service's, with the pool's
+    /// name (`service/pool`), servers, algorithm and health check, so a routed pool is balanced,
+    /// checked and counted by the same code as the service's own servers.
+    pub fn pool_settings(&self, pool: &Pool) -> Service {
         Service {
             name: format!("{}/{}", self.name, pool.name),
             algorithm: pool.algorithm,
@@ -418,7 +418,7 @@ pub struct Http {
     /// The older place of the service's `queue_timeout`, still read; when set, it wins.
     #[serde(default, with = "optional_duration", skip_serializing_if = "Option::is_none")]
     pub queue_timeout: Option<Duration>,
-    /// How long an idle pooled connection to a server is kept for reuse.
+    /// How long an idle keep-alive connection to a server is kept for reuse.
     #[serde(default = "defaults::keepalive_idle", with = "duration")]
     pub keepalive_idle: Duration,
     /// Most header fields in a request (431 above).

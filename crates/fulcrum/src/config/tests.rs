@@ -133,7 +133,7 @@ fn the_haproxy_papers_routing_example_is_valid_and_routes_must_name_pools() {
     let c = parse_with(text, "routing.toml", Resolve::No).unwrap();
     let s = &c.services[0];
     assert_eq!((s.pools.len(), s.routes.len(), s.default_pool.as_deref()), (2, 2, Some("app")));
-    assert_eq!(s.pool_service(&s.pools[1]).name, "www/app");
+    assert_eq!(s.pool_settings(&s.pools[1]).name, "www/app");
     assert_eq!(revalidate(&c).unwrap(), c, "pools and routes are written back as read");
 
     let d = first_error(&text.replace("pool = \"static\"\npath_suffix", "pool = \"statc\"\npath_suffix"));

@@ -277,7 +277,7 @@ fn validate_routing(service: &Service, i: usize, report: &mut Report<'_>) {
         if names.insert(&pool.name, k).is_some() {
             report.error(&at(&[Seg::Key("pool"), Seg::Index(k), Seg::Key("name")]), format!("pool name {:?} is used twice", pool.name), "give every pool its own name");
         }
-        validate_service(&service.pool_service(pool), &[Seg::Key("service"), Seg::Index(i), Seg::Key("pool"), Seg::Index(k)], report);
+        validate_service(&service.pool_settings(pool), &[Seg::Key("service"), Seg::Index(i), Seg::Key("pool"), Seg::Index(k)], report);
     }
     let known = |name: &str| names.contains_key(name);
     let pool_names = || service.pools.iter().map(|p| p.name.as_str()).collect::<Vec<_>>().join(", ");

@@ -10,13 +10,13 @@ use tracing::{info, warn};
 use super::{CheckError, RiseFall};
 use super::http::HttpCheck;
 use crate::config::{Health, HealthKind};
-use crate::runtime::{Generation, ServerEntry, Service};
+use crate::live::{Generation, Pool, ServerEntry};
 
 /// Starts the checks of every server in `generation`; they stop when `stop` fires.
 pub fn spawn(generation: &Generation, stop: &CancellationToken) {
-    for service in &generation.services {
-        for entry in service.servers() {
-            tokio::spawn(run(service.clone(), entry.clone(), stop.clone()));
+    for (_, pool) in generation.pools() {
+        for entry in pool.servers() {
+            tokio::spawn(run(pool.clone(), entry.clone(), stop.clone()));
         }
     }
 }
@@ -27,8 +27,8 @@ pub async fn wait_first_round(generation: &Generation, limit: Duration) {
     let deadline = Instant::now() + limit;
     let pending = || {
         generation
-            .services
-            .iter()
+            .pools()
+            .map(|(_, p)| p)
             .filter(|s| s.config.health.kind != HealthKind::None)
             .flat_map(|s| s.servers())
             .any(|e| !e.state.checked())
@@ -38,10 +38,10 @@ pub async fn wait_first_round(generation: &Generation, limit: Duration) {
     }
 }
 
-async fn run(service: Arc<Service>, entry: Arc<ServerEntry>, stop: CancellationToken) {
-    let cfg: &Health = &service.config.health;
+async fn run(pool: Arc<Pool>, entry: Arc<ServerEntry>, stop: CancellationToken) {
+    let cfg: &Health = &pool.config.health;
     let state = &entry.state;
-    let name = &service.config.name;
+    let name = &pool.config.name;
     let address = &state.key.address;
     let mut machine = RiseFall::new(cfg.rise, cfg.fall, state.health_up(), state.checked());
     let mut http = HttpCheck::default();

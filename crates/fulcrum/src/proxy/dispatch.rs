@@ -19,7 +19,7 @@ use tracing::{debug, warn};
 use super::connect;
 use super::queue::Waiting;
 use crate::error::{Error, Kind, Side};
-use crate::runtime::{Avoid, ConnGuard, Role, ServerEntry, Service, ServiceState};
+use crate::live::{Avoid, ConnGuard, Pool, Role, ServerEntry, ServiceState};
 
 /// What a request says about where it should go: the hash key of `uri-hash`/`header-hash`, and
 /// the server id an affinity cookie names.
@@ -63,9 +63,9 @@ impl Drop for Place {
     }
 }
 
-/// One client's way to a server, attempt by attempt.
+/// One client's way to a server of a pool, attempt by attempt.
 pub struct Dispatch<'a> {
-    service: &'a Service,
+    pool: &'a Pool,
     client: SocketAddr,
     steer: Steer<'a>,
     avoid: Avoid,
@@ -76,24 +76,24 @@ pub struct Dispatch<'a> {
 }
 
 impl<'a> Dispatch<'a> {
-    pub fn new(service: &'a Service, client: SocketAddr, steer: Steer<'a>) -> Self {
-        Dispatch { service, client, steer, avoid: Avoid::default(), retried: 0, last: None }
+    pub fn new(pool: &'a Pool, client: SocketAddr, steer: Steer<'a>) -> Self {
+        Dispatch { pool, client, steer, avoid: Avoid::default(), retried: 0, last: None }
     }
 
     /// Picks a server and takes a place on it, waiting in the queue while every usable server
     /// is at its `maxconn`.
     pub async fn reserve(&mut self) -> Result<Place, Error> {
-        let service = self.service;
+        let pool = self.pool;
         let mut waiting: Option<Waiting<'_>> = None;
         loop {
-            let busy = service.avoid_full(&self.avoid);
-            let named = self.steer.prefer.and_then(|id| service.by_id(id, &busy));
-            let Some((role, entry, index)) = named.or_else(|| service.pick(self.client.ip(), self.steer.hash, &busy)) else {
-                if !service.any_usable(&self.avoid) {
+            let busy = pool.avoid_full(&self.avoid);
+            let named = self.steer.prefer.and_then(|id| pool.by_id(id, &busy));
+            let Some((role, entry, index)) = named.or_else(|| pool.pick(self.client.ip(), self.steer.hash, &busy)) else {
+                if !pool.any_usable(&self.avoid) {
                     return Err(self.last.take().unwrap_or_else(|| Error::new(Kind::NoServer, Side::Server)));
                 }
-                let queue = waiting.get_or_insert_with(|| Waiting::enter(&service.state));
-                if !queue.wait(service.config.queue_timeout()).await {
+                let queue = waiting.get_or_insert_with(|| Waiting::enter(&pool.state));
+                if !queue.wait(pool.config.queue_timeout()).await {
                     return Err(Error::new(Kind::QueueTimeout, Side::Server));
                 }
                 continue;
@@ -105,14 +105,14 @@ impl<'a> Dispatch<'a> {
             };
             entry.state.counters.lb_total.fetch_add(1, Relaxed);
             let queued = waiting.map_or(Duration::ZERO, |w| w.waited());
-            return Ok(Place { entry, role, index, guard, service: service.state.clone(), queued });
+            return Ok(Place { entry, role, index, guard, service: pool.state.clone(), queued });
         }
     }
 
     /// One measured connect to the server of `place`: the SYNs and the connect time for the
     /// passive algorithms, and `failure_limit` for a server that keeps failing.
     pub async fn connect(&self, place: &Place) -> Result<TcpStream, Error> {
-        let cfg = &self.service.config;
+        let cfg = &self.pool.config;
         let entry = &place.entry;
         let state = &entry.state;
         let started = Instant::now();
@@ -142,13 +142,13 @@ impl<'a> Dispatch<'a> {
     /// Records that the attempt on `place` failed with `err`. `Ok` when another server may be
     /// tried (the failed one is avoided from now on); the error to answer otherwise.
     pub fn failed(&mut self, place: Place, err: Error) -> Result<(), Error> {
-        if !err.retryable() || self.retried >= self.service.config.retries {
+        if !err.retryable() || self.retried >= self.pool.config.retries {
             return Err(err);
         }
         self.retried += 1;
         place.entry.state.counters.redispatches.fetch_add(1, Relaxed);
-        self.service.state.redispatches.fetch_add(1, Relaxed);
-        debug!(service = %self.service.config.name, client = %self.client, attempt = self.retried, reason = %err, "connect failed, redispatching");
+        self.pool.state.redispatches.fetch_add(1, Relaxed);
+        debug!(service = %self.pool.config.name, client = %self.client, attempt = self.retried, reason = %err, "connect failed, redispatching");
         self.avoid.add(place.role, place.index);
         self.last = Some(err);
         Ok(())
@@ -157,7 +157,7 @@ impl<'a> Dispatch<'a> {
     /// Spends one attempt without blaming the server (HTTP sends a request again when a reused
     /// connection was closed under it); `false` when none is left.
     pub fn retry_same(&mut self) -> bool {
-        let left = self.retried < self.service.config.retries;
+        let left = self.retried < self.pool.config.retries;
         if left {
             self.retried += 1;
         }
@@ -165,9 +165,9 @@ impl<'a> Dispatch<'a> {
     }
 }
 
-/// A connected server of `service` for `client`, and the place the connection holds on it.
-pub async fn connect(service: &Service, client: SocketAddr) -> Result<(Place, TcpStream), Error> {
-    let mut dispatch = Dispatch::new(service, client, Steer::default());
+/// A connected server of `pool` for `client`, and the place the connection holds on it.
+pub async fn connect(pool: &Pool, client: SocketAddr) -> Result<(Place, TcpStream), Error> {
+    let mut dispatch = Dispatch::new(pool, client, Steer::default());
     loop {
         let place = dispatch.reserve().await?;
         match dispatch.connect(&place).await {

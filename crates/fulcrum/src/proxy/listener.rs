@@ -15,7 +15,7 @@ use tokio::net::TcpListener;
 use tokio_util::sync::CancellationToken;
 use tracing::{error, info, warn};
 
-use crate::runtime::Runtime;
+use crate::live::Live;
 use crate::shutdown::Shutdown;
 
 pub const BACKLOG: i32 = 4096;
@@ -37,7 +37,7 @@ pub fn bind(addr: SocketAddr) -> io::Result<std::net::TcpListener> {
 }
 
 /// Accepts on `listener` until `stop` (the address left the config) or shutdown.
-pub async fn serve(listener: std::net::TcpListener, addr: SocketAddr, runtime: Arc<Runtime>, stop: CancellationToken, shutdown: Shutdown) {
+pub async fn serve(listener: std::net::TcpListener, addr: SocketAddr, live: Arc<Live>, stop: CancellationToken, shutdown: Shutdown) {
     let listener = match TcpListener::from_std(listener) {
         Ok(l) => l,
         Err(e) => {
@@ -47,7 +47,7 @@ pub async fn serve(listener: std::net::TcpListener, addr: SocketAddr, runtime: A
     };
     info!(%addr, "listening");
     loop {
-        let generation = runtime.current();
+        let generation = live.current();
         let Some(service) = generation.service_at(addr).cloned() else {
             tokio::select! {
                 _ = stop.cancelled() => break,
@@ -56,23 +56,23 @@ pub async fn serve(listener: std::net::TcpListener, addr: SocketAddr, runtime: A
             }
         };
         drop(generation);
-        let maxconn = service.config.maxconn as u64;
+        let maxconn = service.config().maxconn as u64;
         let mut paused = false;
-        while maxconn > 0 && service.state.current.load(Relaxed) >= maxconn {
+        while maxconn > 0 && service.state().current.load(Relaxed) >= maxconn {
             paused = true;
             if let Some((waiting, _)) = super::tcp_info::accept_queue(&listener) {
-                let state = &service.state;
+                let state = service.state();
                 state.backlog.store(waiting as u64, Relaxed);
                 state.queue_max.fetch_max(waiting as u64 + state.queue.load(Relaxed), Relaxed);
             }
             tokio::select! {
-                _ = service.state.freed.notified() => {}
+                _ = service.state().freed.notified() => {}
                 _ = tokio::time::sleep(Duration::from_millis(50)) => {}
                 _ = stop.cancelled() => return,
             }
         }
         if paused {
-            service.state.backlog.store(0, Relaxed);
+            service.state().backlog.store(0, Relaxed);
         }
         let accepted = tokio::select! {
             _ = stop.cancelled() => break,
@@ -82,10 +82,10 @@ pub async fn serve(listener: std::net::TcpListener, addr: SocketAddr, runtime: A
         match accepted {
             Ok((stream, peer)) => {
                 // The accept may have waited across a reload: serve with the generation of now.
-                let generation = runtime.current();
+                let generation = live.current();
                 let Some(service) = generation.service_at(addr).cloned() else { continue };
                 drop(generation);
-                let guard = service.state.open();
+                let guard = service.state().open();
                 let sd = shutdown.clone();
                 shutdown.tasks().spawn(super::handle(stream, peer, service, guard, sd));
             }

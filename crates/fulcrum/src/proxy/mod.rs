@@ -20,21 +20,21 @@ use std::sync::atomic::Ordering::Relaxed;
 use tokio::net::TcpStream;
 use tracing::{debug, warn};
 
-use crate::runtime::{Service, ServiceGuard};
+use crate::live::{Service, ServiceGuard};
 use crate::shutdown::Shutdown;
 
 /// Serves one client connection of `service` to its end.
 pub async fn handle(client: TcpStream, peer: SocketAddr, service: Arc<Service>, _guard: ServiceGuard, shutdown: Shutdown) {
-    let cfg = &service.config;
+    let cfg = service.config();
     if cfg.mode == crate::config::Mode::Http {
         // Each request picks its own server; the connection is the client's only.
         return http::serve(client, peer, service, shutdown).await;
     }
     let (place, server) = tokio::select! {
-        r = dispatch::connect(&service, peer) => match r {
+        r = dispatch::connect(&service.pool, peer) => match r {
             Ok(x) => x,
             Err(e) => {
-                service.state.refused.fetch_add(1, Relaxed);
+                service.state().refused.fetch_add(1, Relaxed);
                 warn!(service = %cfg.name, client = %peer, "closing client: {e}");
                 return;
             }

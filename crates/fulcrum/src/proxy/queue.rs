@@ -8,7 +8,7 @@ use std::time::Duration;
 
 use tokio::time::Instant;
 
-use crate::runtime::ServiceState;
+use crate::live::ServiceState;
 
 /// Longest sleep between two looks at the servers: a place freed just before the waiter started
 /// listening for the release is still seen this soon.

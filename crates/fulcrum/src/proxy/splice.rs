@@ -1,8 +1,8 @@
 //! splice(2) through a pipe: bulk bytes move socket -> pipe -> socket inside the kernel, never
 //! copied to user space. This is the one module with `unsafe`; each block states its invariant.
 //!
-//! Pipes are kept in a per-thread pool, because creating two pipes per connection costs more than
-//! a short request/response moves; a pipe goes back to the pool only when it is empty.
+//! Pipes are kept per thread, because creating two pipes per connection costs more than
+//! a short request/response moves; a pipe is kept for reuse only when it is empty.
 
 use std::cell::RefCell;
 use std::io;
@@ -10,7 +10,7 @@ use std::os::fd::{AsRawFd, FromRawFd, OwnedFd, RawFd};
 
 /// Bytes one splice call may move. The pipe is resized to this, so one call can move it whole.
 pub const PIPE_SIZE: usize = 256 * 1024;
-const POOL_MAX: usize = 64;
+const PIPES_KEPT: usize = 64;
 
 /// A kernel pipe used as the buffer between two sockets.
 pub struct Pipe {
@@ -22,13 +22,13 @@ pub struct Pipe {
 }
 
 thread_local! {
-    static POOL: RefCell<Vec<Pipe>> = const { RefCell::new(Vec::new()) };
+    static PIPES: RefCell<Vec<Pipe>> = const { RefCell::new(Vec::new()) };
 }
 
 impl Pipe {
-    /// A pipe from this thread's pool, or a new one.
+    /// A spare pipe of this thread, or a new one.
     pub fn get() -> io::Result<Pipe> {
-        if let Some(p) = POOL.with(|p| p.borrow_mut().pop()) {
+        if let Some(p) = PIPES.with(|p| p.borrow_mut().pop()) {
             return Ok(p);
         }
         Self::create()
@@ -66,12 +66,12 @@ impl Pipe {
 }
 
 
-/// Returns an empty pipe to this thread's pool; a pipe still holding bytes is closed instead.
+/// Keeps an empty pipe for this thread to reuse; a pipe still holding bytes is closed instead.
 pub fn recycle(pipe: Pipe) {
     if pipe.pending == 0 {
-        POOL.with(|p| {
+        PIPES.with(|p| {
             let mut p = p.borrow_mut();
-            if p.len() < POOL_MAX {
+            if p.len() < PIPES_KEPT {
                 p.push(pipe);
             }
         });

@@ -9,7 +9,7 @@ use std::time::Duration;
 
 use serde::Serialize;
 
-use crate::runtime::{Generation, ServerKey, unix_ms};
+use crate::live::{Generation, ServerKey, unix_ms};
 
 pub const INTERVAL: Duration = Duration::from_secs(10);
 /// 24 hours of 10 s points.
@@ -49,8 +49,8 @@ impl History {
         let Ok(mut series) = self.series.lock() else { return };
         let t = unix_ms() / 1000;
         let mut live = Vec::new();
-        for service in &generation.services {
-            for entry in service.servers() {
+        for (_, pool) in generation.pools() {
+            for entry in pool.servers() {
                 let c = &entry.state.counters;
                 let now = (c.total.load(Relaxed), c.bytes_in.load(Relaxed), c.bytes_out.load(Relaxed));
                 let key = entry.state.key.clone();

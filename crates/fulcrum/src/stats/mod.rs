@@ -8,7 +8,7 @@ use std::sync::atomic::Ordering::Relaxed;
 use serde::Serialize;
 
 use crate::balance::AlgorithmMetrics;
-use crate::runtime::{Generation, ServerEntry, State, unix_ms};
+use crate::live::{Generation, ServerEntry, State, unix_ms};
 
 #[derive(Debug, Serialize)]
 pub struct Snapshot {
@@ -92,13 +92,13 @@ pub struct ServerStats {
 
 pub fn snapshot(generation: &Generation) -> Snapshot {
     let now = unix_ms();
+    // A routed pool is listed as the service `service/pool`, on its service's address.
     let services = generation
-        .services
-        .iter()
-        .map(|s| ServiceStats {
+        .pools()
+        .map(|(service, s)| ServiceStats {
             name: s.config.name.clone(),
             enabled: s.config.enabled,
-            listen: s.listen.to_string(),
+            listen: service.listen.to_string(),
             mode: s.config.mode.as_str(),
             algorithm: s.config.algorithm.as_str(),
             current: s.state.current.load(Relaxed),

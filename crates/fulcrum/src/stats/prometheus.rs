@@ -5,7 +5,7 @@
 use std::fmt::Write;
 
 use super::{Snapshot, ServerStats};
-use crate::runtime::State;
+use crate::live::State;
 
 /// One metric family: name, type, help, and a value per server (None: no sample).
 struct Family {

@@ -20,7 +20,7 @@ use tracing::{debug, warn};
 
 use crate::config::PortRange;
 use crate::proxy::tcp;
-use crate::runtime::{ServerEntry, Service};
+use crate::live::{ServerEntry, Service};
 use crate::shutdown::Shutdown;
 
 /// How long an opened data port waits for its connection.
@@ -80,7 +80,7 @@ pub struct Transfer {
 impl Transfer {
     /// Waits for the allowed peer, then forwards; logs and returns on every failure.
     pub async fn run(self) {
-        let name = &self.service.config.name;
+        let name = &self.service.config().name;
         let listener = match TcpListener::from_std(self.listener) {
             Ok(l) => l,
             Err(e) => return warn!(service = %name, "cannot register a data port: {e}"),
@@ -103,7 +103,7 @@ impl Transfer {
             }
         };
         drop(listener);
-        let cfg = &self.service.config;
+        let cfg = self.service.config();
         let other = match tokio::time::timeout(cfg.connect_timeout, TcpStream::connect(self.connect_to)).await {
             Ok(Ok(s)) => s,
             Ok(Err(e)) => return warn!(service = %name, to = %self.connect_to, "data connection failed: {e}"),

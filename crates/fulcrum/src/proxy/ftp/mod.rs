@@ -26,7 +26,7 @@ use tracing::{debug, warn};
 use command::Eprt;
 use data::{Direction, Transfer};
 use crate::config::PortRange;
-use crate::runtime::{ServerEntry, Service};
+use crate::live::{ServerEntry, Service};
 use crate::shutdown::Shutdown;
 
 /// Longest control line accepted either way (RFC 959 sets no limit; real lines are short).
@@ -50,7 +50,7 @@ pub async fn serve(client: TcpStream, server: TcpStream, s: Session) -> io::Resu
     let mut from_client = LineReader::new(cr);
     let mut from_server = LineReader::new(sr);
     let mut relay = Relay {
-        range: s.service.config.data_ports.unwrap_or(PortRange::FTP_DEFAULT),
+        range: s.service.config().data_ports.unwrap_or(PortRange::FTP_DEFAULT),
         client_local,
         server_local,
         pending: None,
@@ -60,7 +60,7 @@ pub async fn serve(client: TcpStream, server: TcpStream, s: Session) -> io::Resu
     };
     // Ports still waiting when the session ends are released.
     let _release = relay.session.clone().drop_guard();
-    let idle = relay.s.service.config.client_timeout.min(relay.s.service.config.server_timeout);
+    let idle = relay.s.service.config().client_timeout.min(relay.s.service.config().server_timeout);
     let mut client_open = true;
     loop {
         let quiet = tokio::time::sleep(idle);
@@ -122,7 +122,7 @@ impl Relay {
                     }
                 };
                 if wanted.ip() != client_ip {
-                    warn!(service = %self.s.service.config.name, client = %self.s.peer, %wanted, "{verb} refused: it names another address (FTP bounce)");
+                    warn!(service = %self.s.service.config().name, client = %self.s.peer, %wanted, "{verb} refused: it names another address (FTP bounce)");
                     return reply(client, &format!("500 Illegal {verb} command: data connections go only to your own address.")).await;
                 }
                 let server_ip = self.s.server.addr.ip();
@@ -169,14 +169,14 @@ impl Relay {
     /// Opens a data port on `ip` for one connection from `allowed`, forwarded to `connect_to`.
     fn open(&mut self, ip: IpAddr, direction: Direction, allowed: IpAddr, connect_to: SocketAddr) -> Option<u16> {
         let svc = &self.s.service;
-        let Some(listener) = data::bind_in_range(ip, self.range, &svc.state.data_port_cursor) else {
-            warn!(service = %svc.config.name, range = %self.range, "no free data port: every port of data_ports is in use");
+        let Some(listener) = data::bind_in_range(ip, self.range, &svc.state().data_port_cursor) else {
+            warn!(service = %svc.config().name, range = %self.range, "no free data port: every port of data_ports is in use");
             return None;
         };
         let port = listener.local_addr().ok()?.port();
         let stop_waiting = self.session.child_token();
         self.pending = Some(stop_waiting.clone().drop_guard());
-        debug!(service = %svc.config.name, client = %self.s.peer, port, ?direction, %connect_to, "data port opened");
+        debug!(service = %svc.config().name, client = %self.s.peer, port, ?direction, %connect_to, "data port opened");
         let transfer = Transfer {
             listener,
             direction,

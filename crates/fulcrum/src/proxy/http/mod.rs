@@ -34,15 +34,15 @@ use guard::{Guarded, Verdict};
 use upstream::Failure;
 use crate::config::AccessLog;
 use crate::error::{Kind, Side};
-use crate::runtime::Service;
+use crate::live::Service;
 use crate::shutdown::Shutdown;
 
-/// A server's idle keep-alive connections, kept in its state (`runtime::ServerState::idle`).
+/// A server's idle keep-alive connections, kept in its state (`live::ServerState::idle`).
 pub(crate) type ServerConns = idle::IdleConns<hyper::client::conn::http1::SendRequest<ProxyBody>>;
 
 /// Serves one client connection: as many requests as it sends.
 pub async fn serve(client: TcpStream, peer: SocketAddr, service: Arc<Service>, shutdown: Shutdown) {
-    let http = &service.config.http;
+    let http = &service.config().http;
     let (io, verdict) = Guarded::new(client, http.max_head_size);
     let mut builder = hyper::server::conn::http1::Builder::new();
     builder
@@ -65,19 +65,19 @@ pub async fn serve(client: TcpStream, peer: SocketAddr, service: Arc<Service>, s
     tokio::select! {
         r = conn => {
             if let Err(e) = r {
-                debug!(service = %service.config.name, client = %peer, "client connection ended: {e}");
+                debug!(service = %service.config().name, client = %peer, "client connection ended: {e}");
             }
         }
         _ = shutdown.terminating().cancelled() => {}
     }
     if let Some(why) = verdict.get() {
-        warn!(service = %service.config.name, client = %peer, "request refused with 400: {why}");
+        warn!(service = %service.config().name, client = %peer, "request refused with 400: {why}");
     }
 }
 
 /// One request to its response.
 async fn handle(mut req: Request<Incoming>, peer: SocketAddr, service: &Arc<Service>, verdict: &Verdict) -> Response<ProxyBody> {
-    let cfg = &service.config;
+    let cfg = service.config();
     let started = Instant::now();
     let target_len = req.uri().path_and_query().map_or(0, |p| p.as_str().len());
     // Without an access log the record stays empty: no strings are built per request.

@@ -7,16 +7,16 @@ use std::sync::Arc;
 use hyper::header::{self, HeaderMap};
 
 use crate::config::Route;
-use crate::runtime::Service;
+use crate::live::{Pool, Service};
 
-/// The service (or pool, running as a service) for a request, and the pool's name for the log.
-pub fn choose<'a>(service: &'a Arc<Service>, path: &str, headers: &HeaderMap, authority: Option<&str>) -> (&'a Arc<Service>, &'a str) {
-    let cfg = &service.config;
+/// The pool for a request, and its name for the log.
+pub fn choose<'a>(service: &'a Service, path: &str, headers: &HeaderMap, authority: Option<&str>) -> (&'a Arc<Pool>, &'a str) {
+    let cfg = service.config();
     let host = headers.get(header::HOST).and_then(|h| h.to_str().ok()).or(authority).map(strip_port);
     let name = cfg.routes.iter().find(|r| matches(r, path, host, headers)).map(|r| r.pool.as_str()).or(cfg.default_pool.as_deref());
-    match name.and_then(|n| service.pool(n).map(|p| (p, n))) {
+    match name.and_then(|n| service.routed(n).map(|p| (p, n))) {
         Some(found) => found,
-        None => (service, "default"),
+        None => (&service.pool, "default"),
     }
 }
 

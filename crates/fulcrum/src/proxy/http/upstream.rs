@@ -17,7 +17,7 @@ use super::idle::Lent;
 use super::replay::{Next, Replay};
 use crate::error::{Error, Kind, Side};
 use crate::proxy::dispatch::{Dispatch, Place, Steer};
-use crate::runtime::Service;
+use crate::live::Pool;
 
 /// Why no response came from any server.
 pub enum Failure {
@@ -42,11 +42,11 @@ pub struct Answer {
     pub response_time: Duration,
 }
 
-/// Sends `req` to a server of `service` for `client`; `replayable` says a failed send may be
+/// Sends `req` to a server of `pool` for `client`; `replayable` says a failed send may be
 /// repeated (idempotent method, no body).
-pub async fn send(service: &Service, client: SocketAddr, mut req: Request<ProxyBody>, steer: Steer<'_>, replayable: bool, upgrade: bool) -> Result<Answer, Failure> {
-    let cfg = &service.config;
-    let mut dispatch = Dispatch::new(service, client, steer);
+pub async fn send(pool: &Pool, client: SocketAddr, mut req: Request<ProxyBody>, steer: Steer<'_>, replayable: bool, upgrade: bool) -> Result<Answer, Failure> {
+    let cfg = &pool.config;
+    let mut dispatch = Dispatch::new(pool, client, steer);
     let replay = Replay::of(&req, replayable);
     loop {
         let place = dispatch.reserve().await.map_err(|e| match e.kind {

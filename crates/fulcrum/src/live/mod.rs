@@ -6,6 +6,7 @@
 //! carry over, and the new generation is swapped in whole. Connections in flight keep the `Arc` of
 //! the generation they started in. A config that fails is refused and the old generation stays.
 
+mod pool;
 mod rate;
 mod server;
 mod service;
@@ -20,7 +21,8 @@ use crate::config::{self, Config, HealthKind};
 
 pub use rate::Rate;
 pub use server::{ConnGuard, ServerEntry, ServerKey, ServerState, State, unix_ms};
-pub use service::{Avoid, Role, ServerPool, Service, ServiceGuard, ServiceState};
+pub use pool::{Avoid, Pool, Role, Tier};
+pub use service::{Service, ServiceGuard, ServiceState};
 
 /// One immutable view of the whole configuration.
 pub struct Generation {
@@ -31,6 +33,18 @@ pub struct Generation {
 impl Generation {
     pub fn service_at(&self, listen: SocketAddr) -> Option<&Arc<Service>> {
         self.services.iter().find(|s| s.listen == listen)
+    }
+
+    /// Every pool with its service: each service's default pool, then the routed ones, in
+    /// config order.
+    pub fn pools(&self) -> impl Iterator<Item = (&Arc<Service>, &Arc<Pool>)> {
+        let defaults = self.services.iter().map(|s| (s, &s.pool));
+        defaults.chain(self.services.iter().flat_map(|s| s.pools.iter().map(move |p| (s, p))))
+    }
+
+    /// A pool by its name: a service's, or a routed pool's `service/pool`.
+    pub fn pool(&self, name: &str) -> Option<&Arc<Pool>> {
+        self.pools().map(|(_, p)| p).find(|p| p.config.name == name)
     }
 }
 
@@ -60,17 +74,17 @@ pub enum BuildError {
     Poisoned,
 }
 
-pub struct Runtime {
+pub struct Live {
     current: ArcSwap<Generation>,
     registry: Mutex<Registry>,
 }
 
-impl Runtime {
+impl Live {
     /// Builds the first generation.
     pub fn new(config: Config) -> Result<Self, BuildError> {
         let mut registry = Registry::default();
         let generation = build(config, &mut registry)?;
-        Ok(Runtime { current: ArcSwap::from_pointee(generation), registry: Mutex::new(registry) })
+        Ok(Live { current: ArcSwap::from_pointee(generation), registry: Mutex::new(registry) })
     }
 
     pub fn current(&self) -> Arc<Generation> {
@@ -86,10 +100,10 @@ impl Runtime {
         let old = self.current();
         let new = build(config, &mut registry)?;
         let mut applied = Applied::default();
-        for service in &old.services {
-            let next = new.services.iter().find(|s| s.config.name == service.config.name);
-            let terminate = next.map(|s| s.config.terminate_on_disable).unwrap_or(service.config.terminate_on_disable);
-            for entry in service.servers() {
+        for (_, pool) in old.pools() {
+            let next = new.pool(&pool.config.name);
+            let terminate = next.map(|s| s.config.terminate_on_disable).unwrap_or(pool.config.terminate_on_disable);
+            for entry in pool.servers() {
                 let kept = next.and_then(|s| s.servers().find(|e| Arc::ptr_eq(&e.state, &entry.state)));
                 let gone = kept.is_none() || !entry.state.is_enabled();
                 if gone && kept.is_none() {
@@ -101,36 +115,37 @@ impl Runtime {
                 }
             }
         }
-        let live: Vec<&str> = new.services.iter().map(|s| s.config.name.as_str()).collect();
+        let live: Vec<&str> = new.pools().map(|(_, p)| p.config.name.as_str()).collect();
         registry.services.retain(|name, _| live.contains(&name.as_str()));
         self.current.store(Arc::new(new));
         Ok(applied)
     }
 
-    /// Looks a server up by service name and configured address in the current generation.
+    /// Looks a server up by pool name (a service's, or `service/pool`) and configured address in
+    /// the current generation.
     pub fn server(&self, service: &str, address: &str) -> Option<Arc<ServerState>> {
         let generation = self.current();
-        let s = generation.services.iter().find(|s| s.config.name == service)?;
+        let s = generation.pool(service)?;
         s.servers().find(|e| e.state.key.address == address).map(|e| e.state.clone())
     }
 }
 
 fn build(config: Config, registry: &mut Registry) -> Result<Generation, BuildError> {
-    let mut services = Vec::with_capacity(config.services.len());
-    // Pools run as services of their own (`service/pool`), listed after every service so a
-    // listen address finds its service first.
-    let mut pools = Vec::new();
-    for sc in &config.services {
-        let own: Vec<Arc<Service>> = sc.pools.iter().map(|p| build_service(&sc.pool_service(p), Vec::new(), registry).map(Arc::new)).collect::<Result<_, _>>()?;
-        pools.extend(own.iter().cloned());
-        services.push(Arc::new(build_service(sc, own, registry)?));
-    }
-    services.extend(pools);
+    let services = config
+        .services
+        .iter()
+        .map(|sc| {
+            let listen: SocketAddr = sc.listen.parse().map_err(|_| BuildError::ListenAddress { service: sc.name.clone(), listen: sc.listen.clone() })?;
+            let pools = sc.pools.iter().map(|p| build_pool(&sc.pool_settings(p), registry).map(Arc::new)).collect::<Result<_, _>>()?;
+            Ok(Arc::new(Service { listen, pool: Arc::new(build_pool(sc, registry)?), pools }))
+        })
+        .collect::<Result<_, BuildError>>()?;
     Ok(Generation { config, services })
 }
 
-fn build_service(sc: &config::Service, pools: Vec<Arc<Service>>, registry: &mut Registry) -> Result<Service, BuildError> {
-    let listen: SocketAddr = sc.listen.parse().map_err(|_| BuildError::ListenAddress { service: sc.name.clone(), listen: sc.listen.clone() })?;
+/// A pool from `sc` (a service, or a routed pool's `pool_settings`), its servers' state found or
+/// made by stable key.
+fn build_pool(sc: &config::Service, registry: &mut Registry) -> Result<Pool, BuildError> {
     let shared = registry.services.entry(sc.name.clone()).or_default().clone();
     let events = shared.events.clone();
     let checked = sc.health.kind != HealthKind::None;
@@ -151,14 +166,7 @@ fn build_service(sc: &config::Service, pools: Vec<Arc<Service>>, registry: &mut 
         let entry = Arc::new(ServerEntry { addr, state, id: server.cookie_id(), maxconn: server.maxconn });
         if server.backup { backup.push(entry) } else { primary.push(entry) }
     }
-    Ok(Service {
-        listen,
-        primary: ServerPool::new(primary, sc, &events),
-        backup: ServerPool::new(backup, sc, &events),
-        config: sc.clone(),
-        state: shared,
-        pools,
-    })
+    Ok(Pool { primary: Tier::new(primary, sc, &events), backup: Tier::new(backup, sc, &events), config: sc.clone(), state: shared })
 }
 
 #[cfg(test)]
@@ -174,16 +182,16 @@ mod tests {
         config::parse(&text, "t.toml").unwrap()
     }
 
-    fn set_up(rt: &Runtime, port: u16, up: bool) {
+    fn set_up(rt: &Live, port: u16, up: bool) {
         rt.server("web", &format!("127.0.0.1:{port}")).unwrap().set_health(up);
     }
 
     #[test]
     fn a_health_flip_reaches_the_live_generations_balancer_and_moves_no_other_keys() {
-        let rt = Runtime::new(config("source-hash")).unwrap();
+        let rt = Live::new(config("source-hash")).unwrap();
         (1001..=1004).for_each(|port| set_up(&rt, port, true));
         let generation = rt.current();
-        let primary = &generation.services[0].primary;
+        let primary = &generation.services[0].pool.primary;
         let clients: Vec<IpAddr> = (0..=255u8).map(|h| IpAddr::from([198, 51, 100, h])).collect();
         let picks = || clients.iter().map(|&ip| primary.pick(ip, None, &[])).collect::<Vec<_>>();
         let before = picks();
@@ -201,7 +209,7 @@ mod tests {
 
     #[test]
     fn a_dropped_generations_balancers_leave_the_services_event_hub() {
-        let rt = Runtime::new(config("static-rr")).unwrap();
+        let rt = Live::new(config("static-rr")).unwrap();
         let hub = rt.registry.lock().unwrap().services["web"].events.clone();
         assert_eq!(hub.len(), 2, "primary and backup");
         let held = rt.current();
@@ -211,7 +219,7 @@ mod tests {
         set_up(&rt, 1001, false);
         assert_eq!(hub.len(), 2);
         let generation = rt.current();
-        let primary = &generation.services[0].primary;
+        let primary = &generation.services[0].pool.primary;
         (1002..=1004).for_each(|port| set_up(&rt, port, true));
         let mut seen: Vec<usize> = (0..6).filter_map(|_| primary.pick(IpAddr::from([127, 0, 0, 1]), None, &[])).collect();
         seen.sort();

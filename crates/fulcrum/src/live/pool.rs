@@ -1,20 +1,21 @@
-//! A service of one generation: its config, its pools of servers and their balancers.
+//! A pool of one generation: a group of servers with its algorithm and health, the primaries and
+//! the backups used only while no primary is usable, each tier with the balancer that picks in
+//! it. A service's own servers are its default pool; HTTP routes pick among its routed pools.
+//! Every mode dispatches to a pool (`proxy::dispatch`).
 
-use std::net::{IpAddr, SocketAddr};
+use std::net::IpAddr;
 use std::sync::Arc;
-use std::sync::atomic::{AtomicU64, Ordering::Relaxed};
-
-use tokio::sync::Notify;
+use std::sync::atomic::Ordering::Relaxed;
 
 use crate::balance::events::{Listener, Subscribers};
 use crate::balance::{self, Balancer, Pick, ServerView};
 use crate::config;
 
-use super::rate::Rate;
+use super::service::ServiceState;
 use super::server::ServerEntry;
 
-/// Servers of one role (primary or backup) with the balancer that picks among them.
-pub struct ServerPool {
+/// The servers of one role (primary or backup) with the balancer that picks among them.
+pub struct Tier {
     pub servers: Vec<Arc<ServerEntry>>,
     /// Shared with the service's event hub by a weak reference, so the balancer hears of every
     /// server change for as long as this generation lives and no longer.
@@ -30,7 +31,7 @@ struct Picker {
 /// The live state of a pool's servers, as its balancer sees it.
 struct Servers(Vec<Arc<ServerEntry>>);
 
-impl ServerPool {
+impl Tier {
     pub fn new(servers: Vec<Arc<ServerEntry>>, service: &config::Service, events: &Subscribers) -> Self {
         let p = &service.passive;
         let tuning = balance::passive_ratio::Tuning { delta: p.delta, slot: p.slot, window_slots: p.window_slots, min_samples: p.min_samples };
@@ -38,7 +39,7 @@ impl ServerPool {
         // Subscribed before the first update, so a change that lands between the two is heard.
         events.subscribe(&picker);
         picker.server_changed();
-        ServerPool { servers, picker }
+        Tier { servers, picker }
     }
 
     /// What the algorithm measures of server `i`, for stats.
@@ -78,7 +79,7 @@ impl ServerView for Servers {
     }
 }
 
-/// Which pool a pick came from, so a retry avoids the right index.
+/// Which tier a pick came from, so a retry avoids the right index.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Role {
     Primary,
@@ -101,73 +102,19 @@ impl Avoid {
     }
 }
 
-/// Per-service state that outlives generations: the balancers' event hub and the service's counters.
-#[derive(Debug, Default)]
-pub struct ServiceState {
-    /// The balancers of the service's live generations, told of every server state or weight
-    /// change (`ServerState::bump`).
-    pub events: Arc<Subscribers>,
-    pub current: AtomicU64,
-    pub max: AtomicU64,
-    pub total: AtomicU64,
-    /// Clients closed because no server could take them.
-    pub refused: AtomicU64,
-    /// Connects that failed on one server and were tried on another.
-    pub redispatches: AtomicU64,
-    /// Connections (HTTP: requests) waiting for a place on a server at its `maxconn`.
-    pub queue: AtomicU64,
-    /// The most clients seen waiting, in the queue and in the accept backlog together.
-    pub queue_max: AtomicU64,
-    /// Clients waiting in the kernel's accept queue while the service is at `maxconn`; read from
-    /// the listening socket's TCP_INFO while the accept loop is paused.
-    pub backlog: AtomicU64,
-    pub rate: Rate,
-    /// Signalled when a place on a server of the service frees, so a queued client can go.
-    pub released: Notify,
-    /// FTP: where the search for a free data port starts next.
-    pub data_port_cursor: std::sync::atomic::AtomicU32,
-    /// Signalled when a connection ends, so an accept loop paused at `maxconn` resumes.
-    pub freed: Notify,
-}
-
-impl ServiceState {
-    pub fn open(self: &Arc<Self>) -> ServiceGuard {
-        let now = self.current.fetch_add(1, Relaxed) + 1;
-        self.max.fetch_max(now, Relaxed);
-        self.total.fetch_add(1, Relaxed);
-        self.rate.tick(super::unix_ms() / 1000);
-        ServiceGuard(self.clone())
-    }
-}
-
-/// Held for the life of one client connection of a service.
-pub struct ServiceGuard(Arc<ServiceState>);
-
-impl Drop for ServiceGuard {
-    fn drop(&mut self) {
-        self.0.current.fetch_sub(1, Relaxed);
-        self.0.freed.notify_one();
-    }
-}
-
-pub struct Service {
+pub struct Pool {
+    /// The settings the pool is dispatched and checked with: the service's own for its default
+    /// pool; for a routed pool, the service's with the pool's name (`service/pool`), servers,
+    /// algorithm and health check.
     pub config: config::Service,
+    /// Counters and the queue: the service's for its default pool, its own for a routed one
+    /// (shown as the service `service/pool` in the stats).
     pub state: Arc<ServiceState>,
-    pub listen: SocketAddr,
-    pub primary: ServerPool,
-    pub backup: ServerPool,
-    /// HTTP mode: the service's pools, in config order, each running as a service of its own.
-    pub pools: Vec<Arc<Service>>,
+    pub primary: Tier,
+    pub backup: Tier,
 }
 
-impl Service {
-    /// A pool of this service by its name in the config.
-    pub fn pool(&self, name: &str) -> Option<&Arc<Service>> {
-        self.config.pools.iter().position(|p| p.name == name).and_then(|i| self.pools.get(i))
-    }
-}
-
-impl Service {
+impl Pool {
     /// Picks a primary server, or a backup while no primary is usable.
     pub fn pick(&self, client: IpAddr, hash: Option<u64>, avoid: &Avoid) -> Option<(Role, Arc<ServerEntry>, usize)> {
         if let Some(i) = self.primary.pick(client, hash, &avoid.primary) {
@@ -202,7 +149,7 @@ impl Service {
         busy
     }
 
-    /// Every server of the service, primaries first.
+    /// Every server of the pool, primaries first.
     pub fn servers(&self) -> impl Iterator<Item = &Arc<ServerEntry>> {
         self.primary.servers.iter().chain(self.backup.servers.iter())
     }

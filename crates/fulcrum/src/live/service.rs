@@ -1,0 +1,88 @@
+//! A service of one generation (the paper's rule): its listen address, its default pool (its own
+//! servers) and, in HTTP mode, the routed pools its routes pick from; and the per-service state
+//! that outlives generations.
+
+use std::net::SocketAddr;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicU64, Ordering::Relaxed};
+
+use tokio::sync::Notify;
+
+use crate::balance::events::Subscribers;
+use crate::config;
+
+use super::pool::Pool;
+use super::rate::Rate;
+
+pub struct Service {
+    pub listen: SocketAddr,
+    /// The service's own servers, with the service's settings and counters.
+    pub pool: Arc<Pool>,
+    /// HTTP mode: the routed pools, in config order.
+    pub pools: Vec<Arc<Pool>>,
+}
+
+impl Service {
+    pub fn config(&self) -> &config::Service {
+        &self.pool.config
+    }
+
+    pub fn state(&self) -> &Arc<ServiceState> {
+        &self.pool.state
+    }
+
+    /// A routed pool of this service by its name in the config.
+    pub fn routed(&self, name: &str) -> Option<&Arc<Pool>> {
+        self.config().pools.iter().position(|p| p.name == name).and_then(|i| self.pools.get(i))
+    }
+}
+
+/// Per-service state that outlives generations: the balancers' event hub and the service's counters.
+#[derive(Debug, Default)]
+pub struct ServiceState {
+    /// The balancers of the service's live generations, told of every server state or weight
+    /// change (`ServerState::bump`).
+    pub events: Arc<Subscribers>,
+    pub current: AtomicU64,
+    pub max: AtomicU64,
+    pub total: AtomicU64,
+    /// Clients closed because no server could take them.
+    pub refused: AtomicU64,
+    /// Connects that failed on one server and were tried on another.
+    pub redispatches: AtomicU64,
+    /// Connections (HTTP: requests) waiting for a place on a server at its `maxconn`.
+    pub queue: AtomicU64,
+    /// The most clients seen waiting, in the queue and in the accept backlog together.
+    pub queue_max: AtomicU64,
+    /// Clients waiting in the kernel's accept queue while the service is at `maxconn`; read from
+    /// the listening socket's TCP_INFO while the accept loop is paused.
+    pub backlog: AtomicU64,
+    pub rate: Rate,
+    /// Signalled when a place on a server of the service frees, so a queued client can go.
+    pub released: Notify,
+    /// FTP: where the search for a free data port starts next.
+    pub data_port_cursor: std::sync::atomic::AtomicU32,
+    /// Signalled when a connection ends, so an accept loop paused at `maxconn` resumes.
+    pub freed: Notify,
+}
+
+impl ServiceState {
+    pub fn open(self: &Arc<Self>) -> ServiceGuard {
+        let now = self.current.fetch_add(1, Relaxed) + 1;
+        self.max.fetch_max(now, Relaxed);
+        self.total.fetch_add(1, Relaxed);
+        self.rate.tick(super::unix_ms() / 1000);
+        ServiceGuard(self.clone())
+    }
+}
+
+/// Held for the life of one client connection of a service.
+pub struct ServiceGuard(Arc<ServiceState>);
+
+impl Drop for ServiceGuard {
+    fn drop(&mut self) {
+        self.0.current.fetch_sub(1, Relaxed);
+        self.0.freed.notify_one();
+    }
+}
+
