@@ -30,7 +30,9 @@ pub struct App {
     pub shutdown: Shutdown,
     /// The file `reload` re-reads; `None` for an embedded config (the demo).
     pub path: Option<PathBuf>,
-    listeners: Mutex<HashMap<SocketAddr, CancellationToken>>,
+    /// The accept loop of each configured listen address: how to stop it, and the address it
+    /// bound (the same, unless the config asked for port 0).
+    listeners: Mutex<HashMap<SocketAddr, (CancellationToken, SocketAddr)>>,
     health: Mutex<CancellationToken>,
     /// Serialises config changes so two reloads cannot interleave their binds and swaps.
     changing: tokio::sync::Mutex<()>,
@@ -165,7 +167,7 @@ impl App {
         self.start_listeners(bound);
         let mut removed = 0;
         if let Ok(mut listeners) = self.listeners.lock() {
-            listeners.retain(|addr, stop| {
+            listeners.retain(|addr, (stop, _)| {
                 let keep = wanted.iter().any(|(_, a)| a == addr);
                 if !keep {
                     stop.cancel();
@@ -186,9 +188,16 @@ impl App {
         let Ok(mut listeners) = self.listeners.lock() else { return };
         for (addr, l) in bound {
             let stop = CancellationToken::new();
-            listeners.insert(addr, stop.clone());
+            let local = l.local_addr().unwrap_or(addr);
+            listeners.insert(addr, (stop.clone(), local));
             tokio::spawn(proxy::listener::serve(l, addr, self.live.clone(), stop, self.shutdown.clone()));
         }
+    }
+
+    /// The address the listener of `listen` (as configured) is bound to: where a config that
+    /// asked for port 0 (the fast tests) can be reached.
+    pub fn local_addr(&self, listen: SocketAddr) -> Option<SocketAddr> {
+        self.listeners.lock().ok()?.get(&listen).map(|(_, local)| *local)
     }
 
     fn restart_health(&self) {

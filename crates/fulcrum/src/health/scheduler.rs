@@ -85,3 +85,54 @@ async fn timed(limit: Duration, check: impl Future<Output = Result<String, Check
         Err(_) => Err(CheckError::Timeout(limit)),
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use std::time::Duration;
+
+    use super::*;
+    use crate::live::Live;
+
+    /// The first pool's first server of a one-service config over `server`, and the pool.
+    fn one_server(health: &str, server: &str) -> (Arc<Pool>, Arc<ServerEntry>) {
+        let text = format!("[[service]]\nname = \"web\"\nlisten = \"127.0.0.1:1000\"\nfailure_limit = 1\n[service.health]\n{health}\n[[service.server]]\naddress = \"{server}\"\n");
+        let live = Live::new(crate::config::parse(&text, "t.toml").unwrap()).unwrap();
+        let generation = live.current();
+        let (_, pool) = generation.pools().next().unwrap();
+        (pool.clone(), pool.servers().next().unwrap().clone())
+    }
+
+    fn closed_port() -> String {
+        let l = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+        l.local_addr().unwrap().to_string()
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn an_up_server_goes_down_after_fall_failed_checks_one_interval_apart() {
+        let (pool, entry) = one_server("kind = \"tcp\"\ninterval = \"10s\"\ntimeout = \"1s\"\nfall = 3\nrise = 2", &closed_port());
+        entry.state.set_last_check("pass".into(), Duration::ZERO);
+        entry.state.set_health(true);
+        let stop = CancellationToken::new();
+        tokio::spawn(run(pool, entry.clone(), stop.clone()));
+        // Failures at about 0 s, 10 s and 20 s: still up after two, down after the third.
+        tokio::time::sleep(Duration::from_secs(15)).await;
+        assert!(entry.state.health_up(), "down after two failures: {}", entry.state.last_check());
+        tokio::time::sleep(Duration::from_secs(10)).await;
+        assert!(!entry.state.health_up(), "still up after three failures");
+        stop.cancel();
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn without_a_check_a_passive_hold_ends_after_one_interval() {
+        let (pool, entry) = one_server("kind = \"none\"\ninterval = \"60s\"", "127.0.0.1:9");
+        let stop = CancellationToken::new();
+        tokio::spawn(run(pool, entry.clone(), stop.clone()));
+        tokio::time::sleep(Duration::from_secs(1)).await;
+        assert!(entry.state.record_connect_failure(1), "one failure reaches failure_limit = 1");
+        tokio::time::sleep(Duration::from_secs(30)).await;
+        assert!(entry.state.passive_down(), "released before the interval ended");
+        tokio::time::sleep(Duration::from_secs(31)).await;
+        assert!(!entry.state.passive_down(), "still held after the interval");
+        stop.cancel();
+    }
+}

@@ -2,6 +2,8 @@
 //! Every process is killed when its handle drops, so a failing test leaves nothing behind.
 #![allow(dead_code)]
 
+pub mod fast;
+
 use std::io::{Read, Write};
 use std::net::{IpAddr, Shutdown, SocketAddr, TcpListener, TcpStream};
 use std::path::{Path, PathBuf};
@@ -303,9 +305,15 @@ pub fn curl(addr: SocketAddr, method: &str, path: &str, headers: &[String], body
 
 /// A service section over `servers` with `extra` lines added to the service table.
 pub fn service(algorithm: &str, extra: &str, health: &str, servers: &[(&Nginx, &str)]) -> String {
+    let at: Vec<(SocketAddr, &str)> = servers.iter().map(|(n, more)| (n.addr, *more)).collect();
+    service_over(algorithm, extra, health, &at)
+}
+
+/// A service section over servers given by address, with lines added to each server's table.
+pub fn service_over(algorithm: &str, extra: &str, health: &str, servers: &[(SocketAddr, &str)]) -> String {
     let mut s = format!("[[service]]\nname = \"web\"\nlisten = \"{{LISTEN}}\"\nalgorithm = \"{algorithm}\"\n{extra}\n\n[service.health]\n{health}\n");
-    for (n, more) in servers {
-        s.push_str(&format!("\n[[service.server]]\naddress = \"{}\"\n{more}\n", n.addr));
+    for (addr, more) in servers {
+        s.push_str(&format!("\n[[service.server]]\naddress = \"{addr}\"\n{more}\n"));
     }
     s
 }
