@@ -24,7 +24,10 @@ AB_REQUESTS = 5000 if QUICK else 30000
 BULK_ROUNDS = 2 if QUICK else 5
 CONC = 50
 SERVERS = [19081, 19082, 19083, 19084]
-PORTS = {"fulcrum": 19180, "haproxy": 19280, "nginx": 19380, "pen": 19480, "direct": SERVERS[0]}
+PORTS = {"fulcrum": 19180, "haproxy": 19280, "nginx": 19380, "pen": 19480, "fulcrum-base": 19580, "direct": SERVERS[0]}
+# FULCRUM_BASELINE=/path/to/an/older/fulcrum adds it as "fulcrum-base", run the same way right
+# after this build, so a change is compared with what it changed in one run.
+BASELINE = os.environ.get("FULCRUM_BASELINE")
 ROOT = Path(__file__).resolve().parent.parent
 TICK = os.sysconf("SC_CLK_TCK")
 
@@ -104,8 +107,8 @@ def balancer(name, http=False):
     d.mkdir()
     port = PORTS[name]
     ups = "\n".join(f"127.0.0.1:{p}" for p in SERVERS)
-    if name == "fulcrum":
-        exe = ROOT / "target" / "release" / "fulcrum"
+    if name in ("fulcrum", "fulcrum-base"):
+        exe = BASELINE if name == "fulcrum-base" else ROOT / "target" / "release" / "fulcrum"
         conf = d / "fulcrum.toml"
         mode = "mode = \"http\"\n[service.http]\naccess_log = \"off\"\n" if http else ""
         conf.write_text("workers = 1\n[[service]]\nname = \"bench\"\nlisten = \"127.0.0.1:%d\"\nalgorithm = \"round-robin\"\n%s[service.health]\nkind = \"tcp\"\n" % (port, mode)
@@ -217,7 +220,8 @@ def main():
         "fulcrum": subprocess.run([str(ROOT / "target/release/fulcrum"), "--version"], capture_output=True, text=True).stdout.strip(),
     }
     results["versions"] = versions
-    for name in ["direct", "haproxy", "fulcrum", "nginx", "pen"]:
+    base = ["fulcrum-base"] if BASELINE else []
+    for name in ["direct", "haproxy", "fulcrum"] + base + ["nginx", "pen"]:
         print(f"bench: {name} ...", flush=True)
         p = balancer(name)
         pid = p.pid if p else None
@@ -231,7 +235,7 @@ def main():
             os.killpg(p.pid, signal.SIGKILL)
             p.wait()
     results["http"] = {}
-    for name in ["haproxy", "fulcrum", "nginx"]:
+    for name in ["haproxy", "fulcrum"] + base + ["nginx"]:
         print(f"bench: {name} (http) ...", flush=True)
         p = balancer(name, http=True)
         port = PORTS[name]

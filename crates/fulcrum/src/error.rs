@@ -26,8 +26,6 @@ pub enum Kind {
     Connect,
     /// The connect did not finish within `connect_timeout`.
     ConnectTimeout,
-    /// Reading or writing an established connection failed.
-    Io,
 }
 
 #[derive(Debug, thiserror::Error)]
@@ -77,7 +75,6 @@ impl fmt::Display for Error {
             Kind::Connect if self.side == Side::Local => "cannot open a connection on this host",
             Kind::Connect => "connect failed",
             Kind::ConnectTimeout => "connect timed out",
-            Kind::Io => "i/o error",
         };
         write!(f, "{what}")?;
         if let Some(s) = self.server {

@@ -89,7 +89,7 @@ pub async fn serve(listener: std::net::TcpListener, addr: SocketAddr, live: Arc<
                 let sd = shutdown.clone();
                 shutdown.tasks().spawn(super::handle(stream, peer, service, guard, sd));
             }
-            Err(e) if is_resource_exhaustion(&e) => {
+            Err(e) if crate::error::is_local(&e) => {
                 warn!(%addr, "accept: {e}; pausing accepts for 100ms");
                 tokio::time::sleep(Duration::from_millis(100)).await;
             }
@@ -98,8 +98,4 @@ pub async fn serve(listener: std::net::TcpListener, addr: SocketAddr, live: Arc<
         }
     }
     info!(%addr, "stopped listening");
-}
-
-fn is_resource_exhaustion(e: &io::Error) -> bool {
-    matches!(e.raw_os_error(), Some(libc::EMFILE | libc::ENFILE | libc::ENOBUFS | libc::ENOMEM))
 }
