@@ -6,7 +6,7 @@ use std::process::ExitCode;
 use clap::Parser;
 
 #[derive(Debug, Parser)]
-#[command(name = "fulcrum lab", version, about = "Reproduce the source papers' experiments and compare the algorithms (report, JSON, plots)")]
+#[command(name = "fulcrum lab", bin_name = "fulcrum lab", version, about = "Reproduce the source papers' experiments and compare the algorithms (report, JSON, plots)")]
 struct Cli {
     #[command(flatten)]
     lab: fulcrum_lab::LabArgs,

@@ -133,12 +133,14 @@ fn lab(args: &[std::ffi::OsString]) -> anyhow::Result<()> {
     let lab = dir.join("fulcrum-lab");
     if !lab.exists() {
         let Some(cargo) = std::env::var_os("CARGO") else {
-            anyhow::bail!("{} is missing: the lab is built with `cargo build --release -p fulcrum-lab`", lab.display());
+            anyhow::bail!("{} is missing: the lab is built with `cargo build --release --workspace`", lab.display());
         };
         let release = dir.file_name().is_some_and(|d| d == "release");
-        eprintln!("fulcrum: building the lab first (cargo build{} -p fulcrum-lab)", if release { " --release" } else { "" });
+        // The whole workspace, not `-p fulcrum-lab` alone: built together, the crates share one
+        // set of features, so the load balancer's dependencies are reused, not compiled again.
+        eprintln!("fulcrum: building the lab first (cargo build{} --workspace)", if release { " --release" } else { "" });
         let mut build = std::process::Command::new(cargo);
-        build.args(["build", "-p", "fulcrum-lab"]);
+        build.args(["build", "--workspace"]);
         if release {
             build.arg("--release");
         }

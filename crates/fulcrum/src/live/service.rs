@@ -37,7 +37,8 @@ impl Service {
     }
 }
 
-/// Per-service state that outlives generations: the balancers' event hub and the service's counters.
+/// State of a service (or of a routed pool, counted as `service/pool`) that outlives generations,
+/// kept by name: the balancers' event hub, the counters and the queue.
 #[derive(Debug, Default)]
 pub struct ServiceState {
     /// The balancers of the service's live generations, told of every server state or weight
