@@ -34,6 +34,9 @@ fn killing_a_server_under_load_fails_no_client_and_it_rejoins_after_rise() {
     // Requests begun after the kill must all succeed (their connects are redispatched); a request
     // already in flight on the killed server when it dies cannot be saved by an L4 balancer, so
     // those are counted apart and bounded by the number of clients.
+    // The kill takes a moment: from `killing` (it starts) to `killed_at` (the process is reaped).
+    // A request begun before the kill ended may have been on the dying server.
+    let killing = Arc::new(std::sync::Mutex::new(None::<std::time::Instant>));
     let killed_at = Arc::new(std::sync::Mutex::new(None::<std::time::Instant>));
     let failures = Arc::new(AtomicUsize::new(0));
     let in_flight_losses = Arc::new(AtomicUsize::new(0));
@@ -41,7 +44,7 @@ fn killing_a_server_under_load_fails_no_client_and_it_rejoins_after_rise() {
     let clients: Vec<_> = (0..4)
         .map(|_| {
             let (stop, failures, done, addr) = (stop.clone(), failures.clone(), done.clone(), f.listen);
-            let (killed_at, in_flight_losses) = (killed_at.clone(), in_flight_losses.clone());
+            let (killing, killed_at, in_flight_losses) = (killing.clone(), killed_at.clone(), in_flight_losses.clone());
             std::thread::spawn(move || {
                 // Bounded: at most 3,000 requests or until told to stop.
                 for _ in 0..3000 {
@@ -51,8 +54,9 @@ fn killing_a_server_under_load_fails_no_client_and_it_rejoins_after_rise() {
                     let began = std::time::Instant::now();
                     match http_get_from(None, addr, "/name") {
                         Ok((200, _)) => done.fetch_add(1, Ordering::Relaxed),
-                        _ => match *killed_at.lock().unwrap() {
-                            Some(k) if began < k => in_flight_losses.fetch_add(1, Ordering::Relaxed),
+                        _ => match (*killing.lock().unwrap(), *killed_at.lock().unwrap()) {
+                            (_, Some(k)) if began >= k => failures.fetch_add(1, Ordering::Relaxed),
+                            (Some(_), _) => in_flight_losses.fetch_add(1, Ordering::Relaxed),
                             _ => failures.fetch_add(1, Ordering::Relaxed),
                         },
                     };
@@ -61,6 +65,7 @@ fn killing_a_server_under_load_fails_no_client_and_it_rejoins_after_rise() {
         })
         .collect();
     wait_until("load running", Duration::from_secs(10), || done.load(Ordering::Relaxed) > 200);
+    *killing.lock().unwrap() = Some(std::time::Instant::now());
     servers[1].stop();
     // Reaped: from here on the port refuses, and every connect to it is redispatched.
     *killed_at.lock().unwrap() = Some(std::time::Instant::now());
