@@ -68,6 +68,16 @@ pub struct ServiceState {
 }
 
 impl ServiceState {
+    /// Clients waiting now: for a server place and in the accept backlog.
+    pub fn waiting(&self) -> u64 {
+        self.queue.load(Relaxed) + self.backlog.load(Relaxed)
+    }
+
+    /// Records the current number of waiting clients in `queue_max` if it is a new peak.
+    pub fn note_waiting_peak(&self) {
+        self.queue_max.fetch_max(self.waiting(), Relaxed);
+    }
+
     pub fn open(self: &Arc<Self>) -> ServiceGuard {
         let now = self.current.fetch_add(1, Relaxed) + 1;
         self.max.fetch_max(now, Relaxed);

@@ -63,7 +63,7 @@ pub async fn serve(listener: std::net::TcpListener, addr: SocketAddr, live: Arc<
             if let Some((waiting, _)) = super::tcp_info::accept_queue(&listener) {
                 let state = service.state();
                 state.backlog.store(waiting as u64, Relaxed);
-                state.queue_max.fetch_max(waiting as u64 + state.queue.load(Relaxed), Relaxed);
+                state.note_waiting_peak();
             }
             tokio::select! {
                 _ = service.state().freed.notified() => {}

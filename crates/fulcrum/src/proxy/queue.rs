@@ -22,8 +22,8 @@ pub struct Waiting<'a> {
 
 impl<'a> Waiting<'a> {
     pub fn enter(state: &'a ServiceState) -> Self {
-        let now = state.queue.fetch_add(1, Relaxed) + 1;
-        state.queue_max.fetch_max(now, Relaxed);
+        state.queue.fetch_add(1, Relaxed);
+        state.note_waiting_peak();
         Waiting { state, since: Instant::now() }
     }
 

@@ -108,7 +108,7 @@ pub fn snapshot(generation: &Generation) -> Snapshot {
             maxconn: s.config.maxconn,
             rate: s.state.rate.current(now / 1000),
             rate_max: s.state.rate.max(),
-            queue: s.state.queue.load(Relaxed) + s.state.backlog.load(Relaxed),
+            queue: s.state.waiting(),
             queue_max: s.state.queue_max.load(Relaxed),
             queue_limit: crate::proxy::listener::BACKLOG as u32,
             redispatches: s.state.redispatches.load(Relaxed),

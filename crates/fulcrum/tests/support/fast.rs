@@ -69,16 +69,12 @@ impl Fast {
     }
 
     pub fn server_stats(&self, address: &str) -> serde_json::Value {
-        let s = self.stats();
-        let servers = s["services"][0]["servers"].as_array().cloned().unwrap_or_default();
-        servers.into_iter().find(|v| v["address"] == address).unwrap_or_else(|| panic!("no server {address} in {s}"))
+        super::server_in(&self.stats(), address)
     }
 
-    /// Waits until every server of the first service is up.
+    /// Waits until every server is up.
     pub fn wait_all_up(&self) {
-        super::wait_until("all servers up", Duration::from_secs(10), || {
-            self.stats()["services"][0]["servers"].as_array().is_some_and(|v| v.iter().all(|s| s["state"] == "up"))
-        });
+        super::wait_until("every server up", Duration::from_secs(20), || super::all_up(&self.stats()));
     }
 }
 

@@ -243,16 +243,12 @@ impl Fulcrum {
 
     /// The stats of one server of the first service, by configured address.
     pub fn server_stats(&self, address: &str) -> serde_json::Value {
-        let s = self.stats();
-        s["services"][0]["servers"].as_array().unwrap().iter().find(|v| v["address"] == address).cloned().unwrap_or_else(|| panic!("no server {address} in {s}"))
+        server_in(&self.stats(), address)
     }
 
     /// Waits until every server of every service is up (tests that count exact shares need it).
     pub fn wait_all_up(&self) {
-        wait_until("every server up", Duration::from_secs(20), || {
-            let s = self.stats();
-            s["services"].as_array().unwrap().iter().all(|svc| svc["servers"].as_array().unwrap().iter().all(|v| v["state"] == "up"))
-        });
+        wait_until("every server up", Duration::from_secs(20), || all_up(&self.stats()));
     }
 
     pub fn wait_exit(&mut self, limit: Duration) -> Option<std::process::ExitStatus> {
@@ -301,6 +297,16 @@ pub fn curl(addr: SocketAddr, method: &str, path: &str, headers: &[String], body
     let text = String::from_utf8_lossy(&out.stdout).to_string();
     let (body, code) = text.rsplit_once('\n').unwrap_or(("", &text));
     (code.trim().parse().unwrap_or(0), body.to_string())
+}
+
+/// The first service's server `address` in a stats snapshot (`GET /api/stats`).
+pub fn server_in(stats: &serde_json::Value, address: &str) -> serde_json::Value {
+    stats["services"][0]["servers"].as_array().unwrap().iter().find(|v| v["address"] == address).cloned().unwrap_or_else(|| panic!("no server {address} in {stats}"))
+}
+
+/// Whether every server of every service is up in a stats snapshot.
+pub fn all_up(stats: &serde_json::Value) -> bool {
+    stats["services"].as_array().unwrap().iter().all(|svc| svc["servers"].as_array().unwrap().iter().all(|v| v["state"] == "up"))
 }
 
 /// A service section over `servers` with `extra` lines added to the service table.
