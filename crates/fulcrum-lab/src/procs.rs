@@ -72,6 +72,18 @@ impl Fulcrum {
     /// Writes `service` (TOML of one `[[service]]` whose listen address is `{LISTEN}`) with an
     /// admin table into `dir`, starts Fulcrum on it and waits until it listens.
     pub fn start(dir: &Path, tag: &str, service: &str) -> anyhow::Result<Fulcrum> {
+        // A port found free can be taken before Fulcrum binds it (the lab's own clients draw
+        // source ports from the same range): try again on other ports, a few times.
+        let mut tries = 3;
+        loop {
+            match Self::start_once(dir, tag, service) {
+                Err(e) if tries > 1 && format!("{e:#}").contains("Address already in use") => tries -= 1,
+                other => return other,
+            }
+        }
+    }
+
+    fn start_once(dir: &Path, tag: &str, service: &str) -> anyhow::Result<Fulcrum> {
         let listen = free_addr()?;
         let admin = free_addr()?;
         let config = format!("[admin]\nlisten = \"{admin}\"\n\n{}", service.replace("{LISTEN}", &listen.to_string()));
