@@ -189,7 +189,9 @@ mod buffers {
 
     use super::COPY_BUF;
 
-    const KEEP: usize = 256;
+    // 32 x 16 KiB a thread: enough for bursts of short connections, small enough that memory
+    // a crowd of long ones used goes back to the system when they leave.
+    const KEEP: usize = 32;
 
     thread_local! {
         static FREE: RefCell<Vec<Box<[u8]>>> = const { RefCell::new(Vec::new()) };

@@ -103,12 +103,20 @@ pub async fn send(pool: &Pool, client: SocketAddr, mut req: Request<ProxyBody>, 
     }
 }
 
+/// The most of a server's bytes read ahead per connection (response head included). hyper's
+/// default grows its read buffer to about 400 KiB while a server sends faster than the client
+/// reads; this bound is what a slow reader costs on the server side, since hyper reads the next
+/// chunk only once the client's side has taken the last one.
+pub const SERVER_READ_BUFFER: usize = 16 * 1024;
+
 /// A new connection to the server of `place`, handshaken; its driver task runs until the
 /// connection ends.
 async fn open(dispatch: &Dispatch<'_>, place: &Place) -> Result<SendRequest<ProxyBody>, Error> {
     let addr = place.entry().addr;
     let stream = dispatch.connect(place).await?;
-    let (sender, conn) = hyper::client::conn::http1::handshake(TokioIo::new(stream))
+    let (sender, conn) = hyper::client::conn::http1::Builder::new()
+        .max_buf_size(SERVER_READ_BUFFER)
+        .handshake(TokioIo::new(stream))
         .await
         // Part of connecting: nothing was sent yet, so another server may be tried.
         .map_err(|e| Error::new(Kind::Connect, Side::Server).server(addr).io(std::io::Error::other(e)))?;
