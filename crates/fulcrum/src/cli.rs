@@ -51,7 +51,10 @@ pub fn main() -> ExitCode {
     let result = match cli.command {
         Command::Check { configs } => return check(&configs),
         Command::Run { config } => run(config),
-        Command::Demo(args) => runtime(0).and_then(|rt| rt.block_on(crate::demo::run(args))),
+        Command::Demo(args) => {
+            crate::live::budget::raise_descriptor_limit();
+            runtime(0).and_then(|rt| rt.block_on(crate::demo::run(args)))
+        }
         Command::HashPassword => hash_password(),
         Command::Lab { args } => lab(&args),
         Command::Backend(args) => runtime(1).and_then(|rt| rt.block_on(realserver::serve(args, ctrl_c()))),
@@ -105,6 +108,7 @@ fn runtime(workers: usize) -> anyhow::Result<tokio::runtime::Runtime> {
 
 fn run(path: PathBuf) -> anyhow::Result<()> {
     let loaded = config::load(&path).map_err(|d| anyhow::anyhow!("invalid config:\n{d}"))?;
+    crate::live::budget::raise_descriptor_limit();
     let rt = runtime(loaded.config.workers)?;
     rt.block_on(async move {
         let app = App::start(loaded.config, Some(path), Shutdown::new()).await?;

@@ -6,6 +6,7 @@
 use std::fmt;
 use std::io;
 use std::net::SocketAddr;
+use std::sync::atomic::{AtomicU64, Ordering::Relaxed};
 
 /// Which party a failure belongs to; it decides what a log line blames and what a retry can fix.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -67,6 +68,40 @@ pub fn is_local(e: &io::Error) -> bool {
     matches!(e.raw_os_error(), Some(libc::EMFILE | libc::ENFILE | libc::ENOBUFS | libc::ENOMEM | libc::EADDRNOTAVAIL))
 }
 
+/// A log line that may be written at most once a second: errors of this host (out of descriptors)
+/// come in floods, one per connection, and are one cause. `held` counts the lines left out.
+pub struct Throttle {
+    /// When the next line may be written, in ms since the Unix epoch.
+    next: AtomicU64,
+    held: AtomicU64,
+}
+
+impl Throttle {
+    pub const fn new() -> Self {
+        Throttle { next: AtomicU64::new(0), held: AtomicU64::new(0) }
+    }
+
+    /// `Some(lines held back since the last one)` when a line may be written now.
+    pub fn ready(&self) -> Option<u64> {
+        self.ready_at(crate::live::unix_ms())
+    }
+
+    fn ready_at(&self, now_ms: u64) -> Option<u64> {
+        let next = self.next.load(Relaxed);
+        if now_ms < next || self.next.compare_exchange(next, now_ms + 1000, Relaxed, Relaxed).is_err() {
+            self.held.fetch_add(1, Relaxed);
+            return None;
+        }
+        Some(self.held.swap(0, Relaxed))
+    }
+}
+
+impl Default for Throttle {
+    fn default() -> Self {
+        Throttle::new()
+    }
+}
+
 impl fmt::Display for Error {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         let what = match self.kind {
@@ -90,6 +125,16 @@ impl fmt::Display for Error {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_throttled_line_is_written_once_a_second_and_counts_what_it_held() {
+        let t = Throttle::new();
+        assert_eq!(t.ready_at(10_000), Some(0));
+        assert_eq!(t.ready_at(10_001), None);
+        assert_eq!(t.ready_at(10_999), None);
+        assert_eq!(t.ready_at(11_000), Some(2));
+        assert_eq!(t.ready_at(11_500), None);
+    }
 
     #[test]
     fn out_of_descriptors_is_local_and_not_retried_elsewhere() {

@@ -19,6 +19,10 @@ pub struct Config {
     /// How long SIGTERM waits for connections in flight before it closes them.
     #[serde(default = "defaults::shutdown_grace", with = "duration")]
     pub shutdown_grace: Duration,
+    /// Client connections the whole process serves at once (1 to 1,000,000); more wait in the
+    /// listen backlog. Unset: what the descriptor limit carries (`proxy::budget`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub maxconn: Option<u32>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub admin: Option<Admin>,
     #[serde(default, rename = "service")]

@@ -6,6 +6,7 @@
 //! carry over, and the new generation is swapped in whole. Connections in flight keep the `Arc` of
 //! the generation they started in. A config that fails is refused and the old generation stays.
 
+pub mod budget;
 mod pool;
 mod rate;
 mod server;
@@ -19,6 +20,7 @@ use arc_swap::ArcSwap;
 
 use crate::config::{self, Config, HealthKind};
 
+pub use budget::{Budget, Slot};
 pub use rate::Rate;
 pub use server::{ConnGuard, ServerEntry, ServerKey, ServerState, State, unix_ms};
 pub use pool::{Avoid, Pool, Role, Tier};
@@ -31,6 +33,13 @@ pub struct Generation {
 }
 
 impl Generation {
+    /// The process-wide connection limit this config gives: its `maxconn`, within what the
+    /// descriptor limit carries beside one health check per server.
+    pub fn maxconn(&self) -> u64 {
+        let servers = self.pools().map(|(_, p)| p.servers().count()).sum();
+        budget::effective(self.config.maxconn, budget::descriptor_limit(), servers)
+    }
+
     pub fn service_at(&self, listen: SocketAddr) -> Option<&Arc<Service>> {
         self.services.iter().find(|s| s.listen == listen)
     }
@@ -77,6 +86,8 @@ pub enum BuildError {
 pub struct Live {
     current: ArcSwap<Generation>,
     registry: Mutex<Registry>,
+    /// Client connections of the whole process against `maxconn`.
+    budget: Arc<Budget>,
 }
 
 impl Live {
@@ -84,7 +95,13 @@ impl Live {
     pub fn new(config: Config) -> Result<Self, BuildError> {
         let mut registry = Registry::default();
         let generation = build(config, &mut registry)?;
-        Ok(Live { current: ArcSwap::from_pointee(generation), registry: Mutex::new(registry) })
+        let budget = Budget::new(generation.maxconn());
+        Ok(Live { current: ArcSwap::from_pointee(generation), registry: Mutex::new(registry), budget })
+    }
+
+    /// The process-wide connection budget every listener takes from.
+    pub fn budget(&self) -> &Arc<Budget> {
+        &self.budget
     }
 
     pub fn current(&self) -> Arc<Generation> {
@@ -117,6 +134,7 @@ impl Live {
         }
         let live: Vec<&str> = new.pools().map(|(_, p)| p.config.name.as_str()).collect();
         registry.services.retain(|name, _| live.contains(&name.as_str()));
+        self.budget.set_max(new.maxconn());
         self.current.store(Arc::new(new));
         Ok(applied)
     }

@@ -2,8 +2,9 @@
 //!
 //! The loop looks its service up in the current generation at every accept, so a reload that
 //! changes a service's servers or algorithm needs no new socket; it pauses at the service's
-//! `maxconn` (the kernel backlog holds the rest) and backs off when the process is out of file
-//! descriptors instead of spinning.
+//! `maxconn` and at the process's (`live::budget`) — the kernel backlog holds the rest — and backs
+//! off when the process is out of file descriptors anyway instead of spinning, saying so once a
+//! second rather than once a connection.
 
 use std::io;
 use std::net::SocketAddr;
@@ -15,6 +16,7 @@ use tokio::net::TcpListener;
 use tokio_util::sync::CancellationToken;
 use tracing::{error, info, warn};
 
+use crate::error::Throttle;
 use crate::live::Live;
 use crate::shutdown::Shutdown;
 
@@ -74,6 +76,11 @@ pub async fn serve(listener: std::net::TcpListener, addr: SocketAddr, live: Arc<
         if paused {
             service.state().backlog.store(0, Relaxed);
         }
+        tokio::select! {
+            _ = live.budget().room() => {}
+            _ = stop.cancelled() => break,
+            _ = shutdown.stopping().cancelled() => break,
+        }
         let accepted = tokio::select! {
             _ = stop.cancelled() => break,
             _ = shutdown.stopping().cancelled() => break,
@@ -85,12 +92,16 @@ pub async fn serve(listener: std::net::TcpListener, addr: SocketAddr, live: Arc<
                 let generation = live.current();
                 let Some(service) = generation.service_at(addr).cloned() else { continue };
                 drop(generation);
+                let slot = live.budget().take();
                 let guard = service.state().open();
                 let sd = shutdown.clone();
-                shutdown.tasks().spawn(super::handle(stream, peer, service, guard, sd));
+                shutdown.tasks().spawn(super::handle(stream, peer, service, (slot, guard), sd));
             }
             Err(e) if crate::error::is_local(&e) => {
-                warn!(%addr, "accept: {e}; pausing accepts for 100ms");
+                static OUT_OF: Throttle = Throttle::new();
+                if let Some(held) = OUT_OF.ready() {
+                    warn!(%addr, held, "accept: {e}; pausing accepts for 100ms (the budget, maxconn, leaves too few descriptors: lower it or raise ulimit -n)");
+                }
                 tokio::time::sleep(Duration::from_millis(100)).await;
             }
             // Errors that concern one connection (reset before accept, ...) do not stop the loop.

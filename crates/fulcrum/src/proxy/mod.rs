@@ -20,11 +20,13 @@ use std::sync::atomic::Ordering::Relaxed;
 use tokio::net::TcpStream;
 use tracing::{debug, warn};
 
-use crate::live::{Service, ServiceGuard};
+use crate::error::{Side, Throttle};
+use crate::live::{Service, ServiceGuard, Slot};
 use crate::shutdown::Shutdown;
 
-/// Serves one client connection of `service` to its end.
-pub async fn handle(client: TcpStream, peer: SocketAddr, service: Arc<Service>, _guard: ServiceGuard, shutdown: Shutdown) {
+/// Serves one client connection of `service` to its end; `_counted` holds its place in the
+/// process's budget and the service's counters until then.
+pub async fn handle(client: TcpStream, peer: SocketAddr, service: Arc<Service>, _counted: (Slot, ServiceGuard), shutdown: Shutdown) {
     let cfg = service.config();
     if cfg.mode == crate::config::Mode::Http {
         // Each request picks its own server; the connection is the client's only.
@@ -35,7 +37,15 @@ pub async fn handle(client: TcpStream, peer: SocketAddr, service: Arc<Service>, 
             Ok(x) => x,
             Err(e) => {
                 service.state().refused.fetch_add(1, Relaxed);
-                warn!(service = %cfg.name, client = %peer, "closing client: {e}");
+                if e.side == Side::Local {
+                    // A flood of these is one cause: say it once a second.
+                    static LOCAL: Throttle = Throttle::new();
+                    if let Some(held) = LOCAL.ready() {
+                        warn!(service = %cfg.name, client = %peer, held, "closing client: {e}");
+                    }
+                } else {
+                    warn!(service = %cfg.name, client = %peer, "closing client: {e}");
+                }
                 return;
             }
         },

@@ -180,6 +180,15 @@ impl Fulcrum {
     /// Like `start`, with `admin_extra` lines in the `[admin]` table and the `Authorization`
     /// header the helpers then send.
     pub fn start_with_admin(config: &str, admin_extra: &str, authorization: Option<String>) -> Fulcrum {
+        Self::spawn(&[], config, admin_extra, authorization)
+    }
+
+    /// Like `start`, run by a command that sets its limits, e.g. `["prlimit", "--nofile=256:256"]`.
+    pub fn start_under(prefix: &[&str], config: &str) -> Fulcrum {
+        Self::spawn(prefix, config, "", None)
+    }
+
+    fn spawn(prefix: &[&str], config: &str, admin_extra: &str, authorization: Option<String>) -> Fulcrum {
         let dir = scratch("fulcrum");
         let listen: SocketAddr = format!("127.0.0.1:{}", free_port()).parse().unwrap();
         let admin: SocketAddr = format!("127.0.0.1:{}", free_port()).parse().unwrap();
@@ -187,7 +196,12 @@ impl Fulcrum {
         write_config(&config_path, admin, admin_extra, &config.replace("{LISTEN}", &listen.to_string()));
         let log_path = dir.join("fulcrum.log");
         let log = std::fs::File::create(&log_path).unwrap();
-        let child = Command::new(env!("CARGO_BIN_EXE_fulcrum"))
+        let (program, before) = match prefix.split_first() {
+            Some((p, rest)) => (p.to_string(), [rest, &[env!("CARGO_BIN_EXE_fulcrum")]].concat()),
+            None => (env!("CARGO_BIN_EXE_fulcrum").to_string(), vec![]),
+        };
+        let child = Command::new(program)
+            .args(before)
             .args(["--log", "info", "run", config_path.to_str().unwrap()])
             .env_remove("RUST_LOG")
             .stdout(Stdio::null())
@@ -208,6 +222,16 @@ impl Fulcrum {
     pub fn signal(&self, sig: i32) {
         let ok = Command::new("kill").args([format!("-{sig}"), self.child.id().to_string()]).status().unwrap().success();
         assert!(ok, "kill -{sig} failed");
+    }
+
+    pub fn pid(&self) -> u32 {
+        self.child.id()
+    }
+
+    /// The process's resident memory in KiB.
+    pub fn rss_kib(&self) -> u64 {
+        let status = std::fs::read_to_string(format!("/proc/{}/status", self.pid())).unwrap_or_default();
+        status.lines().find_map(|l| l.strip_prefix("VmRSS:")).and_then(|v| v.split_whitespace().next()?.parse().ok()).unwrap_or(0)
     }
 
     pub fn log(&self) -> String {

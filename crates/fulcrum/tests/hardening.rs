@@ -1,0 +1,89 @@
+//! What a crowd of clients can make Fulcrum hold: descriptors (the process-wide budget under a
+//! small `ulimit -n`) and memory (slow readers in HTTP mode), against real servers.
+
+mod support;
+
+use std::io::{Read, Write};
+use std::net::{SocketAddr, TcpStream};
+use std::time::{Duration, Instant};
+
+use support::{Backend, Fulcrum, HTTP_CHECK, service_over, wait_until};
+
+/// Opens `n` connections at once, each sending `request`, and returns them unread.
+fn crowd(addr: SocketAddr, n: usize, request: &[u8], rcvbuf: Option<usize>) -> Vec<TcpStream> {
+    (0..n)
+        .map(|i| {
+            let sock = socket2::Socket::new(socket2::Domain::IPV4, socket2::Type::STREAM, None).unwrap();
+            if let Some(size) = rcvbuf {
+                sock.set_recv_buffer_size(size).unwrap();
+            }
+            sock.connect_timeout(&addr.into(), Duration::from_secs(10)).unwrap_or_else(|e| panic!("client {i}: {e}"));
+            let mut s: TcpStream = sock.into();
+            s.write_all(request).unwrap();
+            s
+        })
+        .collect()
+}
+
+/// Reads each connection to its end; returns the status of each response (0: none).
+fn statuses(conns: Vec<TcpStream>) -> Vec<u16> {
+    conns
+        .into_iter()
+        .map(|mut s| {
+            s.set_read_timeout(Some(Duration::from_secs(60))).unwrap();
+            let mut raw = Vec::new();
+            let _ = s.read_to_end(&mut raw);
+            support::parse_response(&raw).map_or(0, |(status, _)| status)
+        })
+        .collect()
+}
+
+#[test]
+fn out_of_descriptors_clients_wait_in_the_backlog_and_no_server_is_blamed() {
+    let backend = Backend::start("b1");
+    let config = format!("maxconn = 100000\n{}", service_over("round-robin", "mode = \"tcp\"\nfailure_limit = 5", HTTP_CHECK, &[(backend.addr, "")]));
+    let f = Fulcrum::start_under(&["prlimit", "--nofile=256:256"], &config);
+    f.wait_all_up();
+    // 1,000 clients at once: 256 descriptors carry about 60 of them; the others wait in the
+    // listen backlog and are served as the first ones finish.
+    let conns = crowd(f.listen, 1000, b"GET /name HTTP/1.0\r\nHost: a\r\n\r\n", None);
+    // The admin listener keeps answering while the proxy is at its limit.
+    let stats = f.stats();
+    let statuses = statuses(conns);
+    let served = statuses.iter().filter(|&&s| s == 200).count();
+    assert_eq!(served, 1000, "every client is served in turn; statuses other than 200: {:?}", statuses.iter().filter(|&&s| s != 200).collect::<Vec<_>>());
+    let server = support::server_in(&f.stats(), &backend.addr.to_string());
+    assert_eq!(server["state"], "up", "{server}");
+    assert_eq!((&server["connect_failures"], &server["transfer_errors"]), (&0.into(), &0.into()), "{server}");
+    let log = f.log();
+    assert!(!log.contains("server down"), "{log}");
+    assert!(log.contains("maxconn is more than the descriptor limit carries"), "the lowered maxconn is explained: {log}");
+    assert!(stats["services"].is_array(), "{stats}");
+}
+
+#[test]
+fn slow_readers_cost_a_bounded_amount_and_their_memory_comes_back() {
+    const N: usize = 300;
+    let backend = Backend::start_with("big", &["--large-size", "20000000"]);
+    let f = Fulcrum::start(&service_over("round-robin", "mode = \"http\"", "kind = \"none\"", &[(backend.addr, "")]));
+    // The level to come back to: the process after as many ordinary clients at once.
+    let ordinary = crowd(f.listen, N, b"GET /name HTTP/1.1\r\nHost: a\r\nConnection: close\r\n\r\n", None);
+    assert!(statuses(ordinary).iter().all(|&s| s == 200));
+    std::thread::sleep(Duration::from_secs(2));
+    let before = f.rss_kib();
+    // Clients that ask for 20 MB each and never read, with a 4 KiB receive buffer.
+    let slow = crowd(f.listen, N, b"GET /large HTTP/1.1\r\nHost: a\r\n\r\n", Some(4096));
+    wait_until("every slow reader served", Duration::from_secs(20), || f.stats()["services"][0]["current"] == N as u64);
+    std::thread::sleep(Duration::from_secs(2));
+    let during = f.rss_kib();
+    let each = during.saturating_sub(before) / N as u64;
+    assert!(each < 200, "a slow reader costs {each} KiB (RSS {before} -> {during} KiB)");
+    drop(slow);
+    let deadline = Instant::now() + Duration::from_secs(40);
+    let mut after = f.rss_kib();
+    while after > before + before / 10 && Instant::now() < deadline {
+        std::thread::sleep(Duration::from_millis(500));
+        after = f.rss_kib();
+    }
+    assert!(after <= before + before / 10, "RSS {before} KiB before, {during} KiB with {N} slow readers, still {after} KiB 40 s after they left");
+}
