@@ -15,7 +15,7 @@ fn each_broken_config_is_refused_at_its_line() {
         ("bad-duration.toml", 4, "2 parsecs"),
         ("duplicate-listen.toml", 10, "used by service"),
         ("zero-servers.toml", 2, "has no servers"),
-        ("weight-range.toml", 11, "weight 1000"),
+        ("weight-range.toml", 11, "weight = 1000 is out of range: use 1 to 256"),
         ("unresolvable.toml", 6, "no-such-host.invalid"),
         ("bad-algorithm.toml", 4, "fastest"),
         ("syntax.toml", 2, ""),

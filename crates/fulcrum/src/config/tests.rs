@@ -142,5 +142,5 @@ fn the_haproxy_papers_routing_example_is_valid_and_routes_must_name_pools() {
     let d = first_error(&text.replace("mode = \"http\"", "mode = \"tcp\""));
     assert!(d.message.contains("pools and routes need mode = \"http\""), "{d}");
     let d = first_error(&text.replace("address = \"127.0.0.1:8202\"", "address = \"127.0.0.1:8202\"\nweight = 0"));
-    assert!(d.message.contains("weight 0"), "a pool's servers are checked like a service's: {d}");
+    assert!(d.message.contains("weight = 0"), "a pool's servers are checked like a service's: {d}");
 }
