@@ -1,9 +1,9 @@
 //! The config file: schema, defaults, and validation that points at the line a user must fix.
 //!
 //! Loading is two passes. Serde checks types and unknown keys (toml gives those errors a span);
-//! `validate` then checks what types cannot say (duplicate listen addresses, empty pools, weights out
-//! of range, host names that do not resolve) and locates each problem through the parsed document's
-//! spans, so every error names file, line and column.
+//! `validate` then checks what types cannot say (duplicate listen addresses, empty pools, numbers
+//! outside their ranges in `range`, host names that do not resolve) and locates each problem
+//! through the parsed document's spans, so every error names file, line and column.
 
 mod change;
 mod diagnostic;

@@ -96,7 +96,7 @@ pub const DECAY: Range<Duration> = Range::new(Duration::from_millis(10), HOUR, "
 pub const HEAD_TIMEOUT: Range<Duration> = Range::new(MS, HOUR, "it also ends idle keep-alive clients; \"10s\" is the default");
 pub const RESPONSE_TIMEOUT: Range<Duration> = Range::new(MS, DAY, "\"30s\" is the default");
 pub const KEEPALIVE_IDLE: Range<Duration> = Range::new(MS, HOUR, "servers close idle connections long before an hour; \"60s\" is the default");
-/// hyper sets aside room for this many headers (56 bytes each) every time it parses a head, so
+/// hyper sets aside room for this many headers (64 bytes each) every time it parses a head, so
 /// the bound is the memory one slow client can make it allocate per read.
 pub const MAX_HEADERS: Range<usize> = Range::new(1, 1000, "hyper sets aside room for this many headers on every request it reads; 100 is the default (HAProxy: 101)");
 /// hyper's read buffer cannot be smaller than 8192 bytes (it asserts so); a head larger than
