@@ -155,7 +155,7 @@ function renderServers() {
   if (!s) { body.replaceChildren(); return; }
   renderHeader(s);
   const rows = s.servers.map((v) => {
-    const weight = el("input", { type: "number", min: "0", value: v.weight, class: "weight", "aria-label": `weight of ${v.address}` });
+    const weight = el("input", { type: "number", min: "1", max: "256", value: v.weight, class: "weight", "aria-label": `weight of ${v.address}` });
     const act = (label, state) => el("button", { type: "button", onclick: () => change("POST", srv(v.address, "/state"), { state }) }, label);
     const actions = el("td", { class: "actions" },
       v.state === "disabled" ? act("Enable", "enable") : act("Disable", "disable"),

@@ -30,8 +30,9 @@ pub struct DemoArgs {
     /// The admin API's address.
     #[arg(long, default_value = "127.0.0.1:9090")]
     pub admin: SocketAddr,
-    /// Requests per second of the built-in traffic (0: none).
-    #[arg(long, default_value_t = 5)]
+    /// Requests per second of the built-in traffic (0: none, at most 10000; a second divided by
+    /// more than a billion is a zero period, which tokio's interval refuses with a panic).
+    #[arg(long, default_value_t = 5, value_parser = clap::value_parser!(u32).range(..=10_000))]
     pub rate: u32,
     /// Stop after this many seconds (0: run until Ctrl-C).
     #[arg(long, default_value_t = 0)]
@@ -121,5 +122,19 @@ async fn report(control: std::sync::Arc<impl Control>) {
                 .collect();
             println!("  {}: {}", s.name, line.join(" | "));
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use clap::Parser;
+
+    use crate::cli::Cli;
+
+    #[test]
+    fn a_rate_whose_period_tokio_cannot_tick_is_refused() {
+        assert!(Cli::try_parse_from(["fulcrum", "demo", "--rate", "10000"]).is_ok());
+        let e = Cli::try_parse_from(["fulcrum", "demo", "--rate", "4294967295"]).unwrap_err().to_string();
+        assert!(e.contains("is not in 0..=10000"), "{e}");
     }
 }

@@ -7,8 +7,9 @@
 //! connections in flight.
 //!
 //! # Layout
-//! - [`config`]: the TOML schema, defaults, validation with line/column errors, and `Change`,
-//!   the typed edits the admin API applies to a copy of the running config.
+//! - [`config`]: the TOML schema, defaults, the range of every number (`config::range`),
+//!   validation with line/column errors, and `Change`, the typed edits the admin API applies to
+//!   a copy of the running config.
 //! - [`live`]: the live generation behind an `ArcSwap` (services, each owning its pools of
 //!   servers), and the server and service state that outlives generations.
 //! - [`balance`]: the `Balancer` trait (pick, and update on every server event), the `Load`

@@ -152,7 +152,7 @@ fn invalid_changes_are_refused_with_the_reason_and_change_nothing() {
 
     refused(&f, "POST", "/api/services/nope/algorithm", json!({ "algorithm": "random" }), 422, "no service \"nope\"");
     refused(&f, "POST", "/api/services/web/servers/127.0.0.1:9/weight", json!({ "weight": 2 }), 422, "has no server");
-    refused(&f, "POST", &format!("/api/services/web/servers/{a1}/weight"), json!({ "weight": 0 }), 422, "weight 0 is out of range");
+    refused(&f, "POST", &format!("/api/services/web/servers/{a1}/weight"), json!({ "weight": 0 }), 422, "weight = 0 is out of range: use 1 to 256");
     refused(&f, "POST", &format!("/api/services/web/servers/{a1}/weight"), json!({ "weight": "heavy" }), 422, "weight");
     refused(&f, "POST", &format!("/api/services/web/servers/{a1}/state"), json!({ "state": "paused" }), 422, "unknown variant `paused`");
     refused(&f, "POST", "/api/services/web/algorithm", json!({ "algorithm": "fastest" }), 422, "unknown variant `fastest`");
@@ -162,7 +162,9 @@ fn invalid_changes_are_refused_with_the_reason_and_change_nothing() {
     refused(&f, "DELETE", "/api/services/web/servers/127.0.0.1:9", json!({}), 422, "has no server");
     refused(&f, "POST", "/api/services/web/health", json!({ "kind": "http", "interval": "soon" }), 422, "invalid duration");
     refused(&f, "POST", "/api/services/web/health", json!({ "kind": "http", "path": "index.html" }), 422, "not an absolute path");
-    refused(&f, "POST", "/api/services/web/health", json!({ "kind": "http", "expect_status": 999 }), 422, "not an HTTP status");
+    refused(&f, "POST", "/api/services/web/health", json!({ "kind": "http", "expect_status": 999 }), 422, "expect_status = 999 is out of range: use 100 to 599");
+    refused(&f, "POST", "/api/services/web/settings", json!({ "retries": 1000 }), 422, "retries = 1000 is out of range: use 0 to 100");
+    refused(&f, "POST", "/api/services/web/settings", json!({ "connect_timeout": "10000000000s" }), 422, "is out of range: use 1ms to 5m");
     refused(&f, "POST", "/api/services/web/settings", json!({ "listen": "localhost" }), 422, "not ip:port");
     refused(&f, "POST", "/api/services/web/settings", json!({ "colour": "red" }), 422, "unknown field `colour`");
     // A port another program holds: the bind fails and the running config stays.

@@ -1,6 +1,13 @@
 //! `fulcrum check` on broken configs: each error names the exact line, and the exit is non-zero.
+//! And the other side of the ranges `check` enforces: a service at the top of every range serves.
 
+mod support;
+
+use std::io::{Read, Write};
 use std::process::Command;
+use std::time::Duration;
+
+use support::{Backend, Fulcrum};
 
 fn check(file: &str) -> (bool, String) {
     let path = format!("{}/tests/configs/{file}", env!("CARGO_MANIFEST_DIR"));
@@ -15,7 +22,7 @@ fn each_broken_config_is_refused_at_its_line() {
         ("bad-duration.toml", 4, "2 parsecs"),
         ("duplicate-listen.toml", 10, "used by service"),
         ("zero-servers.toml", 2, "has no servers"),
-        ("weight-range.toml", 11, "weight 1000"),
+        ("weight-range.toml", 11, "weight = 1000 is out of range: use 1 to 256"),
         ("unresolvable.toml", 6, "no-such-host.invalid"),
         ("bad-algorithm.toml", 4, "fastest"),
         ("syntax.toml", 2, ""),
@@ -45,4 +52,92 @@ fn a_missing_file_is_a_clear_error() {
     assert!(!out.status.success());
     let err = String::from_utf8_lossy(&out.stderr);
     assert!(err.contains("cannot read the config file"), "{err}");
+}
+
+#[test]
+fn a_header_limit_hyper_cannot_allocate_is_refused_with_its_range_and_place() {
+    let (ok, err) = check("max-headers.toml");
+    assert!(!ok, "max_headers = 4294967295 must be refused:\n{err}");
+    assert!(err.contains("max-headers.toml:7:15: error: max_headers = 4294967295 is out of range: use 1 to 1000"), "{err}");
+    assert!(err.contains("hint: hyper sets aside room"), "{err}");
+    assert!(!err.contains("panicked"), "{err}");
+}
+
+/// Every number of an HTTP service at the top of its range (workers and shutdown_grace, which
+/// are process-wide, aside).
+const UPPER_BOUNDS: &str = r#"
+[[service]]
+name = "web"
+listen = "{LISTEN}"
+mode = "http"
+algorithm = "passive-ratio"
+connect_timeout = "5m"
+client_timeout = "24days"
+server_timeout = "24days"
+queue_timeout = "1h"
+failure_limit = 1000
+retries = 100
+maxconn = 1000000
+
+[service.health]
+kind = "http"
+interval = "1day"
+timeout = "1m"
+rise = 1000
+fall = 1000
+path = "/index.html"
+
+[service.passive]
+delta = 1.0
+slot = "1h"
+window_slots = 1000
+min_samples = 1000000
+
+[service.p2c]
+decay = "1h"
+
+[service.http]
+head_timeout = "1h"
+response_timeout = "1day"
+queue_timeout = "1h"
+keepalive_idle = "1h"
+max_headers = 1000
+max_head_size = 1048576
+max_uri_length = 65534
+
+[[service.server]]
+address = "{SERVER}"
+weight = 256
+maxconn = 1000000
+"#;
+
+/// One request on its own connection; the status and body of the answer.
+fn request(fulcrum: &Fulcrum, head: &str) -> (u16, String) {
+    let mut s = std::net::TcpStream::connect(fulcrum.listen).unwrap();
+    s.set_read_timeout(Some(Duration::from_secs(10))).unwrap();
+    s.write_all(head.as_bytes()).unwrap();
+    let mut raw = Vec::new();
+    s.read_to_end(&mut raw).unwrap();
+    support::parse_response(&raw).unwrap_or_else(|e| panic!("{e}: {}", String::from_utf8_lossy(&raw)))
+}
+
+#[test]
+fn a_service_at_the_top_of_every_range_answers_and_one_past_is_refused_on_reload() {
+    let server = Backend::start("top");
+    let config = UPPER_BOUNDS.replace("{SERVER}", &server.addr.to_string());
+    let fulcrum = Fulcrum::start(&config);
+    fulcrum.wait_all_up();
+    assert_eq!(request(&fulcrum, "GET /name HTTP/1.0\r\nHost: t\r\n\r\n"), (200, "top".to_string()));
+
+    // A target of 60,000 bytes and a 70 KB head with 90 fields: over the defaults (8192 and
+    // 16384 bytes, so 414 or 431 there), within the upper bounds and the real server's limits.
+    let target = format!("/name?pad={}", "a".repeat(60_000));
+    let fields: String = (0..88).map(|i| format!("x-pad-{i}: {}\r\n", "b".repeat(120))).collect();
+    let head = format!("GET {target} HTTP/1.0\r\nHost: t\r\n{fields}\r\n");
+    assert!(head.len() > 70_000);
+    assert_eq!(request(&fulcrum, &head), (200, "top".to_string()));
+
+    fulcrum.reload(&config.replace("max_headers = 1000", "max_headers = 1001"));
+    fulcrum.wait_log("max_headers = 1001 is out of range: use 1 to 1000");
+    assert_eq!(request(&fulcrum, "GET /name HTTP/1.0\r\nHost: t\r\n\r\n"), (200, "top".to_string()), "the running config stays");
 }

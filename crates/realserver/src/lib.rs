@@ -42,26 +42,32 @@ pub struct BackendArgs {
 }
 
 /// Ways to make a real server slow, as the passive-measurement paper's `stress` runs did.
+///
+/// Each flag has a range, so no value can overflow the delay sum or tokio's semaphore (which
+/// panics above its most permits): delays up to an hour, CPU work up to a minute a request.
 #[derive(Debug, Clone, Default, clap::Args)]
 pub struct Degrade {
-    /// Pause this many ms after each accept: with a small backlog the accept queue overflows
-    /// and the kernel drops SYNs.
-    #[arg(long, default_value_t = 0)]
+    /// Pause this many ms after each accept (0 to 3600000): with a small backlog the accept
+    /// queue overflows and the kernel drops SYNs.
+    #[arg(long, default_value_t = 0, value_parser = clap::value_parser!(u64).range(..=MAX_DELAY_MS))]
     pub slow_accept_ms: u64,
-    /// Fixed delay per request, in ms.
-    #[arg(long, default_value_t = 0)]
+    /// Fixed delay per request, in ms (0 to 3600000).
+    #[arg(long, default_value_t = 0, value_parser = clap::value_parser!(u64).range(..=MAX_DELAY_MS))]
     pub delay_ms: u64,
-    /// Extra random delay per request, uniform in 0..this many ms.
-    #[arg(long, default_value_t = 0)]
+    /// Extra random delay per request, uniform in 0..this many ms (0 to 3600000).
+    #[arg(long, default_value_t = 0, value_parser = clap::value_parser!(u64).range(..=MAX_DELAY_MS))]
     pub jitter_ms: u64,
-    /// CPU work per request, in µs of busy computation.
-    #[arg(long, default_value_t = 0)]
+    /// CPU work per request, in µs of busy computation (0 to 60000000).
+    #[arg(long, default_value_t = 0, value_parser = clap::value_parser!(u64).range(..=60_000_000))]
     pub cpu_us: u64,
-    /// Requests served at once (0: no limit); others wait their turn, like a server with a fixed
-    /// pool of worker threads.
-    #[arg(long, default_value_t = 0)]
+    /// Requests served at once (0: no limit, at most 1000000); others wait their turn, like a
+    /// server with a fixed pool of worker threads.
+    #[arg(long, default_value_t = 0, value_parser = clap::builder::RangedU64ValueParser::<usize>::new().range(..=1_000_000))]
     pub workers: usize,
 }
+
+/// The longest delay a degradation flag takes: an hour.
+const MAX_DELAY_MS: u64 = 3_600_000;
 
 /// What one instance serves and counts.
 pub struct Instance {

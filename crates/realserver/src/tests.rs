@@ -104,3 +104,18 @@ async fn a_taken_port_is_a_clear_error() {
     let err = bind(args, CancellationToken::new()).await.err().expect("port is taken").to_string();
     assert!(err.contains("cannot listen"), "{err}");
 }
+
+#[test]
+fn degradation_flags_beyond_their_range_are_refused_not_panics() {
+    #[derive(clap::Parser)]
+    struct Cli {
+        #[command(flatten)]
+        args: BackendArgs,
+    }
+    use clap::Parser;
+    assert!(Cli::try_parse_from(["b", "--workers", "1000000", "--delay-ms", "3600000", "--cpu-us", "60000000"]).is_ok());
+    for (flag, value) in [("--workers", "18446744073709551615"), ("--delay-ms", "18446744073709551615"), ("--jitter-ms", "3600001"), ("--slow-accept-ms", "3600001"), ("--cpu-us", "60000001")] {
+        let e = Cli::try_parse_from(["b", flag, value]).err().unwrap_or_else(|| panic!("{flag} {value} was taken"));
+        assert!(e.to_string().contains("is not in"), "{flag} {value}: {e}");
+    }
+}

@@ -174,15 +174,19 @@ impl PassiveRatio {
         if elapsed < slot {
             return;
         }
-        let steps = (elapsed.as_nanos() / slot.as_nanos()) as u32;
-        st.last_step = Some(last_step + slot * steps);
+        // Counted without casts: after a long idle spell the slots that passed can outnumber a
+        // u32 (49 days of 1 ms slots), and a truncated count would step the clock wrongly.
+        let steps = elapsed.as_nanos() / slot.as_nanos();
+        let into_slot = Duration::from_nanos(u64::try_from(elapsed.as_nanos() % slot.as_nanos()).unwrap_or(0));
+        st.last_step = Some(now.checked_sub(into_slot).unwrap_or(now));
         let m = self.tuning.window_slots;
+        let empty = usize::try_from(steps).unwrap_or(usize::MAX).min(m);
         for i in 0..view.len().min(st.windows.len()) {
             let s = view.sample(i);
             let (ps, pa) = st.last[i];
             st.last[i] = (s.syn_sent, s.syn_acked);
             // Slots that passed with no pick are empty: the window still moves on.
-            for _ in 1..steps.min(m as u32) {
+            for _ in 1..empty {
                 st.windows[i].push(0, 0, m);
             }
             st.windows[i].push(s.syn_sent.saturating_sub(ps), s.syn_acked.saturating_sub(pa), m);

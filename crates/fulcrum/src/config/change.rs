@@ -172,6 +172,24 @@ mod tests {
     }
 
     #[test]
+    fn a_change_out_of_range_is_refused_with_the_range_when_revalidated() {
+        let refused = |change: Change| {
+            let mut c = config();
+            change.apply(&mut c).unwrap();
+            crate::config::revalidate(&c).unwrap_err().to_string()
+        };
+        let e = refused(Change::Weight { service: "web".into(), address: "127.0.0.1:1001".into(), weight: 4_294_967_295 });
+        assert!(e.contains("weight = 4294967295 is out of range: use 1 to 256"), "{e}");
+        let settings = ServiceSettings { retries: Some(1000), connect_timeout: Some(std::time::Duration::from_secs(10_000_000_000)), ..ServiceSettings::default() };
+        let e = refused(Change::Settings { service: "web".into(), settings });
+        assert!(e.contains("retries = 1000 is out of range: use 0 to 100"), "{e}");
+        assert!(e.contains("connect_timeout = 316years"), "{e}");
+        let health = Health { interval: std::time::Duration::from_secs(u64::MAX), rise: 0, ..Health::default() };
+        let e = refused(Change::Health { service: "web".into(), health });
+        assert!(e.contains("rise = 0 is out of range: use 1 to 1000") && e.contains("is out of range: use 10ms to 1day"), "{e}");
+    }
+
+    #[test]
     fn unknown_names_are_errors_not_panics() {
         let mut c = config();
         let e = Change::Weight { service: "nope".into(), address: "x".into(), weight: 2 }.apply(&mut c).unwrap_err().to_string();

@@ -83,6 +83,9 @@ pub fn hint_for_parse_error(message: &str) -> Option<String> {
         Some("add the key to this table".into())
     } else if message.contains("invalid duration") {
         Some("durations are strings such as \"2s\", \"500ms\" or \"1m\"".into())
+    } else if message.starts_with("invalid value: integer") {
+        // serde says "expected u16": the type's limits, which are wider than the setting's range.
+        Some("the setting does not take this number; the config reference gives each setting's range".into())
     } else if message.starts_with("invalid type") {
         Some("check the value's type: strings are quoted, numbers and booleans are not".into())
     } else {

@@ -1,13 +1,14 @@
 //! The config file: schema, defaults, and validation that points at the line a user must fix.
 //!
 //! Loading is two passes. Serde checks types and unknown keys (toml gives those errors a span);
-//! `validate` then checks what types cannot say (duplicate listen addresses, empty pools, weights out
-//! of range, host names that do not resolve) and locates each problem through the parsed document's
-//! spans, so every error names file, line and column.
+//! `validate` then checks what types cannot say (duplicate listen addresses, empty pools, numbers
+//! outside their ranges in `range`, host names that do not resolve) and locates each problem
+//! through the parsed document's spans, so every error names file, line and column.
 
 mod change;
 mod diagnostic;
 mod error;
+pub mod range;
 mod schema;
 mod validate;
 
@@ -65,9 +66,12 @@ pub fn parse_with(text: &str, file: &str, resolve: Resolve) -> Result<Config, Di
 }
 
 /// Re-validates a config built in memory (by a `Change`) exactly as a file would be, by writing
-/// it as TOML and reading it back; returns the config as read.
+/// it as TOML and reading it back; returns the config as read. A config that cannot be written
+/// (a number TOML cannot hold) is refused: read back, the placeholder text would be an empty config.
 pub fn revalidate(config: &Config) -> Result<Config, Diagnostics> {
-    let text = to_toml(config);
+    let text = toml::to_string_pretty(config).map_err(|e| {
+        Diagnostics::single(Diagnostic { file: "running config".into(), line: 0, column: 0, message: format!("cannot write the config as TOML: {e}"), hint: Some("a number is larger than TOML can hold; see the ranges in the config reference".into()) })
+    })?;
     parse(&text, "running config")
 }
 

@@ -1,4 +1,5 @@
-//! The TOML schema: what a user writes, with defaults. Validation beyond types lives in `validate.rs`.
+//! The TOML schema: what a user writes, with defaults. Validation beyond types lives in `validate.rs`;
+//! the range of every number, which each field's doc states, lives in `range.rs`.
 //!
 //! Every struct denies unknown fields, so a typo is an error with a line and column instead of a
 //! setting silently ignored.
@@ -13,10 +14,10 @@ use super::error::PortRangeError;
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct Config {
-    /// Runtime threads. 0 means one per core.
+    /// Runtime threads, 0 to 1024. 0 means one per core.
     #[serde(default)]
     pub workers: usize,
-    /// How long SIGTERM waits for connections in flight before it closes them.
+    /// How long SIGTERM waits for connections in flight before it closes them, 0s to 1 day.
     #[serde(default = "defaults::shutdown_grace", with = "duration")]
     pub shutdown_grace: Duration,
     /// Client connections the whole process serves at once (1 to 1,000,000); more wait in the
@@ -179,30 +180,33 @@ pub struct Service {
     /// Close a server's connections at once when it is disabled, instead of letting them finish.
     #[serde(default)]
     pub terminate_on_disable: bool,
+    /// Time allowed for a connect to a real server, 1ms to 5 minutes (the kernel gives up on its
+    /// own after about two minutes of SYN retries).
     #[serde(default = "defaults::connect_timeout", with = "duration")]
     pub connect_timeout: Duration,
-    /// Consecutive connect failures that mark a server down until its health check passes.
-    /// 0 turns passive checking off.
+    /// Consecutive connect failures that mark a server down until its health check passes,
+    /// 0 to 1000. 0 turns passive checking off.
     #[serde(default = "defaults::failure_limit")]
     pub failure_limit: u32,
-    /// Further servers tried after a connect failure (redispatch).
+    /// Further servers tried after a connect failure (redispatch), 0 to 100.
     #[serde(default = "defaults::retries")]
     pub retries: u32,
-    /// Close a connection after this long with no byte from the client.
+    /// Close a connection after this long with no byte from the client, 1ms to 24 days
+    /// (HAProxy's longest timeout).
     #[serde(default = "defaults::idle_timeout", with = "duration")]
     pub client_timeout: Duration,
-    /// Close a connection after this long with no byte from the server.
+    /// Close a connection after this long with no byte from the server, 1ms to 24 days.
     #[serde(default = "defaults::idle_timeout", with = "duration")]
     pub server_timeout: Duration,
-    /// Concurrent client connections the service accepts; 0 means no limit.
+    /// Concurrent client connections the service accepts, 0 to 1,000,000; 0 means no limit.
     #[serde(default)]
     pub maxconn: u32,
     /// How long a connection (HTTP: a request) waits for a server below its `maxconn` before
-    /// it is refused (HTTP: 503). HAProxy's `timeout queue`.
+    /// it is refused (HTTP: 503), 0s to 1 hour; 0 refuses at once. HAProxy's `timeout queue`.
     #[serde(default = "defaults::queue_timeout", with = "duration")]
     pub queue_timeout: Duration,
     /// FTP: the ports Fulcrum opens for data connections (passive mode towards clients, active
-    /// mode towards servers); `PortRange::FTP_DEFAULT` when not set.
+    /// mode towards servers), within 1024 to 65535; `PortRange::FTP_DEFAULT` when not set.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub data_ports: Option<PortRange>,
     #[serde(default)]
@@ -308,20 +312,24 @@ pub enum HealthKind {
 pub struct Health {
     #[serde(default = "defaults::health_kind")]
     pub kind: HealthKind,
+    /// Time between checks, 10ms to 1 day (with `kind = "none"`: before a server held down by
+    /// `failure_limit` is tried again).
     #[serde(default = "defaults::health_interval", with = "duration")]
     pub interval: Duration,
+    /// Time allowed for one check, 1ms to 1 minute: start waits up to the longest one for the
+    /// first round of checks.
     #[serde(default = "defaults::health_timeout", with = "duration")]
     pub timeout: Duration,
-    /// Passing checks in a row that bring a down server up.
+    /// Passing checks in a row that bring a down server up, 1 to 1000.
     #[serde(default = "defaults::rise")]
     pub rise: u32,
-    /// Failing checks in a row that take an up server down.
+    /// Failing checks in a row that take an up server down, 1 to 1000.
     #[serde(default = "defaults::fall")]
     pub fall: u32,
     /// HTTP checks: the document requested.
     #[serde(default = "defaults::health_path")]
     pub path: String,
-    /// HTTP checks: the status the server must answer.
+    /// HTTP checks: the status the server must answer, 100 to 599.
     #[serde(default = "defaults::expect_status")]
     pub expect_status: u16,
     /// HTTP checks: text the body must contain; a page without it marks the server down.
@@ -348,16 +356,17 @@ impl Default for Health {
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct Passive {
-    /// Share of its ratio the worst server gives up per step (the paper's Delta).
+    /// Share of its ratio the worst server gives up per step (the paper's Delta), 0.001 to 1.
     #[serde(default = "defaults::delta")]
     pub delta: f64,
-    /// Length of one counter slot and the control period (the paper's T; it uses 20 s).
+    /// Length of one counter slot and the control period (the paper's T; it uses 20 s), 10ms to
+    /// 1 hour.
     #[serde(default = "defaults::slot", with = "duration")]
     pub slot: Duration,
-    /// Slots in the sliding window (the paper's m; it uses 10).
+    /// Slots in the sliding window (the paper's m; it uses 10), 1 to 1000.
     #[serde(default = "defaults::window_slots")]
     pub window_slots: usize,
-    /// SYNs a window must hold before its R is trusted.
+    /// SYNs a window must hold before its R is trusted, 1 to 1,000,000.
     #[serde(default = "defaults::min_samples")]
     pub min_samples: u64,
 }
@@ -377,7 +386,7 @@ impl Default for Passive {
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct P2c {
-    /// Time constant with which a latency peak is forgotten.
+    /// Time constant with which a latency peak is forgotten, 10ms to 1 hour.
     #[serde(default = "defaults::decay", with = "duration")]
     pub decay: Duration,
 }
@@ -413,25 +422,26 @@ pub struct Http {
     #[serde(default = "defaults::forwarded_headers")]
     pub forwarded_headers: Vec<ForwardedHeader>,
     /// Time to receive a whole request head, counted from when Fulcrum starts waiting for it, so
-    /// it also ends idle keep-alive connections and stops slowloris.
+    /// it also ends idle keep-alive connections and stops slowloris. 1ms to 1 hour.
     #[serde(default = "defaults::head_timeout", with = "duration")]
     pub head_timeout: Duration,
-    /// Time for a server to start its response once the request is sent.
+    /// Time for a server to start its response once the request is sent, 1ms to 1 day.
     #[serde(default = "defaults::response_timeout", with = "duration")]
     pub response_timeout: Duration,
     /// The older place of the service's `queue_timeout`, still read; when set, it wins.
     #[serde(default, with = "optional_duration", skip_serializing_if = "Option::is_none")]
     pub queue_timeout: Option<Duration>,
-    /// How long an idle keep-alive connection to a server is kept for reuse.
+    /// How long an idle keep-alive connection to a server is kept for reuse, 1ms to 1 hour.
     #[serde(default = "defaults::keepalive_idle", with = "duration")]
     pub keepalive_idle: Duration,
-    /// Most header fields in a request (431 above).
+    /// Most header fields in a request (431 above), 1 to 1000: hyper sets aside room for this
+    /// many headers every time it parses a head, so the bound is memory a client can make it take.
     #[serde(default = "defaults::max_headers")]
     pub max_headers: usize,
-    /// Most bytes in a request head (431 above); at least 8192.
+    /// Most bytes in a request head (431 above), 8192 (hyper's smallest read buffer) to 1 MiB.
     #[serde(default = "defaults::max_head_size")]
     pub max_head_size: usize,
-    /// Longest request target (414 above).
+    /// Longest request target (414 above), 16 to 65534 (the `http` crate's own limit).
     #[serde(default = "defaults::max_uri_length")]
     pub max_uri_length: usize,
     #[serde(default = "defaults::access_log")]
@@ -492,6 +502,7 @@ impl Http {
 pub struct Server {
     /// `host:port` or `ip:port`; host names are resolved at load and on every reload.
     pub address: String,
+    /// Share of the traffic, 1 to 256 (`MAX_WEIGHT`).
     #[serde(default = "defaults::weight")]
     pub weight: u32,
     /// Used only while no primary server is usable.
@@ -502,7 +513,8 @@ pub struct Server {
     /// Takes no new connections but keeps its open ones and its health checks.
     #[serde(default, skip_serializing_if = "is_false")]
     pub drain: bool,
-    /// HTTP: requests in flight at most (0: no limit); more wait in the service's queue.
+    /// Connections (HTTP: requests) in flight at most, 0 to 1,000,000 (0: no limit); more wait
+    /// in the service's queue.
     #[serde(default, skip_serializing_if = "is_zero")]
     pub maxconn: u32,
     /// The opaque id the `cookie` algorithm puts in cookies; derived from the address if unset.

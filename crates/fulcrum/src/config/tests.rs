@@ -68,6 +68,14 @@ fn every_semantic_error_is_reported_not_just_the_first() {
 }
 
 #[test]
+fn a_number_its_type_cannot_hold_is_refused_at_its_line_with_a_hint() {
+    let d = first_error("[[service]]\nname = \"a\"\nlisten = \"127.0.0.1:1000\"\n[service.health]\nexpect_status = 70000\n");
+    assert_eq!((d.line, d.column), (5, 17), "{d}");
+    assert!(d.message.contains("70000"), "{d}");
+    assert!(d.hint.as_deref().unwrap_or("").contains("range"), "{d}");
+}
+
+#[test]
 fn admin_off_loopback_is_refused() {
     let d = first_error("[admin]\nlisten = \"0.0.0.0:9090\"\n");
     assert_eq!(d.line, 2);
@@ -142,5 +150,5 @@ fn the_haproxy_papers_routing_example_is_valid_and_routes_must_name_pools() {
     let d = first_error(&text.replace("mode = \"http\"", "mode = \"tcp\""));
     assert!(d.message.contains("pools and routes need mode = \"http\""), "{d}");
     let d = first_error(&text.replace("address = \"127.0.0.1:8202\"", "address = \"127.0.0.1:8202\"\nweight = 0"));
-    assert!(d.message.contains("weight 0"), "a pool's servers are checked like a service's: {d}");
+    assert!(d.message.contains("weight = 0"), "a pool's servers are checked like a service's: {d}");
 }

@@ -9,7 +9,8 @@ use toml::de::{DeTable, DeValue};
 use super::diagnostic::{Diagnostic, Diagnostics, line_col};
 use super::error::AddressError;
 use super::Resolve;
-use super::schema::{Algorithm, Config, HealthKind, MAX_WEIGHT, Mode, Server, Service};
+use super::range::{self, Range, Shown};
+use super::schema::{Algorithm, Config, HealthKind, Mode, Server, Service};
 
 /// One step of a path into the document: a key, or an index into an array of tables.
 #[derive(Debug, Clone, Copy)]
@@ -73,6 +74,13 @@ impl Report<'_> {
             hint: (!hint.is_empty()).then(|| hint.to_string()),
         });
     }
+
+    /// Reports `key = value` when it is outside `range`, naming the range and why it ends there.
+    fn range<T: Shown + PartialOrd + Copy>(&mut self, path: &[Seg<'_>], key: &str, value: T, range: &Range<T>) {
+        if !range.contains(value) {
+            self.error(path, format!("{key} = {} is out of range: use {range}", value.shown()), range.why);
+        }
+    }
 }
 
 /// Every problem in `config` beyond its types; `text` is the file it was parsed from.
@@ -111,9 +119,8 @@ pub fn validate(config: &Config, text: &str, file: &str, resolve: Resolve) -> Di
             }
         }
     }
-    if config.workers > 1024 {
-        report.error(&[Seg::Key("workers")], format!("workers = {} is too many", config.workers), "use 0 (one per core) or a number up to 1024");
-    }
+    report.range(&[Seg::Key("workers")], "workers", config.workers, &range::WORKERS);
+    report.range(&[Seg::Key("shutdown_grace")], "shutdown_grace", config.shutdown_grace, &range::SHUTDOWN_GRACE);
     let mut names: HashMap<&str, usize> = HashMap::new();
     let mut listens: HashMap<SocketAddr, usize> = HashMap::new();
     for (i, service) in config.services.iter().enumerate() {
@@ -143,6 +150,7 @@ pub fn validate(config: &Config, text: &str, file: &str, resolve: Resolve) -> Di
                 }
             }
         }
+        validate_service_numbers(service, &[Seg::Key("service"), Seg::Index(i)], &mut report);
         validate_service(service, &[Seg::Key("service"), Seg::Index(i)], &mut report);
         validate_routing(service, i, &mut report);
     }
@@ -151,35 +159,11 @@ pub fn validate(config: &Config, text: &str, file: &str, resolve: Resolve) -> Di
 
 fn validate_service(service: &Service, prefix: &[Seg<'_>], report: &mut Report<'_>) {
     let at = |key| path(prefix, &[Seg::Key(key)]);
-    if service.connect_timeout.is_zero() {
-        report.error(&at("connect_timeout"), "connect_timeout must be longer than 0".into(), "the paper's rule uses \"2s\"");
-    }
-    for key in ["client_timeout", "server_timeout"] {
-        let d = if key == "client_timeout" { service.client_timeout } else { service.server_timeout };
-        if d.is_zero() {
-            report.error(&at(key), format!("{key} must be longer than 0"), "use a duration such as \"5m\"");
-        }
-    }
+    validate_pool_numbers(service, prefix, report);
     let health = &service.health;
     let hat = |key| path(prefix, &[Seg::Key("health"), Seg::Key(key)]);
-    if health.kind != HealthKind::None {
-        if health.interval.is_zero() {
-            report.error(&hat("interval"), "health interval must be longer than 0".into(), "e.g. \"2s\"; the paper checks every \"60s\"");
-        }
-        if health.timeout.is_zero() {
-            report.error(&hat("timeout"), "health timeout must be longer than 0".into(), "e.g. \"1s\"");
-        }
-        if health.rise == 0 || health.fall == 0 {
-            report.error(&hat(if health.rise == 0 { "rise" } else { "fall" }), "rise and fall must be at least 1".into(), "");
-        }
-    }
-    if health.kind == HealthKind::Http {
-        if !health.path.starts_with('/') || health.path.chars().any(|c| c.is_whitespace() || c.is_control()) {
-            report.error(&hat("path"), format!("health path {:?} is not an absolute path", health.path), "e.g. \"/index.html\"");
-        }
-        if !(100..=599).contains(&health.expect_status) {
-            report.error(&hat("expect_status"), format!("expect_status {} is not an HTTP status", health.expect_status), "use 100 to 599");
-        }
+    if health.kind == HealthKind::Http && (!health.path.starts_with('/') || health.path.chars().any(|c| c.is_whitespace() || c.is_control())) {
+        report.error(&hat("path"), format!("health path {:?} is not an absolute path", health.path), "e.g. \"/index.html\"");
     }
     if matches!(service.algorithm, Algorithm::UriHash | Algorithm::HeaderHash | Algorithm::Cookie) && service.mode != Mode::Http {
         report.error(&at("algorithm"), format!("algorithm {} needs mode = \"http\"", service.algorithm.as_str()), "it reads the request; set mode = \"http\" or pick another algorithm");
@@ -201,24 +185,8 @@ fn validate_service(service: &Service, prefix: &[Seg<'_>], report: &mut Report<'
             report.error(&path(prefix, &[Seg::Key("server"), Seg::Index(j), Seg::Key("id")]), format!("server id {id:?} is also server #{}'s", first + 1), "give every server its own id");
         }
     }
-    let http = &service.http;
-    let htat = |key| path(prefix, &[Seg::Key("http"), Seg::Key(key)]);
-    if *http != crate::config::Http::default() && service.mode != Mode::Http {
+    if service.http != crate::config::Http::default() && service.mode != Mode::Http {
         report.error(&path(prefix, &[Seg::Key("http")]), "[service.http] is only for mode = \"http\"".into(), "remove it, or set mode = \"http\"");
-    }
-    if http.max_head_size < 8192 {
-        report.error(&htat("max_head_size"), format!("max_head_size = {} is below 8192", http.max_head_size), "use 8192 or more; 16384 is the default");
-    }
-    if http.max_headers == 0 {
-        report.error(&htat("max_headers"), "max_headers must be at least 1".into(), "100 is the default");
-    }
-    if http.max_uri_length < 16 {
-        report.error(&htat("max_uri_length"), format!("max_uri_length = {} is too short", http.max_uri_length), "8192 is the default");
-    }
-    for (key, d) in [("head_timeout", http.head_timeout), ("response_timeout", http.response_timeout), ("keepalive_idle", http.keepalive_idle)] {
-        if d.is_zero() {
-            report.error(&htat(key), format!("{key} must be longer than 0"), "use a duration such as \"10s\"");
-        }
     }
     if service.data_ports.is_some() && service.mode != Mode::Ftp {
         report.error(&at("data_ports"), "data_ports is only for mode = \"ftp\"".into(), "remove it, or set mode = \"ftp\"");
@@ -226,28 +194,11 @@ fn validate_service(service: &Service, prefix: &[Seg<'_>], report: &mut Report<'
     if health.kind == HealthKind::Ftp && service.mode != Mode::Ftp {
         report.error(&hat("kind"), "kind = \"ftp\" checks an FTP server, but the service is not mode = \"ftp\"".into(), "use kind = \"tcp\" or \"http\"");
     }
-    let pat = |key| path(prefix, &[Seg::Key("passive"), Seg::Key(key)]);
-    let passive = &service.passive;
-    if !(passive.delta > 0.0 && passive.delta < 1.0) {
-        report.error(&pat("delta"), format!("delta = {} is out of range", passive.delta), "use a share between 0 and 1; the paper uses 0.1");
-    }
-    if passive.slot.is_zero() {
-        report.error(&pat("slot"), "slot must be longer than 0".into(), "e.g. \"2s\"; the paper uses \"20s\"");
-    }
-    if !(1..=1000).contains(&passive.window_slots) {
-        report.error(&pat("window_slots"), format!("window_slots = {} is out of range", passive.window_slots), "use 1 to 1000; the paper uses 10");
-    }
-    if service.p2c.decay.is_zero() {
-        report.error(&path(prefix, &[Seg::Key("p2c"), Seg::Key("decay")]), "decay must be longer than 0".into(), "e.g. \"10s\"");
-    }
     if service.servers.is_empty() && service.default_pool.is_none() {
         report.error(&at("name"), format!("service {:?} has no servers", service.name), "add at least one [[service.server]] with an address");
     }
     for (j, server) in service.servers.iter().enumerate() {
         let sat = |key| path(prefix, &[Seg::Key("server"), Seg::Index(j), Seg::Key(key)]);
-        if server.weight == 0 || server.weight > MAX_WEIGHT {
-            report.error(&sat("weight"), format!("weight {} is out of range", server.weight), "weights go from 1 to 256; disable a server with enabled = false");
-        }
         let checked = if report.resolve == Resolve::Yes { resolve_server(server).map(|_| ()) } else { split_host_port(&server.address).map(|_| ()) };
         if let Err(e) = checked {
             report.error(&sat("address"), e.to_string(), "write host:port or ip:port of a reachable real server");
@@ -259,6 +210,58 @@ fn validate_service(service: &Service, prefix: &[Seg<'_>], report: &mut Report<'
             let sat = path(prefix, &[Seg::Key("server"), Seg::Index(j), Seg::Key("address")]);
             report.error(&sat, format!("server {} is listed twice", server.address), "list each real server once; use weight for a larger share");
         }
+    }
+}
+
+/// The numbers a service has once (its pools share them) against their ranges in `range.rs`.
+/// Every number is checked whatever the mode or check kind, so a value is never accepted only to
+/// break the day the setting starts to matter.
+fn validate_service_numbers(service: &Service, prefix: &[Seg<'_>], report: &mut Report<'_>) {
+    let at = |keys: &[&'static str]| path(prefix, &keys.iter().map(|k| Seg::Key(k)).collect::<Vec<_>>());
+    report.range(&at(&["connect_timeout"]), "connect_timeout", service.connect_timeout, &range::CONNECT_TIMEOUT);
+    report.range(&at(&["client_timeout"]), "client_timeout", service.client_timeout, &range::IDLE_TIMEOUT);
+    report.range(&at(&["server_timeout"]), "server_timeout", service.server_timeout, &range::IDLE_TIMEOUT);
+    report.range(&at(&["queue_timeout"]), "queue_timeout", service.queue_timeout, &range::QUEUE_TIMEOUT);
+    report.range(&at(&["failure_limit"]), "failure_limit", service.failure_limit, &range::FAILURE_LIMIT);
+    report.range(&at(&["retries"]), "retries", service.retries, &range::RETRIES);
+    report.range(&at(&["maxconn"]), "maxconn", service.maxconn, &range::MAXCONN);
+    if let Some(ports) = service.data_ports {
+        // The parser already refused a range that is empty or starts at 0.
+        report.range(&at(&["data_ports"]), "data_ports' first port", ports.first, &range::DATA_PORT);
+    }
+    let http = &service.http;
+    report.range(&at(&["http", "head_timeout"]), "head_timeout", http.head_timeout, &range::HEAD_TIMEOUT);
+    report.range(&at(&["http", "response_timeout"]), "response_timeout", http.response_timeout, &range::RESPONSE_TIMEOUT);
+    if let Some(d) = http.queue_timeout {
+        report.range(&at(&["http", "queue_timeout"]), "queue_timeout", d, &range::QUEUE_TIMEOUT);
+    }
+    report.range(&at(&["http", "keepalive_idle"]), "keepalive_idle", http.keepalive_idle, &range::KEEPALIVE_IDLE);
+    report.range(&at(&["http", "max_headers"]), "max_headers", http.max_headers, &range::MAX_HEADERS);
+    report.range(&at(&["http", "max_head_size"]), "max_head_size", http.max_head_size, &range::MAX_HEAD_SIZE);
+    report.range(&at(&["http", "max_uri_length"]), "max_uri_length", http.max_uri_length, &range::MAX_URI_LENGTH);
+}
+
+/// The numbers of a service's own servers, or of one pool (run as a service): health check,
+/// `passive`, `p2c` and servers, against their ranges in `range.rs`.
+fn validate_pool_numbers(service: &Service, prefix: &[Seg<'_>], report: &mut Report<'_>) {
+    let at = |keys: &[&'static str]| path(prefix, &keys.iter().map(|k| Seg::Key(k)).collect::<Vec<_>>());
+    let health = &service.health;
+    report.range(&at(&["health", "interval"]), "interval", health.interval, &range::HEALTH_INTERVAL);
+    report.range(&at(&["health", "timeout"]), "timeout", health.timeout, &range::HEALTH_TIMEOUT);
+    report.range(&at(&["health", "rise"]), "rise", health.rise, &range::RISE_FALL);
+    report.range(&at(&["health", "fall"]), "fall", health.fall, &range::RISE_FALL);
+    report.range(&at(&["health", "expect_status"]), "expect_status", health.expect_status, &range::EXPECT_STATUS);
+
+    let passive = &service.passive;
+    report.range(&at(&["passive", "delta"]), "delta", passive.delta, &range::DELTA);
+    report.range(&at(&["passive", "slot"]), "slot", passive.slot, &range::SLOT);
+    report.range(&at(&["passive", "window_slots"]), "window_slots", passive.window_slots, &range::WINDOW_SLOTS);
+    report.range(&at(&["passive", "min_samples"]), "min_samples", passive.min_samples, &range::MIN_SAMPLES);
+    report.range(&at(&["p2c", "decay"]), "decay", service.p2c.decay, &range::DECAY);
+    for (j, server) in service.servers.iter().enumerate() {
+        let sat = |key| path(prefix, &[Seg::Key("server"), Seg::Index(j), Seg::Key(key)]);
+        report.range(&sat("weight"), "weight", server.weight, &range::WEIGHT);
+        report.range(&sat("maxconn"), "maxconn", server.maxconn, &range::MAXCONN);
     }
 }
 

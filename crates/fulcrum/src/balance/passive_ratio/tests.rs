@@ -127,3 +127,24 @@ fn a_server_coming_back_is_renormalised_in_on_the_event_with_its_share() {
     let ratios: Vec<f64> = b.table().iter().map(|t| t.0).collect();
     assert!(close(&ratios, &[0.5, 0.5]), "renormalised before any pick: {ratios:?}");
 }
+
+#[test]
+fn after_more_idle_slots_than_a_u32_counts_the_next_step_is_still_one_slot_away() {
+    let slot = Duration::from_millis(1);
+    let tuning = Tuning { delta: 0.1, slot, window_slots: 3, min_samples: 10 };
+    let mut pool = FakePool::with_weights(&[1, 1, 1]);
+    let b = pool.attach(PassiveRatio::new(tuning));
+    let t0 = Instant::now();
+    let pick = FakePool::pick(&[]);
+    b.pick_at(&pick, &pool, t0);
+    // 50 days of 1 ms slots: more than u32::MAX of them.
+    let later = t0 + Duration::from_secs(50 * 86_400);
+    b.pick_at(&pick, &pool, later);
+    pool.add_syns(0, 100, 100);
+    pool.add_syns(1, 100, 100);
+    pool.add_syns(2, 300, 100);
+    b.pick_at(&pick, &pool, later + slot / 2);
+    assert!((b.table()[2].0 - 1.0 / 3.0).abs() < 1e-9, "no step within the slot: {:?}", b.table());
+    b.pick_at(&pick, &pool, later + slot);
+    assert!((b.table()[2].0 - 0.3).abs() < 1e-9, "one step a slot later: {:?}", b.table());
+}

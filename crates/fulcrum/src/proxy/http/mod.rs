@@ -44,14 +44,7 @@ pub(crate) type ServerConns = idle::IdleConns<hyper::client::conn::http1::SendRe
 pub async fn serve(client: TcpStream, peer: SocketAddr, service: Arc<Service>, shutdown: Shutdown) {
     let http = &service.config().http;
     let (io, verdict) = Guarded::new(client, http.max_head_size);
-    let mut builder = hyper::server::conn::http1::Builder::new();
-    builder
-        // A refused head looks to hyper like the end of the stream: finish what came before it.
-        .half_close(true)
-        .timer(TokioTimer::new())
-        .header_read_timeout(http.head_timeout)
-        .max_headers(http.max_headers)
-        .max_buf_size(http.max_head_size.max(8192));
+    let builder = server_builder(http);
     let svc = {
         let service = service.clone();
         let verdict = verdict.clone();
@@ -73,6 +66,22 @@ pub async fn serve(client: TcpStream, peer: SocketAddr, service: Arc<Service>, s
     if let Some(why) = verdict.get() {
         warn!(service = %service.config().name, client = %peer, "request refused with 400: {why}");
     }
+}
+
+/// hyper's HTTP/1.1 server with a service's head timeout and limits (their ranges in
+/// `config::range` are what hyper accepts without asserting or allocating without bound).
+pub(crate) fn server_builder(http: &crate::config::Http) -> hyper::server::conn::http1::Builder {
+    let mut builder = hyper::server::conn::http1::Builder::new();
+    builder
+        // A refused head looks to hyper like the end of the stream: finish what came before it.
+        .half_close(true)
+        .timer(TokioTimer::new())
+        .header_read_timeout(http.head_timeout)
+        .max_headers(http.max_headers)
+        // hyper asserts at least 8192; validation refuses less, the floor keeps a config built
+        // in code from reaching the assert.
+        .max_buf_size(http.max_head_size.max(8192));
+    builder
 }
 
 /// One request to its response.

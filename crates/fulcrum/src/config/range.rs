@@ -1,0 +1,112 @@
+//! The accepted range of every numeric setting, and how a value is said in an error about it.
+//!
+//! Types alone let a config through that takes the process down later: `max_headers =
+//! 4294967295` makes hyper reserve room for four billion headers on the first request, and a
+//! duration of a few hundred years overflows `Instant` arithmetic in the first timer that adds it.
+//! So every number a user writes has a range here, chosen to hold any value a production setup
+//! needs (HAProxy's limits are the guide) and nothing that breaks a dependency. `validate.rs`
+//! checks each field against its range, so `fulcrum check`, a reload and every admin API change
+//! refuse the same values with the same message. The schema's field docs and the README's config
+//! tables state the same ranges.
+
+use std::fmt;
+use std::time::Duration;
+
+/// The inclusive range a setting accepts, and why it stops where it does (the hint of an error).
+#[derive(Debug, Clone, Copy)]
+pub struct Range<T> {
+    pub min: T,
+    pub max: T,
+    pub why: &'static str,
+}
+
+impl<T: Shown + PartialOrd + Copy> Range<T> {
+    const fn new(min: T, max: T, why: &'static str) -> Self {
+        Range { min, max, why }
+    }
+
+    /// Whether `value` is within the range; NaN never is, since it compares false to both ends.
+    pub fn contains(&self, value: T) -> bool {
+        self.min <= value && value <= self.max
+    }
+}
+
+impl<T: Shown> fmt::Display for Range<T> {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "{} to {}", self.min.shown(), self.max.shown())
+    }
+}
+
+/// A value as a user writes it in the config: durations the way the parser reads them back.
+pub trait Shown {
+    fn shown(&self) -> String;
+}
+
+macro_rules! shown_as_display {
+    ($($t:ty),*) => {$(
+        impl Shown for $t {
+            fn shown(&self) -> String {
+                self.to_string()
+            }
+        }
+    )*};
+}
+shown_as_display!(u16, u32, u64, usize, f64);
+
+impl Shown for Duration {
+    fn shown(&self) -> String {
+        if self.is_zero() { "0s".into() } else { humantime::format_duration(*self).to_string() }
+    }
+}
+
+/// The shortest timeout: tokio's timers count whole milliseconds, so anything shorter is zero.
+const MS: Duration = Duration::from_millis(1);
+const MINUTE: Duration = Duration::from_secs(60);
+const HOUR: Duration = Duration::from_secs(3600);
+const DAY: Duration = Duration::from_secs(86_400);
+
+// Top level.
+pub const WORKERS: Range<usize> = Range::new(0, 1024, "0 is one thread per core; more threads than 1024 only add switching");
+pub const SHUTDOWN_GRACE: Range<Duration> = Range::new(Duration::ZERO, DAY, "0 closes connections at once; a drain longer than a day is a hang");
+
+// A service.
+pub const CONNECT_TIMEOUT: Range<Duration> = Range::new(MS, Duration::from_secs(300), "the kernel gives up a connect after about 2 minutes of SYN retries (tcp_syn_retries); the paper's rule uses \"2s\"");
+pub const IDLE_TIMEOUT: Range<Duration> = Range::new(MS, Duration::from_secs(24 * 86_400), "up to 24 days, HAProxy's longest timeout; \"5m\" is the default");
+pub const QUEUE_TIMEOUT: Range<Duration> = Range::new(Duration::ZERO, HOUR, "0 refuses at once when every server is full; \"5s\" is the default");
+pub const FAILURE_LIMIT: Range<u32> = Range::new(0, 1000, "0 turns passive checking off; 5 is the default");
+pub const RETRIES: Range<u32> = Range::new(0, 100, "each retry may wait a whole connect_timeout; 3 is the default");
+pub const MAXCONN: Range<u32> = Range::new(0, 1_000_000, "0 is no limit");
+/// Data ports below 1024 are the well-known ports of other services (and need privileges).
+pub const DATA_PORT: Range<u16> = Range::new(1024, 65535, "use ports of 1024 and above, e.g. \"50000-50999\"");
+
+// `[service.health]`.
+pub const HEALTH_INTERVAL: Range<Duration> = Range::new(Duration::from_millis(10), DAY, "checks more often than every 10ms load the servers for nothing; the paper checks every \"60s\"");
+pub const HEALTH_TIMEOUT: Range<Duration> = Range::new(MS, MINUTE, "start waits up to the longest check timeout for the first round; the paper uses \"5s\"");
+pub const RISE_FALL: Range<u32> = Range::new(1, 1000, "checks in a row; 2 and 3 are the defaults");
+pub const EXPECT_STATUS: Range<u16> = Range::new(100, 599, "HTTP status codes go from 100 to 599");
+
+// `[service.passive]` and `[service.p2c]`.
+pub const DELTA: Range<f64> = Range::new(0.001, 1.0, "a share of the worst server's ratio; the paper uses 0.1");
+pub const SLOT: Range<Duration> = Range::new(Duration::from_millis(10), HOUR, "the paper uses \"20s\"; the default is \"2s\"");
+pub const WINDOW_SLOTS: Range<usize> = Range::new(1, 1000, "the paper uses 10");
+pub const MIN_SAMPLES: Range<u64> = Range::new(1, 1_000_000, "SYNs per window; 20 is the default");
+pub const DECAY: Range<Duration> = Range::new(Duration::from_millis(10), HOUR, "the time constant of the latency average; \"10s\" is the default");
+
+// `[service.http]`.
+pub const HEAD_TIMEOUT: Range<Duration> = Range::new(MS, HOUR, "it also ends idle keep-alive clients; \"10s\" is the default");
+pub const RESPONSE_TIMEOUT: Range<Duration> = Range::new(MS, DAY, "\"30s\" is the default");
+pub const KEEPALIVE_IDLE: Range<Duration> = Range::new(MS, HOUR, "servers close idle connections long before an hour; \"60s\" is the default");
+/// hyper sets aside room for this many headers (64 bytes each) every time it parses a head, so
+/// the bound is the memory one slow client can make it allocate per read.
+pub const MAX_HEADERS: Range<usize> = Range::new(1, 1000, "hyper sets aside room for this many headers on every request it reads; 100 is the default (HAProxy: 101)");
+/// hyper's read buffer cannot be smaller than 8192 bytes (it asserts so); a head larger than
+/// 1 MiB is an attack, not a request.
+pub const MAX_HEAD_SIZE: Range<usize> = Range::new(8192, 1 << 20, "hyper's read buffer needs at least 8192 bytes; 16384 is the default");
+/// The `http` crate refuses a request target of 65535 bytes or more whatever is configured.
+pub const MAX_URI_LENGTH: Range<usize> = Range::new(16, 65534, "hyper refuses longer targets itself; 8192 is the default");
+
+// `[[service.server]]`.
+pub const WEIGHT: Range<u32> = Range::new(1, super::MAX_WEIGHT, "weights go from 1 to 256; disable a server with enabled = false");
+
+#[cfg(test)]
+mod tests;
