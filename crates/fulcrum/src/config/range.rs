@@ -67,6 +67,7 @@ const DAY: Duration = Duration::from_secs(86_400);
 
 // Top level.
 pub const WORKERS: Range<usize> = Range::new(0, 1024, "0 is one thread per core; more threads than 1024 only add switching");
+pub const PROCESS_MAXCONN: Range<u32> = Range::new(1, 1_000_000, "leave it out to derive it from the descriptor limit (ulimit -n)");
 pub const SHUTDOWN_GRACE: Range<Duration> = Range::new(Duration::ZERO, DAY, "0 closes connections at once; a drain longer than a day is a hang");
 
 // A service.

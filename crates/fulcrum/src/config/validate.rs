@@ -86,9 +86,6 @@ impl Report<'_> {
 /// Every problem in `config` beyond its types; `text` is the file it was parsed from.
 pub fn validate(config: &Config, text: &str, file: &str, resolve: Resolve) -> Diagnostics {
     let mut report = Report { file, locator: Locator::new(text), out: Vec::new(), resolve };
-    if config.maxconn.is_some_and(|n| !(1..=1_000_000).contains(&n)) {
-        report.error(&[Seg::Key("maxconn")], "maxconn must be from 1 to 1000000".into(), "leave it out to derive it from the descriptor limit (ulimit -n)");
-    }
     if let Some(admin) = &config.admin {
         match admin.listen.parse::<SocketAddr>() {
             Err(_) => report.error(
@@ -120,6 +117,9 @@ pub fn validate(config: &Config, text: &str, file: &str, resolve: Resolve) -> Di
         }
     }
     report.range(&[Seg::Key("workers")], "workers", config.workers, &range::WORKERS);
+    if let Some(maxconn) = config.maxconn {
+        report.range(&[Seg::Key("maxconn")], "maxconn", maxconn, &range::PROCESS_MAXCONN);
+    }
     report.range(&[Seg::Key("shutdown_grace")], "shutdown_grace", config.shutdown_grace, &range::SHUTDOWN_GRACE);
     let mut names: HashMap<&str, usize> = HashMap::new();
     let mut listens: HashMap<SocketAddr, usize> = HashMap::new();

@@ -50,6 +50,7 @@ fn time(section: &'static str, key: &'static str, r: &Range<Duration>) -> Settin
 fn settings() -> Vec<Setting> {
     let mut all = vec![
         count("", "workers", &WORKERS),
+        count("", "maxconn", &PROCESS_MAXCONN),
         time("", "shutdown_grace", &SHUTDOWN_GRACE),
         time("service", "connect_timeout", &CONNECT_TIMEOUT),
         time("service", "client_timeout", &IDLE_TIMEOUT),
