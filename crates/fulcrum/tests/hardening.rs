@@ -58,6 +58,12 @@ fn out_of_descriptors_clients_wait_in_the_backlog_and_no_server_is_blamed() {
     let log = f.log();
     assert!(!log.contains("server down"), "{log}");
     assert!(log.contains("maxconn is more than the descriptor limit carries"), "the lowered maxconn is explained: {log}");
+    let process = &f.stats()["process"];
+    assert_eq!(process["descriptors"], 256, "{process}");
+    let maxconn = process["maxconn"].as_u64().unwrap();
+    assert!((30..=128).contains(&maxconn), "{process}");
+    assert!(process["peak"].as_u64().unwrap() <= maxconn, "never more at once than the budget: {process}");
+    assert!(process["waits"].as_u64().unwrap() > 0, "{process}");
     assert!(stats["services"].is_array(), "{stats}");
 }
 

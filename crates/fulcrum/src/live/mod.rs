@@ -30,6 +30,9 @@ pub use service::{Service, ServiceGuard, ServiceState};
 pub struct Generation {
     pub config: Config,
     pub services: Vec<Arc<Service>>,
+    /// The process's connection budget, the same across generations (its limit follows the
+    /// newest config).
+    pub budget: Arc<Budget>,
 }
 
 impl Generation {
@@ -94,8 +97,9 @@ impl Live {
     /// Builds the first generation.
     pub fn new(config: Config) -> Result<Self, BuildError> {
         let mut registry = Registry::default();
-        let generation = build(config, &mut registry)?;
-        let budget = Budget::new(generation.maxconn());
+        let budget = Budget::new(0);
+        let generation = build(config, &mut registry, &budget)?;
+        budget.set_max(generation.maxconn());
         Ok(Live { current: ArcSwap::from_pointee(generation), registry: Mutex::new(registry), budget })
     }
 
@@ -115,7 +119,7 @@ impl Live {
     pub fn apply(&self, config: Config) -> Result<Applied, BuildError> {
         let mut registry = self.registry.lock().map_err(|_| BuildError::Poisoned)?;
         let old = self.current();
-        let new = build(config, &mut registry)?;
+        let new = build(config, &mut registry, &self.budget)?;
         let mut applied = Applied::default();
         for (_, pool) in old.pools() {
             let next = new.pool(&pool.config.name);
@@ -148,7 +152,7 @@ impl Live {
     }
 }
 
-fn build(config: Config, registry: &mut Registry) -> Result<Generation, BuildError> {
+fn build(config: Config, registry: &mut Registry, budget: &Arc<Budget>) -> Result<Generation, BuildError> {
     let services = config
         .services
         .iter()
@@ -158,7 +162,7 @@ fn build(config: Config, registry: &mut Registry) -> Result<Generation, BuildErr
             Ok(Arc::new(Service { listen, pool: Arc::new(build_pool(sc, registry)?), pools }))
         })
         .collect::<Result<_, BuildError>>()?;
-    Ok(Generation { config, services })
+    Ok(Generation { config, services, budget: budget.clone() })
 }
 
 /// A pool from `sc` (a service, or a routed pool's `pool_settings`), its servers' state found or

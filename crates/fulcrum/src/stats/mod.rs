@@ -12,7 +12,20 @@ use crate::live::{Generation, ServerEntry, State, unix_ms};
 
 #[derive(Debug, Serialize)]
 pub struct Snapshot {
+    pub process: ProcessStats,
     pub services: Vec<ServiceStats>,
+}
+
+/// The whole process's client connections against its `maxconn` (`live::budget`).
+#[derive(Debug, Serialize)]
+pub struct ProcessStats {
+    pub maxconn: u64,
+    pub current: u64,
+    pub peak: u64,
+    /// Times accepting waited because the process was at `maxconn`.
+    pub waits: u64,
+    /// The soft descriptor limit in force.
+    pub descriptors: u64,
 }
 
 #[derive(Debug, Serialize)]
@@ -122,7 +135,9 @@ pub fn snapshot(generation: &Generation) -> Snapshot {
                 .collect(),
         })
         .collect();
-    Snapshot { services }
+    let b = &generation.budget;
+    let process = ProcessStats { maxconn: b.max(), current: b.current(), peak: b.peak(), waits: b.waits(), descriptors: crate::live::budget::descriptor_limit() };
+    Snapshot { process, services }
 }
 
 fn server(e: &ServerEntry, backup: bool, now: u64, algorithm: Option<AlgorithmMetrics>) -> ServerStats {
