@@ -1,22 +1,28 @@
 //! The admin listener's own budget: at most `CONNECTIONS` connections are served at once, so a
 //! flood of admin connections takes a bounded number of tasks and buffers, never the traffic's.
 //! Over the cap, accepting waits: new connections queue in the kernel's backlog until a served
-//! one closes. Each connection also carries its client's address, which the authentication
-//! throttle keys on.
+//! one closes. A connection that moves no byte either way for `IDLE` is closed, so connections
+//! left open and silent cannot hold every place for ever. Each connection also carries its
+//! client's address, which the authentication throttle keys on.
 
 use std::net::SocketAddr;
 use std::pin::Pin;
 use std::sync::Arc;
 use std::task::{Context, Poll};
+use std::time::Duration;
 
 use axum::extract::connect_info::Connected;
 use axum::serve::{IncomingStream, Listener};
 use tokio::io::{AsyncRead, AsyncWrite, ReadBuf};
 use tokio::net::{TcpListener, TcpStream};
 use tokio::sync::{OwnedSemaphorePermit, Semaphore};
+use tokio::time::{Instant, Sleep};
 
 /// Admin connections served at once: a dashboard takes a few, scripts a few more.
 pub const CONNECTIONS: usize = 64;
+/// How long a connection may move nothing: the dashboard polls every second, and a browser
+/// opens a new connection when it finds an old one closed.
+pub const IDLE: Duration = Duration::from_secs(60);
 
 pub struct Capped {
     inner: TcpListener,
@@ -42,7 +48,7 @@ impl Listener for Capped {
         };
         // axum's accept logs and retries errors (EMFILE included) itself.
         let (io, addr) = Listener::accept(&mut self.inner).await;
-        (Held { io, _place: place }, addr)
+        (Held { io, idle: Box::pin(tokio::time::sleep(IDLE)), _place: place }, addr)
     }
 
     fn local_addr(&self) -> std::io::Result<SocketAddr> {
@@ -50,10 +56,30 @@ impl Listener for Capped {
     }
 }
 
-/// An accepted connection holding its place under the cap until it is dropped.
+/// An accepted connection holding its place under the cap until it is dropped, and closed when
+/// idle for `IDLE`.
 pub struct Held {
     io: TcpStream,
+    /// Fires `IDLE` after the last byte moved.
+    idle: Pin<Box<Sleep>>,
     _place: OwnedSemaphorePermit,
+}
+
+impl Held {
+    /// What the stream answered, with progress restarting the idle time and a wait past it
+    /// turned into an error, which makes the server close the connection.
+    fn watch<T>(&mut self, cx: &mut Context<'_>, polled: Poll<std::io::Result<T>>) -> Poll<std::io::Result<T>> {
+        match polled {
+            Poll::Pending if self.idle.as_mut().poll(cx).is_ready() => {
+                Poll::Ready(Err(std::io::Error::new(std::io::ErrorKind::TimedOut, format!("admin connection idle for {IDLE:?}"))))
+            }
+            Poll::Pending => Poll::Pending,
+            ready => {
+                self.idle.as_mut().reset(Instant::now() + IDLE);
+                ready
+            }
+        }
+    }
 }
 
 /// The client's address, as the admin's handlers read it (`ConnectInfo<Peer>`).
@@ -67,17 +93,23 @@ impl Connected<IncomingStream<'_, Capped>> for Peer {
 }
 
 impl AsyncRead for Held {
-    fn poll_read(mut self: Pin<&mut Self>, cx: &mut Context<'_>, buf: &mut ReadBuf<'_>) -> Poll<std::io::Result<()>> {
-        Pin::new(&mut self.io).poll_read(cx, buf)
+    fn poll_read(self: Pin<&mut Self>, cx: &mut Context<'_>, buf: &mut ReadBuf<'_>) -> Poll<std::io::Result<()>> {
+        let this = self.get_mut();
+        let polled = Pin::new(&mut this.io).poll_read(cx, buf);
+        this.watch(cx, polled)
     }
 }
 
 impl AsyncWrite for Held {
-    fn poll_write(mut self: Pin<&mut Self>, cx: &mut Context<'_>, buf: &[u8]) -> Poll<std::io::Result<usize>> {
-        Pin::new(&mut self.io).poll_write(cx, buf)
+    fn poll_write(self: Pin<&mut Self>, cx: &mut Context<'_>, buf: &[u8]) -> Poll<std::io::Result<usize>> {
+        let this = self.get_mut();
+        let polled = Pin::new(&mut this.io).poll_write(cx, buf);
+        this.watch(cx, polled)
     }
-    fn poll_write_vectored(mut self: Pin<&mut Self>, cx: &mut Context<'_>, bufs: &[std::io::IoSlice<'_>]) -> Poll<std::io::Result<usize>> {
-        Pin::new(&mut self.io).poll_write_vectored(cx, bufs)
+    fn poll_write_vectored(self: Pin<&mut Self>, cx: &mut Context<'_>, bufs: &[std::io::IoSlice<'_>]) -> Poll<std::io::Result<usize>> {
+        let this = self.get_mut();
+        let polled = Pin::new(&mut this.io).poll_write_vectored(cx, bufs);
+        this.watch(cx, polled)
     }
     fn is_write_vectored(&self) -> bool {
         self.io.is_write_vectored()
@@ -97,6 +129,27 @@ mod tests {
     use tokio::io::{AsyncReadExt, AsyncWriteExt};
 
     use super::*;
+
+    #[tokio::test(start_paused = true)]
+    async fn a_connection_silent_for_the_idle_time_is_closed_and_one_in_use_is_not() {
+        let inner = TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let addr = inner.local_addr().unwrap();
+        let mut capped = Capped::new(inner, 2);
+        let mut client = TcpStream::connect(addr).await.unwrap();
+        let (mut held, _) = capped.accept().await;
+        let started = Instant::now();
+        // Bytes arriving within the idle time keep it open.
+        for _ in 0..3 {
+            tokio::time::sleep(IDLE / 2).await;
+            client.write_all(b"x").await.unwrap();
+            let mut got = [0u8; 1];
+            held.read_exact(&mut got).await.unwrap();
+        }
+        let mut got = [0u8; 1];
+        let err = held.read(&mut got).await.expect_err("idle");
+        assert_eq!(err.kind(), std::io::ErrorKind::TimedOut);
+        assert!(started.elapsed() >= IDLE / 2 * 3 + IDLE, "{:?}", started.elapsed());
+    }
 
     #[tokio::test]
     async fn over_the_cap_a_connection_waits_until_a_served_one_closes() {
