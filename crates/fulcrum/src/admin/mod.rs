@@ -7,8 +7,8 @@
 //! the `Host` must be an address or `localhost`, which defeats DNS rebinding. Every change goes
 //! through the [`Control`] handle the process gives it, validated like the config file.
 //!
-//! It keeps a budget of its own, apart from the traffic's: a capped number of connections
-//! ([`listener`]), and passwords checked off the runtime's threads, a few at a time, with each
+//! It keeps a budget of its own, apart from the traffic's: a capped number of connections,
+//! closed when idle ([`listener`]), and passwords checked off the runtime's threads, a few at a time, with each
 //! address slowed down by its own failures ([`auth`]). A request is first held to HTTP/1.1's
 //! one `Host` (RFC 9112 3.2), before anything else is looked at.
 
@@ -106,7 +106,7 @@ async fn guard<C: Control>(State(control): State<Arc<C>>, req: Request, next: Ne
     next.run(req).await
 }
 
-/// Whole seconds to tell a client to wait (`Retry-After` has no fractions), at least 1.
+/// Whole seconds to tell a client to wait, rounded up: `Retry-After` has no fractions.
 fn retry_after(wait: Duration) -> u64 {
     wait.as_secs() + u64::from(wait.subsec_nanos() > 0)
 }
