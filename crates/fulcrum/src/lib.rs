@@ -22,8 +22,10 @@
 //!   `proxy::http` (hyper behind a framing guard, idle server connections, routing, affinity,
 //!   the replay rule) and `proxy::ftp` (control-channel rewriting and data ports).
 //! - [`stats`]: read-only views over the counters, the 10 s traffic history, Prometheus text.
-//! - [`admin`]: the dashboard, the JSON API and `/metrics` on the admin listener, with auth; it
-//!   reaches the process only through the `admin::Control` handle.
+//! - [`admin`]: the dashboard, the JSON API and `/metrics` on the admin listener, with auth
+//!   (passwords hashed in a bounded pool off the traffic's threads, failures throttled per
+//!   address) and a connection cap of its own; it reaches the process only through the
+//!   `admin::Control` handle.
 //! - [`app`]: the running process, the one path every config change takes, and the admin's
 //!   `Control` over it.
 //! - [`demo`]: the embedded default: four real servers of the `realserver` crate, a service

@@ -6,35 +6,47 @@
 //! refused, so a web page in the user's browser cannot drive the balancer. Without authentication
 //! the `Host` must be an address or `localhost`, which defeats DNS rebinding. Every change goes
 //! through the [`Control`] handle the process gives it, validated like the config file.
+//!
+//! It keeps a budget of its own, apart from the traffic's: a capped number of connections,
+//! closed when idle ([`listener`]), and passwords checked off the runtime's threads, a few at a time, with each
+//! address slowed down by its own failures ([`auth`]). A request is first held to HTTP/1.1's
+//! one `Host` (RFC 9112 3.2), before anything else is looked at.
 
 mod api;
 mod assets;
 mod auth;
 mod control;
+mod listener;
 
+use std::net::{IpAddr, Ipv4Addr};
 use std::sync::Arc;
+use std::time::Duration;
 
 use axum::Router;
-use axum::extract::{Request, State};
-use axum::http::{HeaderMap, Method, StatusCode, header};
+use axum::extract::{ConnectInfo, Request, State};
+use axum::http::{HeaderMap, HeaderValue, Method, StatusCode, Version, header};
 use axum::middleware::{self, Next};
 use axum::response::{IntoResponse, Response};
 use serde_json::json;
 
+use auth::Verdict;
 pub use auth::{Auth, AuthError, hash_password};
 pub use control::Control;
+use listener::CONNECTIONS;
 
 pub fn router<C: Control>(control: Arc<C>) -> Router {
     api::routes()
         .merge(assets::routes())
         .layer(middleware::from_fn_with_state(control.clone(), guard::<C>))
+        .layer(middleware::from_fn(one_host))
         .with_state(control)
 }
 
 pub async fn serve<C: Control>(listener: tokio::net::TcpListener, control: Arc<C>) {
     let stop = control.stopping();
-    let router = router(control);
-    if let Err(e) = axum::serve(listener, router).with_graceful_shutdown(async move { stop.cancelled().await }).await {
+    let service = router(control).into_make_service_with_connect_info::<listener::Peer>();
+    let listener = listener::Capped::new(listener, CONNECTIONS);
+    if let Err(e) = axum::serve(listener, service).with_graceful_shutdown(async move { stop.cancelled().await }).await {
         tracing::error!("admin listener failed: {e}");
     }
 }
@@ -44,13 +56,36 @@ pub(crate) fn refuse(status: StatusCode, error: impl Into<String>) -> Response {
     (status, axum::Json(json!({ "ok": false, "error": error.into() }))).into_response()
 }
 
+/// A request with two `Host` headers, or an HTTP/1.1 request with none, is malformed (RFC 9112
+/// 3.2): which host it names is ambiguous, so it is answered 400 before anything reads it.
+async fn one_host(req: Request, next: Next) -> Response {
+    let hosts = req.headers().get_all(header::HOST).iter().count();
+    if hosts > 1 {
+        return refuse(StatusCode::BAD_REQUEST, "more than one Host header");
+    }
+    if hosts == 0 && req.version() == Version::HTTP_11 {
+        return refuse(StatusCode::BAD_REQUEST, "an HTTP/1.1 request must have a Host header");
+    }
+    next.run(req).await
+}
+
 /// Authentication, then the cross-site checks for changing requests.
 async fn guard<C: Control>(State(control): State<Arc<C>>, req: Request, next: Next) -> Response {
     let authorization = req.headers().get(header::AUTHORIZATION).and_then(|v| v.to_str().ok());
-    if !control.auth().check(authorization) {
-        let mut r = refuse(StatusCode::UNAUTHORIZED, "authentication required");
-        r.headers_mut().insert(header::WWW_AUTHENTICATE, header::HeaderValue::from_static("Basic realm=\"fulcrum\""));
-        return r;
+    // Served without connection info (a router in a test), every client is one address.
+    let client = req.extensions().get::<ConnectInfo<listener::Peer>>().map_or(IpAddr::V4(Ipv4Addr::UNSPECIFIED), |c| c.0.0.ip());
+    match control.auth().check(authorization, client).await {
+        Verdict::Accepted => {}
+        Verdict::Refused => {
+            let mut r = refuse(StatusCode::UNAUTHORIZED, "authentication required");
+            r.headers_mut().insert(header::WWW_AUTHENTICATE, HeaderValue::from_static("Basic realm=\"fulcrum\""));
+            return r;
+        }
+        Verdict::Throttled(wait) => {
+            let secs = retry_after(wait);
+            return retry_later(StatusCode::TOO_MANY_REQUESTS, secs, format!("too many failed passwords from this address: the next one is checked in {secs} s"));
+        }
+        Verdict::Busy => return retry_later(StatusCode::SERVICE_UNAVAILABLE, 1, "too many passwords are being checked: retry in 1 s".to_string()),
     }
     // Without authentication, a web page could still reach a loopback listener through a name
     // its own DNS points at 127.0.0.1 (DNS rebinding); such a request names that host.
@@ -69,6 +104,17 @@ async fn guard<C: Control>(State(control): State<Arc<C>>, req: Request, next: Ne
         }
     }
     next.run(req).await
+}
+
+/// Whole seconds to tell a client to wait, rounded up: `Retry-After` has no fractions.
+fn retry_after(wait: Duration) -> u64 {
+    wait.as_secs() + u64::from(wait.subsec_nanos() > 0)
+}
+
+fn retry_later(status: StatusCode, secs: u64, error: String) -> Response {
+    let mut r = refuse(status, error);
+    r.headers_mut().insert(header::RETRY_AFTER, HeaderValue::from(secs.max(1)));
+    r
 }
 
 fn host_is_local(headers: &HeaderMap) -> bool {
@@ -109,6 +155,13 @@ mod tests {
         for bad in ["evil.example:9090", "127.0.0.1.nip.io", "localhost.evil.example:80"] {
             assert!(!host_is_local(&headers(&[("host", bad)])), "{bad}");
         }
+    }
+
+    #[test]
+    fn retry_after_rounds_up_to_whole_seconds() {
+        assert_eq!(retry_after(Duration::from_millis(1)), 1);
+        assert_eq!(retry_after(Duration::from_secs(2)), 2);
+        assert_eq!(retry_after(Duration::from_millis(2001)), 3);
     }
 
     #[test]

@@ -306,6 +306,17 @@ fn write_config(path: &Path, admin: SocketAddr, admin_extra: &str, rest: &str) {
     std::fs::write(path, format!("{rest}\n\n[admin]\nlisten = \"{admin}\"\n{admin_extra}\n")).unwrap();
 }
 
+/// An Argon2 hash of `password` for `[admin] password_hash`, made by `fulcrum hash-password`.
+pub fn password_hash(password: &str) -> String {
+    let mut child = Command::new(env!("CARGO_BIN_EXE_fulcrum")).arg("hash-password").stdin(Stdio::piped()).stdout(Stdio::piped()).spawn().unwrap();
+    child.stdin.take().unwrap().write_all(format!("{password}\n").as_bytes()).unwrap();
+    let out = child.wait_with_output().unwrap();
+    assert!(out.status.success(), "fulcrum hash-password failed");
+    let hash = String::from_utf8(out.stdout).unwrap().trim().to_string();
+    assert!(hash.starts_with("$argon2id$"), "{hash}");
+    hash
+}
+
 /// An HTTP request with curl to `addr`: (status, body). Headers as `Name: value` lines.
 pub fn curl(addr: SocketAddr, method: &str, path: &str, headers: &[String], body: Option<&str>) -> (u16, String) {
     let mut cmd = Command::new("curl");
