@@ -16,7 +16,7 @@ mod api;
 mod assets;
 mod auth;
 mod control;
-mod listener;
+pub mod listener;
 
 use std::net::{IpAddr, Ipv4Addr};
 use std::sync::Arc;
