@@ -152,8 +152,8 @@ pub async fn run(args: SoakArgs) -> anyhow::Result<bool> {
         Err(e) => problems.push(format!("cannot read Fulcrum's stats: {e:#}")),
     }
     let rss = Growth::of(&samples, warmup, |s| s.rss_kib);
-    let fds = Growth::of(&samples, warmup, |s| s.fds);
-    for (what, g) in [("RSS", rss), ("open descriptors", fds)] {
+    let sockets = Growth::of(&samples, warmup, |s| s.sockets);
+    for (what, g) in [("RSS", rss), ("open sockets", sockets)] {
         match g {
             Some(g) if g.grew() => problems.push(format!("{what} grew {:.1}% after warm-up ({} -> {}), more than {:.0}%", g.percent(), g.reference, g.floor, table::GROWTH * 100.0)),
             Some(_) => {}
@@ -161,8 +161,21 @@ pub async fn run(args: SoakArgs) -> anyhow::Result<bool> {
         }
     }
 
+    // Every sample, warm-up included: the bound holds from the start.
+    let pipes_over: Vec<&Sample> = samples.iter().filter(|s| s.pipes > s.pipe_bound(topology::WORKERS)).collect();
+    if let Some(s) = pipes_over.first() {
+        problems.push(format!(
+            "{} pipe descriptors at {} s with {} sockets open, more than the splice cache allows ({}); {} samples over",
+            s.pipes,
+            s.at.as_secs(),
+            s.sockets,
+            s.pipe_bound(topology::WORKERS),
+            pipes_over.len()
+        ));
+    }
+    let pipes_max = samples.iter().map(|s| s.pipes).max().unwrap_or(0);
     print_failures(&healthy, &excused, start);
-    println!("\n{}", summary(&args, &rows, &windows, rss, fds, stats.as_ref().ok().map(|s| s.0.as_str()), &problems));
+    println!("\n{}", summary(&args, &rows, &windows, [rss, sockets], pipes_max, stats.as_ref().ok().map(|s| s.0.as_str()), &problems));
     drop(topo);
     if problems.is_empty() {
         if !args.keep {
@@ -189,6 +202,8 @@ fn row(at: Duration, tally: &Tally, windows: &Windows, reloads: &AtomicU64, s: S
         reloads: reloads.load(Relaxed),
         rss_kib: s.rss_kib,
         fds: s.fds,
+        sockets: s.sockets,
+        pipes: s.pipes,
     }
 }
 
@@ -329,7 +344,7 @@ fn print_failures(healthy: &[Failure], excused: &[Failure], start: Instant) {
 }
 
 /// The Markdown summary to paste into a note.
-fn summary(args: &SoakArgs, rows: &[Row], windows: &Windows, rss: Option<Growth>, fds: Option<Growth>, stats: Option<&str>, problems: &[String]) -> String {
+fn summary(args: &SoakArgs, rows: &[Row], windows: &Windows, [rss, sockets]: [Option<Growth>; 2], pipes_max: u64, stats: Option<&str>, problems: &[String]) -> String {
     let mut out = format!("## Soak, {} min, seed {}\n\n{}\n", args.minutes, args.seed, table::HEADER);
     for r in rows {
         out.push_str(&r.markdown());
@@ -343,7 +358,12 @@ fn summary(args: &SoakArgs, rows: &[Row], windows: &Windows, rss: Option<Growth>
         None => format!("{name}: not judged (no samples after warm-up)\n"),
     };
     out.push_str(&growth("RSS", rss, "KiB"));
-    out.push_str(&growth("Open descriptors", fds, ""));
+    out.push_str(&growth("Open sockets", sockets, ""));
+    out.push_str(&format!(
+        "Pipe descriptors: at most {pipes_max} (spare splice pipes are bounded at {} per runtime thread, {} threads)\n",
+        table::SPARE_PIPES,
+        topology::WORKERS
+    ));
     if let Some(s) = stats {
         out.push_str(&format!("\nFulcrum's counters at the end:\n\n{s}"));
     }

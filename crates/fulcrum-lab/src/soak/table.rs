@@ -1,16 +1,23 @@
 //! The soak's figures over time: Fulcrum's resident memory and open descriptors sampled every
 //! second, a row every 10 s, and the growth verdict after warm-up.
 //!
-//! Descriptors follow the connections in flight (two per proxied connection, one per pooled
-//! server connection), so one sample can sit several descriptors above or below the trend at any
-//! moment. A leak is a floor that rises, so each 10 s window after warm-up is judged by its lowest
-//! sample, against the highest sample of the warm-up's last 10 s: a burst of connections does not
-//! fail the run, a level that has grown by more than 10% does. Memory is judged the same way.
+//! Descriptors are sockets and pipes. Sockets follow the connections in flight, so one sample
+//! can sit several above or below the trend at any moment; a leak is a floor that rises, so each
+//! 10 s window after warm-up is judged by its lowest sample, against the highest sample of the
+//! warm-up's last 10 s: a burst of connections does not fail the run, a level that has grown by
+//! more than 10% does. Memory is judged the same way. Pipes are Fulcrum's splice buffers: it keeps
+//! up to `SPARE_PIPES` empty ones per runtime thread for reuse, a cache that grows in steps
+//! whenever more transfers than ever before hold a pipe at once, for minutes into a run. They are
+//! judged against that bound instead: spare pipes plus two per proxied connection (one per
+//! direction, and a connection has two sockets), so a pipe leak fails the run once it outgrows
+//! the cache.
 
 use std::time::Duration;
 
 /// Allowed growth after warm-up, as a fraction.
 pub const GROWTH: f64 = 0.10;
+/// Empty splice pipes Fulcrum keeps per runtime thread (`PIPES_KEPT` in its `proxy::splice`).
+pub const SPARE_PIPES: u64 = 64;
 
 /// One sample of the Fulcrum process.
 #[derive(Debug, Clone, Copy)]
@@ -18,12 +25,28 @@ pub struct Sample {
     pub at: Duration,
     pub rss_kib: u64,
     pub fds: u64,
+    pub sockets: u64,
+    /// Pipe descriptors (two per pipe).
+    pub pipes: u64,
 }
 
 impl Sample {
     pub fn of(pid: u32, at: Duration) -> Sample {
-        let fds = std::fs::read_dir(format!("/proc/{pid}/fd")).map(|d| d.count() as u64).unwrap_or(0);
-        Sample { at, rss_kib: crate::procs::Usage::of(pid).rss_kib, fds }
+        let (mut fds, mut sockets, mut pipes) = (0, 0, 0);
+        for entry in std::fs::read_dir(format!("/proc/{pid}/fd")).into_iter().flatten().flatten() {
+            fds += 1;
+            // A descriptor that closed since the listing has no link: counted, of no kind.
+            let target = std::fs::read_link(entry.path()).map(|t| t.to_string_lossy().into_owned()).unwrap_or_default();
+            sockets += u64::from(target.starts_with("socket:"));
+            pipes += u64::from(target.starts_with("pipe:"));
+        }
+        Sample { at, rss_kib: crate::procs::Usage::of(pid).rss_kib, fds, sockets, pipes }
+    }
+
+    /// The most pipe descriptors Fulcrum may hold with `workers` runtime threads: the spare ones,
+    /// and two pipes (four descriptors) per proxied connection, which holds two sockets.
+    pub fn pipe_bound(&self, workers: u64) -> u64 {
+        2 * SPARE_PIPES * workers + 2 * self.sockets
     }
 }
 
@@ -37,14 +60,16 @@ pub struct Row {
     pub reloads: u64,
     pub rss_kib: u64,
     pub fds: u64,
+    pub sockets: u64,
+    pub pipes: u64,
 }
 
-pub const HEADER: &str = "| elapsed | tcp requests | http requests | ftp sessions | errors to healthy servers | errors in chaos windows | reloads | RSS (MiB) | open fds |\n|---:|---:|---:|---:|---:|---:|---:|---:|---:|";
+pub const HEADER: &str = "| elapsed | tcp requests | http requests | ftp sessions | errors to healthy servers | errors in chaos windows | reloads | RSS (MiB) | open fds | sockets | pipe fds |\n|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|";
 
 impl Row {
     pub fn markdown(&self) -> String {
         format!(
-            "| {} s | {} | {} | {} | {} | {} | {} | {:.1} | {} |",
+            "| {} s | {} | {} | {} | {} | {} | {} | {:.1} | {} | {} | {} |",
             self.at.as_secs(),
             self.requests[0],
             self.requests[1],
@@ -53,7 +78,9 @@ impl Row {
             self.chaos_errors,
             self.reloads,
             self.rss_kib as f64 / 1024.0,
-            self.fds
+            self.fds,
+            self.sockets,
+            self.pipes
         )
     }
 }
@@ -90,7 +117,7 @@ mod tests {
     use super::*;
 
     fn samples(values: &[u64]) -> Vec<Sample> {
-        values.iter().enumerate().map(|(i, v)| Sample { at: Duration::from_secs(i as u64 + 1), rss_kib: *v, fds: *v }).collect()
+        values.iter().enumerate().map(|(i, v)| Sample { at: Duration::from_secs(i as u64 + 1), rss_kib: *v, fds: *v, sockets: *v, pipes: 0 }).collect()
     }
 
     #[test]
@@ -98,10 +125,10 @@ mod tests {
         // 10 s of warm-up at 100, then a window with one spike, then a window all at 112.
         let mut v = vec![100; 10];
         v.extend([100, 100, 300, 100, 100, 100, 100, 100, 100, 100]);
-        let burst = Growth::of(&samples(&v), Duration::from_secs(10), |s| s.fds).expect("samples");
+        let burst = Growth::of(&samples(&v), Duration::from_secs(10), |s| s.sockets).expect("samples");
         assert!(!burst.grew(), "{burst:?}");
         v.extend([112; 10]);
-        let risen = Growth::of(&samples(&v), Duration::from_secs(10), |s| s.fds).expect("samples");
+        let risen = Growth::of(&samples(&v), Duration::from_secs(10), |s| s.sockets).expect("samples");
         assert!(risen.grew() && risen.floor == 112, "{risen:?}");
     }
 

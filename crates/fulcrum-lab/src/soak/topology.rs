@@ -24,6 +24,8 @@ pub const FTP_SERVERS: [&str; 2] = ["f1", "f2"];
 pub const KILLED_FTP: &str = "f2";
 /// Servers no chaos touches: errors on them are Fulcrum's.
 pub const STABLE: [&str; 3] = ["h1", "h2", "f1"];
+/// Fulcrum's runtime threads, fixed so the bound on its spare splice pipes is known.
+pub const WORKERS: u64 = 2;
 
 /// The FTP files: name and size (pattern bytes), small to a few MiB.
 pub fn ftp_files() -> Vec<(String, u64)> {
@@ -120,7 +122,7 @@ impl Addrs {
         };
         let ftp_extra = format!("data_ports = \"{}-{}\"\n", self.data_ports, self.data_ports + DATA_PORTS - 1);
         format!(
-            "# Written by the soak; rewritten with other weights before each reload.\n[admin]\nlisten = \"{}\"\n{}{}{}",
+            "# Written by the soak; rewritten with other weights before each reload.\nworkers = {WORKERS}\n\n[admin]\nlisten = \"{}\"\n{}{}{}",
             self.admin,
             service("tcp", self.tcp, "", "http", (&self.http_servers, &HTTP_SERVERS)),
             service("http", self.http, "", "http", (&self.http_servers, &HTTP_SERVERS)),
