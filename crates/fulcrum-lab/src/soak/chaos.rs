@@ -64,3 +64,34 @@ pub fn signal(pid: u32, signal: &str) -> anyhow::Result<()> {
     anyhow::ensure!(status.success(), "kill -{signal} {pid} failed ({status})");
     Ok(())
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_window_excuses_its_own_server_and_unknown_ones_but_never_a_stable_server() {
+        let windows = Windows::default();
+        let before = Instant::now();
+        std::thread::sleep(Duration::from_millis(5));
+        let w = windows.open("h3", "killed");
+        let during = Instant::now();
+        windows.close(w);
+        assert!(windows.excuses(Some("h3"), during, during));
+        assert!(windows.excuses(None, during, during));
+        assert!(!windows.excuses(Some("h1"), during, during), "a failure on a stable server is never excused");
+        assert!(!windows.excuses(None, before, before), "a failure that ended before the kill is not its doing");
+        // Closed SETTLE after the server came back: later failures are not excused.
+        let after = Instant::now() + SETTLE + Duration::from_millis(10);
+        assert!(!windows.excuses(None, after, after));
+    }
+
+    #[test]
+    fn an_open_window_excuses_failures_up_to_now() {
+        let windows = Windows::default();
+        windows.open("h4", "stopped");
+        let now = Instant::now();
+        assert!(windows.excuses(Some("h4"), now, now));
+        assert_eq!(windows.all().len(), 1);
+    }
+}

@@ -27,9 +27,10 @@
 //! clients refused by any service.
 //!
 //! # Growth
-//! RSS (`VmRSS`) and open descriptors (`/proc/PID/fd`) of the Fulcrum process: after warm-up
-//! (a third of the run, 20 to 60 s) neither may grow more than 10% (see `table` for how a sample
-//! burst is told from growth).
+//! RSS (`VmRSS`) and open sockets (`/proc/PID/fd`) of the Fulcrum process: after warm-up (a
+//! third of the run, 20 to 60 s) neither may grow more than 10%; pipe descriptors (splice
+//! buffers, a bounded cache) may never exceed that cache's bound. `table` says how a burst of
+//! samples is told from growth, and why pipes are judged apart.
 
 mod chaos;
 mod load;
