@@ -66,9 +66,9 @@ pub struct SoakArgs {
 pub async fn run(args: SoakArgs) -> anyhow::Result<bool> {
     anyhow::ensure!(args.minutes > 0.0 && args.minutes <= 7.0 * 24.0 * 60.0, "--minutes must be more than 0 and at most a week, not {}", args.minutes);
     let total = Duration::from_secs_f64(args.minutes * 60.0);
-    // Fulcrum's RSS climbs for its first 3 to 4 minutes under this load, then holds (8-minute
-    // run: 12.9 MiB at 60 s, 15.0-15.6 MiB from 200 s to 480 s): a long run's warm-up covers that,
-    // a short run's cannot and says so.
+    // Caches fill for minutes (spare pipes, idle server connections, the allocator's pools; with
+    // glibc's malloc Fulcrum's RSS climbed for 3 to 4 minutes under this load, 12.9 MiB at 60 s to
+    // 15.0-15.6 MiB from 200 s on): a long run's warm-up covers that and still judges most of it.
     let warmup = (total / 3).clamp(Duration::from_secs(20), Duration::from_secs(300)).min(total);
     let dir = std::env::temp_dir().join(format!("fulcrum-soak-{}", std::process::id()));
     std::fs::create_dir_all(&dir).with_context(|| format!("cannot create {}", dir.display()))?;
