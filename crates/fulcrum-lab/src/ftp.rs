@@ -32,7 +32,7 @@ pub struct FtpRun {
 
 /// Runs the FTP half; an `Err` says why it could not run (a missing tool, say).
 pub async fn run(ctx: &Ctx) -> anyhow::Result<Vec<FtpRun>> {
-    let vsftpd = ["/usr/sbin/vsftpd", "/usr/bin/vsftpd"].into_iter().find(|p| Path::new(p).exists()).context("vsftpd is not installed (apt-get install vsftpd)")?;
+    let vsftpd = vsftpd_bin()?;
     Command::new("curl").arg("--version").stdout(Stdio::null()).status().context("curl is not installed")?;
     let sizes: &[u64] = if ctx.quick { &[1 << 10, 5 << 10, 20 << 10, 100 << 10, 300 << 10, 1 << 20, 40 << 10, 3 << 10, 60 << 10, 200 << 10] } else { &[1 << 10, 5 << 10, 20 << 10, 100 << 10, 300 << 10, 1 << 20, 2 << 20, 4 << 20, 8 << 20, 16 << 20] };
     let files = ctx.work.join("ftp-files");
@@ -40,7 +40,7 @@ pub async fn run(ctx: &Ctx) -> anyhow::Result<Vec<FtpRun>> {
     let sessions_per_client = if ctx.quick { 2 } else { 6 };
     let mut runs = Vec::new();
     for (k, algorithm) in ALGORITHMS.iter().enumerate() {
-        let servers: Vec<Vsftpd> = (1..=SERVERS).map(|i| Vsftpd::start(vsftpd, &ctx.work.join(format!("vsftpd-{algorithm}-{i}")), &format!("ftp{i}"), &files)).collect::<anyhow::Result<_>>()?;
+        let servers: Vec<Vsftpd> = (1..=SERVERS).map(|i| Vsftpd::start(vsftpd, &ctx.work.join(format!("vsftpd-{algorithm}-{i}")), &format!("ftp{i}"), &files, free_addr()?)).collect::<anyhow::Result<_>>()?;
         let addrs: Vec<_> = servers.iter().map(|s| (s.addr, 1)).collect();
         let ports = format!("data_ports = \"{}-{}\"\n", 46000 + k * 200, 46199 + k * 200);
         let f = Fulcrum::start(&ctx.work, &format!("ftp-{algorithm}"), &service_toml("ftp", algorithm, &addrs, &ports))?;
@@ -106,14 +106,23 @@ async fn session(source: std::net::IpAddr, vip: SocketAddr, sizes: &[u64]) -> an
     Ok(secs)
 }
 
-/// One vsftpd serving `files` anonymously under `pub/`.
-struct Vsftpd {
-    addr: SocketAddr,
-    _proc: Proc,
+/// The vsftpd binary, or why there is none.
+pub fn vsftpd_bin() -> anyhow::Result<&'static str> {
+    ["/usr/sbin/vsftpd", "/usr/bin/vsftpd"].into_iter().find(|p| Path::new(p).exists()).context("vsftpd is not installed (apt-get install vsftpd)")
+}
+
+/// One vsftpd serving `files` anonymously under `pub/`; it can be killed and started again on
+/// the same address (the soak does).
+pub struct Vsftpd {
+    pub addr: SocketAddr,
+    pub name: String,
+    bin: String,
+    conf: PathBuf,
+    proc: Option<Proc>,
 }
 
 impl Vsftpd {
-    fn start(bin: &str, dir: &Path, name: &str, files: &Path) -> anyhow::Result<Vsftpd> {
+    pub fn start(bin: &str, dir: &Path, name: &str, files: &Path, addr: SocketAddr) -> anyhow::Result<Vsftpd> {
         use std::os::unix::fs::PermissionsExt;
         let root = dir.join("root");
         let empty = dir.join("empty");
@@ -128,7 +137,6 @@ impl Vsftpd {
         // vsftpd refuses an anonymous root its user can write to.
         std::fs::set_permissions(&root, std::fs::Permissions::from_mode(0o555))?;
         std::fs::set_permissions(&empty, std::fs::Permissions::from_mode(0o555))?;
-        let addr = free_addr()?;
         let conf = dir.join("vsftpd.conf");
         std::fs::write(
             &conf,
@@ -141,16 +149,33 @@ impl Vsftpd {
                 empty.display()
             ),
         )?;
-        let child = Command::new(bin).arg(&conf).stdin(Stdio::null()).stdout(Stdio::null()).stderr(Stdio::null()).spawn().context("cannot start vsftpd")?;
-        let proc = Proc { name: name.to_string(), child };
+        let mut v = Vsftpd { addr, name: name.to_string(), bin: bin.to_string(), conf, proc: None };
+        v.restart()?;
+        Ok(v)
+    }
+
+    /// Starts vsftpd again (after `kill`) and waits until it listens.
+    pub fn restart(&mut self) -> anyhow::Result<()> {
+        let child = Command::new(&self.bin).arg(&self.conf).stdin(Stdio::null()).stdout(Stdio::null()).stderr(Stdio::null()).spawn().context("cannot start vsftpd")?;
+        let mut proc = Proc { name: self.name.clone(), child };
         let deadline = Instant::now() + Duration::from_secs(10);
-        while std::net::TcpStream::connect(addr).is_err() {
+        while std::net::TcpStream::connect(self.addr).is_err() {
+            if let Ok(Some(status)) = proc.child.try_wait() {
+                bail!("vsftpd {} exited ({status}) before listening on {}", self.name, self.addr);
+            }
             if Instant::now() > deadline {
-                bail!("vsftpd {name} did not listen on {addr} within 10 s (it needs root to run as its ftp user)");
+                bail!("vsftpd {} did not listen on {} within 10 s (it needs root to run as its ftp user)", self.name, self.addr);
             }
             std::thread::sleep(Duration::from_millis(20));
         }
-        Ok(Vsftpd { addr, _proc: proc })
+        self.proc = Some(proc);
+        Ok(())
+    }
+
+    /// Kills the listening process (SIGKILL) and reaps it; sessions in progress are left to
+    /// their own processes, as when a real vsftpd's master dies.
+    pub fn kill(&mut self) {
+        self.proc = None;
     }
 }
 

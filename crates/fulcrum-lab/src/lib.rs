@@ -6,6 +6,8 @@
 //! Scenarios: `java-slb` (algorithm comparison with 10 clients browsing a site on 4 servers),
 //! `passive` (a degraded server under Poisson load), `haproxy` (10,000 POSTs in HTTP mode) and
 //! `scaling` (1 to 4 servers at low and high concurrency); `compare` sets two runs side by side.
+//! `soak` is not an experiment but a long mixed-load run under chaos that fails when Fulcrum errs
+//! towards a healthy server or grows (`scripts/soak`).
 
 mod client;
 mod ftp;
@@ -17,6 +19,7 @@ mod procs;
 mod report;
 mod scaling;
 mod site;
+mod soak;
 
 use std::path::PathBuf;
 use std::time::Duration;
@@ -47,6 +50,10 @@ pub enum LabCommand {
     Scaling(RunArgs),
     /// Two result folders side by side (figures of B over A).
     Compare { a: PathBuf, b: PathBuf },
+    /// Mixed TCP, HTTP and FTP load for --minutes while real servers are killed and stopped and
+    /// the config reloads; a row every 10 s and a Markdown summary; fails on an error to a
+    /// healthy server or on memory or descriptor growth after warm-up.
+    Soak(soak::SoakArgs),
 }
 
 /// Options every scenario takes.
@@ -70,6 +77,7 @@ pub async fn run(args: LabArgs) -> anyhow::Result<bool> {
             print!("{}", compare(&a, &b)?);
             return Ok(true);
         }
+        LabCommand::Soak(args) => return soak::run(args).await,
         LabCommand::JavaSlb(r) => ("java-slb", r),
         LabCommand::Passive(r) => ("passive", r),
         LabCommand::Haproxy(r) => ("haproxy", r),

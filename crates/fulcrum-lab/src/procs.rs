@@ -42,8 +42,15 @@ pub struct Backend {
 
 impl Backend {
     pub fn start(name: &str, extra: &[String]) -> anyhow::Result<Backend> {
+        Self::start_on(name, SocketAddr::from(([127, 0, 0, 1], 0)), extra)
+    }
+
+    /// The same on a given address (the soak restarts a killed server where it was).
+    pub fn start_on(name: &str, listen: SocketAddr, extra: &[String]) -> anyhow::Result<Backend> {
         let mut child = Command::new(exe()?)
-            .args(["--log", "warn", "backend", "--listen", "127.0.0.1:0", "--name", name])
+            .args(["--log", "warn", "backend", "--listen"])
+            .arg(listen.to_string())
+            .args(["--name", name])
             .args(extra)
             .stdin(Stdio::null())
             .stdout(Stdio::piped())
@@ -65,7 +72,6 @@ pub struct Fulcrum {
     pub listen: SocketAddr,
     pub admin: SocketAddr,
     pub proc: Proc,
-    log: PathBuf,
 }
 
 impl Fulcrum {
@@ -90,38 +96,43 @@ impl Fulcrum {
         let path = dir.join(format!("fulcrum-{tag}.toml"));
         std::fs::write(&path, config).with_context(|| format!("cannot write {}", path.display()))?;
         let log = dir.join(format!("fulcrum-{tag}.log"));
-        let log_file = std::fs::File::create(&log).with_context(|| format!("cannot create {}", log.display()))?;
-        let child = Command::new(exe()?)
-            .args(["--log", "warn", "run"])
-            .arg(&path)
-            .env_remove("RUST_LOG")
-            .stdin(Stdio::null())
-            .stdout(Stdio::null())
-            .stderr(log_file)
-            .spawn()
-            .context("cannot start fulcrum")?;
-        let mut f = Fulcrum { listen, admin, proc: Proc { name: "fulcrum".into(), child }, log };
-        let deadline = Instant::now() + Duration::from_secs(15);
-        while !(accepts(listen) && accepts(admin)) {
-            if let Ok(Some(status)) = f.proc.child.try_wait() {
-                bail!("fulcrum exited ({status}) before listening:\n{}", f.log_text());
-            }
-            if Instant::now() > deadline {
-                bail!("fulcrum did not listen on {listen} within 15 s:\n{}", f.log_text());
-            }
-            std::thread::sleep(Duration::from_millis(20));
-        }
-        Ok(f)
+        let proc = run_fulcrum(&path, &log, &[listen, admin])?;
+        Ok(Fulcrum { listen, admin, proc })
     }
 
-    pub fn log_text(&self) -> String {
-        std::fs::read_to_string(&self.log).unwrap_or_default()
+}
+
+/// Runs `fulcrum run CONFIG` with its log in `log` and waits until every address of `ready`
+/// accepts; the error carries the log when Fulcrum exits or does not listen within 15 s.
+pub fn run_fulcrum(config: &Path, log: &Path, ready: &[SocketAddr]) -> anyhow::Result<Proc> {
+    let log_file = std::fs::File::create(log).with_context(|| format!("cannot create {}", log.display()))?;
+    let child = Command::new(exe()?)
+        .args(["--log", "warn", "run"])
+        .arg(config)
+        .env_remove("RUST_LOG")
+        .stdin(Stdio::null())
+        .stdout(Stdio::null())
+        .stderr(log_file)
+        .spawn()
+        .context("cannot start fulcrum")?;
+    let mut proc = Proc { name: "fulcrum".into(), child };
+    let log_text = || std::fs::read_to_string(log).unwrap_or_default();
+    let deadline = Instant::now() + Duration::from_secs(15);
+    while !ready.iter().all(|a| accepts(*a)) {
+        if let Ok(Some(status)) = proc.child.try_wait() {
+            bail!("fulcrum exited ({status}) before listening:\n{}", log_text());
+        }
+        if Instant::now() > deadline {
+            bail!("fulcrum did not listen on {ready:?} within 15 s:\n{}", log_text());
+        }
+        std::thread::sleep(Duration::from_millis(20));
     }
+    Ok(proc)
 }
 
 /// The `fulcrum` binary every child runs: the one that started the lab (`FULCRUM_EXE`, set by
 /// `fulcrum lab`), else the one beside the lab's own executable.
-fn exe() -> anyhow::Result<PathBuf> {
+pub fn exe() -> anyhow::Result<PathBuf> {
     if let Some(exe) = std::env::var_os("FULCRUM_EXE") {
         return Ok(PathBuf::from(exe));
     }
@@ -131,7 +142,7 @@ fn exe() -> anyhow::Result<PathBuf> {
     Ok(exe)
 }
 
-fn accepts(addr: SocketAddr) -> bool {
+pub fn accepts(addr: SocketAddr) -> bool {
     TcpStream::connect_timeout(&addr, Duration::from_millis(200)).is_ok()
 }
 
