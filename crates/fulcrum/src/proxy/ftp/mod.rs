@@ -7,7 +7,7 @@
 //! Fulcrum's on the server side, whose connection from the server Fulcrum forwards to the client.
 //! `AUTH` (FTPS) is refused: encrypted replies cannot be rewritten.
 
-mod command;
+pub(crate) mod command;
 mod data;
 
 use std::io;
