@@ -242,3 +242,54 @@ fn accept_now(listener: &TcpListener) -> io::Result<(TcpStream, SocketAddr)> {
     socket.set_nonblocking(true)?;
     Ok((TcpStream::from_std(socket.into())?, from))
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// Connects from each source address to a port, claims it, and returns the answer and whether
+    /// the port handed a connection over.
+    async fn claim_after(sources: &[&str]) -> (Claim, bool) {
+        let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let addr = listener.local_addr().unwrap();
+        let gate = Gate { name: "t", port: addr.port(), allowed: addr.ip() };
+        let mut conns = Vec::new();
+        for s in sources {
+            let socket = tokio::net::TcpSocket::new_v4().unwrap();
+            socket.bind(SocketAddr::new(s.parse().unwrap(), 0)).unwrap();
+            conns.push(socket.connect(addr).await.unwrap());
+        }
+        let (claim, claimed) = oneshot::channel();
+        let (reply, answer) = oneshot::channel();
+        claim.send(reply).unwrap();
+        let got = gate.wait(&listener, Some(claimed), &CancellationToken::new()).await;
+        (answer.await.unwrap(), got.is_some())
+    }
+
+    #[tokio::test]
+    async fn the_one_connection_from_the_clients_address_is_taken_at_the_claim() {
+        assert_eq!(claim_after(&["127.0.0.1"]).await, (Claim::Taken, true));
+        assert_eq!(claim_after(&["127.0.0.2", "127.0.0.1"]).await, (Claim::Taken, true), "another address does not count");
+    }
+
+    #[tokio::test]
+    async fn two_connections_from_the_clients_address_contest_the_port_and_neither_is_used() {
+        assert_eq!(claim_after(&["127.0.0.1", "127.0.0.1"]).await, (Claim::Contested, false));
+    }
+
+    #[tokio::test]
+    async fn a_claim_before_any_connection_takes_the_first_that_comes() {
+        let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let addr = listener.local_addr().unwrap();
+        let (claim, claimed) = oneshot::channel();
+        let (reply, answer) = oneshot::channel();
+        claim.send(reply).unwrap();
+        let waiting = tokio::spawn(async move {
+            let gate = Gate { name: "t", port: addr.port(), allowed: addr.ip() };
+            gate.wait(&listener, Some(claimed), &CancellationToken::new()).await.is_some()
+        });
+        assert_eq!(answer.await.unwrap(), Claim::Waiting);
+        let _client = TcpStream::connect(addr).await.unwrap();
+        assert!(waiting.await.unwrap());
+    }
+}
