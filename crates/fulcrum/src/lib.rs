@@ -31,6 +31,8 @@
 //! - [`demo`]: the embedded default: four real servers of the `realserver` crate, a service
 //!   over them, light traffic and the dashboard.
 //! - [`cli`]: the subcommands; `fulcrum lab` runs the `fulcrum-lab` binary of this workspace.
+//! - `fuzzing` (hidden): one entry point per fuzz target of `fuzz/`, shared with the test that
+//!   replays their corpora.
 //!
 //! Beside this crate in the workspace: `crates/realserver` (the real server of the tests, the
 //! demo and the lab) and `crates/fulcrum-lab` (the papers' experiments, with reports and plots).
@@ -43,6 +45,8 @@ pub mod cli;
 pub mod config;
 pub mod demo;
 pub mod error;
+#[doc(hidden)]
+pub mod fuzzing;
 pub mod health;
 pub mod live;
 pub mod proxy;

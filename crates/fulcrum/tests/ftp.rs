@@ -319,6 +319,45 @@ fn bounce_theft_ftps_and_port_exhaustion_are_refused() {
 }
 
 #[test]
+fn a_data_port_taken_from_the_owners_own_address_carries_nothing() {
+    let files = make_files();
+    let server = Vsftpd::start("same-address", &files);
+    let f = Fulcrum::start(&ftp_config(&[&server], &data_ports(21700, 10)));
+    f.wait_all_up();
+    let vip = f.listen;
+    let owner: IpAddr = "127.0.0.11".parse().unwrap();
+
+    // Another program at the owner's address (a second session behind the same NAT) connects to
+    // the owner's data port before the owner does; then the owner connects and asks for a file.
+    let mut a = Control::open("127.0.0.11", vip);
+    let (r, port) = a.pasv();
+    let port = port.unwrap_or_else(|| panic!("PASV: {r}"));
+    let mut thief = connect_from(Some(owner), SocketAddr::new(vip.ip(), port)).unwrap();
+    thief.set_read_timeout(Some(Duration::from_secs(5))).unwrap();
+    // The owner's connect may be refused or reset: only what the thief reads matters here.
+    let _owner_data = connect_from(Some(owner), SocketAddr::new(vip.ip(), port));
+    let r = a.cmd("RETR pub/file2.bin");
+    assert!(r.starts_with("425"), "a contested port must not carry the transfer: {r}");
+    let mut stolen = Vec::new();
+    let _ = std::io::Read::read_to_end(&mut thief, &mut stolen);
+    assert!(stolen.is_empty(), "the other connection from the owner's address got {} bytes", stolen.len());
+    f.wait_log("more than one connection came from the client's address");
+
+    // The session goes on: a new port, taken by the owner alone, carries the file.
+    let (r, port) = a.pasv();
+    let port = port.unwrap_or_else(|| panic!("PASV: {r}"));
+    let mut data = connect_from(Some(owner), SocketAddr::new(vip.ip(), port)).unwrap();
+    let r = a.cmd("RETR pub/file2.bin");
+    assert!(r.starts_with("150"), "{r}");
+    let mut got = Vec::new();
+    std::io::Read::read_to_end(&mut data, &mut got).unwrap();
+    assert_eq!(got, std::fs::read(files.join("file2.bin")).unwrap());
+    assert!(a.read_reply().starts_with("226"));
+    // Once taken, the port is closed to everyone, the owner's address included.
+    assert!(connect_from(Some(owner), SocketAddr::new(vip.ip(), port)).is_err(), "a claimed port still accepts");
+}
+
+#[test]
 fn the_ftp_check_takes_a_stopped_server_out() {
     let files = make_files();
     let one = Vsftpd::start("up", &files);

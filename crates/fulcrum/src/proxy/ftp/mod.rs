@@ -5,9 +5,11 @@
 //! forwards to the port the server announced, on the same server. Active mode: the client's
 //! `PORT`/`EPRT` is checked to name the client itself (no FTP bounce) and rewritten to a port of
 //! Fulcrum's on the server side, whose connection from the server Fulcrum forwards to the client.
+//! A passive port is claimed by the session when it relays the client's transfer command (`data`
+//! says why), so a transfer command can be answered here instead of reaching the server.
 //! `AUTH` (FTPS) is refused: encrypted replies cannot be rewritten.
 
-mod command;
+pub(crate) mod command;
 mod data;
 
 use std::io;
@@ -20,11 +22,12 @@ use bytes::BytesMut;
 use tokio::io::{AsyncRead, AsyncReadExt, AsyncWriteExt};
 use tokio::net::TcpStream;
 use tokio::net::tcp::OwnedWriteHalf;
+use tokio::sync::oneshot;
 use tokio_util::sync::{CancellationToken, DropGuard};
 use tracing::{debug, warn};
 
 use command::Eprt;
-use data::{Direction, Transfer};
+use data::{Claim, ClaimRequest, Direction, Transfer};
 use crate::config::PortRange;
 use crate::live::{ServerEntry, Service};
 use crate::shutdown::Shutdown;
@@ -89,6 +92,17 @@ pub async fn serve(client: TcpStream, server: TcpStream, s: Session) -> io::Resu
     }
 }
 
+/// The session's hold on its newest data port: dropping it releases the port; a passive port is
+/// claimed through `claim` when the client's transfer command goes by.
+struct Pending {
+    _release: DropGuard,
+    claim: Option<oneshot::Sender<ClaimRequest>>,
+}
+
+/// The commands that use the data connection (RFC 959, RFC 3659): a passive port is claimed when
+/// one of them is relayed, since a client has connected by then.
+const TRANSFER_COMMANDS: [&str; 7] = ["RETR", "STOR", "STOU", "APPE", "LIST", "NLST", "MLSD"];
+
 struct Relay {
     s: Session,
     range: PortRange,
@@ -97,7 +111,7 @@ struct Relay {
     /// Fulcrum's address towards the server (where active-mode ports open).
     server_local: IpAddr,
     /// The newest opened port still waiting; a newer one releases it.
-    pending: Option<DropGuard>,
+    pending: Option<Pending>,
     active: Arc<AtomicUsize>,
     session: CancellationToken,
 }
@@ -136,8 +150,27 @@ impl Relay {
                 };
                 send(server, rewritten.as_bytes()).await
             }
+            v if TRANSFER_COMMANDS.contains(&v) => {
+                if self.claim().await == Some(Claim::Contested) {
+                    return reply(client, "425 Can't open data connection: another connection from your address came to the data port, so it is closed and nothing was sent. Send PASV again.").await;
+                }
+                send(server, line).await
+            }
             _ => send(server, line).await,
         }
+    }
+
+    /// Claims the pending passive port, if any; `None` when there is none to claim (active mode,
+    /// claimed already, released).
+    async fn claim(&mut self) -> Option<Claim> {
+        let claim = self.pending.as_mut()?.claim.take()?;
+        let (tx, rx) = oneshot::channel();
+        claim.send(tx).ok()?;
+        let answer = rx.await.ok()?;
+        if answer == Claim::Contested {
+            self.pending = None;
+        }
+        Some(answer)
     }
 
     async fn server_line(&mut self, line: &[u8], client: &mut OwnedWriteHalf) -> io::Result<()> {
@@ -175,7 +208,14 @@ impl Relay {
         };
         let port = listener.local_addr().ok()?.port();
         let stop_waiting = self.session.child_token();
-        self.pending = Some(stop_waiting.clone().drop_guard());
+        let (claim, claimed) = match direction {
+            Direction::Passive => {
+                let (tx, rx) = oneshot::channel();
+                (Some(tx), Some(rx))
+            }
+            Direction::Active => (None, None),
+        };
+        self.pending = Some(Pending { _release: stop_waiting.clone().drop_guard(), claim });
         debug!(service = %svc.config().name, client = %self.s.peer, port, ?direction, %connect_to, "data port opened");
         let transfer = Transfer {
             listener,
@@ -188,6 +228,7 @@ impl Relay {
             terminate: self.s.terminate.clone(),
             shutdown: self.s.shutdown.clone(),
             active: self.active.clone(),
+            claim: claimed,
         };
         self.s.shutdown.tasks().spawn(transfer.run());
         Some(port)

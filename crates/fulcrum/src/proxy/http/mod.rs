@@ -8,7 +8,7 @@
 mod access;
 mod affinity;
 mod body;
-mod guard;
+pub(crate) mod guard;
 mod headers;
 mod idle;
 mod replay;
