@@ -1,42 +1,118 @@
 //! The one body type of HTTP mode, both ways: a client's request body on its way to a server
-//! (with the first chunk possibly read ahead), a server's response on its way to a client (which
-//! gives its lent connection back when it ends, holds the request's place on the server until
-//! then, and writes the access-log line when dropped), or a short text Fulcrum answers itself. An enum rather than a boxed trait object: no allocation per
-//! request for the body.
+//! (its front read ahead), a server's response on its way to a client (which gives its lent
+//! connection back when it ends, holds the request's place on the server until then, and writes
+//! the access-log line when dropped), or a short text Fulcrum answers itself. An enum rather than
+//! a boxed trait object: no allocation per request for the body.
+//!
+//! Read-ahead: before any server is contacted, a request body is read up to [`READ_AHEAD`]
+//! bytes (within `head_timeout`), so a short body that is malformed, or whose client goes away,
+//! is refused with one 400 and never reaches a server; and a body read whole can be sent again
+//! when a reused connection fails under it (`replay.rs`).
+//!
+//! Blame: a request body that fails later, as it streams (the guard stopped bad bytes, or the
+//! client went away), is the client's fault. The body records it in its [`ClientFault`], so a
+//! failed send or a broken response caused by it is never counted against the server.
 
+use std::collections::VecDeque;
 use std::pin::Pin;
-use std::sync::Arc;
+use std::sync::{Arc, OnceLock};
 use std::sync::atomic::{AtomicU64, Ordering::Relaxed};
 use std::task::{Context, Poll};
 
 use bytes::Bytes;
 use hyper::body::{Body, Frame, Incoming, SizeHint};
-
 use hyper::client::conn::http1::SendRequest;
 
 use super::access::Record;
 use super::idle::Lent;
 use crate::proxy::dispatch::Place;
 
+/// How much of a request body is read before a server is contacted: enough for the forms and
+/// API calls most requests carry, small enough that holding it per request costs little.
+pub const READ_AHEAD: usize = 64 * 1024;
+
 pub enum ProxyBody {
     Empty,
     Text(Option<Bytes>),
-    /// A client's body, counted into `bytes`, with a frame already read in front of it.
-    Request { first: Option<Frame<Bytes>>, rest: Incoming, bytes: Arc<AtomicU64> },
+    /// A client's body, counted into `bytes` as it goes: the frames read ahead, then the rest
+    /// (none when the body ended within the read-ahead).
+    Request { ahead: VecDeque<Frame<Bytes>>, rest: Option<Incoming>, bytes: Arc<AtomicU64>, fault: ClientFault },
     /// A server's response body; `place` holds the request's place on the server until the
     /// body has gone out.
     Response {
         body: Incoming,
         lent: Option<Lent<SendRequest<ProxyBody>>>,
         record: Option<Box<Record>>,
-        #[allow(dead_code, reason = "held for its Drop")]
+        /// The request's place on the server: held for its Drop, and names the server a
+        /// broken response is counted against.
         place: Option<Place>,
+        /// The request body's fault, if it fails: then a broken response is not the server's.
+        fault: ClientFault,
     },
+}
+
+/// Set when a client's request body failed on its way to a server (bad bytes the guard stopped,
+/// or the client went away), with the reason; shared by the request body, the send and the
+/// response, so that each can tell the client's failure from the server's.
+#[derive(Debug, Default, Clone)]
+pub struct ClientFault(Arc<OnceLock<String>>);
+
+impl ClientFault {
+    pub fn get(&self) -> Option<&str> {
+        self.0.get().map(String::as_str)
+    }
+    fn set(&self, why: String) {
+        let _ = self.0.set(why);
+    }
+}
+
+/// Reads `incoming` until it ends or at least `bound` bytes are in hand. An error is the
+/// client's (its bytes were bad or it went away): the caller answers it, no server is involved.
+pub async fn read_ahead(mut incoming: Incoming, bound: usize) -> Result<(VecDeque<Frame<Bytes>>, Option<Incoming>), hyper::Error> {
+    let mut ahead = VecDeque::new();
+    let mut held = 0;
+    while held < bound {
+        match std::future::poll_fn(|cx| Pin::new(&mut incoming).poll_frame(cx)).await {
+            Some(Ok(frame)) => {
+                held += frame.data_ref().map_or(0, Bytes::len);
+                ahead.push_back(frame);
+            }
+            Some(Err(e)) => return Err(e),
+            None => return Ok((ahead, None)),
+        }
+    }
+    let rest = (!incoming.is_end_stream()).then_some(incoming);
+    Ok((ahead, rest))
 }
 
 impl ProxyBody {
     pub fn text(text: impl Into<Bytes>) -> Self {
         ProxyBody::Text(Some(text.into()))
+    }
+
+    /// The fault of a client's body, to look at after a failed send.
+    pub fn fault(&self) -> Option<ClientFault> {
+        match self {
+            ProxyBody::Request { fault, .. } => Some(fault.clone()),
+            _ => None,
+        }
+    }
+
+    /// A copy to send again, for a body wholly in hand (none, or read whole ahead).
+    pub fn replica(&self) -> Option<ProxyBody> {
+        match self {
+            ProxyBody::Empty => Some(ProxyBody::Empty),
+            ProxyBody::Request { ahead, rest: None, bytes, fault } => {
+                let copy = |f: &Frame<Bytes>| match (f.data_ref(), f.trailers_ref()) {
+                    (Some(d), _) => Some(Frame::data(d.clone())),
+                    (_, Some(t)) => Some(Frame::trailers(t.clone())),
+                    _ => None,
+                };
+                let ahead = ahead.iter().map(copy).collect::<Option<VecDeque<_>>>()?;
+                Some(ProxyBody::Request { ahead, rest: None, bytes: bytes.clone(), fault: fault.clone() })
+            }
+            _ => None,
+        }
     }
 }
 
@@ -48,20 +124,27 @@ impl Body for ProxyBody {
         match self.get_mut() {
             ProxyBody::Empty => Poll::Ready(None),
             ProxyBody::Text(t) => Poll::Ready(t.take().map(|b| Ok(Frame::data(b)))),
-            ProxyBody::Request { first, rest, bytes } => {
-                let frame = match first.take() {
-                    Some(f) => Some(Ok(f)),
-                    None => match Pin::new(rest).poll_frame(cx) {
+            ProxyBody::Request { ahead, rest, bytes, fault } => {
+                let frame = match (ahead.pop_front(), rest) {
+                    (Some(f), _) => Some(Ok(f)),
+                    (None, Some(rest)) => match Pin::new(rest).poll_frame(cx) {
                         Poll::Ready(f) => f,
                         Poll::Pending => return Poll::Pending,
                     },
+                    (None, None) => None,
                 };
-                if let Some(Ok(Some(d))) = frame.as_ref().map(|f| f.as_ref().map(|f| f.data_ref())) {
-                    bytes.fetch_add(d.len() as u64, Relaxed);
+                match &frame {
+                    Some(Ok(f)) => {
+                        if let Some(d) = f.data_ref() {
+                            bytes.fetch_add(d.len() as u64, Relaxed);
+                        }
+                    }
+                    Some(Err(e)) => fault.set(format!("the client's request body failed: {e}")),
+                    None => {}
                 }
                 Poll::Ready(frame)
             }
-            ProxyBody::Response { body, lent, record, .. } => {
+            ProxyBody::Response { body, lent, record, place, fault } => {
                 let polled = Pin::new(&mut *body).poll_frame(cx);
                 match &polled {
                     Poll::Ready(Some(Ok(f))) => {
@@ -69,9 +152,10 @@ impl Body for ProxyBody {
                             r.bytes_out += d.len() as u64;
                         }
                     }
-                    Poll::Ready(Some(Err(_))) => {
+                    Poll::Ready(Some(Err(e))) => {
                         // A broken response: its connection is not reused.
                         lent.take();
+                        broken_response(place.as_ref(), fault, e);
                     }
                     Poll::Ready(None) => {
                         if let Some(p) = lent.take() {
@@ -94,7 +178,7 @@ impl Body for ProxyBody {
         match self {
             ProxyBody::Empty => true,
             ProxyBody::Text(t) => t.is_none(),
-            ProxyBody::Request { first, rest, .. } => first.is_none() && rest.is_end_stream(),
+            ProxyBody::Request { ahead, rest, .. } => ahead.is_empty() && rest.as_ref().is_none_or(Body::is_end_stream),
             ProxyBody::Response { body, .. } => body.is_end_stream(),
         }
     }
@@ -103,9 +187,35 @@ impl Body for ProxyBody {
         match self {
             ProxyBody::Empty => SizeHint::with_exact(0),
             ProxyBody::Text(t) => SizeHint::with_exact(t.as_ref().map_or(0, |b| b.len() as u64)),
-            ProxyBody::Request { first: None, rest, .. } => rest.size_hint(),
-            ProxyBody::Request { .. } => SizeHint::default(),
+            ProxyBody::Request { ahead, rest, .. } => {
+                let held: u64 = ahead.iter().filter_map(|f| f.data_ref()).map(|d| d.len() as u64).sum();
+                let trailers = ahead.iter().any(Frame::is_trailers);
+                match rest.as_ref().map(Body::size_hint) {
+                    // Whole in hand: the server gets a Content-Length (unless trailers need chunks).
+                    None if !trailers => SizeHint::with_exact(held),
+                    Some(h) if h.exact().is_some() => SizeHint::with_exact(held + h.lower()),
+                    _ => {
+                        let mut h = SizeHint::new();
+                        h.set_lower(held);
+                        h
+                    }
+                }
+            }
             ProxyBody::Response { body, .. } => body.size_hint(),
+        }
+    }
+}
+
+/// A server's response that broke mid-body is a transfer error of that server, unless the
+/// client's request body failed first and took the connection down with it.
+fn broken_response(place: Option<&Place>, fault: &ClientFault, e: &hyper::Error) {
+    let Some(place) = place else { return };
+    let server = place.entry().addr;
+    match fault.get() {
+        Some(why) => tracing::debug!(%server, "response cut short by the client: {why}"),
+        None => {
+            place.entry().state.counters.transfer_errors.fetch_add(1, Relaxed);
+            tracing::warn!(%server, "the server broke its response: {e}");
         }
     }
 }

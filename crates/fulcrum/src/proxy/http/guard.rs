@@ -3,7 +3,13 @@
 //! it has checked it. A head with both Content-Length and Transfer-Encoding, Content-Lengths that
 //! differ, a Transfer-Encoding other than chunked, obsolete line folding, a bare CR or LF, or an
 //! invalid chunk size never reaches hyper, so it never reaches a server: hyper sees the stream end
-//! there, and the client gets a 400 with the reason once hyper has finished what came before.
+//! there, and the client gets one 400 with the reason. Who writes it depends on where the
+//! violation is: in a head, hyper never saw that request, so the guard writes the 400 once hyper
+//! has finished what came before; in a body, hyper's request handler is running and answers it
+//! (it reads the verdict), so the guard writes nothing and a client never gets two answers.
+//!
+//! A CONNECT head is released to hyper (whose handler refuses it: Fulcrum does not tunnel) and
+//! nothing after it is read: those bytes are neither HTTP nor forwarded.
 //!
 //! hyper alone would accept some of these (it drops Content-Length when Transfer-Encoding is
 //! present, which is safe for us but still forwards a request a strict server would refuse), and
@@ -29,8 +35,10 @@ enum At {
     /// The CRLF after a chunk's data.
     ChunkEnd,
     Trailers,
-    /// After an upgrade or CONNECT: no longer HTTP, passed through unread.
+    /// After an upgrade: no longer HTTP, passed through unread.
     Opaque,
+    /// After a CONNECT head: nothing more is read from the client.
+    End,
 }
 
 /// What a scan of the unreleased bytes decided.
@@ -90,6 +98,7 @@ impl Framing {
         }
         match self.at {
             At::Opaque => Scan::Release(pending.len()),
+            At::End => Scan::NeedMore,
             At::Body(n) | At::ChunkData(n) => {
                 let take = n.min(pending.len() as u64);
                 let left = n - take;
@@ -169,7 +178,7 @@ impl Framing {
         let connect = request_line.len() >= 8 && request_line[..8].eq_ignore_ascii_case(b"CONNECT ");
         let mut length: Option<u64> = None;
         let mut chunked = None;
-        let mut upgrade = connect;
+        let mut upgrade = false;
         for l in lines.filter(|l| !l.is_empty()) {
             if l[0] == b' ' || l[0] == b'\t' {
                 return Scan::Bad(Refusal::Folding);
@@ -197,7 +206,9 @@ impl Framing {
             (_, Some(false)) => return Scan::Bad(Refusal::NotChunked),
             _ => {}
         }
-        self.at = if chunked == Some(true) {
+        self.at = if connect {
+            At::End
+        } else if chunked == Some(true) {
             At::ChunkSize
         } else if upgrade {
             At::Opaque
@@ -260,16 +271,20 @@ fn bare_cr_or_lf(data: &[u8]) -> Option<Refusal> {
 
 /// The verdict shared between the wrapper, the request handler and the connection loop.
 #[derive(Debug, Default, Clone)]
-pub struct Verdict(Arc<Mutex<Option<Refusal>>>);
+pub struct Verdict(Arc<Mutex<Option<(Refusal, bool)>>>);
 
 impl Verdict {
     /// The refusal as the client and the log read it, once there is one.
     pub fn get(&self) -> Option<String> {
-        self.0.lock().ok().and_then(|g| g.as_ref().map(Refusal::to_string))
+        self.0.lock().ok().and_then(|g| g.as_ref().map(|(why, _)| why.to_string()))
     }
-    fn set(&self, why: Refusal) {
+    /// The refusal, if the guard wrote its 400 (it was in a head, so no handler did).
+    pub fn answered_by_guard(&self) -> Option<String> {
+        self.0.lock().ok().and_then(|g| g.as_ref().filter(|(_, by_guard)| *by_guard).map(|(why, _)| why.to_string()))
+    }
+    fn set(&self, why: Refusal, by_guard: bool) {
         if let Ok(mut g) = self.0.lock() {
-            g.get_or_insert(why);
+            g.get_or_insert((why, by_guard));
         }
     }
 }
@@ -296,12 +311,17 @@ impl Guarded {
 
     fn fail(&mut self, why: Refusal) {
         tracing::debug!("refusing a request: {why}");
+        let in_head = self.framing.at == At::Head;
+        self.verdict.set(why.clone(), in_head);
+        if !in_head {
+            // Inside a body: hyper's handler for this request is running and answers the 400.
+            return;
+        }
         let body = format!("400 Bad Request: {why}\n");
         self.reply = Some(bytes::Bytes::from(format!(
             "HTTP/1.1 400 Bad Request\r\ncontent-type: text/plain\r\ncontent-length: {}\r\nconnection: close\r\n\r\n{body}",
             body.len()
         )));
-        self.verdict.set(why);
     }
 
     /// Writes the pending 400, if any.
@@ -332,7 +352,7 @@ impl AsyncRead for Guarded {
                 this.ready -= n;
                 return Poll::Ready(Ok(()));
             }
-            if this.verdict.get().is_some() {
+            if this.framing.at == At::End || this.verdict.get().is_some() {
                 return Poll::Ready(Ok(()));
             }
             match this.framing.scan(&this.pending) {
@@ -446,6 +466,61 @@ mod tests {
     fn an_upgraded_stream_is_passed_through_unread() {
         let s = b"GET /ws HTTP/1.1\r\nHost: a\r\nUpgrade: websocket\r\nConnection: Upgrade\r\n\r\n\x81\x05hello\r\rbinary";
         assert_eq!(run(s), Ok(s.len()));
+    }
+
+    #[test]
+    fn bad_chunk_size_lines_are_refused() {
+        for line in ["g", "0x5", "ffffffffffffffffff", "-1", ""] {
+            let s = format!("POST / HTTP/1.1\r\nHost: a\r\nTransfer-Encoding: chunked\r\n\r\n{line}\r\nhello\r\n0\r\n\r\n");
+            let got = run(s.as_bytes()).expect_err(line);
+            assert!(matches!(got, Refusal::BadChunkSize { .. }), "{line:?}: {got}");
+        }
+        let bare_lf = b"POST / HTTP/1.1\r\nHost: a\r\nTransfer-Encoding: chunked\r\n\r\n5\nhello\r\n0\r\n\r\n";
+        assert_eq!(run(bare_lf), Err(Refusal::BareLf));
+        let overlong = b"POST / HTTP/1.1\r\nHost: a\r\nTransfer-Encoding: chunked\r\n\r\n3\r\nhello\r\n0\r\n\r\n";
+        assert_eq!(run(overlong), Err(Refusal::ChunkNotEnded));
+    }
+
+    #[test]
+    fn nothing_after_a_connect_head_is_released() {
+        let head = b"CONNECT a:443 HTTP/1.1\r\nHost: a:443\r\n\r\n";
+        let mut s = head.to_vec();
+        s.extend_from_slice(b"GET /smuggled HTTP/1.1\r\nHost: a\r\n\r\n\x16\x03\x01");
+        assert_eq!(run(&s), Ok(head.len()));
+    }
+
+    /// Everything the client gets from a `Guarded` fed `request`, once hyper's side has read
+    /// to the end and shut down.
+    async fn client_receives(request: &[u8]) -> Vec<u8> {
+        use tokio::io::{AsyncReadExt, AsyncWriteExt};
+        let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let mut client = TcpStream::connect(listener.local_addr().unwrap()).await.unwrap();
+        let (server, _) = listener.accept().await.unwrap();
+        client.write_all(request).await.unwrap();
+        let (mut guarded, verdict) = Guarded::new(server, 16 * 1024);
+        let mut seen = Vec::new();
+        guarded.read_to_end(&mut seen).await.unwrap();
+        assert!(verdict.get().is_some(), "the request is refused");
+        guarded.shutdown().await.unwrap();
+        drop(guarded);
+        let mut got = Vec::new();
+        client.read_to_end(&mut got).await.unwrap();
+        got
+    }
+
+    #[tokio::test]
+    async fn a_refused_head_gets_the_guards_one_400() {
+        let got = client_receives(b"POST / HTTP/1.1\r\nHost: a\r\nContent-Length: 4\r\nContent-Length: 5\r\n\r\nhello").await;
+        let text = String::from_utf8_lossy(&got);
+        assert_eq!(text.matches("HTTP/1.1 ").count(), 1, "{text}");
+        assert!(text.starts_with("HTTP/1.1 400 Bad Request\r\n"), "{text}");
+    }
+
+    #[tokio::test]
+    async fn a_refused_body_is_left_to_the_handler_to_answer() {
+        // The handler of this request is running and answers the 400 itself.
+        let got = client_receives(b"POST / HTTP/1.1\r\nHost: a\r\nTransfer-Encoding: chunked\r\n\r\ng\r\nhello\r\n0\r\n\r\n").await;
+        assert_eq!(String::from_utf8_lossy(&got), "");
     }
 
     proptest::proptest! {

@@ -1,9 +1,12 @@
-//! Header rules of HTTP mode: hop-by-hop headers stop at Fulcrum (RFC 9110 section 7.6.1), and
-//! the forwarded headers tell the server who the client is.
+//! Header rules of HTTP mode: a request's `Host` must be unambiguous (RFC 9112 section 3.2),
+//! hop-by-hop headers stop at Fulcrum (RFC 9110 section 7.6.1) but a `Connection` option never
+//! removes a field the request needs, and the forwarded headers tell the server who the client is.
 
 use std::net::IpAddr;
 
+use hyper::Version;
 use hyper::header::{self, HeaderMap, HeaderName, HeaderValue};
+use hyper::http::uri::Authority;
 
 use crate::config::ForwardedHeader;
 
@@ -11,6 +14,36 @@ static KEEP_ALIVE: HeaderName = HeaderName::from_static("keep-alive");
 static PROXY_CONNECTION: HeaderName = HeaderName::from_static("proxy-connection");
 static X_FORWARDED_FOR: HeaderName = HeaderName::from_static("x-forwarded-for");
 static X_FORWARDED_PROTO: HeaderName = HeaderName::from_static("x-forwarded-proto");
+
+/// Why a request's `Host` is refused with a 400, if it is: routing reads the first `Host` while
+/// a server may read another, so two are a host-route bypass; HTTP/1.1 requires one (HTTP/1.0
+/// does not); and a value that is not `host[:port]` cannot be routed or checked.
+pub fn host_problem(headers: &HeaderMap, version: Version) -> Option<&'static str> {
+    let mut hosts = headers.get_all(header::HOST).iter();
+    let Some(host) = hosts.next() else {
+        return (version == Version::HTTP_11).then_some("an HTTP/1.1 request without Host");
+    };
+    if hosts.next().is_some() {
+        return Some("more than one Host");
+    }
+    // RFC 9110 section 7.2: empty when the target has no authority.
+    (!host.is_empty() && !valid_host(host.as_bytes())).then_some("an invalid Host")
+}
+
+/// `uri-host [":" port]`: an authority without userinfo, whose port (if any) is a number.
+fn valid_host(value: &[u8]) -> bool {
+    let Some(text) = std::str::from_utf8(value).ok() else { return false };
+    let Ok(authority) = text.parse::<Authority>() else { return false };
+    let port = text.strip_prefix(authority.host()).unwrap_or(text);
+    !text.contains('@') && (port.is_empty() || port == ":" || authority.port_u16().is_some())
+}
+
+/// Fields a `Connection` option may name but never removes: the request needs them (`Host`),
+/// or they frame it (`Content-Length`; `Transfer-Encoding` goes anyway, since the forwarded
+/// message is framed anew).
+fn needed(name: &HeaderName) -> bool {
+    name == header::HOST || name == header::CONTENT_LENGTH
+}
 
 /// Removes the hop-by-hop headers, those `Connection` names included. An upgrade keeps its
 /// `Connection: upgrade` and `Upgrade`, which the next hop needs.
@@ -21,7 +54,7 @@ pub fn strip_hop_by_hop(headers: &mut HeaderMap, upgrade: bool) {
         .filter_map(|v| v.to_str().ok())
         .flat_map(|v| v.split(','))
         .filter_map(|n| HeaderName::from_bytes(n.trim().as_bytes()).ok())
-        .filter(|n| !(upgrade && n == header::UPGRADE))
+        .filter(|n| !needed(n) && !(upgrade && n == header::UPGRADE))
         .collect();
     for n in named {
         headers.remove(n);
@@ -83,6 +116,41 @@ mod tests {
         strip_hop_by_hop(&mut h, false);
         assert_eq!(h.len(), 1, "{h:?}");
         assert!(h.contains_key(header::HOST));
+    }
+
+    #[test]
+    fn a_connection_option_never_removes_host_or_length() {
+        let mut h = HeaderMap::new();
+        h.insert(header::CONNECTION, "close, Host, Content-Length, X-Drop".parse().unwrap());
+        h.insert(header::HOST, "a".parse().unwrap());
+        h.insert(header::CONTENT_LENGTH, "5".parse().unwrap());
+        h.insert("x-drop", "1".parse().unwrap());
+        strip_hop_by_hop(&mut h, false);
+        assert_eq!(h.get(header::HOST).unwrap(), "a");
+        assert_eq!(h.get(header::CONTENT_LENGTH).unwrap(), "5");
+        assert!(!h.contains_key("x-drop") && !h.contains_key(header::CONNECTION), "{h:?}");
+    }
+
+    #[test]
+    fn host_must_be_single_valid_and_present_in_http_1_1() {
+        let with = |hosts: &[&str]| {
+            let mut h = HeaderMap::new();
+            for v in hosts {
+                h.append(header::HOST, v.parse().unwrap());
+            }
+            h
+        };
+        assert_eq!(host_problem(&with(&["a"]), Version::HTTP_11), None);
+        assert_eq!(host_problem(&with(&["a.example:8080"]), Version::HTTP_11), None);
+        assert_eq!(host_problem(&with(&["[::1]:80"]), Version::HTTP_11), None);
+        assert_eq!(host_problem(&with(&[""]), Version::HTTP_11), None);
+        assert_eq!(host_problem(&with(&[]), Version::HTTP_10), None, "HTTP/1.0 may leave Host out");
+        assert_eq!(host_problem(&with(&[]), Version::HTTP_11), Some("an HTTP/1.1 request without Host"));
+        assert_eq!(host_problem(&with(&["a", "b"]), Version::HTTP_11), Some("more than one Host"));
+        assert_eq!(host_problem(&with(&["a", "a"]), Version::HTTP_10), Some("more than one Host"));
+        for bad in ["a b", "a/b", "user@a", "a:port"] {
+            assert_eq!(host_problem(&with(&[bad]), Version::HTTP_11), Some("an invalid Host"), "{bad}");
+        }
     }
 
     #[test]

@@ -1,9 +1,15 @@
 //! `mode = "http"`: Fulcrum reads HTTP/1.1 from clients (hyper, behind the framing guard),
 //! forwards each request to a server over an idle keep-alive connection of that server, streams bodies both
-//! ways without buffering them, adds the forwarded headers, and answers with a readable error
-//! when no server can: 502 (the server failed), 503 (none usable), 504 (no answer in time).
+//! ways (only a request body's first 64 KiB is read before a server is contacted), adds the
+//! forwarded headers, and answers with a readable error when no server can: 502 (the server
+//! failed), 503 (none usable), 504 (no answer in time).
 //! An `Upgrade` request (WebSocket) goes to one server, and after its 101 the bytes flow both
 //! ways untouched.
+//!
+//! What Fulcrum refuses itself, before any server is contacted, and closes the connection after:
+//! 400 for bad framing (the guard), an ambiguous or missing `Host`, or a request body that is
+//! malformed or cut short within the read-ahead; 408 for a read-ahead not in within
+//! `head_timeout`; 501 for CONNECT (Fulcrum does not tunnel).
 
 mod access;
 mod affinity;
@@ -29,7 +35,7 @@ use tokio::net::TcpStream;
 use tracing::{debug, warn};
 
 use access::Record;
-use body::ProxyBody;
+use body::{ClientFault, ProxyBody, READ_AHEAD};
 use guard::{Guarded, Verdict};
 use upstream::Failure;
 use crate::config::AccessLog;
@@ -63,7 +69,8 @@ pub async fn serve(client: TcpStream, peer: SocketAddr, service: Arc<Service>, s
         }
         _ = shutdown.terminating().cancelled() => {}
     }
-    if let Some(why) = verdict.get() {
+    // A refusal inside a body was answered and logged by its request's handler.
+    if let Some(why) = verdict.answered_by_guard() {
         warn!(service = %service.config().name, client = %peer, "request refused with 400: {why}");
     }
 }
@@ -107,27 +114,37 @@ async fn handle(mut req: Request<Incoming>, peer: SocketAddr, service: &Arc<Serv
         connect: Duration::ZERO,
         response: Duration::ZERO,
     };
+    if req.method() == Method::CONNECT {
+        // The guard reads nothing after the CONNECT head, so no tunnelled byte is taken for HTTP.
+        return refuse(&cfg.name, record, StatusCode::NOT_IMPLEMENTED, "CONNECT: Fulcrum does not tunnel".into());
+    }
+    if let Some(why) = headers::host_problem(req.headers(), req.version()) {
+        return refuse(&cfg.name, record, StatusCode::BAD_REQUEST, why.into());
+    }
     if target_len > cfg.http.max_uri_length {
         return answer(record, StatusCode::URI_TOO_LONG, format!("the request target is longer than {} bytes", cfg.http.max_uri_length));
     }
-    let upgrade = req.headers().contains_key(header::UPGRADE) && req.method() != Method::CONNECT;
+    let upgrade = req.headers().contains_key(header::UPGRADE);
     let client_upgrade = upgrade.then(|| hyper::upgrade::on(&mut req));
     let (mut parts, incoming) = req.into_parts();
-    // A chunked body's first chunk is read before any server is contacted, so a malformed one
-    // (which the guard stops) is refused here and never reaches a server.
-    let chunked = parts.headers.get(header::TRANSFER_ENCODING).is_some();
-    let mut first = None;
-    let mut incoming = incoming;
-    if chunked {
-        match std::future::poll_fn(|cx| std::pin::Pin::new(&mut incoming).poll_frame(cx)).await {
-            Some(Ok(frame)) => first = Some(frame),
-            Some(Err(e)) => {
-                let why = verdict.get().unwrap_or_else(|| format!("unreadable request body: {e}"));
-                return answer(record, StatusCode::BAD_REQUEST, why);
+    // The body's front is read before any server is contacted: a short body that is malformed
+    // (the guard stops it) or cut short is refused here and never reaches a server.
+    let fault = ClientFault::default();
+    let body = if incoming.is_end_stream() {
+        ProxyBody::Empty
+    } else {
+        match tokio::time::timeout(cfg.http.head_timeout, body::read_ahead(incoming, READ_AHEAD)).await {
+            Ok(Ok((ahead, rest))) => ProxyBody::Request { ahead, rest, bytes: record.bytes_in.clone(), fault: fault.clone() },
+            Ok(Err(e)) => {
+                let why = verdict.get().unwrap_or_else(|| format!("the request body ended early: {e}"));
+                return refuse(&cfg.name, record, StatusCode::BAD_REQUEST, why);
             }
-            None => {}
+            Err(_) => {
+                let why = format!("the request body's first {} KiB did not arrive within head_timeout ({})", READ_AHEAD / 1024, humantime::format_duration(cfg.http.head_timeout));
+                return refuse(&cfg.name, record, StatusCode::REQUEST_TIMEOUT, why);
+            }
         }
-    }
+    };
     headers::strip_hop_by_hop(&mut parts.headers, upgrade);
     headers::add_forwarded(&mut parts.headers, peer.ip(), &cfg.http.forwarded_headers);
     origin_form(&mut parts);
@@ -138,12 +155,10 @@ async fn handle(mut req: Request<Incoming>, peer: SocketAddr, service: &Arc<Serv
     if logging {
         record.pool = pool.to_string();
     }
-    let has_body = first.is_some() || !incoming.is_end_stream();
-    let replayable = !has_body && matches!(parts.method, Method::GET | Method::HEAD | Method::OPTIONS | Method::TRACE | Method::PUT | Method::DELETE);
-    let body = if has_body { ProxyBody::Request { first, rest: incoming, bytes: record.bytes_in.clone() } } else { ProxyBody::Empty };
+    let idempotent = matches!(parts.method, Method::GET | Method::HEAD | Method::OPTIONS | Method::TRACE | Method::PUT | Method::DELETE);
     let req = Request::from_parts(parts, body);
     let steer = affinity::steer(&target.config, req.uri(), req.headers());
-    match upstream::send(target, peer, req, steer.steer(), replayable, upgrade).await {
+    match upstream::send(target, peer, req, steer.steer(), idempotent, upgrade).await {
         Ok(mut a) => {
             if let (Some(client_side), StatusCode::SWITCHING_PROTOCOLS) = (client_upgrade, a.response.status()) {
                 tunnel(client_side, hyper::upgrade::on(&mut a.response), cfg.name.clone(), peer);
@@ -159,7 +174,7 @@ async fn handle(mut req: Request<Incoming>, peer: SocketAddr, service: &Arc<Serv
             headers::strip_hop_by_hop(&mut rparts.headers, switching);
             affinity::stamp(&target.config, &steer, &entry.id, &mut rparts.headers);
             debug!(service = %cfg.name, client = %peer, server = %entry.addr, status = record.status, elapsed = ?started.elapsed(), "request forwarded");
-            Response::from_parts(rparts, ProxyBody::Response { body: rbody, lent: a.lent, record: Some(Box::new(record)), place: Some(a.place) })
+            Response::from_parts(rparts, ProxyBody::Response { body: rbody, lent: a.lent, record: Some(Box::new(record)), place: Some(a.place), fault })
         }
         Err(f) => {
             let (status, why, server) = match f {
@@ -170,6 +185,8 @@ async fn handle(mut req: Request<Incoming>, peer: SocketAddr, service: &Arc<Serv
                 Failure::Queue(t) => (StatusCode::SERVICE_UNAVAILABLE, format!("every server stayed at its maxconn for {} (queue timeout)", humantime::format_duration(t)), None),
                 Failure::Timeout(s) => (StatusCode::GATEWAY_TIMEOUT, format!("the server did not answer within {}", humantime::format_duration(cfg.http.response_timeout)), Some(s)),
                 Failure::Broken(s, e) => (StatusCode::BAD_GATEWAY, format!("the server broke the connection: {e}"), Some(s)),
+                // The client's fault: nothing is held against the server it was going to.
+                Failure::Client(why) => return refuse(&cfg.name, record, StatusCode::BAD_REQUEST, why),
             };
             warn!(service = %cfg.name, client = %peer, server = ?server, status = status.as_u16(), "{why}");
             record.server = server;
@@ -193,6 +210,13 @@ fn tunnel(client: hyper::upgrade::OnUpgrade, server: hyper::upgrade::OnUpgrade, 
     });
 }
 
+/// A request Fulcrum refuses itself, the client being at fault: logged as such, answered, and
+/// the connection closed after the answer.
+fn refuse(service: &str, record: Record, status: StatusCode, why: String) -> Response<ProxyBody> {
+    warn!(service = %service, client = %record.client, status = status.as_u16(), "request refused, the client is at fault: {why}");
+    answer(record, status, why)
+}
+
 /// An answer of Fulcrum's own: a status and a short text saying why.
 fn answer(mut record: Record, status: StatusCode, why: String) -> Response<ProxyBody> {
     record.status = status.as_u16();
@@ -202,19 +226,33 @@ fn answer(mut record: Record, status: StatusCode, why: String) -> Response<Proxy
     let mut r = Response::new(ProxyBody::text(Bytes::from(text)));
     *r.status_mut() = status;
     r.headers_mut().insert(header::CONTENT_TYPE, HeaderValue::from_static("text/plain; charset=utf-8"));
-    if status == StatusCode::BAD_REQUEST {
+    // After these the rest of the connection cannot be trusted or read as HTTP.
+    if matches!(status, StatusCode::BAD_REQUEST | StatusCode::REQUEST_TIMEOUT | StatusCode::NOT_IMPLEMENTED) {
         r.headers_mut().insert(header::CONNECTION, HeaderValue::from_static("close"));
     }
     r
 }
 
-/// Servers get origin-form targets (`/path?q`); an absolute-form target's authority becomes Host.
+/// Servers get origin-form targets (`/path?q`); an absolute-form target's authority replaces
+/// Host (RFC 9112 section 3.2.2: the target wins), without any userinfo.
 fn origin_form(parts: &mut hyper::http::request::Parts) {
     if parts.uri.scheme().is_none() {
         return;
     }
-    if let Some(authority) = parts.uri.authority().and_then(|a| HeaderValue::from_str(a.as_str()).ok()) {
-        parts.headers.insert(header::HOST, authority);
+    if let Some(authority) = parts.uri.authority() {
+        let host = match authority.port() {
+            Some(port) => format!("{}:{port}", authority.host()),
+            None => authority.host().to_string(),
+        };
+        match HeaderValue::from_str(&host) {
+            Ok(v) => {
+                parts.headers.insert(header::HOST, v);
+            }
+            // Unreachable for a parsed authority; never forward a Host the route did not see.
+            Err(_) => {
+                parts.headers.remove(header::HOST);
+            }
+        }
     }
     let pq = parts.uri.path_and_query().map(|p| p.as_str()).unwrap_or("/");
     if let Ok(uri) = pq.parse() {

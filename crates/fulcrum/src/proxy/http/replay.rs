@@ -2,11 +2,12 @@
 //! (RFC 9110 section 9.2.2, and what HAProxy and hyper's own pool do):
 //! - the request was never written: the reused connection was found closed before use, and
 //!   hyper hands the request back; it can go anywhere, at no cost of an attempt;
-//! - the request is idempotent, has no body, and the reused connection was closed by the server
-//!   as the request went out (a keep-alive race): it is rebuilt and sent again, as a retry.
+//! - the request is idempotent, its body is wholly in hand (none, or read whole ahead: see
+//!   `body.rs`), and the reused connection was closed by the server as the request went out (a
+//!   keep-alive race): it is rebuilt and sent again, as a retry.
 //!
-//! Anything else (a body was sent, a new connection broke, a non-idempotent method) is the
-//! client's answer: 502.
+//! Anything else (a body streamed past the read-ahead, a new connection broke, a non-idempotent
+//! method) is the client's answer: 502.
 
 use hyper::client::conn::TrySendError;
 use hyper::{HeaderMap, Method, Request, Uri, Version};
@@ -15,7 +16,7 @@ use super::body::ProxyBody;
 
 /// What a request needs to be sent again, kept only for requests that may be.
 pub struct Replay {
-    template: Option<(Method, Uri, Version, HeaderMap)>,
+    template: Option<(Method, Uri, Version, HeaderMap, ProxyBody)>,
 }
 
 /// What to do after a send failed.
@@ -28,9 +29,10 @@ pub enum Next {
 }
 
 impl Replay {
-    /// `replayable`: an idempotent method and no body.
-    pub fn of(req: &Request<ProxyBody>, replayable: bool) -> Self {
-        Replay { template: replayable.then(|| (req.method().clone(), req.uri().clone(), req.version(), req.headers().clone())) }
+    /// `idempotent`: the request's method is; its body must also be wholly in hand.
+    pub fn of(req: &Request<ProxyBody>, idempotent: bool) -> Self {
+        let body = if idempotent { req.body().replica() } else { None };
+        Replay { template: body.map(|b| (req.method().clone(), req.uri().clone(), req.version(), req.headers().clone(), b)) }
     }
 
     pub fn after(&self, mut failed: TrySendError<Request<ProxyBody>>, reused: bool) -> Next {
@@ -40,8 +42,9 @@ impl Replay {
             return Next::Unsent(req);
         }
         match &self.template {
-            Some((method, uri, version, headers)) if reused && error.is_incomplete_message() => {
-                let mut again = Request::new(ProxyBody::Empty);
+            Some((method, uri, version, headers, body)) if reused && error.is_incomplete_message() => {
+                let Some(body) = body.replica() else { return Next::Fail(error) };
+                let mut again = Request::new(body);
                 *again.method_mut() = method.clone();
                 *again.uri_mut() = uri.clone();
                 *again.version_mut() = *version;

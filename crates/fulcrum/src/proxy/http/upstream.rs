@@ -1,6 +1,7 @@
 //! Sending one request to a server: the dispatcher picks and reserves, the request goes over an
 //! idle keep-alive connection of that server (`idle.rs`) or a new one (connected and measured by
-//! the dispatcher), and a failed send is repeated where that is safe (`replay.rs`).
+//! the dispatcher), and a failed send is repeated where that is safe (`replay.rs`). A send that
+//! failed because the client's request body did is the client's failure, never the server's.
 
 use std::net::SocketAddr;
 use std::sync::atomic::Ordering::Relaxed;
@@ -29,6 +30,9 @@ pub enum Failure {
     Queue(Duration),
     /// The server closed or broke the connection before a response: 502.
     Broken(SocketAddr, hyper::Error),
+    /// The client's request body failed as it went out (bad bytes, or the client went away):
+    /// 400, and nothing counted against the server.
+    Client(String),
 }
 
 /// What a forwarded request got.
@@ -42,12 +46,13 @@ pub struct Answer {
     pub response_time: Duration,
 }
 
-/// Sends `req` to a server of `pool` for `client`; `replayable` says a failed send may be
-/// repeated (idempotent method, no body).
-pub async fn send(pool: &Pool, client: SocketAddr, mut req: Request<ProxyBody>, steer: Steer<'_>, replayable: bool, upgrade: bool) -> Result<Answer, Failure> {
+/// Sends `req` to a server of `pool` for `client`; `idempotent` says a failed send may be
+/// repeated (when its body is wholly in hand too).
+pub async fn send(pool: &Pool, client: SocketAddr, mut req: Request<ProxyBody>, steer: Steer<'_>, idempotent: bool, upgrade: bool) -> Result<Answer, Failure> {
     let cfg = &pool.config;
     let mut dispatch = Dispatch::new(pool, client, steer);
-    let replay = Replay::of(&req, replayable);
+    let replay = Replay::of(&req, idempotent);
+    let fault = req.body().fault();
     loop {
         let place = dispatch.reserve().await.map_err(|e| match e.kind {
             Kind::QueueTimeout => Failure::Queue(cfg.queue_timeout()),
@@ -82,6 +87,10 @@ pub async fn send(pool: &Pool, client: SocketAddr, mut req: Request<ProxyBody>, 
                 return Ok(Answer { response, lent, place, connect, response_time: sent.elapsed() });
             }
             Ok(Err(failed)) => {
+                if let Some(why) = fault.as_ref().and_then(|f| f.get()) {
+                    debug!(service = %cfg.name, server = %entry.addr, "send failed on the client's side: {}", failed.error());
+                    return Err(Failure::Client(why.to_string()));
+                }
                 entry.state.counters.transfer_errors.fetch_add(1, Relaxed);
                 match replay.after(failed, was_reused) {
                     Next::Unsent(r) => {
