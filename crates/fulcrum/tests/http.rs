@@ -485,3 +485,128 @@ fn the_json_access_log_has_a_line_per_request() {
     assert!(json["client"].as_str().unwrap().starts_with("127.0.0.31:"), "{json}");
     assert_eq!(json["server"], b.addr.to_string());
 }
+
+/// Sends `request`, half-closes unless `keep_open`, and reads until the connection closes: the
+/// text and whether it closed (rather than went quiet for 5 s).
+fn exchange(addr: SocketAddr, request: &[u8], keep_open: bool) -> (String, bool) {
+    let mut s = TcpStream::connect(addr).unwrap();
+    s.set_read_timeout(Some(Duration::from_secs(5))).unwrap();
+    s.write_all(request).unwrap();
+    if !keep_open {
+        s.shutdown(std::net::Shutdown::Write).unwrap();
+    }
+    let mut out = Vec::new();
+    let closed = s.read_to_end(&mut out).is_ok();
+    (String::from_utf8_lossy(&out).to_string(), closed)
+}
+
+fn status_lines(answer: &str) -> usize {
+    answer.lines().filter(|l| l.starts_with("HTTP/1.")).count()
+}
+
+/// Asserts one response with `status` and a closed connection; returns the answer.
+fn one_answer(addr: SocketAddr, what: &str, request: &[u8], status: u16) -> String {
+    // Kept open: Fulcrum must close it itself, without waiting for the client to leave.
+    let (answer, closed) = exchange(addr, request, true);
+    assert_eq!(status_lines(&answer), 1, "{what}: exactly one response: {answer}");
+    assert!(answer.starts_with(&format!("HTTP/1.1 {status} ")), "{what}: {answer}");
+    assert!(closed, "{what}: the connection is closed after the answer: {answer}");
+    answer
+}
+
+/// A `fulcrum backend`'s own count of the connections and requests it has served (the stats
+/// request itself included).
+fn served(b: &Backend) -> (u64, u64) {
+    let (_, body) = http_get(b.addr, "/stats");
+    let v: serde_json::Value = serde_json::from_str(&body).unwrap();
+    (v["connections"].as_u64().unwrap(), v["requests"].as_u64().unwrap())
+}
+
+/// Asserts that nothing was counted against the server at `addr`.
+fn nothing_held_against(f: &Fulcrum, addr: SocketAddr) {
+    let s = f.server_stats(&addr.to_string());
+    assert_eq!(s["transfer_errors"], 0, "{s}");
+    assert_eq!(s["connect_failures"], 0, "{s}");
+    assert_eq!(s["state"], "up", "{s}");
+}
+
+#[test]
+fn a_malformed_chunked_body_gets_one_400_and_never_reaches_a_server() {
+    let b = Backend::start("b");
+    let f = Fulcrum::start(&http_service("round-robin", "", "kind = \"none\"", &[b.addr], &[]));
+    let before = served(&b);
+    let head = "POST /post HTTP/1.1\r\nHost: a\r\nTransfer-Encoding: chunked\r\n\r\n";
+    for (what, body) in [
+        ("chunk size g", "g\r\nhello\r\n0\r\n\r\n"),
+        ("chunk size 0x5", "0x5\r\nhello\r\n0\r\n\r\n"),
+        ("chunk size past 64 bits", "ffffffffffffffffff\r\nhello\r\n0\r\n\r\n"),
+        ("bare LF after the chunk size", "5\nhello\r\n0\r\n\r\n"),
+        ("chunk data longer than its size", "3\r\nhello\r\n0\r\n\r\n"),
+    ] {
+        one_answer(f.listen, what, format!("{head}{body}").as_bytes(), 400);
+    }
+    assert_eq!(served(&b), (before.0 + 1, before.1 + 1), "the server saw no connection and no request but our own /stats");
+    nothing_held_against(&f, b.addr);
+    assert_eq!(f.server_stats(&b.addr.to_string())["total"], 0);
+    f.wait_log("the client is at fault: chunk data not followed by CRLF");
+}
+
+#[test]
+fn a_request_body_failing_as_it_streams_is_the_clients_fault() {
+    let b = Backend::start("b");
+    let f = Fulcrum::start(&http_service("round-robin", "", "kind = \"none\"", &[b.addr], &[]));
+    // Past the read-ahead, so the server is contacted before the bad chunk arrives.
+    let big = "x".repeat(100 * 1024);
+    let late_bad_chunk = format!("POST /post HTTP/1.1\r\nHost: a\r\nTransfer-Encoding: chunked\r\n\r\n{:x}\r\n{big}\r\ng\r\n", big.len());
+    let answer = one_answer(f.listen, "a bad chunk after 100 KiB", late_bad_chunk.as_bytes(), 400);
+    assert!(answer.contains("invalid chunk size"), "{answer}");
+    // The client leaves (half-closes) half way through a Content-Length body.
+    let cut = format!("POST /post HTTP/1.1\r\nHost: a\r\nContent-Length: {}\r\n\r\n{big}", 2 * big.len());
+    let (answer, closed) = exchange(f.listen, cut.as_bytes(), false);
+    assert!(closed && status_lines(&answer) <= 1, "{answer}");
+    assert!(!answer.contains("502"), "the server is not blamed: {answer}");
+    f.wait_log("the client is at fault: the client's request body failed");
+    nothing_held_against(&f, b.addr);
+    // The server is still used: a good POST after them goes through.
+    let ok = format!("POST /post HTTP/1.1\r\nHost: a\r\nConnection: close\r\nContent-Length: {}\r\n\r\n{big}", big.len());
+    let (answer, _) = exchange(f.listen, ok.as_bytes(), true);
+    assert!(answer.starts_with("HTTP/1.1 200") && answer.contains("\"received\":102400"), "{answer}");
+}
+
+#[test]
+fn host_must_be_one_and_present_in_http_1_1() {
+    let b = Backend::start("b");
+    let f = Fulcrum::start(&http_service("round-robin", "", "kind = \"none\"", &[b.addr], &[]));
+    let before = served(&b);
+    one_answer(f.listen, "two Host", b"GET /name HTTP/1.1\r\nHost: public\r\nHost: internal\r\n\r\n", 400);
+    one_answer(f.listen, "HTTP/1.1 without Host", b"GET /name HTTP/1.1\r\nX-A: 1\r\n\r\n", 400);
+    one_answer(f.listen, "an invalid Host", b"GET /name HTTP/1.1\r\nHost: a b\r\n\r\n", 400);
+    assert_eq!(served(&b), (before.0 + 1, before.1 + 1), "the server saw none of them");
+    nothing_held_against(&f, b.addr);
+    f.wait_log("the client is at fault: more than one Host");
+    // HTTP/1.0 may leave Host out.
+    let (answer, _) = exchange(f.listen, b"GET /name HTTP/1.0\r\n\r\n", true);
+    assert!(answer.starts_with("HTTP/1.0 200") && answer.ends_with("\r\n\r\nb"), "{answer}");
+}
+
+#[test]
+fn connection_options_keep_host_and_an_absolute_target_names_the_host() {
+    let n = Nginx::start("n1", "TARGET");
+    let f = Fulcrum::start(&http_service("round-robin", "", "kind = \"none\"", &[n.addr], &[]));
+    let (answer, _) = exchange(f.listen, b"GET /headers HTTP/1.1\r\nHost: a.example\r\nConnection: close, Host\r\n\r\n", true);
+    assert!(answer.starts_with("HTTP/1.1 200") && answer.contains("\nhost=a.example\n"), "Host survives a Connection option: {answer}");
+    let (answer, _) = exchange(f.listen, b"GET http://user@b.example:8080/headers HTTP/1.1\r\nHost: a.example\r\nConnection: close\r\n\r\n", true);
+    assert!(answer.starts_with("HTTP/1.1 200") && answer.contains("\nhost=b.example\n"), "the target's host replaces Host: {answer}");
+}
+
+#[test]
+fn connect_gets_501_and_nothing_after_it_is_read() {
+    let b = Backend::start("b");
+    let f = Fulcrum::start(&http_service("round-robin", "\n[service.http]\naccess_log = \"text\"", "kind = \"none\"", &[b.addr], &[]));
+    let before = served(&b);
+    let answer = one_answer(f.listen, "CONNECT", format!("CONNECT {0} HTTP/1.1\r\nHost: {0}\r\n\r\nGET /name HTTP/1.1\r\nHost: a\r\n\r\n", b.addr).as_bytes(), 501);
+    assert!(!answer.contains("\r\n\r\nb"), "the bytes after CONNECT are not a request: {answer}");
+    assert_eq!(served(&b), (before.0 + 1, before.1 + 1), "the server saw nothing");
+    assert_eq!(f.server_stats(&b.addr.to_string())["total"], 0);
+    f.wait_log(&format!("\"CONNECT {}\" 501", b.addr));
+}

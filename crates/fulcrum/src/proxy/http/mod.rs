@@ -106,7 +106,8 @@ async fn handle(mut req: Request<Incoming>, peer: SocketAddr, service: &Arc<Serv
         pool: String::new(),
         server: None,
         method: if logging { req.method().to_string() } else { String::new() },
-        path: if logging { truncate(req.uri().path_and_query().map_or("", |p| p.as_str()), 512) } else { String::new() },
+        // A CONNECT's target is an authority, with no path.
+        path: if logging { truncate(req.uri().path_and_query().map(|p| p.as_str()).or_else(|| req.uri().authority().map(|a| a.as_str())).unwrap_or(""), 512) } else { String::new() },
         status: 0,
         bytes_in: Arc::new(AtomicU64::new(0)),
         bytes_out: 0,
@@ -177,6 +178,7 @@ async fn handle(mut req: Request<Incoming>, peer: SocketAddr, service: &Arc<Serv
             Response::from_parts(rparts, ProxyBody::Response { body: rbody, lent: a.lent, record: Some(Box::new(record)), place: Some(a.place), fault })
         }
         Err(f) => {
+            let local = matches!(&f, Failure::Connect(e) if e.side == Side::Local);
             let (status, why, server) = match f {
                 Failure::Connect(e) if e.kind == Kind::NoServer => (StatusCode::SERVICE_UNAVAILABLE, "no server is available".to_string(), None),
                 // This host ran out of something (descriptors, ports): no server is to blame.
@@ -186,14 +188,21 @@ async fn handle(mut req: Request<Incoming>, peer: SocketAddr, service: &Arc<Serv
                 Failure::Timeout(s) => (StatusCode::GATEWAY_TIMEOUT, format!("the server did not answer within {}", humantime::format_duration(cfg.http.response_timeout)), Some(s)),
                 Failure::Broken(s, e) => (StatusCode::BAD_GATEWAY, format!("the server broke the connection: {e}"), Some(s)),
                 // The client's fault: nothing is held against the server it was going to.
-                Failure::Client(why) => return refuse(&cfg.name, record, StatusCode::BAD_REQUEST, why),
+                Failure::Client(why) => return refuse(&cfg.name, record, StatusCode::BAD_REQUEST, verdict.get().unwrap_or(why)),
             };
-            warn!(service = %cfg.name, client = %peer, server = ?server, status = status.as_u16(), "{why}");
+            if !local {
+                warn!(service = %cfg.name, client = %peer, server = ?server, status = status.as_u16(), "{why}");
+            } else if let Some(held) = LOCAL_ERRORS.ready() {
+                // One cause behind a flood of requests: said once a second.
+                warn!(service = %cfg.name, client = %peer, held, status = status.as_u16(), "{why}");
+            }
             record.server = server;
             answer(record, status, why)
         }
     }
 }
+
+static LOCAL_ERRORS: crate::error::Throttle = crate::error::Throttle::new();
 
 /// After a 101, the client's and the server's connections are joined and bytes flow both ways.
 fn tunnel(client: hyper::upgrade::OnUpgrade, server: hyper::upgrade::OnUpgrade, service: String, peer: SocketAddr) {
