@@ -54,7 +54,7 @@ pub fn strip_hop_by_hop(headers: &mut HeaderMap, upgrade: bool) {
         .filter_map(|v| v.to_str().ok())
         .flat_map(|v| v.split(','))
         .filter_map(|n| HeaderName::from_bytes(n.trim().as_bytes()).ok())
-        .filter(|n| !needed(n) && !(upgrade && n == header::UPGRADE))
+        .filter(|n| !(needed(n) || (upgrade && n == header::UPGRADE)))
         .collect();
     for n in named {
         headers.remove(n);
