@@ -78,7 +78,9 @@ pub fn ftp_control(data: &[u8]) {
     for line in data.split(|&b| b == b'\n') {
         let line = line.strip_suffix(b"\r").unwrap_or(line);
         let (verb, arg) = command::split_command(line);
-        assert!(verb.len() + arg.len() <= line.len());
+        // The verb is text (bytes that are not UTF-8 become U+FFFD), the argument the line's own bytes.
+        assert!(arg.len() < line.len() || (arg.is_empty() && line.is_empty()));
+        assert!(!verb.contains(' '));
         for text in [arg, line] {
             if let Some(a) = command::parse_host_port(text) {
                 assert_eq!(command::parse_host_port(command::format_host_port(a).as_bytes()), Some(a));
