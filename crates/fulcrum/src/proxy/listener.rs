@@ -94,8 +94,7 @@ pub async fn serve(listener: std::net::TcpListener, addr: SocketAddr, live: Arc<
                 drop(generation);
                 let slot = live.budget().take();
                 let guard = service.state().open();
-                let sd = shutdown.clone();
-                shutdown.tasks().spawn(super::handle(stream, peer, service, (slot, guard), sd));
+                super::spawn(stream, peer, service, (slot, guard), shutdown.clone());
             }
             Err(e) if crate::error::is_local(&e) => {
                 static OUT_OF: Throttle = Throttle::new();

@@ -24,16 +24,29 @@ use crate::error::{Side, Throttle};
 use crate::live::{Service, ServiceGuard, Slot};
 use crate::shutdown::Shutdown;
 
-/// Serves one client connection of `service` to its end; `_counted` holds its place in the
-/// process's budget and the service's counters until then.
-pub async fn handle(client: TcpStream, peer: SocketAddr, service: Arc<Service>, _counted: (Slot, ServiceGuard), shutdown: Shutdown) {
-    let cfg = service.config();
-    if cfg.mode == crate::config::Mode::Http {
+/// Serves one client connection of `service` to its end on a task of its own; `counted` holds
+/// its place in the process's budget and the service's counters until then. Each mode has a task
+/// of its own type, so a task's memory is what its mode needs.
+pub fn spawn(client: TcpStream, peer: SocketAddr, service: Arc<Service>, counted: (Slot, ServiceGuard), shutdown: Shutdown) {
+    let tasks = shutdown.tasks().clone();
+    if service.config().mode == crate::config::Mode::Http {
         // Each request picks its own server; the connection is the client's only.
-        return http::serve(client, peer, service, shutdown).await;
+        tasks.spawn(async move {
+            let _counted = counted;
+            http::serve(client, peer, service, shutdown).await
+        });
+    } else {
+        tasks.spawn(handle(client, peer, service, counted, shutdown));
     }
-    let (place, server) = tokio::select! {
-        r = dispatch::connect(&service.pool, peer) => match r {
+}
+
+/// A TCP or FTP connection: one server for its whole life.
+async fn handle(mut client: TcpStream, peer: SocketAddr, service: Arc<Service>, _counted: (Slot, ServiceGuard), shutdown: Shutdown) {
+    let cfg = service.config();
+    // The task's state is its largest await's: the connect and an FTP session are boxed, so an
+    // established TCP connection's task holds only what forwarding needs.
+    let (place, mut server) = tokio::select! {
+        r = Box::pin(dispatch::connect(&service.pool, peer)) => match r {
             Ok(x) => x,
             Err(e) => {
                 service.state().refused.fetch_add(1, Relaxed);
@@ -63,7 +76,7 @@ pub async fn handle(client: TcpStream, peer: SocketAddr, service: Arc<Service>, 
     if cfg.mode == crate::config::Mode::Ftp {
         let session = ftp::Session { service: service.clone(), server: entry.clone(), peer, terminate: terminate.clone(), shutdown: shutdown.clone() };
         tokio::select! {
-            r = ftp::serve(client, server, session) => match r {
+            r = Box::pin(ftp::serve(client, server, session)) => match r {
                 Ok(()) => debug!(service = %cfg.name, client = %peer, server = %entry.addr, "FTP session closed"),
                 Err(e) => {
                     state.counters.transfer_errors.fetch_add(1, Relaxed);
@@ -77,7 +90,7 @@ pub async fn handle(client: TcpStream, peer: SocketAddr, service: Arc<Service>, 
     }
     let meters = tcp::Meters { bytes_in: &state.counters.bytes_in, bytes_out: &state.counters.bytes_out };
     tokio::select! {
-        r = tcp::forward(&client, &server, opts, meters) => match r {
+        r = tcp::forward(&mut client, &mut server, opts, meters) => match r {
             Ok((up, down)) => debug!(service = %cfg.name, client = %peer, server = %entry.addr, up, down, "connection closed"),
             Err(e) => {
                 state.counters.transfer_errors.fetch_add(1, Relaxed);
@@ -88,5 +101,42 @@ pub async fn handle(client: TcpStream, peer: SocketAddr, service: Arc<Service>, 
             debug!(service = %cfg.name, client = %peer, server = %entry.addr, "connection terminated: server disabled");
         }
         _ = shutdown.terminating().cancelled() => {}
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::time::Duration;
+
+    /// What a connection's task holds while it is idle is at least the size of its future: keep
+    /// it small (README, Limits and hardening: memory per idle connection).
+    #[tokio::test]
+    async fn a_connections_task_state_stays_small() {
+        for mode in ["tcp", "http"] {
+            let text = format!("[[service]]\nname = \"web\"\nlisten = \"127.0.0.1:1000\"\nmode = \"{mode}\"\n[[service.server]]\naddress = \"127.0.0.1:1001\"\n");
+            let live = crate::live::Live::new(crate::config::parse(&text, "t.toml").unwrap()).unwrap();
+            let service = live.current().services[0].clone();
+            let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+            let _c = TcpStream::connect(listener.local_addr().unwrap()).await.unwrap();
+            let (client, peer) = listener.accept().await.unwrap();
+            let counted = (live.budget().take(), service.state().open());
+            let c2 = TcpStream::connect(listener.local_addr().unwrap()).await.unwrap();
+            let (s2, _) = listener.accept().await.unwrap();
+            let connect = dispatch::connect(&service.pool, peer);
+            assert!(std::mem::size_of_val(&connect) < 1024, "connect: {} bytes", std::mem::size_of_val(&connect));
+            drop(connect);
+            let opts = tcp::Options { half_close: true, client_timeout: Duration::from_secs(1), server_timeout: Duration::from_secs(1), splice: true };
+            let a = std::sync::atomic::AtomicU64::new(0);
+            let (mut c2, mut s2) = (c2, s2);
+            let fwd = tcp::forward(&mut c2, &mut s2, opts, tcp::Meters { bytes_in: &a, bytes_out: &a });
+            assert!(std::mem::size_of_val(&fwd) < 1024, "forward: {} bytes", std::mem::size_of_val(&fwd));
+            drop(fwd);
+            let serve = http::serve(c2, peer, service.clone(), Shutdown::new());
+            assert!(std::mem::size_of_val(&serve) < 1024, "http serve: {} bytes", std::mem::size_of_val(&serve));
+            drop(serve);
+            let task = handle(client, peer, service, counted, Shutdown::new());
+            assert!(std::mem::size_of_val(&task) < 1536, "{mode} task: {} bytes", std::mem::size_of_val(&task));
+        }
     }
 }

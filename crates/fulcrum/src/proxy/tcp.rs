@@ -3,19 +3,32 @@
 //! Each direction starts by copying through a small buffer, because splice costs more than a copy
 //! for the few hundred bytes of a request; once a read fills the whole buffer the direction is
 //! carrying bulk data and switches to splice(2) through a pipe (HAProxy's "splice-auto").
+//!
+//! An idle connection holds no buffer: a direction waits for its source to be readable first and
+//! takes a buffer from the thread's pool only for the read and the write that follows, so a crowd
+//! of idle connections costs their tasks and sockets, not 16 KiB a direction each. Waiting first
+//! also saves the read that would find nothing on a server that was just connected to.
+//!
+//! The forward is one poll function over both directions and the idle timer, not a tree of
+//! futures: its state is a few hundred bytes, and a wait registers the task in the socket's own
+//! reader or writer slot instead of a waiter list.
 
+use std::future::poll_fn;
 use std::io;
 use std::os::fd::AsRawFd;
-use std::sync::atomic::{AtomicBool, AtomicU64, Ordering::Relaxed};
+use std::pin::Pin;
+use std::sync::atomic::{AtomicU64, Ordering::Relaxed};
+use std::task::{Context, Poll, ready};
 use std::time::Duration;
 
-use tokio::io::Interest;
+use tokio::io::{AsyncRead, Interest, ReadBuf};
 use tokio::net::TcpStream;
+use tokio::net::tcp::ReadHalf;
 use tokio::time::Instant;
 
 use super::splice::{self, Pipe};
 
-/// Size of the copy buffer a direction starts with; a read that fills it switches to splice.
+/// Size of the copy buffer a direction reads into; a read that fills it switches to splice.
 const COPY_BUF: usize = 16 * 1024;
 
 /// How a connection pair is forwarded.
@@ -37,148 +50,190 @@ pub struct Meters<'a> {
     pub bytes_out: &'a AtomicU64,
 }
 
-/// When the last byte moved in either direction; both directions' idle timers read it.
-struct Activity {
-    start: Instant,
-    last_ms: AtomicU64,
-}
-
-impl Activity {
-    fn touch(&self) {
-        self.last_ms.store(self.start.elapsed().as_millis() as u64, Relaxed);
-    }
-    fn deadline(&self, idle: Duration) -> Instant {
-        self.start + Duration::from_millis(self.last_ms.load(Relaxed)) + idle
-    }
-}
-
 /// Forwards until both directions end (half close) or either does (no half close).
 /// Returns the bytes moved client to server and server to client.
-pub async fn forward(client: &TcpStream, server: &TcpStream, opts: Options, meters: Meters<'_>) -> io::Result<(u64, u64)> {
-    let act = Activity { start: Instant::now(), last_ms: AtomicU64::new(0) };
-    let up_done = AtomicBool::new(false);
-    let down_done = AtomicBool::new(false);
-    let up = Direction { src: client, dst: server, act: &act, meter: meters.bytes_in, splice: opts.splice, done: &up_done, other: &down_done };
-    let down = Direction { src: server, dst: client, act: &act, meter: meters.bytes_out, splice: opts.splice, done: &down_done, other: &up_done };
-    let both = async {
-        if opts.half_close {
-            tokio::try_join!(up.run_then_shutdown(), down.run_then_shutdown())
-        } else {
-            tokio::select! {
-                r = up.run() => r.map(|n| (n, 0)),
-                r = down.run() => r.map(|n| (0, n)),
+pub async fn forward(client: &mut TcpStream, server: &mut TcpStream, opts: Options, meters: Meters<'_>) -> io::Result<(u64, u64)> {
+    let (mut client_read, client_write) = client.split();
+    let (mut server_read, server_write) = server.split();
+    let (client, server) = (client_write.as_ref(), server_write.as_ref());
+    let mut up = Direction::new(opts.splice);
+    let mut down = Direction::new(opts.splice);
+    let mut last = Instant::now();
+    let timer = tokio::time::sleep_until(last + idle_limit(&opts, false, false));
+    tokio::pin!(timer);
+    poll_fn(|cx| {
+        let up_was = up.total;
+        let down_was = down.total;
+        let up_end = up.ended || ready_or_fail(up.poll(cx, &mut client_read, server, meters.bytes_in))?;
+        let down_end = down.ended || ready_or_fail(down.poll(cx, &mut server_read, client, meters.bytes_out))?;
+        // Pass a FIN on once; the other direction keeps flowing until it ends too. When both have
+        // ended, the sockets close right after this and the close sends the FINs.
+        if up_end && !up.ended {
+            up.ended = true;
+            if opts.half_close && !down_end {
+                let _ = socket2::SockRef::from(server).shutdown(std::net::Shutdown::Write);
             }
         }
-    };
-    tokio::select! {
-        r = both => r,
-        e = watchdog(&act, &opts, &up_done, &down_done) => Err(e),
-    }
-}
-
-/// Fires when no byte moved either way for the timeout of the side still being waited on: the
-/// client's while the client may still send, the server's while the server may. One timer per
-/// connection, re-armed only when it fires, so the data path never touches the timer wheel.
-async fn watchdog(act: &Activity, opts: &Options, up_done: &AtomicBool, down_done: &AtomicBool) -> io::Error {
-    loop {
-        let idle = match (up_done.load(Relaxed), down_done.load(Relaxed)) {
-            (false, false) => opts.client_timeout.min(opts.server_timeout),
-            (true, _) => opts.server_timeout,
-            (false, true) => opts.client_timeout,
-        };
-        let deadline = act.deadline(idle);
-        if deadline <= Instant::now() {
-            return io::Error::new(io::ErrorKind::TimedOut, "idle timeout");
+        if down_end && !down.ended {
+            down.ended = true;
+            if opts.half_close && !up_end {
+                let _ = socket2::SockRef::from(client).shutdown(std::net::Shutdown::Write);
+            }
         }
-        tokio::time::sleep_until(deadline).await;
+        if (up_end && down_end) || (!opts.half_close && (up_end || down_end)) {
+            return Poll::Ready(Ok((up.total, down.total)));
+        }
+        if up.total != up_was || down.total != down_was {
+            last = Instant::now();
+        }
+        // The timer is re-armed only when it fires, so the data path never touches the wheel.
+        while timer.as_mut().poll(cx).is_ready() {
+            let deadline = last + idle_limit(&opts, up.ended, down.ended);
+            if deadline <= Instant::now() {
+                return Poll::Ready(Err(io::Error::new(io::ErrorKind::TimedOut, "idle timeout")));
+            }
+            timer.as_mut().reset(deadline);
+        }
+        Poll::Pending
+    })
+    .await
+}
+
+/// Whether a direction ended; its error ends the forward.
+fn ready_or_fail(p: Poll<io::Result<()>>) -> io::Result<bool> {
+    match p {
+        Poll::Ready(Ok(())) => Ok(true),
+        Poll::Ready(Err(e)) => Err(e),
+        Poll::Pending => Ok(false),
     }
 }
 
-struct Direction<'a> {
-    src: &'a TcpStream,
-    dst: &'a TcpStream,
-    act: &'a Activity,
-    meter: &'a AtomicU64,
+/// How long no byte may move: the client's timeout while the client may still send, the server's
+/// while the server may.
+fn idle_limit(opts: &Options, up_ended: bool, down_ended: bool) -> Duration {
+    match (up_ended, down_ended) {
+        (false, false) => opts.client_timeout.min(opts.server_timeout),
+        (true, _) => opts.server_timeout,
+        (false, true) => opts.client_timeout,
+    }
+}
+
+/// One direction's state between polls.
+struct Direction {
+    /// Bytes read and not yet all written: the buffer, how far it is written, how far filled.
+    held: Option<(Box<[u8]>, usize, usize)>,
+    /// Set once a read filled a whole buffer: this direction carries bulk and splices.
+    pipe: Option<Pipe>,
     splice: bool,
-    /// Set at end of stream, so the watchdog stops waiting on this side.
-    done: &'a AtomicBool,
-    /// The opposite direction's `done`.
-    other: &'a AtomicBool,
+    total: u64,
+    /// End of stream seen and passed on.
+    ended: bool,
 }
 
-impl Direction<'_> {
-    async fn run_then_shutdown(&self) -> io::Result<u64> {
-        let n = self.run().await?;
-        self.done.store(true, Relaxed);
-        // Pass the FIN on; the other direction keeps flowing until it ends too. When it has ended
-        // already, both sockets close right after this and the close sends the FIN.
-        if !self.other.load(Relaxed) {
-            let _ = socket2::SockRef::from(self.dst).shutdown(std::net::Shutdown::Write);
-        }
-        Ok(n)
+impl Direction {
+    fn new(splice: bool) -> Direction {
+        Direction { held: None, pipe: None, splice, total: 0, ended: false }
     }
 
-    /// Moves bytes until end of stream on `src`.
-    async fn run(&self) -> io::Result<u64> {
-        let mut total = 0u64;
-        let mut buf = buffers::get();
-        let mut pipe: Option<Pipe> = None;
-        let result = loop {
-            let moved = match pipe.as_mut() {
-                Some(p) => self.splice_once(p).await,
-                None => self.copy_once(&mut buf).await,
-            };
-            match moved {
-                Ok(0) => break Ok(total),
-                Ok(n) => {
-                    total += n as u64;
-                    self.meter.fetch_add(n as u64, Relaxed);
-                    self.act.touch();
-                    if pipe.is_none() && n == buf.len() && self.splice {
-                        pipe = Pipe::get().ok();
+    /// Moves bytes from `src` to `dst` until either must wait; ready at end of stream on `src`.
+    fn poll(&mut self, cx: &mut Context<'_>, src: &mut ReadHalf<'_>, dst: &TcpStream, meter: &AtomicU64) -> Poll<io::Result<()>> {
+        loop {
+            ready!(self.poll_flush(cx, dst))?;
+            // Readiness first, then a buffer: while the source is idle this direction holds none.
+            ready!(src.as_ref().poll_read_ready(cx))?;
+            let n = match &mut self.pipe {
+                Some(pipe) => {
+                    let fd = src.as_ref().as_raw_fd();
+                    match src.as_ref().try_io(Interest::READABLE, || pipe.fill_from(fd)) {
+                        Ok(n) => n,
+                        Err(e) if e.kind() == io::ErrorKind::WouldBlock => continue,
+                        // This socket pair cannot splice (a kernel without support): copy.
+                        Err(e) if e.raw_os_error() == Some(libc::EINVAL) => {
+                            self.pipe = None;
+                            continue;
+                        }
+                        Err(e) => return Poll::Ready(Err(e)),
                     }
                 }
-                Err(e) if e.raw_os_error() == Some(libc::EINVAL) && pipe.is_some() => {
-                    // This socket pair cannot splice (e.g. a kernel without support): copy.
-                    pipe = None;
+                None => {
+                    // tokio's read forgets the readiness after a short read (the socket is empty)
+                    // using the readiness it read before, so the next read waits for the kernel's
+                    // next event instead of finding nothing, and no wakeup is lost.
+                    let mut buf = buffers::get();
+                    let mut filled = ReadBuf::new(&mut buf);
+                    match Pin::new(&mut *src).poll_read(cx, &mut filled) {
+                        Poll::Ready(Ok(())) => {
+                            let n = filled.filled().len();
+                            if n > 0 {
+                                self.held = Some((buf, 0, n));
+                            } else {
+                                buffers::put(buf);
+                            }
+                            n
+                        }
+                        Poll::Ready(Err(e)) => {
+                            buffers::put(buf);
+                            return Poll::Ready(Err(e));
+                        }
+                        Poll::Pending => {
+                            buffers::put(buf);
+                            return Poll::Pending;
+                        }
+                    }
                 }
-                Err(e) => break Err(e),
+            };
+            if n == 0 {
+                if let Some(p) = self.pipe.take() {
+                    splice::recycle(p);
+                }
+                return Poll::Ready(Ok(()));
             }
-        };
-        if let Some(p) = pipe {
-            splice::recycle(p);
+            self.total += n as u64;
+            meter.fetch_add(n as u64, Relaxed);
+            if n == COPY_BUF && self.splice && self.pipe.is_none() {
+                self.pipe = Pipe::get().ok();
+            }
         }
-        buffers::put(buf);
-        result
     }
 
-    async fn copy_once(&self, buf: &mut [u8]) -> io::Result<usize> {
-        let n = self.op(self.src, Interest::READABLE, || self.src.try_read(buf)).await?;
-        let mut off = 0;
-        while off < n {
-            off += self.op(self.dst, Interest::WRITABLE, || self.dst.try_write(&buf[off..n])).await?;
+    /// Writes what was read; the buffer goes back to the pool once it is all written.
+    fn poll_flush(&mut self, cx: &mut Context<'_>, dst: &TcpStream) -> Poll<io::Result<()>> {
+        if let Some(pipe) = &mut self.pipe {
+            let fd = dst.as_raw_fd();
+            while pipe.pending > 0 {
+                ready!(dst.poll_write_ready(cx))?;
+                match dst.try_io(Interest::WRITABLE, || pipe.drain_to(fd)) {
+                    Ok(_) => {}
+                    Err(e) if e.kind() == io::ErrorKind::WouldBlock => {}
+                    Err(e) => return Poll::Ready(Err(e)),
+                }
+            }
         }
-        Ok(n)
-    }
-
-    async fn splice_once(&self, pipe: &mut Pipe) -> io::Result<usize> {
-        let (src, dst) = (self.src.as_raw_fd(), self.dst.as_raw_fd());
-        let n = self.op(self.src, Interest::READABLE, || pipe.fill_from(src)).await?;
-        while pipe.pending > 0 {
-            self.op(self.dst, Interest::WRITABLE, || pipe.drain_to(dst)).await?;
-        }
-        Ok(n)
-    }
-
-    /// Runs a nonblocking socket operation, waiting for readiness as long as it takes (the
-    /// watchdog bounds the wait).
-    async fn op<T>(&self, s: &TcpStream, interest: Interest, mut f: impl FnMut() -> io::Result<T>) -> io::Result<T> {
-        loop {
-            match s.try_io(interest, &mut f) {
+        while let Some((buf, off, n)) = &mut self.held {
+            if *off == *n {
+                if let Some((buf, ..)) = self.held.take() {
+                    buffers::put(buf);
+                }
+                break;
+            }
+            ready!(dst.poll_write_ready(cx))?;
+            match dst.try_write(&buf[*off..*n]) {
+                Ok(w) => *off += w,
                 Err(e) if e.kind() == io::ErrorKind::WouldBlock => {}
-                r => return r,
+                Err(e) => return Poll::Ready(Err(e)),
             }
-            s.ready(interest).await?;
+        }
+        Poll::Ready(Ok(()))
+    }
+}
+
+impl Drop for Direction {
+    fn drop(&mut self) {
+        if let Some((buf, ..)) = self.held.take() {
+            buffers::put(buf);
+        }
+        if let Some(p) = self.pipe.take() {
+            splice::recycle(p);
         }
     }
 }

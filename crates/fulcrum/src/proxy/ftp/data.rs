@@ -123,7 +123,7 @@ impl Transfer {
             Err(_) => return warn!(service = %name, to = %self.connect_to, "data connection timed out"),
         };
         let _ = other.set_nodelay(true);
-        let (client, server) = match self.direction {
+        let (mut client, mut server) = match self.direction {
             Direction::Passive => (accepted, other),
             Direction::Active => (other, accepted),
         };
@@ -133,7 +133,7 @@ impl Transfer {
         let opts = tcp::Options { half_close: true, client_timeout: cfg.client_timeout, server_timeout: cfg.server_timeout, splice: true };
         let meters = tcp::Meters { bytes_in: &counters.bytes_in, bytes_out: &counters.bytes_out };
         tokio::select! {
-            r = tcp::forward(&client, &server, opts, meters) => match r {
+            r = tcp::forward(&mut client, &mut server, opts, meters) => match r {
                 Ok((up, down)) => debug!(service = %name, server = %self.server.addr, up, down, "data transfer done"),
                 Err(e) => {
                     counters.transfer_errors.fetch_add(1, Relaxed);
