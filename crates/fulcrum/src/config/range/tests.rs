@@ -206,7 +206,7 @@ async fn one_request(http: &crate::config::Http) -> String {
     use tokio::io::{AsyncReadExt, AsyncWriteExt};
     let (mut client, server) = tokio::io::duplex(64 * 1024);
     let svc = hyper::service::service_fn(|_req| async { Ok::<_, std::convert::Infallible>(hyper::Response::new(String::from("ok"))) });
-    let conn = crate::proxy::http::server_builder(http).serve_connection(hyper_util::rt::TokioIo::new(server), svc);
+    let conn = crate::proxy::http::server_builder(http, http.head_timeout).serve_connection(hyper_util::rt::TokioIo::new(server), svc);
     let served = tokio::spawn(conn);
     // As many header fields as allowed (up to 50), Host included; HTTP/1.0, so hyper closes after.
     let headers: String = (1..http.max_headers.min(50)).map(|i| format!("x-h{i}: v\r\n")).collect();

@@ -17,12 +17,15 @@
 
 use std::io;
 use std::pin::Pin;
+use std::sync::atomic::{AtomicBool, Ordering::Relaxed};
 use std::sync::{Arc, Mutex};
 use std::task::{Context, Poll, ready};
 
 use bytes::{Buf, BytesMut};
 use tokio::io::{AsyncRead, AsyncWrite, ReadBuf};
 use tokio::net::TcpStream;
+
+use super::park::Activity;
 
 /// Where the framing reader is in the stream.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -271,20 +274,38 @@ fn bare_cr_or_lf(data: &[u8]) -> Option<Refusal> {
 
 /// The verdict shared between the wrapper, the request handler and the connection loop.
 #[derive(Debug, Default, Clone)]
-pub struct Verdict(Arc<Mutex<Option<(Refusal, bool)>>>);
+pub struct Verdict(Arc<VerdictCell>);
+
+#[derive(Debug, Default)]
+struct VerdictCell {
+    /// Set with `why`: the guard asks at every read, and a flag costs no lock.
+    refused: AtomicBool,
+    why: Mutex<Option<(Refusal, bool)>>,
+}
 
 impl Verdict {
+    /// Whether a request was refused.
+    pub fn refused(&self) -> bool {
+        self.0.refused.load(Relaxed)
+    }
     /// The refusal as the client and the log read it, once there is one.
     pub fn get(&self) -> Option<String> {
-        self.0.lock().ok().and_then(|g| g.as_ref().map(|(why, _)| why.to_string()))
+        if !self.refused() {
+            return None;
+        }
+        self.0.why.lock().ok().and_then(|g| g.as_ref().map(|(why, _)| why.to_string()))
     }
     /// The refusal, if the guard wrote its 400 (it was in a head, so no handler did).
     pub fn answered_by_guard(&self) -> Option<String> {
-        self.0.lock().ok().and_then(|g| g.as_ref().filter(|(_, by_guard)| *by_guard).map(|(why, _)| why.to_string()))
+        if !self.refused() {
+            return None;
+        }
+        self.0.why.lock().ok().and_then(|g| g.as_ref().filter(|(_, by_guard)| *by_guard).map(|(why, _)| why.to_string()))
     }
     fn set(&self, why: Refusal, by_guard: bool) {
-        if let Ok(mut g) = self.0.lock() {
+        if let Ok(mut g) = self.0.why.lock() {
             g.get_or_insert((why, by_guard));
+            self.0.refused.store(true, Relaxed);
         }
     }
 }
@@ -300,13 +321,41 @@ pub struct Guarded {
     verdict: Verdict,
     /// The 400 still to write, once a violation is found.
     reply: Option<bytes::Bytes>,
+    /// Told when hyper waits for a next request and when it writes and flushes (`park`).
+    activity: Arc<Activity>,
 }
 
 impl Guarded {
-    pub fn new(inner: TcpStream, max_head: usize) -> (Guarded, Verdict) {
+    pub fn new(inner: TcpStream, max_head: usize, activity: Arc<Activity>) -> (Guarded, Verdict) {
         let verdict = Verdict::default();
-        let g = Guarded { inner, framing: Framing::new(max_head), pending: BytesMut::with_capacity(4096), ready: 0, verdict: verdict.clone(), reply: None };
+        let g = Guarded { inner, framing: Framing::new(max_head), pending: BytesMut::new(), ready: 0, verdict: verdict.clone(), reply: None, activity };
         (g, verdict)
+    }
+
+    /// The client socket, to wait on while no hyper connection exists.
+    pub fn socket(&self) -> &TcpStream {
+        &self.inner
+    }
+
+    /// Whether bytes the client sent are held here already (the next hyper connection must
+    /// start without waiting for the socket).
+    pub fn buffered(&self) -> bool {
+        !self.pending.is_empty()
+    }
+
+    /// Takes back bytes hyper was given and did not use (its read buffer when it was taken
+    /// apart), to give them to the next hyper connection first; they were checked already.
+    /// Then frees what an idle connection need not hold.
+    pub fn unread(&mut self, bytes: bytes::Bytes) {
+        if !bytes.is_empty() {
+            let mut front = BytesMut::with_capacity(bytes.len() + self.pending.len());
+            front.extend_from_slice(&bytes);
+            front.extend_from_slice(&self.pending);
+            self.pending = front;
+            self.ready += bytes.len();
+        } else if self.pending.is_empty() {
+            self.pending = BytesMut::new();
+        }
     }
 
     fn fail(&mut self, why: Refusal) {
@@ -352,17 +401,29 @@ impl AsyncRead for Guarded {
                 this.ready -= n;
                 return Poll::Ready(Ok(()));
             }
-            if this.framing.at == At::End || this.verdict.get().is_some() {
+            if this.framing.at == At::End || this.verdict.refused() {
                 return Poll::Ready(Ok(()));
             }
             match this.framing.scan(&this.pending) {
                 Scan::Release(n) => this.ready = n,
                 Scan::Bad(why) => this.fail(why),
                 Scan::NeedMore => {
+                    // Readiness first, then a buffer: an idle client costs none.
+                    if this.pending.is_empty() && this.inner.poll_read_ready(cx).is_pending() {
+                        this.activity.waiting(this.framing.at == At::Head);
+                        return Poll::Pending;
+                    }
                     if this.pending.capacity() - this.pending.len() < 4096 {
                         this.pending.reserve(16 * 1024);
                     }
-                    let n = ready!(tokio_util::io::poll_read_buf(Pin::new(&mut this.inner), cx, &mut this.pending))?;
+                    let n = match tokio_util::io::poll_read_buf(Pin::new(&mut this.inner), cx, &mut this.pending) {
+                        Poll::Ready(r) => r?,
+                        Poll::Pending => {
+                            this.activity.waiting(this.pending.is_empty() && this.framing.at == At::Head);
+                            return Poll::Pending;
+                        }
+                    };
+                    this.activity.waiting(false);
                     if n == 0 {
                         // End of stream: what is left is incomplete; hyper judges it.
                         this.ready = this.pending.len();
@@ -380,9 +441,12 @@ impl AsyncRead for Guarded {
 
 impl AsyncWrite for Guarded {
     fn poll_write(mut self: Pin<&mut Self>, cx: &mut Context<'_>, data: &[u8]) -> Poll<io::Result<usize>> {
+        self.activity.wrote();
         Pin::new(&mut self.inner).poll_write(cx, data)
     }
     fn poll_flush(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<io::Result<()>> {
+        // hyper flushes its IO only once its own write buffer is empty.
+        self.activity.flushed();
         Pin::new(&mut self.inner).poll_flush(cx)
     }
     fn poll_shutdown(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<io::Result<()>> {
@@ -390,6 +454,7 @@ impl AsyncWrite for Guarded {
         Pin::new(&mut self.inner).poll_shutdown(cx)
     }
     fn poll_write_vectored(mut self: Pin<&mut Self>, cx: &mut Context<'_>, bufs: &[io::IoSlice<'_>]) -> Poll<io::Result<usize>> {
+        self.activity.wrote();
         Pin::new(&mut self.inner).poll_write_vectored(cx, bufs)
     }
     fn is_write_vectored(&self) -> bool {
@@ -497,7 +562,7 @@ mod tests {
         let mut client = TcpStream::connect(listener.local_addr().unwrap()).await.unwrap();
         let (server, _) = listener.accept().await.unwrap();
         client.write_all(request).await.unwrap();
-        let (mut guarded, verdict) = Guarded::new(server, 16 * 1024);
+        let (mut guarded, verdict) = Guarded::new(server, 16 * 1024, Default::default());
         let mut seen = Vec::new();
         guarded.read_to_end(&mut seen).await.unwrap();
         assert!(verdict.get().is_some(), "the request is refused");

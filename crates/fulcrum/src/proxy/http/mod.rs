@@ -17,6 +17,7 @@ mod body;
 pub(crate) mod guard;
 mod headers;
 mod idle;
+mod park;
 mod replay;
 mod route;
 mod upstream;
@@ -46,28 +47,55 @@ use crate::shutdown::Shutdown;
 /// A server's idle keep-alive connections, kept in its state (`live::ServerState::idle`).
 pub(crate) type ServerConns = idle::IdleConns<hyper::client::conn::http1::SendRequest<ProxyBody>>;
 
-/// Serves one client connection: as many requests as it sends.
+/// Serves one client connection: as many requests as it sends. hyper runs only while the client
+/// is active (`park`): between bursts the connection is its socket and a few words of state.
 pub async fn serve(client: TcpStream, peer: SocketAddr, service: Arc<Service>, shutdown: Shutdown) {
     let http = &service.config().http;
-    let (io, verdict) = Guarded::new(client, http.max_head_size);
-    let builder = server_builder(http);
+    let activity = Arc::new(park::Activity::default());
+    let (mut io, verdict) = Guarded::new(client, http.max_head_size, activity.clone());
+    let linger = park::LINGER.min(http.head_timeout / 4);
     let svc = {
         let service = service.clone();
         let verdict = verdict.clone();
+        let activity = activity.clone();
         hyper::service::service_fn(move |req| {
             let service = service.clone();
             let verdict = verdict.clone();
-            async move { Ok::<_, std::convert::Infallible>(handle(req, peer, &service, &verdict).await) }
+            let answer = park::Answer::in_flight(&activity);
+            async move { Ok::<_, std::convert::Infallible>(answer.with(handle(req, peer, &service, &verdict).await)) }
         })
     };
-    let conn = builder.serve_connection(TokioIo::new(io), svc).with_upgrades();
-    tokio::select! {
-        r = conn => {
-            if let Err(e) = r {
+    loop {
+        // Parked: wait for the client's next bytes with no buffer. `head_timeout` counts from
+        // here, and hyper gets what is left of it for the head.
+        let waiting_since = Instant::now();
+        let woke = io.buffered()
+            || tokio::select! {
+                r = tokio::time::timeout(http.head_timeout, io.socket().readable()) => matches!(r, Ok(Ok(()))),
+                _ = shutdown.terminating().cancelled() => false,
+            };
+        if !woke {
+            break;
+        }
+        let left = http.head_timeout.saturating_sub(waiting_since.elapsed()).max(Duration::from_millis(1));
+        // Boxed: freed whole when the connection parks.
+        let conn = Box::new(server_builder(http, left).serve_connection(TokioIo::new(io), svc.clone()).with_upgrades());
+        let run = tokio::select! {
+            r = park::run(conn, &activity, linger) => r,
+            _ = shutdown.terminating().cancelled() => break,
+        };
+        match run {
+            park::Run::Idle(conn) => {
+                let Some(parts) = conn.into_parts() else { break };
+                io = parts.io.into_inner();
+                io.unread(parts.read_buf);
+            }
+            park::Run::Ended(Ok(())) => break,
+            park::Run::Ended(Err(e)) => {
                 debug!(service = %service.config().name, client = %peer, "client connection ended: {e}");
+                break;
             }
         }
-        _ = shutdown.terminating().cancelled() => {}
     }
     // A refusal inside a body was answered and logged by its request's handler.
     if let Some(why) = verdict.answered_by_guard() {
@@ -77,13 +105,13 @@ pub async fn serve(client: TcpStream, peer: SocketAddr, service: Arc<Service>, s
 
 /// hyper's HTTP/1.1 server with a service's head timeout and limits (their ranges in
 /// `config::range` are what hyper accepts without asserting or allocating without bound).
-pub(crate) fn server_builder(http: &crate::config::Http) -> hyper::server::conn::http1::Builder {
+pub(crate) fn server_builder(http: &crate::config::Http, head_timeout: Duration) -> hyper::server::conn::http1::Builder {
     let mut builder = hyper::server::conn::http1::Builder::new();
     builder
         // A refused head looks to hyper like the end of the stream: finish what came before it.
         .half_close(true)
         .timer(TokioTimer::new())
-        .header_read_timeout(http.head_timeout)
+        .header_read_timeout(head_timeout)
         .max_headers(http.max_headers)
         // hyper asserts at least 8192; validation refuses less, the floor keeps a config built
         // in code from reaching the assert.
