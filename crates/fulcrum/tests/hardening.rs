@@ -93,3 +93,75 @@ fn slow_readers_cost_a_bounded_amount_and_their_memory_comes_back() {
     }
     assert!(after <= before + before / 10, "RSS {before} KiB before, {during} KiB with {N} slow readers, still {after} KiB 40 s after they left");
 }
+
+/// Sends one keep-alive request on `s` and reads its response (Content-Length framed); returns
+/// the status, 0 when the connection gave none.
+fn keep_alive_get(s: &mut TcpStream, path: &str) -> u16 {
+    // One write: a request in pieces would wait on Nagle and the delayed ACK.
+    if s.write_all(format!("GET {path} HTTP/1.1\r\nHost: a\r\n\r\n").as_bytes()).is_err() {
+        return 0;
+    }
+    let mut raw = Vec::new();
+    let mut chunk = [0u8; 4096];
+    loop {
+        if let Some(end) = raw.windows(4).position(|w| w == b"\r\n\r\n") {
+            let head = String::from_utf8_lossy(&raw[..end]).to_ascii_lowercase();
+            let length = head.lines().find_map(|l| l.strip_prefix("content-length:")).and_then(|v| v.trim().parse::<usize>().ok()).unwrap_or(0);
+            if raw.len() >= end + 4 + length {
+                return support::parse_response(&raw).map_or(0, |(status, _)| status);
+            }
+        }
+        match s.read(&mut chunk) {
+            Ok(0) | Err(_) => return 0,
+            Ok(n) => raw.extend_from_slice(&chunk[..n]),
+        }
+    }
+}
+
+/// RSS once it has stopped moving (the allocator gives freed pages back within seconds).
+fn settled_rss(f: &Fulcrum) -> u64 {
+    let mut last = f.rss_kib();
+    for _ in 0..40 {
+        std::thread::sleep(Duration::from_millis(500));
+        let now = f.rss_kib();
+        if now.abs_diff(last) * 100 <= last {
+            return now;
+        }
+        last = now;
+    }
+    last
+}
+
+/// An idle keep-alive connection holds no buffer in either mode (HTTP mode frees hyper's state
+/// while the client is quiet) and still answers its next request. README: Limits and hardening.
+#[test]
+fn idle_keep_alive_connections_cost_little_and_still_answer() {
+    const N: usize = 2000;
+    let backend = Backend::start("b1");
+    for (mode, limit_kib) in [("tcp", 2.0), ("http", 4.0)] {
+        let http = if mode == "http" { "\n[service.http]\nhead_timeout = \"5m\"" } else { "" };
+        let extra = format!("mode = \"{mode}\"\nclient_timeout = \"5m\"\nserver_timeout = \"5m\"{http}");
+        let f = Fulcrum::start(&service_over("round-robin", &extra, "kind = \"none\"", &[(backend.addr, "")]));
+        let connect = || {
+            let s = TcpStream::connect(f.listen).unwrap();
+            s.set_read_timeout(Some(Duration::from_secs(10))).unwrap();
+            s
+        };
+        // A first crowd warms the allocator and the server connections, then leaves.
+        let warm: Vec<TcpStream> = (0..N).map(|_| connect()).collect::<Vec<_>>();
+        drop(warm);
+        let before = settled_rss(&f);
+        let mut idle: Vec<TcpStream> = (0..N)
+            .map(|_| {
+                let mut s = connect();
+                assert_eq!(keep_alive_get(&mut s, "/name"), 200);
+                s
+            })
+            .collect();
+        let after = settled_rss(&f);
+        let each = after.saturating_sub(before) as f64 / N as f64;
+        assert!(each <= limit_kib, "{mode}: an idle keep-alive connection costs {each:.2} KiB (RSS {before} -> {after} KiB with {N})");
+        let answered = idle.iter_mut().map(|s| keep_alive_get(s, "/name")).filter(|&status| status == 200).count();
+        assert_eq!(answered, N, "{mode}: every idle connection answers its next request");
+    }
+}
