@@ -1,35 +1,64 @@
 """Runs Fulcrum, HAProxy, NGINX and pen side by side in one run (see bench/README.md).
 
-Real servers: four nginx processes on core 0. Each balancer is pinned to core 1 and runs round
-robin over them, first in TCP mode (all four), then in HTTP mode (Fulcrum `mode = "http"`,
-HAProxy `mode http` with `http-reuse always`, NGINX `proxy_pass` with upstream keepalive; pen has
-no HTTP mode); the load generators run on core 0. CPU is read from /proc for the
-balancer's processes, so "CPU s per 10k requests" is the balancer's own cost.
+Four nginx real servers and every client run on core 0; each balancer runs on core 1 with one
+worker. All balancers stay up for the whole run, idle when not measured, and the rounds are
+interleaved (round 1 of every balancer, then round 2, ...), so a slow drift of the machine
+touches all of them alike. A round counts only if no other load disturbed it: on core 1 nothing
+but the balancer ran, on core 0 nothing but the client and the real servers (both read from
+/proc/stat against the processes' own CPU); a disturbed round is run again.
+
+Figures per balancer and mode, each the median over the clean rounds:
+- CPU s per 10k requests: the balancer's own utime + stime (all its threads and processes);
+- whole-machine CPU s per 10k requests: both cores' busy time from /proc/stat (client, servers,
+  kernel included), since work the balancer avoids may land elsewhere;
+- req/s, p50 and p99 from wrk, keep-alive and one request per connection (`Connection: close`);
+- bulk: a 64 MiB download, MB/s and the balancer's CPU s per GB;
+- KiB per idle connection: RSS growth of the balancer with thousands of idle keep-alive
+  connections that each made one request (checked alive afterwards), once RSS has settled.
 """
 import json
 import os
+import platform
 import re
+import selectors
 import shutil
 import signal
 import socket
+import statistics
 import subprocess
 import sys
 import tempfile
 import time
 from pathlib import Path
 
+
+def arg(name, default):
+    if name in sys.argv:
+        return sys.argv[sys.argv.index(name) + 1]
+    return default
+
+
 QUICK = "--quick" in sys.argv
-DURATION = 3 if QUICK else 10          # wrk seconds per case
-AB_REQUESTS = 5000 if QUICK else 30000
-BULK_ROUNDS = 2 if QUICK else 5
+ROUNDS = int(arg("--rounds", 2 if QUICK else 5))
+SAVE = arg("--save", None)
+DURATION = 2 if QUICK else 5             # wrk seconds per round
+BULK_ROUNDS = 2 if QUICK else 3
+IDLE_CONNS = int(arg("--idle", 1000 if QUICK else 5000))
 CONC = 50
+# A round is disturbed when another load took more than this share of a core.
+FOREIGN_LIMIT = 0.05
+RETRIES = 4
 SERVERS = [19081, 19082, 19083, 19084]
-PORTS = {"fulcrum": 19180, "haproxy": 19280, "nginx": 19380, "pen": 19480, "fulcrum-base": 19580, "direct": SERVERS[0]}
-# FULCRUM_BASELINE=/path/to/an/older/fulcrum adds it as "fulcrum-base", run the same way right
-# after this build, so a change is compared with what it changed in one run.
-BASELINE = os.environ.get("FULCRUM_BASELINE")
 ROOT = Path(__file__).resolve().parent.parent
+TARGET = Path(os.environ.get("CARGO_TARGET_DIR", ROOT / "target"))
+FULCRUM = Path(os.environ.get("FULCRUM_BIN", TARGET / "release" / "fulcrum"))
+# FULCRUM_BASELINE=/path/to/an/older/fulcrum adds it as "fulcrum-base", run the same way in the
+# same run, so a change is compared with what it changed.
+BASELINE = os.environ.get("FULCRUM_BASELINE")
 TICK = os.sysconf("SC_CLK_TCK")
+PAGE = os.sysconf("SC_PAGE_SIZE")
+ANCHORS = ("haproxy", "nginx", "pen")
+REQUEST = b"GET /index.html HTTP/1.1\r\nHost: bench\r\n\r\n"
 
 work = Path(tempfile.mkdtemp(prefix="fulcrum-bench-"))
 procs = []
@@ -48,6 +77,10 @@ signal.signal(signal.SIGINT, lambda *a: (cleanup(), sys.exit(130)))
 signal.signal(signal.SIGTERM, lambda *a: (cleanup(), sys.exit(143)))
 
 
+def say(*a):
+    print("bench:", *a, flush=True)
+
+
 def port_free(port):
     with socket.socket() as s:
         return s.connect_ex(("127.0.0.1", port)) != 0
@@ -64,17 +97,22 @@ def wait_port(port, what, limit=10.0):
     raise SystemExit(f"bench: {what} did not start listening on 127.0.0.1:{port}\n{tail}")
 
 
-def start(cmd, core, name):
+def start(cmd, cores, name):
     log = open(work / f"{name}.log", "w")
-    p = subprocess.Popen(["taskset", "-c", str(core)] + cmd, stdout=log, stderr=subprocess.STDOUT, start_new_session=True)
+    p = subprocess.Popen(["taskset", "-c", cores] + cmd, stdout=log, stderr=subprocess.STDOUT, start_new_session=True)
     procs.append(p)
     return p
 
 
-def cpu_seconds(pid):
-    """utime + stime of a process and its children still running (nginx, haproxy workers)."""
+def family(pid):
+    """A process and its children (nginx or haproxy workers, if any)."""
+    out = subprocess.run(["pgrep", "-P", str(pid)], capture_output=True, text=True).stdout.split()
+    return [pid] + [int(x) for x in out]
+
+
+def cpu_seconds(pids):
+    """utime + stime of processes (all their threads), in seconds."""
     total = 0
-    pids = [pid] + [int(x) for x in subprocess.run(["pgrep", "-P", str(pid)], capture_output=True, text=True).stdout.split()]
     for p in pids:
         try:
             fields = Path(f"/proc/{p}/stat").read_text().rsplit(")", 1)[1].split()
@@ -82,6 +120,31 @@ def cpu_seconds(pid):
         except (FileNotFoundError, IndexError):
             pass
     return total / TICK
+
+
+def rss_bytes(pids):
+    total = 0
+    for p in pids:
+        try:
+            m = re.search(r"^Rss:\s+(\d+) kB", Path(f"/proc/{p}/smaps_rollup").read_text(), re.M)
+            total += int(m.group(1)) * 1024
+        except (FileNotFoundError, AttributeError):
+            pass
+    return total
+
+
+def cores():
+    """Per-core (busy, user+nice+system) jiffies from /proc/stat, and procs_running."""
+    busy = {}
+    running = 0
+    for line in Path("/proc/stat").read_text().splitlines():
+        f = line.split()
+        if re.fullmatch(r"cpu\d+", f[0]):
+            user, nice, system, idle, iowait, irq, softirq, steal = map(int, f[1:9])
+            busy[int(f[0][3:])] = (user + nice + system + irq + softirq + steal, user + nice + system)
+        elif f[0] == "procs_running":
+            running = int(f[1])
+    return busy, running
 
 
 def nginx_server(port):
@@ -93,196 +156,421 @@ def nginx_server(port):
     (d / "nginx.conf").write_text(f"""daemon off; master_process off; worker_processes 1; user root root;
 pid {d}/nginx.pid; error_log {d}/error.log warn;
 events {{ worker_connections 16384; }}
-http {{ access_log off; keepalive_requests 1000000; sendfile on;
+http {{ access_log off; keepalive_requests 1000000; keepalive_timeout 300s; sendfile on;
   client_body_temp_path {d}/b; proxy_temp_path {d}/p; fastcgi_temp_path {d}/f; uwsgi_temp_path {d}/u; scgi_temp_path {d}/s;
   server {{ listen 127.0.0.1:{port} backlog=8192 reuseport; root {d}/www; }} }}
 """)
-    start(["nginx", "-p", str(d), "-c", str(d / "nginx.conf")], 0, f"real{port}")
-    wait_port(port, f"real server {port}")
-
-
-def balancer(name, http=False):
-    """Starts one balancer on core 1; returns its process (None for `direct`)."""
-    d = work / (name + ("-http" if http else ""))
-    d.mkdir()
-    port = PORTS[name]
-    ups = "\n".join(f"127.0.0.1:{p}" for p in SERVERS)
-    if name in ("fulcrum", "fulcrum-base"):
-        exe = BASELINE if name == "fulcrum-base" else ROOT / "target" / "release" / "fulcrum"
-        conf = d / "fulcrum.toml"
-        mode = "mode = \"http\"\n[service.http]\naccess_log = \"off\"\n" if http else ""
-        conf.write_text("workers = 1\n[[service]]\nname = \"bench\"\nlisten = \"127.0.0.1:%d\"\nalgorithm = \"round-robin\"\n%s[service.health]\nkind = \"tcp\"\n" % (port, mode)
-                        + "".join(f"[[service.server]]\naddress = \"127.0.0.1:{p}\"\n" for p in SERVERS))
-        p = start([str(exe), "--log", "warn", "run", str(conf)], 1, name)
-    elif name == "haproxy":
-        conf = d / "haproxy.cfg"
-        conf.write_text(f"""global
-  nbthread 1
-  maxconn 8000
-defaults
-  mode {"http" if http else "tcp"}
-  {"http-reuse always" if http else ""}
-  {"option http-keep-alive" if http else ""}
-  timeout http-keep-alive 60s
-  timeout connect 2s
-  timeout client 60s
-  timeout server 60s
-listen bench
-  bind 127.0.0.1:{port}
-  balance roundrobin
-""" + "".join(f"  server s{i} 127.0.0.1:{p}\n" for i, p in enumerate(SERVERS)))
-        p = start(["haproxy", "-db", "-f", str(conf)], 1, name)
-    elif name == "nginx":
-        conf = d / "nginx.conf"
-        servers = "".join(f"server 127.0.0.1:{p};" for p in SERVERS)
-        if http:
-            conf.write_text(f"""daemon off; master_process off; worker_processes 1; user root root;
-pid {d}/nginx.pid; error_log {d}/error.log warn;
-events {{ worker_connections 16384; }}
-http {{ access_log off; keepalive_requests 1000000;
-  client_body_temp_path {d}/b; proxy_temp_path {d}/p; fastcgi_temp_path {d}/f; uwsgi_temp_path {d}/u; scgi_temp_path {d}/s;
-  upstream real {{ {servers} keepalive 256; }}
-  server {{ listen 127.0.0.1:{port} backlog=8192;
-    location / {{ proxy_pass http://real; proxy_http_version 1.1; proxy_set_header Connection ""; proxy_buffering off; }} }} }}
-""")
-        else:
-            conf.write_text(f"""load_module /usr/lib/nginx/modules/ngx_stream_module.so;
-daemon off; master_process off; worker_processes 1; user root root;
-pid {d}/nginx.pid; error_log {d}/error.log warn;
-events {{ worker_connections 16384; }}
-stream {{ upstream real {{ {servers} }} server {{ listen 127.0.0.1:{port} backlog=8192; proxy_pass real; }} }}
-""")
-        p = start(["nginx", "-p", str(d), "-c", str(conf)], 1, name)
-    elif name == "pen" and not http:
-        p = start(["pen", "-f", "-r", "-x", "8000", "-c", "8000", f"127.0.0.1:{port}"] + [f"127.0.0.1:{s}" for s in SERVERS], 1, name)
-    else:
-        return None
-    wait_port(port, name)
-    ok = subprocess.run(["curl", "-s", "-o", "/dev/null", "-w", "%{http_code}", f"http://127.0.0.1:{port}/index.html"], capture_output=True, text=True).stdout
-    if ok != "200":
-        raise SystemExit(f"bench: {name} answered {ok!r} instead of 200; log in {work}/{name}.log")
+    p = start(["nginx", "-p", str(d), "-c", str(d / "nginx.conf")], "0", f"real{port}")
+    wait_port(port, f"real{port}")
     return p
 
 
-def measure(pid, cmd):
-    before = cpu_seconds(pid) if pid else 0
-    out = subprocess.run(["taskset", "-c", "0"] + cmd, capture_output=True, text=True, timeout=600).stdout
-    return out, (cpu_seconds(pid) - before) if pid else 0.0
+class Balancer:
+    """One balancer in one mode; `variant` is a Fulcrum setting measured as a balancer of its own."""
+
+    def __init__(self, name, mode, port, cores="1", workers=1):
+        self.name, self.mode, self.port, self.cores, self.workers = name, mode, port, cores, workers
+        self.label = name
+        self.proc = None
+
+    def config(self, d):
+        http = self.mode == "http"
+        ups = SERVERS
+        if self.name.startswith("fulcrum"):
+            exe = BASELINE if self.name == "fulcrum-base" else FULCRUM
+            extra = ""
+            if self.name == "fulcrum-sockmap":
+                extra = 'fast_path = "sockmap"\n'
+            service = (f'workers = {self.workers}\n[[service]]\nname = "bench"\nlisten = "127.0.0.1:{self.port}"\n'
+                       f'algorithm = "round-robin"\nclient_timeout = "10m"\nserver_timeout = "10m"\n{extra}')
+            if http:
+                service += 'mode = "http"\n[service.http]\naccess_log = "off"\nhead_timeout = "10m"\nkeepalive_idle = "10m"\n'
+            service += '[service.health]\nkind = "tcp"\n' + "".join(f'[[service.server]]\naddress = "127.0.0.1:{p}"\n' for p in ups)
+            (d / "fulcrum.toml").write_text(service)
+            return [str(exe), "--log", "warn", "run", str(d / "fulcrum.toml")]
+        if self.name == "haproxy":
+            (d / "haproxy.cfg").write_text(f"""global
+  nbthread {self.workers}
+  maxconn 9000
+defaults
+  mode {self.mode}
+  {"http-reuse always" if http else ""}
+  {"option http-keep-alive" if http else ""}
+  timeout http-keep-alive 10m
+  timeout http-request 10m
+  timeout connect 2s
+  timeout client 10m
+  timeout server 10m
+listen bench
+  bind 127.0.0.1:{self.port}
+  balance roundrobin
+""" + "".join(f"  server s{i} 127.0.0.1:{p}\n" for i, p in enumerate(ups)))
+            return ["haproxy", "-db", "-f", str(d / "haproxy.cfg")]
+        if self.name == "nginx":
+            servers = "".join(f"server 127.0.0.1:{p};" for p in ups)
+            head = f"""daemon off; master_process {"on" if self.workers > 1 else "off"}; worker_processes {self.workers}; user root root;
+pid {d}/nginx.pid; error_log {d}/error.log warn; worker_rlimit_nofile 19000;
+events {{ worker_connections 16384; }}
+"""
+            if http:
+                body = f"""http {{ access_log off; keepalive_requests 1000000; keepalive_timeout 10m;
+  client_body_temp_path {d}/b; proxy_temp_path {d}/p; fastcgi_temp_path {d}/f; uwsgi_temp_path {d}/u; scgi_temp_path {d}/s;
+  upstream real {{ {servers} keepalive 256; keepalive_timeout 10m; }}
+  server {{ listen 127.0.0.1:{self.port} backlog=8192 {"reuseport" if self.workers > 1 else ""};
+    location / {{ proxy_pass http://real; proxy_http_version 1.1; proxy_set_header Connection ""; proxy_buffering off; }} }} }}
+"""
+            else:
+                head = "load_module /usr/lib/nginx/modules/ngx_stream_module.so;\n" + head
+                body = f"""stream {{ upstream real {{ {servers} }}
+  server {{ listen 127.0.0.1:{self.port} backlog=8192 {"reuseport" if self.workers > 1 else ""}; proxy_pass real; proxy_timeout 10m; }} }}
+"""
+            (d / "nginx.conf").write_text(head + body)
+            return ["nginx", "-p", str(d), "-c", str(d / "nginx.conf")]
+        if self.name == "pen":
+            return ["pen", "-f", "-r", "-x", "9000", "-c", "9000", f"127.0.0.1:{self.port}"] + [f"127.0.0.1:{s}" for s in ups]
+        raise ValueError(self.name)
+
+    def start(self):
+        d = work / f"{self.label}-{self.mode}-{self.port}"
+        d.mkdir()
+        self.proc = start(self.config(d), self.cores, f"{self.label}-{self.mode}-{self.port}")
+        wait_port(self.port, f"{self.label}-{self.mode}-{self.port}")
+        ok = subprocess.run(["curl", "-s", "-o", "/dev/null", "-w", "%{http_code}", f"http://127.0.0.1:{self.port}/index.html"],
+                            capture_output=True, text=True).stdout
+        if ok != "200":
+            raise SystemExit(f"bench: {self.label} ({self.mode}) answered {ok!r} instead of 200; log in {d}")
+
+    def pids(self):
+        return family(self.proc.pid) if self.proc else []
+
+    def stop(self):
+        os.killpg(self.proc.pid, signal.SIGKILL)
+        self.proc.wait()
 
 
-def wrk(port, pid):
-    out, cpu = measure(pid, ["wrk", "-t1", f"-c{CONC}", f"-d{DURATION}s", "--latency", f"http://127.0.0.1:{port}/index.html"])
-    rps = float(re.search(r"Requests/sec:\s+([\d.]+)", out).group(1))
+def fulcrum_accepts(setting):
+    """Whether this Fulcrum build accepts a service setting (a variant it does not know is left out)."""
+    d = work / "probe"
+    d.mkdir(exist_ok=True)
+    (d / "f.toml").write_text(f'[[service]]\nname = "p"\nlisten = "127.0.0.1:1"\n{setting}\n[[service.server]]\naddress = "127.0.0.1:2"\n')
+    return subprocess.run([str(FULCRUM), "check", str(d / "f.toml")], capture_output=True).returncode == 0
+
+
+def parse_wrk(out):
     total = int(re.search(r"(\d+) requests in", out).group(1))
+    rps = float(re.search(r"Requests/sec:\s+([\d.]+)", out).group(1))
+
     def lat(q):
-        m = re.search(rf"\s{q}%\s+([\d.]+)(us|ms|s)", out)
+        m = re.search(rf"\s{q}%\s+([\d.]+)(us|ms|s)\b", out)
         v, unit = float(m.group(1)), m.group(2)
         return v / 1000 if unit == "us" else v * 1000 if unit == "s" else v
-    errors = re.search(r"Non-2xx or 3xx responses: (\d+)", out)
-    return {"rps": rps, "p50_ms": lat(50), "p99_ms": lat(99), "cpu_s_per_10k": cpu / total * 10000, "requests": total,
-            "errors": int(errors.group(1)) if errors else 0}
+
+    non2xx = re.search(r"Non-2xx or 3xx responses: (\d+)", out)
+    errs = re.search(r"Socket errors: connect (\d+), read (\d+), write (\d+), timeout (\d+)", out)
+    errors = (int(non2xx.group(1)) if non2xx else 0) + (sum(map(int, errs.groups())) if errs else 0)
+    return {"requests": total, "rps": rps, "p50_ms": lat(50), "p99_ms": lat(99), "errors": errors}
 
 
-def ab(port, pid):
-    out, cpu = measure(pid, ["ab", "-q", "-r", "-n", str(AB_REQUESTS), "-c", str(CONC), f"http://127.0.0.1:{port}/index.html"])
-    rps = float(re.search(r"Requests per second:\s+([\d.]+)", out).group(1))
-    failed = int(re.search(r"Failed requests:\s+(\d+)", out).group(1))
-    def pct(q):
-        return float(re.search(rf"^\s+{q}%\s+(\d+)", out, re.M).group(1))
-    return {"rps": rps, "p50_ms": pct(50), "p99_ms": pct(99), "cpu_s_per_10k": cpu / AB_REQUESTS * 10000, "requests": AB_REQUESTS, "errors": failed}
+def measured(b, cmd, servers):
+    """Runs a client on core 0; returns its output and the CPU figures of the run."""
+    pids = b.pids()
+    c0, _ = cores()
+    b0, s0 = cpu_seconds(pids), cpu_seconds(servers)
+    t0 = time.time()
+    p = subprocess.Popen(["taskset", "-c", "0"] + cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+    out = p.stdout.read()
+    _, status, usage = os.wait4(p.pid, 0)
+    p.returncode = os.waitstatus_to_exitcode(status)
+    wall = time.time() - t0
+    c1, running = cores()
+    b1, s1 = cpu_seconds(pids), cpu_seconds(servers)
+    if p.returncode != 0:
+        raise SystemExit(f"bench: {' '.join(cmd)} failed ({p.returncode}):\n{out[-2000:]}")
+    balancer = b1 - b0
+    client = usage.ru_utime + usage.ru_stime
+    # Foreign load: a core's user+system time not spent by the processes meant to run there.
+    core1 = (c1[1][1] - c0[1][1]) / TICK if b.cores == "1" else 0.0
+    core0 = (c1[0][1] - c0[0][1]) / TICK
+    foreign1 = max(0.0, core1 - balancer) if b.cores == "1" else 0.0
+    foreign0 = max(0.0, core0 - client - (s1 - s0))
+    machine = sum(c1[i][0] - c0[i][0] for i in c1) / TICK
+    return out, {"wall_s": wall, "balancer_cpu_s": balancer, "machine_cpu_s": machine, "client_cpu_s": client,
+                 "foreign_core0": foreign0 / wall, "foreign_core1": foreign1 / wall, "procs_running": running}
 
 
-def bulk(port, pid):
-    speeds = []
-    cpu = 0.0
+def request_round(b, workload, servers):
+    """One clean round of wrk against `b`: keep-alive or one request per connection."""
+    cmd = ["wrk", "-t1", f"-c{CONC}", f"-d{DURATION}s", "--latency"]
+    if workload == "new_connection":
+        cmd += ["-H", "Connection: close"]
+    cmd.append(f"http://127.0.0.1:{b.port}/index.html")
+    rejected = []
+    for _ in range(RETRIES):
+        out, cpu = measured(b, cmd, servers)
+        r = parse_wrk(out)
+        if cpu["foreign_core0"] > FOREIGN_LIMIT or cpu["foreign_core1"] > FOREIGN_LIMIT:
+            rejected.append({k: round(cpu[k], 3) for k in ("foreign_core0", "foreign_core1")})
+            time.sleep(1)
+            continue
+        r.update(cpu)
+        r["cpu_s_per_10k"] = cpu["balancer_cpu_s"] / r["requests"] * 10000
+        r["machine_cpu_s_per_10k"] = cpu["machine_cpu_s"] / r["requests"] * 10000
+        r["rejected"] = rejected
+        return r
+    say(f"{b.label} {b.mode} {workload}: every try was disturbed by other load ({rejected}); kept the last")
+    r.update(cpu)
+    r["cpu_s_per_10k"] = cpu["balancer_cpu_s"] / r["requests"] * 10000
+    r["machine_cpu_s_per_10k"] = cpu["machine_cpu_s"] / r["requests"] * 10000
+    r["rejected"] = rejected
+    r["disturbed"] = True
+    return r
+
+
+def bulk(b, servers):
+    speeds, cpu, machine = [], 0.0, 0.0
     for _ in range(BULK_ROUNDS):
-        out, c = measure(pid, ["curl", "-s", "-o", "/dev/null", "-w", "%{speed_download} %{size_download}", f"http://127.0.0.1:{port}/large"])
+        out, c = measured(b, ["curl", "-s", "-o", "/dev/null", "-w", "%{speed_download} %{size_download}",
+                              f"http://127.0.0.1:{b.port}/large"], servers)
         speed, size = out.split()
         if int(size) != 64 << 20:
-            raise SystemExit(f"bench: bulk download through port {port} was {size} bytes")
+            raise SystemExit(f"bench: bulk download through {b.label} was {size} bytes")
         speeds.append(float(speed) / 1e6)
-        cpu += c
-    speeds.sort()
-    return {"mb_per_s": speeds[len(speeds) // 2], "cpu_s_per_gb": cpu / (BULK_ROUNDS * 64 / 1024)}
+        cpu += c["balancer_cpu_s"]
+        machine += c["machine_cpu_s"]
+    gb = BULK_ROUNDS * 64 / 1024
+    return {"mb_per_s": statistics.median(speeds), "cpu_s_per_gb": cpu / gb, "machine_cpu_s_per_gb": machine / gb}
+
+
+def exchange(socks, sel, what):
+    """Sends one request on every socket and reads every response whole."""
+    pending = {}
+    for s in socks:
+        s.sendall(REQUEST)
+        pending[s.fileno()] = (s, b"")
+        sel.register(s, selectors.EVENT_READ)
+    deadline = time.time() + 30
+    while pending and time.time() < deadline:
+        for key, _ in sel.select(timeout=1):
+            s, got = pending[key.fd]
+            data = s.recv(65536)
+            if not data:
+                raise SystemExit(f"bench: {what}: a connection was closed instead of answered")
+            got += data
+            if b"</html>\n" in got:
+                if not got.startswith(b"HTTP/1.1 200"):
+                    raise SystemExit(f"bench: {what}: answered {got[:40]!r}")
+                sel.unregister(s)
+                del pending[key.fd]
+            else:
+                pending[key.fd] = (s, got)
+    if pending:
+        raise SystemExit(f"bench: {what}: {len(pending)} requests were not answered within 30 s")
+
+
+def settled_rss(pids, limit):
+    """RSS once it has stopped moving (the allocators give pages back over a few seconds)."""
+    last, same, deadline = rss_bytes(pids), 0, time.time() + limit
+    while time.time() < deadline and same < 3:
+        time.sleep(1)
+        now = rss_bytes(pids)
+        same = same + 1 if abs(now - last) < 64 * 1024 else 0
+        last = now
+    return last
+
+
+def idle_memory(b):
+    """RSS growth per idle keep-alive connection, each having made one request."""
+    os.sched_setaffinity(0, {0})
+    pids = b.pids()
+    before = settled_rss(pids, 20)
+    sel = selectors.DefaultSelector()
+    socks = []
+    try:
+        for i in range(0, IDLE_CONNS, 250):
+            wave = []
+            for _ in range(min(250, IDLE_CONNS - i)):
+                s = socket.create_connection(("127.0.0.1", b.port))
+                s.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+                wave.append(s)
+            exchange(wave, sel, f"{b.label} idle")
+            socks += wave
+        after = settled_rss(pids, 40)
+        # Alive afterwards: a sample of them answers again.
+        exchange(socks[:: max(1, len(socks) // 100)], sel, f"{b.label} idle, afterwards")
+    finally:
+        for s in socks:
+            s.close()
+        os.sched_setaffinity(0, set(range(os.cpu_count())))
+    return {"connections": IDLE_CONNS, "rss_before_kib": before / 1024, "rss_after_kib": after / 1024,
+            "kib_per_connection": (after - before) / IDLE_CONNS / 1024}
+
+
+def scaling(b, servers):
+    """Keep-alive load with the balancer and the client free to use both cores."""
+    out, cpu = measured(b, ["wrk", "-t2", f"-c{2 * CONC}", f"-d{DURATION}s", "--latency", f"http://127.0.0.1:{b.port}/index.html"], servers)
+    r = parse_wrk(out)
+    r.update(cpu)
+    r["cpu_s_per_10k"] = cpu["balancer_cpu_s"] / r["requests"] * 10000
+    # Requests per second for each core the balancer kept busy.
+    r["rps_per_balancer_core"] = r["requests"] / max(cpu["balancer_cpu_s"], 1e-9)
+    return r
+
+
+def median_of(rounds, key):
+    return statistics.median(r[key] for r in rounds)
+
+
+def machine_info():
+    model = ""
+    for line in Path("/proc/cpuinfo").read_text().splitlines():
+        if line.startswith("model name"):
+            model = line.split(":", 1)[1].strip()
+            break
+    mem = int(re.search(r"MemTotal:\s+(\d+)", Path("/proc/meminfo").read_text()).group(1)) // 1024
+    return {"cores": os.cpu_count(), "cpu": model, "memory_mib": mem, "kernel": platform.release(),
+            "date": time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime())}
+
+
+def versions():
+    def first(cmd, stream="stdout"):
+        try:
+            r = subprocess.run(cmd, capture_output=True, text=True)
+            return (getattr(r, stream).strip().split("\n") or [""])[0]
+        except FileNotFoundError:
+            return "missing"
+    v = {"haproxy": first(["haproxy", "-v"]), "nginx": first(["nginx", "-v"], "stderr"),
+         "pen": first(["dpkg-query", "-W", "-f", "${Version}", "pen"]), "wrk": first(["wrk", "-v"]),
+         "fulcrum": first([str(FULCRUM), "--version"])}
+    try:
+        v["fulcrum_commit"] = subprocess.run(["git", "-C", str(ROOT), "rev-parse", "--short", "HEAD"], capture_output=True, text=True).stdout.strip()
+    except FileNotFoundError:
+        pass
+    return v
 
 
 def main():
-    for p in list(PORTS.values())[:-1] + SERVERS:
-        if not port_free(p):
-            raise SystemExit(f"bench: port 127.0.0.1:{p} is taken; stop what uses it and run again")
-    for p in SERVERS:
-        nginx_server(p)
-    results = {"machine": {"cores": os.cpu_count(), "kernel": os.uname().release}, "quick": QUICK, "balancers": {}}
-    versions = {
-        "haproxy": subprocess.run(["haproxy", "-v"], capture_output=True, text=True).stdout.split("\n")[0],
-        "nginx": subprocess.run(["nginx", "-v"], capture_output=True, text=True).stderr.strip(),
-        "pen": subprocess.run(["dpkg-query", "-W", "-f", "${Version}", "pen"], capture_output=True, text=True).stdout.strip(),
-        "fulcrum": subprocess.run([str(ROOT / "target/release/fulcrum"), "--version"], capture_output=True, text=True).stdout.strip(),
-    }
-    results["versions"] = versions
-    base = ["fulcrum-base"] if BASELINE else []
-    for name in ["direct", "haproxy", "fulcrum"] + base + ["nginx", "pen"]:
-        print(f"bench: {name} ...", flush=True)
-        p = balancer(name)
-        pid = p.pid if p else None
-        port = PORTS[name]
-        r = {"bulk": bulk(port, pid)}
-        if name != "direct":
-            r["wrk_keepalive"] = wrk(port, pid)
-            r["ab_per_connection"] = ab(port, pid)
-        results["balancers"][name] = r
-        if p:
-            os.killpg(p.pid, signal.SIGKILL)
-            p.wait()
-    results["http"] = {}
-    for name in ["haproxy", "fulcrum"] + base + ["nginx"]:
-        print(f"bench: {name} (http) ...", flush=True)
-        p = balancer(name, http=True)
-        port = PORTS[name]
-        results["http"][name] = {"wrk_keepalive": wrk(port, p.pid), "ab_per_connection": ab(port, p.pid), "bulk": bulk(port, p.pid)}
-        os.killpg(p.pid, signal.SIGKILL)
-        p.wait()
+    taken = [p for p in SERVERS + list(range(19100, 19130)) if not port_free(p)]
+    if taken:
+        raise SystemExit(f"bench: ports {taken} on 127.0.0.1 are taken; stop what uses them and run again")
+    servers = [nginx_server(p).pid for p in SERVERS]
+    port = iter(range(19100, 19130))
+    fulcrums = ["fulcrum"] + (["fulcrum-base"] if BASELINE else [])
+    tcp = [Balancer(n, "tcp", next(port)) for n in ["haproxy", "nginx", "pen"] + fulcrums]
+    if fulcrum_accepts('fast_path = "sockmap"'):
+        tcp.append(Balancer("fulcrum-sockmap", "tcp", next(port)))
+    http = [Balancer(n, "http", next(port)) for n in ["haproxy", "nginx"] + fulcrums]
+    balancers = tcp + http
+    for b in balancers:
+        b.start()
+    direct = Balancer("direct", "tcp", SERVERS[0])
+    results = {"machine": machine_info(), "versions": versions(), "quick": QUICK, "rounds": ROUNDS,
+               "duration_s": DURATION, "concurrency": CONC, "idle_connections": IDLE_CONNS, "foreign_limit": FOREIGN_LIMIT,
+               "modes": {"tcp": {}, "http": {}}}
+    say(f"{len(balancers)} balancers, {ROUNDS} rounds of {DURATION} s per workload, interleaved")
+    # A warm-up so every balancer starts the first round with its pools and allocator warm.
+    for b in balancers:
+        measured(b, ["wrk", "-t1", f"-c{CONC}", "-d1s", f"http://127.0.0.1:{b.port}/index.html"], servers)
+    rounds = {(b.label, b.mode, w): [] for b in balancers for w in ("keep_alive", "new_connection")}
+    for r in range(ROUNDS):
+        order = balancers[r % len(balancers):] + balancers[: r % len(balancers)]
+        for b in order:
+            for w in ("keep_alive", "new_connection"):
+                rounds[(b.label, b.mode, w)].append(request_round(b, w, servers))
+        say(f"round {r + 1}/{ROUNDS} done")
+    for b in balancers:
+        res = {}
+        for w in ("keep_alive", "new_connection"):
+            rs = rounds[(b.label, b.mode, w)]
+            res[w] = {k: median_of(rs, k) for k in ("cpu_s_per_10k", "machine_cpu_s_per_10k", "rps", "p50_ms", "p99_ms")}
+            res[w]["errors"] = sum(x["errors"] for x in rs)
+            res[w]["rejected_rounds"] = sum(len(x["rejected"]) for x in rs)
+            res[w]["disturbed_rounds"] = sum(1 for x in rs if x.get("disturbed"))
+            res[w]["rounds"] = rs
+        results["modes"][b.mode][b.label] = res
+    say("bulk")
+    results["bulk_direct"] = bulk(direct, servers)
+    for b in balancers:
+        results["modes"][b.mode][b.label]["bulk"] = bulk(b, servers)
+    for b in balancers:
+        say(f"idle memory: {b.label} ({b.mode}), {IDLE_CONNS} connections")
+        results["modes"][b.mode][b.label]["idle"] = idle_memory(b)
+    for b in balancers:
+        b.stop()
+    say("scaling: two workers, both cores")
+    results["scaling"] = {}
+    for mode in ("tcp", "http"):
+        for name in ("haproxy", "nginx", "fulcrum"):
+            b = Balancer(name, mode, next(port), cores="0,1", workers=2)
+            b.start()
+            measured(b, ["wrk", "-t1", f"-c{CONC}", "-d1s", f"http://127.0.0.1:{b.port}/index.html"], servers)
+            results["scaling"][f"{name} {mode}"] = scaling(b, servers)
+            b.stop()
     report = render(results)
     print(report)
     out = ROOT / "bench" / "results"
     out.mkdir(exist_ok=True)
-    (out / "latest.md").write_text(report)
-    (out / "latest.json").write_text(json.dumps(results, indent=2))
+    for stem in ["latest"] + ([SAVE] if SAVE else []):
+        (out / f"{stem}.md").write_text(report)
+        (out / f"{stem}.json").write_text(json.dumps(results, indent=1))
+    say(f"results in bench/results/{SAVE or 'latest'}.md")
+
+
+def ratio(x, best):
+    return f"{x / best:.2f}x" if best else "-"
 
 
 def render(r):
-    b = r["balancers"]
-    hap = b["haproxy"]
-    lines = ["# Side-by-side L4 benchmark" + (" (quick)" if r["quick"] else ""), "",
-             "Each balancer pinned to one core, round robin over four nginx servers; clients on the other core.", "",
-             "| balancer | workload | req/s | p50 ms | p99 ms | CPU s / 10k req | req/s vs HAProxy | CPU/req vs HAProxy | errors |",
-             "|---|---|---:|---:|---:|---:|---:|---:|---:|"]
-    for name, res in b.items():
-        for wl in ["wrk_keepalive", "ab_per_connection"]:
-            if wl not in res:
-                continue
-            x, h = res[wl], hap[wl]
-            lines.append(f"| {name} | {wl} | {x['rps']:.0f} | {x['p50_ms']:.2f} | {x['p99_ms']:.2f} | {x['cpu_s_per_10k']:.3f} | "
-                         f"{x['rps'] / h['rps']:.2f} | {x['cpu_s_per_10k'] / h['cpu_s_per_10k']:.2f} | {x['errors']} |")
-    lines += ["", "| balancer | bulk MB/s (64 MiB, median) | vs direct | CPU s / GB |", "|---|---:|---:|---:|"]
-    direct = b["direct"]["bulk"]["mb_per_s"]
-    for name, res in b.items():
-        x = res["bulk"]
-        lines.append(f"| {name} | {x['mb_per_s']:.0f} | {x['mb_per_s'] / direct:.2f} | {x['cpu_s_per_gb']:.3f} |")
-    lines += ["", "# Side-by-side HTTP benchmark" + (" (quick)" if r["quick"] else ""), "",
-              "HTTP mode, keep-alive to the servers (HAProxy http-reuse always, NGINX upstream keepalive); pen has no HTTP mode.", "",
-              "| balancer | workload | req/s | p50 ms | p99 ms | CPU s / 10k req | req/s vs HAProxy | CPU/req vs HAProxy | p99 vs HAProxy | errors |",
-              "|---|---|---:|---:|---:|---:|---:|---:|---:|---:|"]
-    hh = r["http"]["haproxy"]
-    for name, res in r["http"].items():
-        for wl in ["wrk_keepalive", "ab_per_connection"]:
-            x, h = res[wl], hh[wl]
-            lines.append(f"| {name} | {wl} | {x['rps']:.0f} | {x['p50_ms']:.2f} | {x['p99_ms']:.2f} | {x['cpu_s_per_10k']:.3f} | "
-                         f"{x['rps'] / h['rps']:.2f} | {x['cpu_s_per_10k'] / h['cpu_s_per_10k']:.2f} | {x['p99_ms'] / max(h['p99_ms'], 0.001):.2f} | {x['errors']} |")
-    lines += ["", "| balancer (http) | bulk MB/s (64 MiB, median) | CPU s / GB |", "|---|---:|---:|"]
-    for name, res in r["http"].items():
-        lines.append(f"| {name} | {res['bulk']['mb_per_s']:.0f} | {res['bulk']['cpu_s_per_gb']:.3f} |")
-    lines += ["", "Versions: " + "; ".join(f"{k}: {v}" for k, v in r["versions"].items()), ""]
+    q = " (quick)" if r["quick"] else ""
+    m = r["machine"]
+    lines = [f"# Side by side{q}", "",
+             f"{m['date']}; {m['cores']} cores ({m['cpu']}), {m['memory_mib']} MiB, Linux {m['kernel']}. "
+             f"Fulcrum {r['versions'].get('fulcrum', '')} ({r['versions'].get('fulcrum_commit', '')}); "
+             f"{r['versions']['haproxy']}; {r['versions']['nginx']}; pen {r['versions']['pen']}; {r['versions']['wrk']}.", "",
+             f"Each balancer on core 1 with one worker, round robin over four nginx servers; wrk (`-t1 -c{r['concurrency']}`, "
+             f"{r['duration_s']} s) and the servers on core 0. Medians of {r['rounds']} interleaved rounds that no other load "
+             f"disturbed (more than {r['foreign_limit']:.0%} of a core used by anything else: the round is run again). "
+             "CPU is the balancer's own utime + stime per 10,000 requests; machine CPU is both cores' busy time per 10,000 "
+             "requests (client, servers and kernel included); ratios are to the best of HAProxy, NGINX and pen in each column.", ""]
+    for mode in ("tcp", "http"):
+        rows = r["modes"][mode]
+        anchors = [n for n in rows if n in ANCHORS]
+
+        def best(w, k):
+            return min(rows[n][w][k] for n in anchors)
+
+        lines += [f"## {mode.upper()} mode", "",
+                  "| balancer | keep-alive CPU / 10k | new-connection CPU / 10k | keep-alive p50 / p99 ms | new-connection p50 / p99 ms "
+                  "| machine CPU / 10k (keep-alive, new) | req/s (keep-alive, new) | KiB per idle connection | errors |",
+                  "|---|---:|---:|---:|---:|---:|---:|---:|---:|"]
+        for n, x in rows.items():
+            ka, nc = x["keep_alive"], x["new_connection"]
+            lines.append(
+                f"| {n} | {ka['cpu_s_per_10k']:.3f} ({ratio(ka['cpu_s_per_10k'], best('keep_alive', 'cpu_s_per_10k'))}) "
+                f"| {nc['cpu_s_per_10k']:.3f} ({ratio(nc['cpu_s_per_10k'], best('new_connection', 'cpu_s_per_10k'))}) "
+                f"| {ka['p50_ms']:.2f} / {ka['p99_ms']:.2f} ({ratio(ka['p99_ms'], best('keep_alive', 'p99_ms'))}) "
+                f"| {nc['p50_ms']:.2f} / {nc['p99_ms']:.2f} ({ratio(nc['p99_ms'], best('new_connection', 'p99_ms'))}) "
+                f"| {ka['machine_cpu_s_per_10k']:.3f}, {nc['machine_cpu_s_per_10k']:.3f} "
+                f"| {ka['rps']:.0f}, {nc['rps']:.0f} "
+                f"| {x['idle']['kib_per_connection']:.1f} "
+                f"| {ka['errors'] + nc['errors']} |")
+        lines += ["", "| balancer | bulk MB/s (64 MiB) | CPU s / GB | machine CPU s / GB | rounds run again (disturbed) |", "|---|---:|---:|---:|---:|"]
+        if mode == "tcp":
+            d = r["bulk_direct"]
+            lines.append(f"| direct from one server | {d['mb_per_s']:.0f} | - | {d['machine_cpu_s_per_gb']:.2f} | - |")
+        for n, x in rows.items():
+            g = x["bulk"]
+            again = x["keep_alive"]["rejected_rounds"] + x["new_connection"]["rejected_rounds"]
+            lost = x["keep_alive"]["disturbed_rounds"] + x["new_connection"]["disturbed_rounds"]
+            lines.append(f"| {n} | {g['mb_per_s']:.0f} | {g['cpu_s_per_gb']:.3f} | {g['machine_cpu_s_per_gb']:.2f} | {again}"
+                         + (f" ({lost} kept disturbed)" if lost else "") + " |")
+        lines.append("")
+    lines += ["## Two workers on two cores", "",
+              "Each balancer with two workers (Fulcrum `workers = 2`, HAProxy `nbthread 2`, NGINX two worker processes with "
+              "`reuseport`), unpinned, wrk `-t2 -c100` keep-alive sharing the same two cores: one round, for scale.", "",
+              "| balancer | req/s | requests per balancer CPU second | balancer CPU / 10k | p99 ms |", "|---|---:|---:|---:|---:|"]
+    for n, x in r["scaling"].items():
+        lines.append(f"| {n} | {x['rps']:.0f} | {x['rps_per_balancer_core']:.0f} | {x['cpu_s_per_10k']:.3f} | {x['p99_ms']:.2f} |")
+    lines.append("")
     return "\n".join(lines)
 
 
