@@ -288,11 +288,13 @@ def measured(b, cmd, servers):
         raise SystemExit(f"bench: {' '.join(cmd)} failed ({p.returncode}):\n{out[-2000:]}")
     balancer = b1 - b0
     client = usage.ru_utime + usage.ru_stime
-    # Foreign load: a core's user+system time not spent by the processes meant to run there.
-    core1 = (c1[1][1] - c0[1][1]) / TICK if b.cores == "1" else 0.0
-    core0 = (c1[0][1] - c0[0][1]) / TICK
-    foreign1 = max(0.0, core1 - balancer) if b.cores == "1" else 0.0
-    foreign0 = max(0.0, core0 - client - (s1 - s0))
+    # Foreign load: a core's busy time (irq and softirq included: the kernel charges softirq work
+    # done for a process to the process) not spent by the processes meant to run there. Near
+    # zero on a quiet machine; negative when the processes' softirq landed on the other core.
+    core1 = (c1[1][0] - c0[1][0]) / TICK
+    core0 = (c1[0][0] - c0[0][0]) / TICK
+    foreign1 = core1 - balancer if b.cores == "1" else 0.0
+    foreign0 = core0 - client - (s1 - s0)
     machine = sum(c1[i][0] - c0[i][0] for i in c1) / TICK
     return out, {"wall_s": wall, "balancer_cpu_s": balancer, "machine_cpu_s": machine, "client_cpu_s": client,
                  "foreign_core0": foreign0 / wall, "foreign_core1": foreign1 / wall, "procs_running": running}

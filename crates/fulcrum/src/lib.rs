@@ -19,8 +19,8 @@
 //! - [`shutdown`]: one shutdown signal and one drain.
 //! - [`proxy`]: listeners; `dispatch`, the one path to a server for every mode (pick, maxconn
 //!   and the queue, measured connect, redispatch, backups); L4 forwarding with splice(2);
-//!   `proxy::http` (hyper behind a framing guard, idle server connections, routing, affinity,
-//!   the replay rule) and `proxy::ftp` (control-channel rewriting and data ports).
+//!   `proxy::http` (hyper behind a framing guard, run only while a client is active, idle
+//!   server connections, routing, affinity, the replay rule) and `proxy::ftp` (control-channel rewriting and data ports).
 //! - [`stats`]: read-only views over the counters, the 10 s traffic history, Prometheus text.
 //! - [`admin`]: the dashboard, the JSON API and `/metrics` on the admin listener, with auth
 //!   (passwords hashed in a bounded pool off the traffic's threads, failures throttled per
