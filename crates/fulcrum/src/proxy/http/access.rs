@@ -30,6 +30,9 @@ pub struct Record {
 
 impl Drop for Record {
     fn drop(&mut self) {
+        if self.format == AccessLog::Off {
+            return;
+        }
         let ms = |d: Duration| d.as_secs_f64() * 1000.0;
         let server = self.server.map(|s| s.to_string()).unwrap_or_else(|| "-".into());
         let time = humantime::format_rfc3339_millis(self.started);

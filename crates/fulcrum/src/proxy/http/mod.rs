@@ -122,13 +122,13 @@ pub(crate) fn server_builder(http: &crate::config::Http, head_timeout: Duration)
 /// One request to its response.
 async fn handle(mut req: Request<Incoming>, peer: SocketAddr, service: &Arc<Service>, verdict: &Verdict) -> Response<ProxyBody> {
     let cfg = service.config();
-    let started = Instant::now();
     let target_len = req.uri().path_and_query().map_or(0, |p| p.as_str().len());
     // Without an access log the record stays empty: no strings are built per request.
     let logging = cfg.http.access_log != AccessLog::Off;
     let mut record = Record {
         format: cfg.http.access_log,
-        started: SystemTime::now(),
+        // Without a log nothing reads the clock for it.
+        started: if logging { SystemTime::now() } else { SystemTime::UNIX_EPOCH },
         client: peer,
         service: if logging { cfg.name.clone() } else { String::new() },
         pool: String::new(),
@@ -202,8 +202,8 @@ async fn handle(mut req: Request<Incoming>, peer: SocketAddr, service: &Arc<Serv
             let switching = rparts.status == StatusCode::SWITCHING_PROTOCOLS;
             headers::strip_hop_by_hop(&mut rparts.headers, switching);
             affinity::stamp(&target.config, &steer, &entry.id, &mut rparts.headers);
-            debug!(service = %cfg.name, client = %peer, server = %entry.addr, status = record.status, elapsed = ?started.elapsed(), "request forwarded");
-            Response::from_parts(rparts, ProxyBody::Response { body: rbody, lent: a.lent, record: Some(Box::new(record)), place: Some(a.place), fault })
+            debug!(service = %cfg.name, client = %peer, server = %entry.addr, status = record.status, response = ?record.response, "request forwarded");
+            Response::from_parts(rparts, ProxyBody::Response { body: rbody, lent: a.lent, record: logging.then(|| Box::new(record)), place: Some(a.place), fault })
         }
         Err(f) => {
             let local = matches!(&f, Failure::Connect(e) if e.side == Side::Local);
