@@ -44,6 +44,8 @@ SAVE = arg("--save", None)
 DURATION = 2 if QUICK else 5             # wrk seconds per round
 BULK_ROUNDS = 2 if QUICK else 3
 IDLE_CONNS = int(arg("--idle", 1000 if QUICK else 5000))
+# --modes http (or tcp) measures one mode only, for a quicker comparison of a change.
+MODES = arg("--modes", "tcp,http").split(",")
 CONC = 50
 # A round is disturbed when another load took more than this share of a core.
 FOREIGN_LIMIT = 0.05
@@ -457,10 +459,10 @@ def main():
     servers = [nginx_server(p).pid for p in SERVERS]
     port = iter(range(19100, 19130))
     fulcrums = ["fulcrum"] + (["fulcrum-base"] if BASELINE else [])
-    tcp = [Balancer(n, "tcp", next(port)) for n in ["haproxy", "nginx", "pen"] + fulcrums]
-    if fulcrum_accepts('fast_path = "sockmap"'):
+    tcp = [Balancer(n, "tcp", next(port)) for n in ["haproxy", "nginx", "pen"] + fulcrums] if "tcp" in MODES else []
+    if tcp and fulcrum_accepts('fast_path = "sockmap"'):
         tcp.append(Balancer("fulcrum-sockmap", "tcp", next(port)))
-    http = [Balancer(n, "http", next(port)) for n in ["haproxy", "nginx"] + fulcrums]
+    http = [Balancer(n, "http", next(port)) for n in ["haproxy", "nginx"] + fulcrums] if "http" in MODES else []
     balancers = tcp + http
     for b in balancers:
         b.start()
@@ -500,7 +502,7 @@ def main():
         b.stop()
     say("scaling: two workers, both cores")
     results["scaling"] = {}
-    for mode in ("tcp", "http"):
+    for mode in MODES:
         for name in ("haproxy", "nginx", "fulcrum"):
             b = Balancer(name, mode, next(port), cores="0,1", workers=2)
             b.start()
@@ -535,6 +537,8 @@ def render(r):
              "requests (client, servers and kernel included); ratios are to the best of HAProxy, NGINX and pen in each column.", ""]
     for mode in ("tcp", "http"):
         rows = r["modes"][mode]
+        if not rows:
+            continue
         anchors = [n for n in rows if n in ANCHORS]
 
         def best(w, k):

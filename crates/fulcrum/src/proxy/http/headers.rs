@@ -70,33 +70,48 @@ pub fn strip_hop_by_hop(headers: &mut HeaderMap, upgrade: bool) {
     }
 }
 
-/// Adds the configured forwarded headers for a client at `client`, appending to what earlier
-/// proxies wrote.
-pub fn add_forwarded(headers: &mut HeaderMap, client: IpAddr, which: &[ForwardedHeader]) {
-    for h in which {
-        match h {
-            ForwardedHeader::XForwardedFor => append_list(headers, &X_FORWARDED_FOR, &client.to_string()),
-            ForwardedHeader::XForwardedProto => {
-                headers.insert(&X_FORWARDED_PROTO, HeaderValue::from_static("http"));
-            }
-            ForwardedHeader::Forwarded => {
-                // RFC 7239: an IPv6 address is quoted and bracketed.
-                let node = match client {
-                    IpAddr::V4(a) => a.to_string(),
-                    IpAddr::V6(a) => format!("\"[{a}]\""),
-                };
-                append_list(headers, &header::FORWARDED, &format!("for={node};proto=http"));
-            }
+/// A client's own values of the forwarded headers, made once per connection: requests on a
+/// kept-alive connection then add them without formatting an address each time.
+#[derive(Debug, Clone)]
+pub struct ClientNode {
+    x_forwarded_for: HeaderValue,
+    forwarded: HeaderValue,
+}
+
+impl ClientNode {
+    pub fn new(client: IpAddr) -> ClientNode {
+        // RFC 7239: an IPv6 address is quoted and bracketed.
+        let node = match client {
+            IpAddr::V4(a) => a.to_string(),
+            IpAddr::V6(a) => format!("\"[{a}]\""),
+        };
+        // An address always makes a valid value; "unknown" is RFC 7239's word for the impossible.
+        ClientNode {
+            x_forwarded_for: HeaderValue::from_str(&client.to_string()).unwrap_or(HeaderValue::from_static("unknown")),
+            forwarded: HeaderValue::from_str(&format!("for={node};proto=http")).unwrap_or(HeaderValue::from_static("for=unknown;proto=http")),
         }
     }
 }
 
-fn append_list(headers: &mut HeaderMap, name: &HeaderName, value: &str) {
+/// Adds the configured forwarded headers for `client`, appending to what earlier proxies wrote.
+pub fn add_forwarded(headers: &mut HeaderMap, client: &ClientNode, which: &[ForwardedHeader]) {
+    for h in which {
+        match h {
+            ForwardedHeader::XForwardedFor => append_list(headers, &X_FORWARDED_FOR, &client.x_forwarded_for),
+            ForwardedHeader::XForwardedProto => {
+                headers.insert(&X_FORWARDED_PROTO, HeaderValue::from_static("http"));
+            }
+            ForwardedHeader::Forwarded => append_list(headers, &header::FORWARDED, &client.forwarded),
+        }
+    }
+}
+
+fn append_list(headers: &mut HeaderMap, name: &HeaderName, value: &HeaderValue) {
     let joined = match headers.get(name).and_then(|v| v.to_str().ok()) {
-        Some(prev) if !prev.is_empty() => format!("{prev}, {value}"),
-        _ => value.to_string(),
+        Some(prev) if !prev.is_empty() => HeaderValue::from_str(&format!("{prev}, {}", value.to_str().unwrap_or(""))).ok(),
+        _ => Some(value.clone()),
     };
-    if let Ok(v) = HeaderValue::from_str(&joined) {
+    if let Some(v) = joined {
         headers.insert(name, v);
     }
 }
@@ -167,12 +182,12 @@ mod tests {
     fn forwarded_headers_append_to_earlier_proxies() {
         let mut h = HeaderMap::new();
         h.insert("x-forwarded-for", "10.0.0.1".parse().unwrap());
-        add_forwarded(&mut h, "127.0.0.11".parse().unwrap(), &[ForwardedHeader::XForwardedFor, ForwardedHeader::XForwardedProto, ForwardedHeader::Forwarded]);
+        add_forwarded(&mut h, &ClientNode::new("127.0.0.11".parse().unwrap()), &[ForwardedHeader::XForwardedFor, ForwardedHeader::XForwardedProto, ForwardedHeader::Forwarded]);
         assert_eq!(h.get("x-forwarded-for").unwrap(), "10.0.0.1, 127.0.0.11");
         assert_eq!(h.get("x-forwarded-proto").unwrap(), "http");
         assert_eq!(h.get("forwarded").unwrap(), "for=127.0.0.11;proto=http");
         let mut h = HeaderMap::new();
-        add_forwarded(&mut h, "::1".parse().unwrap(), &[ForwardedHeader::Forwarded]);
+        add_forwarded(&mut h, &ClientNode::new("::1".parse().unwrap()), &[ForwardedHeader::Forwarded]);
         assert_eq!(h.get("forwarded").unwrap(), "for=\"[::1]\";proto=http");
     }
 }

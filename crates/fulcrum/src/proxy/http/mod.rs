@@ -58,11 +58,13 @@ pub async fn serve(client: TcpStream, peer: SocketAddr, service: Arc<Service>, s
         let service = service.clone();
         let verdict = verdict.clone();
         let activity = activity.clone();
+        let node = Arc::new(headers::ClientNode::new(peer.ip()));
         hyper::service::service_fn(move |req| {
             let service = service.clone();
             let verdict = verdict.clone();
+            let node = node.clone();
             let answer = park::Answer::in_flight(&activity);
-            async move { Ok::<_, std::convert::Infallible>(answer.with(handle(req, peer, &service, &verdict).await)) }
+            async move { Ok::<_, std::convert::Infallible>(answer.with(handle(req, peer, &node, &service, &verdict).await)) }
         })
     };
     loop {
@@ -120,7 +122,7 @@ pub(crate) fn server_builder(http: &crate::config::Http, head_timeout: Duration)
 }
 
 /// One request to its response.
-async fn handle(mut req: Request<Incoming>, peer: SocketAddr, service: &Arc<Service>, verdict: &Verdict) -> Response<ProxyBody> {
+async fn handle(mut req: Request<Incoming>, peer: SocketAddr, node: &headers::ClientNode, service: &Arc<Service>, verdict: &Verdict) -> Response<ProxyBody> {
     let cfg = service.config();
     let target_len = req.uri().path_and_query().map_or(0, |p| p.as_str().len());
     // Without an access log the record stays empty: no strings are built per request.
@@ -175,7 +177,7 @@ async fn handle(mut req: Request<Incoming>, peer: SocketAddr, service: &Arc<Serv
         }
     };
     headers::strip_hop_by_hop(&mut parts.headers, upgrade);
-    headers::add_forwarded(&mut parts.headers, peer.ip(), &cfg.http.forwarded_headers);
+    headers::add_forwarded(&mut parts.headers, node, &cfg.http.forwarded_headers);
     origin_form(&mut parts);
     // Servers are always spoken to in HTTP/1.1, so an HTTP/1.0 client does not cost a server
     // connection per request; hyper answers the client in its own version.
