@@ -113,30 +113,33 @@ mod tests {
     /// it small (README, Limits and hardening: memory per idle connection).
     #[tokio::test]
     async fn a_connections_task_state_stays_small() {
-        for mode in ["tcp", "http"] {
+        let service = |mode: &str| {
             let text = format!("[[service]]\nname = \"web\"\nlisten = \"127.0.0.1:1000\"\nmode = \"{mode}\"\n[[service.server]]\naddress = \"127.0.0.1:1001\"\n");
-            let live = crate::live::Live::new(crate::config::parse(&text, "t.toml").unwrap()).unwrap();
-            let service = live.current().services[0].clone();
-            let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
-            let _c = TcpStream::connect(listener.local_addr().unwrap()).await.unwrap();
-            let (client, peer) = listener.accept().await.unwrap();
-            let counted = (live.budget().take(), service.state().open());
-            let c2 = TcpStream::connect(listener.local_addr().unwrap()).await.unwrap();
-            let (s2, _) = listener.accept().await.unwrap();
-            let connect = dispatch::connect(&service.pool, peer);
-            assert!(std::mem::size_of_val(&connect) < 1024, "connect: {} bytes", std::mem::size_of_val(&connect));
-            drop(connect);
-            let opts = tcp::Options { half_close: true, client_timeout: Duration::from_secs(1), server_timeout: Duration::from_secs(1), splice: true };
-            let a = std::sync::atomic::AtomicU64::new(0);
-            let (mut c2, mut s2) = (c2, s2);
-            let fwd = tcp::forward(&mut c2, &mut s2, opts, tcp::Meters { bytes_in: &a, bytes_out: &a });
-            assert!(std::mem::size_of_val(&fwd) < 1024, "forward: {} bytes", std::mem::size_of_val(&fwd));
-            drop(fwd);
-            let serve = http::serve(c2, peer, service.clone(), Shutdown::new());
-            assert!(std::mem::size_of_val(&serve) < 1024, "http serve: {} bytes", std::mem::size_of_val(&serve));
-            drop(serve);
-            let task = handle(client, peer, service, counted, Shutdown::new());
-            assert!(std::mem::size_of_val(&task) < 1536, "{mode} task: {} bytes", std::mem::size_of_val(&task));
-        }
+            crate::live::Live::new(crate::config::parse(&text, "t.toml").unwrap()).unwrap()
+        };
+        let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let pair = async || {
+            let near = TcpStream::connect(listener.local_addr().unwrap()).await.unwrap();
+            let (far, peer) = listener.accept().await.unwrap();
+            (near, far, peer)
+        };
+        let size = |what: &str, bytes: usize, limit: usize| assert!(bytes < limit, "{what}: {bytes} bytes");
+
+        // TCP mode: the task, what it connects with, and what it forwards with once connected.
+        let tcp = service("tcp");
+        let tcp_service = tcp.current().services[0].clone();
+        let (_client, accepted, peer) = pair().await;
+        size("connect", std::mem::size_of_val(&dispatch::connect(&tcp_service.pool, peer)), 1024);
+        let (mut a, mut b, _) = pair().await;
+        let opts = tcp::Options { half_close: true, client_timeout: Duration::from_secs(1), server_timeout: Duration::from_secs(1), splice: true };
+        let meter = std::sync::atomic::AtomicU64::new(0);
+        size("forward", std::mem::size_of_val(&tcp::forward(&mut a, &mut b, opts, tcp::Meters { bytes_in: &meter, bytes_out: &meter })), 1024);
+        let counted = (tcp.budget().take(), tcp_service.state().open());
+        size("tcp task", std::mem::size_of_val(&handle(accepted, peer, tcp_service, counted, Shutdown::new())), 1536);
+
+        // HTTP mode: the connection's driver.
+        let http = service("http");
+        let (_client, accepted, peer) = pair().await;
+        size("http serve", std::mem::size_of_val(&http::serve(accepted, peer, http.current().services[0].clone(), Shutdown::new())), 1024);
     }
 }

@@ -290,17 +290,19 @@ impl Verdict {
     }
     /// The refusal as the client and the log read it, once there is one.
     pub fn get(&self) -> Option<String> {
-        if !self.refused() {
-            return None;
-        }
-        self.0.why.lock().ok().and_then(|g| g.as_ref().map(|(why, _)| why.to_string()))
+        self.text(|_| true)
     }
     /// The refusal, if the guard wrote its 400 (it was in a head, so no handler did).
     pub fn answered_by_guard(&self) -> Option<String> {
+        self.text(|by_guard| by_guard)
+    }
+    /// The refusal's text when `which` takes it (told whether the guard answered it); the lock
+    /// only once the flag says there is one.
+    fn text(&self, which: impl Fn(bool) -> bool) -> Option<String> {
         if !self.refused() {
             return None;
         }
-        self.0.why.lock().ok().and_then(|g| g.as_ref().filter(|(_, by_guard)| *by_guard).map(|(why, _)| why.to_string()))
+        self.0.why.lock().ok().and_then(|g| g.as_ref().filter(|(_, by_guard)| which(*by_guard)).map(|(why, _)| why.to_string()))
     }
     fn set(&self, why: Refusal, by_guard: bool) {
         if let Ok(mut g) = self.0.why.lock() {

@@ -80,14 +80,15 @@ pub struct ClientNode {
 
 impl ClientNode {
     pub fn new(client: IpAddr) -> ClientNode {
+        let addr = client.to_string();
         // RFC 7239: an IPv6 address is quoted and bracketed.
         let node = match client {
-            IpAddr::V4(a) => a.to_string(),
-            IpAddr::V6(a) => format!("\"[{a}]\""),
+            IpAddr::V4(_) => addr.clone(),
+            IpAddr::V6(_) => format!("\"[{addr}]\""),
         };
         // An address always makes a valid value; "unknown" is RFC 7239's word for the impossible.
         ClientNode {
-            x_forwarded_for: HeaderValue::from_str(&client.to_string()).unwrap_or(HeaderValue::from_static("unknown")),
+            x_forwarded_for: HeaderValue::from_str(&addr).unwrap_or(HeaderValue::from_static("unknown")),
             forwarded: HeaderValue::from_str(&format!("for={node};proto=http")).unwrap_or(HeaderValue::from_static("for=unknown;proto=http")),
         }
     }

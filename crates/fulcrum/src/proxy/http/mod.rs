@@ -63,7 +63,7 @@ pub async fn serve(client: TcpStream, peer: SocketAddr, service: Arc<Service>, s
             let service = service.clone();
             let verdict = verdict.clone();
             let node = node.clone();
-            let answer = park::Answer::in_flight(&activity);
+            let answer = park::InFlight::count(&activity);
             async move { Ok::<_, std::convert::Infallible>(answer.with(handle(req, peer, &node, &service, &verdict).await)) }
         })
     };

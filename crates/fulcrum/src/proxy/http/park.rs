@@ -70,15 +70,13 @@ impl Drop for InFlight {
     }
 }
 
-impl Answer {
+impl InFlight {
     /// Counts a request in flight now, before its handler runs.
-    pub fn in_flight(activity: &Arc<Activity>) -> InFlight {
+    pub fn count(activity: &Arc<Activity>) -> InFlight {
         activity.in_flight.fetch_add(1, Relaxed);
         InFlight(activity.clone())
     }
-}
 
-impl InFlight {
     /// The request's response, its body still counted until hyper is done with it.
     pub fn with(self, response: Response<ProxyBody>) -> Response<Answer> {
         response.map(|body| Answer { body, _in_flight: self })
