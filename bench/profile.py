@@ -44,20 +44,15 @@ def main():
             b = sbs.Balancer(name, mode, next(port))
             b.start()
             for workload in ("keep_alive", "new_connection"):
-                cmd = ["wrk", "-t1", f"-c{sbs.CONC}", f"-d{SECONDS}s", "--latency"]
-                if workload == "new_connection":
-                    cmd += ["-H", "Connection: close"]
-                cmd.append(f"http://127.0.0.1:{b.port}/index.html")
-                sbs.measured(b, [c if not c.startswith("-d") else "-d1s" for c in cmd], servers)
+                sbs.measured(b, sbs.wrk(b, workload, seconds=1), servers)
                 data = str(sbs.work / f"{name}-{mode}-{workload}.perf")
                 perf = subprocess.Popen(["perf", "record", "-q", "-F", "1999", "-p", ",".join(map(str, b.pids())), "-o", data],
                                         stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
                 time.sleep(0.3)
-                out, cpu = sbs.measured(b, cmd, servers)
+                r = sbs.figures(*sbs.measured(b, sbs.wrk(b, workload, seconds=SECONDS), servers))
                 perf.send_signal(2)
                 perf.wait()
-                r = sbs.parse_wrk(out)
-                per10k = cpu["balancer_cpu_s"] / r["requests"] * 10000
+                per10k = r["cpu_s_per_10k"]
                 kernel, user = split(data)
                 rows.append((mode, workload, name, per10k, per10k * kernel, per10k * user))
                 sbs.say(f"{name} {mode} {workload}: {per10k:.3f} s/10k, kernel {kernel:.0%}")

@@ -137,14 +137,14 @@ def rss_bytes(pids):
 
 
 def cores():
-    """Per-core (busy, user+nice+system) jiffies from /proc/stat, and procs_running."""
+    """Per-core busy jiffies from /proc/stat (irq and softirq included), and procs_running."""
     busy = {}
     running = 0
     for line in Path("/proc/stat").read_text().splitlines():
         f = line.split()
         if re.fullmatch(r"cpu\d+", f[0]):
             user, nice, system, idle, iowait, irq, softirq, steal = map(int, f[1:9])
-            busy[int(f[0][3:])] = (user + nice + system + irq + softirq + steal, user + nice + system)
+            busy[int(f[0][3:])] = user + nice + system + irq + softirq + steal
         elif f[0] == "procs_running":
             running = int(f[1])
     return busy, running
@@ -173,7 +173,6 @@ class Balancer:
 
     def __init__(self, name, mode, port, cores="1", workers=1):
         self.name, self.mode, self.port, self.cores, self.workers = name, mode, port, cores, workers
-        self.label = name
         self.proc = None
 
     def config(self, d):
@@ -234,14 +233,14 @@ events {{ worker_connections 16384; }}
         raise ValueError(self.name)
 
     def start(self):
-        d = work / f"{self.label}-{self.mode}-{self.port}"
+        d = work / f"{self.name}-{self.mode}-{self.port}"
         d.mkdir()
-        self.proc = start(self.config(d), self.cores, f"{self.label}-{self.mode}-{self.port}")
-        wait_port(self.port, f"{self.label}-{self.mode}-{self.port}")
+        self.proc = start(self.config(d), self.cores, f"{self.name}-{self.mode}-{self.port}")
+        wait_port(self.port, f"{self.name}-{self.mode}-{self.port}")
         ok = subprocess.run(["curl", "-s", "-o", "/dev/null", "-w", "%{http_code}", f"http://127.0.0.1:{self.port}/index.html"],
                             capture_output=True, text=True).stdout
         if ok != "200":
-            raise SystemExit(f"bench: {self.label} ({self.mode}) answered {ok!r} instead of 200; log in {d}")
+            raise SystemExit(f"bench: {self.name} ({self.mode}) answered {ok!r} instead of 200; log in {d}")
 
     def pids(self):
         return family(self.proc.pid) if self.proc else []
@@ -294,40 +293,45 @@ def measured(b, cmd, servers):
     # Foreign load: a core's busy time (irq and softirq included: the kernel charges softirq work
     # done for a process to the process) not spent by the processes meant to run there. Near
     # zero on a quiet machine; negative when the processes' softirq landed on the other core.
-    core1 = (c1[1][0] - c0[1][0]) / TICK
-    core0 = (c1[0][0] - c0[0][0]) / TICK
+    core1 = (c1[1] - c0[1]) / TICK
+    core0 = (c1[0] - c0[0]) / TICK
     foreign1 = core1 - balancer if b.cores == "1" else 0.0
     foreign0 = core0 - client - (s1 - s0)
-    machine = sum(c1[i][0] - c0[i][0] for i in c1) / TICK
+    machine = sum(c1[i] - c0[i] for i in c1) / TICK
     return out, {"wall_s": wall, "balancer_cpu_s": balancer, "machine_cpu_s": machine, "client_cpu_s": client,
                  "foreign_core0": foreign0 / wall, "foreign_core1": foreign1 / wall, "procs_running": running}
 
 
-def request_round(b, workload, servers):
-    """One clean round of wrk against `b`: keep-alive or one request per connection."""
-    cmd = ["wrk", "-t1", f"-c{CONC}", f"-d{DURATION}s", "--latency"]
+def wrk(b, workload="keep_alive", seconds=DURATION, threads=1):
+    """The wrk command line for `b`: keep-alive, or one request per connection."""
+    cmd = ["wrk", f"-t{threads}", f"-c{threads * CONC}", f"-d{seconds}s", "--latency"]
     if workload == "new_connection":
         cmd += ["-H", "Connection: close"]
-    cmd.append(f"http://127.0.0.1:{b.port}/index.html")
-    rejected = []
-    for _ in range(RETRIES):
-        out, cpu = measured(b, cmd, servers)
-        r = parse_wrk(out)
-        if cpu["foreign_core0"] > FOREIGN_LIMIT or cpu["foreign_core1"] > FOREIGN_LIMIT:
-            rejected.append({k: round(cpu[k], 3) for k in ("foreign_core0", "foreign_core1")})
-            time.sleep(1)
-            continue
-        r.update(cpu)
-        r["cpu_s_per_10k"] = cpu["balancer_cpu_s"] / r["requests"] * 10000
-        r["machine_cpu_s_per_10k"] = cpu["machine_cpu_s"] / r["requests"] * 10000
-        r["rejected"] = rejected
-        return r
-    say(f"{b.label} {b.mode} {workload}: every try was disturbed by other load ({rejected}); kept the last")
+    return cmd + [f"http://127.0.0.1:{b.port}/index.html"]
+
+
+def figures(out, cpu):
+    """wrk's output and a run's CPU, as the figures per 10,000 requests."""
+    r = parse_wrk(out)
     r.update(cpu)
     r["cpu_s_per_10k"] = cpu["balancer_cpu_s"] / r["requests"] * 10000
     r["machine_cpu_s_per_10k"] = cpu["machine_cpu_s"] / r["requests"] * 10000
+    return r
+
+
+def request_round(b, workload, servers):
+    """One clean round of wrk against `b`: keep-alive or one request per connection."""
+    rejected = []
+    for _ in range(RETRIES):
+        r = figures(*measured(b, wrk(b, workload), servers))
+        if r["foreign_core0"] <= FOREIGN_LIMIT and r["foreign_core1"] <= FOREIGN_LIMIT:
+            break
+        rejected.append({k: round(r[k], 3) for k in ("foreign_core0", "foreign_core1")})
+        time.sleep(1)
+    else:
+        say(f"{b.name} {b.mode} {workload}: every try was disturbed by other load ({rejected}); kept the last")
+        r["disturbed"] = True
     r["rejected"] = rejected
-    r["disturbed"] = True
     return r
 
 
@@ -338,7 +342,7 @@ def bulk(b, servers):
                               f"http://127.0.0.1:{b.port}/large"], servers)
         speed, size = out.split()
         if int(size) != 64 << 20:
-            raise SystemExit(f"bench: bulk download through {b.label} was {size} bytes")
+            raise SystemExit(f"bench: bulk download through {b.name} was {size} bytes")
         speeds.append(float(speed) / 1e6)
         cpu += c["balancer_cpu_s"]
         machine += c["machine_cpu_s"]
@@ -397,11 +401,11 @@ def idle_memory(b):
                 s = socket.create_connection(("127.0.0.1", b.port))
                 s.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
                 wave.append(s)
-            exchange(wave, sel, f"{b.label} idle")
+            exchange(wave, sel, f"{b.name} idle")
             socks += wave
         after = settled_rss(pids, 40)
         # Alive afterwards: a sample of them answers again.
-        exchange(socks[:: max(1, len(socks) // 100)], sel, f"{b.label} idle, afterwards")
+        exchange(socks[:: max(1, len(socks) // 100)], sel, f"{b.name} idle, afterwards")
     finally:
         for s in socks:
             s.close()
@@ -412,12 +416,9 @@ def idle_memory(b):
 
 def scaling(b, servers):
     """Keep-alive load with the balancer and the client free to use both cores."""
-    out, cpu = measured(b, ["wrk", "-t2", f"-c{2 * CONC}", f"-d{DURATION}s", "--latency", f"http://127.0.0.1:{b.port}/index.html"], servers)
-    r = parse_wrk(out)
-    r.update(cpu)
-    r["cpu_s_per_10k"] = cpu["balancer_cpu_s"] / r["requests"] * 10000
+    r = figures(*measured(b, wrk(b, threads=2), servers))
     # Requests per second for each core the balancer kept busy.
-    r["rps_per_balancer_core"] = r["requests"] / max(cpu["balancer_cpu_s"], 1e-9)
+    r["rps_per_balancer_core"] = r["requests"] / max(r["balancer_cpu_s"], 1e-9)
     return r
 
 
@@ -474,31 +475,31 @@ def main():
     say(f"{len(balancers)} balancers, {ROUNDS} rounds of {DURATION} s per workload, interleaved")
     # A warm-up so every balancer starts the first round with its pools and allocator warm.
     for b in balancers:
-        measured(b, ["wrk", "-t1", f"-c{CONC}", "-d1s", f"http://127.0.0.1:{b.port}/index.html"], servers)
-    rounds = {(b.label, b.mode, w): [] for b in balancers for w in ("keep_alive", "new_connection")}
+        measured(b, wrk(b, seconds=1), servers)
+    rounds = {(b.name, b.mode, w): [] for b in balancers for w in ("keep_alive", "new_connection")}
     for r in range(ROUNDS):
         order = balancers[r % len(balancers):] + balancers[: r % len(balancers)]
         for b in order:
             for w in ("keep_alive", "new_connection"):
-                rounds[(b.label, b.mode, w)].append(request_round(b, w, servers))
+                rounds[(b.name, b.mode, w)].append(request_round(b, w, servers))
         say(f"round {r + 1}/{ROUNDS} done")
     for b in balancers:
         res = {}
         for w in ("keep_alive", "new_connection"):
-            rs = rounds[(b.label, b.mode, w)]
+            rs = rounds[(b.name, b.mode, w)]
             res[w] = {k: median_of(rs, k) for k in ("cpu_s_per_10k", "machine_cpu_s_per_10k", "rps", "p50_ms", "p99_ms")}
             res[w]["errors"] = sum(x["errors"] for x in rs)
             res[w]["rejected_rounds"] = sum(len(x["rejected"]) for x in rs)
             res[w]["disturbed_rounds"] = sum(1 for x in rs if x.get("disturbed"))
             res[w]["rounds"] = rs
-        results["modes"][b.mode][b.label] = res
+        results["modes"][b.mode][b.name] = res
     say("bulk")
     results["bulk_direct"] = bulk(direct, servers)
     for b in balancers:
-        results["modes"][b.mode][b.label]["bulk"] = bulk(b, servers)
+        results["modes"][b.mode][b.name]["bulk"] = bulk(b, servers)
     for b in balancers:
-        say(f"idle memory: {b.label} ({b.mode}), {IDLE_CONNS} connections")
-        results["modes"][b.mode][b.label]["idle"] = idle_memory(b)
+        say(f"idle memory: {b.name} ({b.mode}), {IDLE_CONNS} connections")
+        results["modes"][b.mode][b.name]["idle"] = idle_memory(b)
     for b in balancers:
         b.stop()
     say("scaling: two workers, both cores")
@@ -506,7 +507,7 @@ def main():
     scale = [Balancer(name, mode, next(port), cores="0,1", workers=2) for mode in MODES for name in ("haproxy", "nginx", "fulcrum")]
     for b in scale:
         b.start()
-        measured(b, ["wrk", "-t1", f"-c{CONC}", "-d1s", f"http://127.0.0.1:{b.port}/index.html"], servers)
+        measured(b, wrk(b, seconds=1), servers)
     # Interleaved rounds here too: one round moves by a quarter with where the scheduler puts things.
     runs = {b: [] for b in scale}
     for _ in range(SCALE_ROUNDS):
