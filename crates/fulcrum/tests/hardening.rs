@@ -118,18 +118,22 @@ fn keep_alive_get(s: &mut TcpStream, path: &str) -> u16 {
     }
 }
 
-/// RSS once it has stopped moving (the allocator gives freed pages back within seconds).
+/// RSS once it has stopped moving: steady within 1% for 3 s, longer than the allocator's 1 s decay,
+/// so pages that are about to go back are not counted (a shorter window can catch the moment
+/// before the purge starts).
 fn settled_rss(f: &Fulcrum) -> u64 {
-    let mut last = f.rss_kib();
-    for _ in 0..40 {
-        std::thread::sleep(Duration::from_millis(500));
-        let now = f.rss_kib();
-        if now.abs_diff(last) * 100 <= last {
-            return now;
+    const STEADY: usize = 12; // samples, 250 ms apart
+    let mut samples = vec![f.rss_kib()];
+    for _ in 0..160 {
+        std::thread::sleep(Duration::from_millis(250));
+        samples.push(f.rss_kib());
+        let window = &samples[samples.len().saturating_sub(STEADY + 1)..];
+        let (low, high) = (window.iter().min().unwrap(), window.iter().max().unwrap());
+        if window.len() > STEADY && (high - low) * 100 <= *high {
+            return *window.last().unwrap();
         }
-        last = now;
     }
-    last
+    *samples.last().unwrap()
 }
 
 /// An idle keep-alive connection holds no buffer in either mode (HTTP mode frees hyper's state
