@@ -8,6 +8,8 @@ pub mod http;
 pub mod listener;
 pub mod queue;
 #[allow(unsafe_code)]
+pub mod sockmap;
+#[allow(unsafe_code)]
 pub mod splice;
 pub mod tcp;
 #[allow(unsafe_code)]
@@ -89,8 +91,9 @@ async fn handle(mut client: TcpStream, peer: SocketAddr, service: Arc<Service>, 
         return;
     }
     let meters = tcp::Meters { bytes_in: &state.counters.bytes_in, bytes_out: &state.counters.bytes_out };
+    let sockmap = cfg.fast_path == Some(crate::config::FastPath::Sockmap) && sockmap::active();
     tokio::select! {
-        r = tcp::forward(&mut client, &mut server, opts, meters) => match r {
+        r = forward(&mut client, &mut server, sockmap, &service, opts, meters) => match r {
             Ok((up, down)) => debug!(service = %cfg.name, client = %peer, server = %entry.addr, up, down, "connection closed"),
             Err(e) => {
                 state.counters.transfer_errors.fetch_add(1, Relaxed);
@@ -102,6 +105,27 @@ async fn handle(mut client: TcpStream, peer: SocketAddr, service: Arc<Service>, 
         }
         _ = shutdown.terminating().cancelled() => {}
     }
+}
+
+/// Forwards an established TCP connection: through the sockmap when the service asks for it and
+/// the program is loaded, else (or when linking the pair fails) by copy and splice.
+async fn forward(client: &mut TcpStream, server: &mut TcpStream, sockmap: bool, service: &Service, opts: tcp::Options, meters: tcp::Meters<'_>) -> std::io::Result<(u64, u64)> {
+    if sockmap {
+        match sockmap::Pair::link(client, server) {
+            Ok(pair) => {
+                service.state().sockmap.fetch_add(1, Relaxed);
+                return sockmap::forward(pair, client, server, opts, meters).await;
+            }
+            Err(e) => {
+                // A full map or a socket the kernel will not take: this connection splices.
+                static LINK: Throttle = Throttle::new();
+                if let Some(held) = LINK.ready() {
+                    warn!(service = %service.config().name, held, "sockmap fast path refused a connection, splicing it: {e}");
+                }
+            }
+        }
+    }
+    tcp::forward(client, server, opts, meters).await
 }
 
 #[cfg(test)]

@@ -17,6 +17,11 @@ pub fn accept_queue(listener: &impl AsRawFd) -> Option<(u32, u32)> {
     read(listener).map(|info| (info.tcpi_unacked, info.tcpi_sacked))
 }
 
+/// Bytes of the socket's stream the far end acknowledged, plus 1 for the SYN (and 1 for a FIN).
+pub fn bytes_acked(socket: &impl AsRawFd) -> Option<u64> {
+    read(socket).map(|info| info.tcpi_bytes_acked)
+}
+
 fn read(socket: &impl AsRawFd) -> Option<libc::tcp_info> {
     // SAFETY: tcp_info is a plain C struct of integers, so all-zero is a valid value; getsockopt
     // writes at most `len` bytes into it; the fd is borrowed from a live socket for the call.

@@ -1,0 +1,409 @@
+//! The sockmap fast path of TCP mode (`fast_path = "sockmap"`): owns the BPF program of
+//! `bpf/sockmap.c` (loaded once per process), its maps, and the forwarding of a connection whose
+//! bytes the kernel moves.
+//!
+//! Both sockets of a connection go into a SOCKHASH keyed by socket cookie, with a stream verdict
+//! program attached that hands every skb arriving on one socket to the egress of its peer
+//! (`bpf_sk_redirect_hash`, Cloudflare's and Cilium's socket-level proxying). The process then
+//! only waits: a socket whose data is redirected never becomes readable, so readability means
+//! end of stream, an error, or bytes the program passed up because they arrived before the pair
+//! was linked (the process forwards those itself, and the program holds later bytes back until
+//! it has; see the ordering note in `bpf/sockmap.c`).
+//!
+//! End of stream: the FIN is passed on only once the peer socket has taken every byte received
+//! before it (the kernel redirects through a work queue, so a shutdown right away could overtake
+//! the last bytes): the peer's bytes acknowledged plus its send queue (`TIOCOUTQ`) must reach the
+//! bytes the program counted. So half close works as in the copy path.
+//!
+//! Idle timeouts: the process does not see bytes move, so when the idle timer fires it reads the
+//! program's byte counters and re-arms if they moved. The same counters feed the stats' bytes in
+//! and out, at each idle check and at the end.
+//!
+//! Where the program cannot run (built without clang, no CAP_BPF/CAP_NET_ADMIN, a kernel without
+//! `CONFIG_BPF_STREAM_PARSER`, a load or attach error) `prepare` logs one warning saying why and
+//! the services splice. This is one of the few modules with `unsafe`: reading SO_COOKIE and
+//! TIOCOUTQ, and marking the maps' value types as plain data for aya.
+
+use std::cell::RefCell;
+use std::future::poll_fn;
+use std::io;
+use std::os::fd::{AsFd, AsRawFd, OwnedFd};
+use std::sync::OnceLock;
+use std::sync::atomic::Ordering::Relaxed;
+use std::task::Poll;
+use std::time::Duration;
+
+use aya::maps::{HashMap as BpfHashMap, Map, MapData, SockHash};
+use aya::programs::SkSkb;
+use tokio::io::Interest;
+use tokio::net::TcpStream;
+use tokio::time::Instant;
+use tracing::{info, warn};
+
+use super::tcp::{Meters, Options};
+use crate::config::{Config, FastPath, Mode};
+
+/// The compiled program; empty when the build had no clang (build.rs).
+static OBJECT: &[u8] = aya::include_bytes_aligned!(concat!(env!("OUT_DIR"), "/sockmap.o"));
+
+/// `SO_COOKIE` from asm-generic/socket.h (libc does not export it): a socket's 64-bit id.
+const SO_COOKIE: libc::c_int = 57;
+
+/// First wait between checks that a peer has taken the bytes before a FIN; doubles up to
+/// `DRAIN_MAX`. The redirect work queue usually empties within a millisecond.
+const DRAIN_FIRST: Duration = Duration::from_millis(1);
+const DRAIN_MAX: Duration = Duration::from_millis(50);
+
+/// `struct link` of sockmap.c: written by the process only.
+#[repr(C)]
+#[derive(Clone, Copy, Debug, Default)]
+struct Link {
+    peer: u64,
+    taken: u64,
+}
+
+/// `struct count` of sockmap.c: written by the program only.
+#[repr(C)]
+#[derive(Clone, Copy, Debug, Default)]
+struct Count {
+    bytes: u64,
+    passed: u64,
+}
+
+// SAFETY: both are repr(C) structs of u64 without padding, so every bit pattern is a value and
+// they match the program's map values byte for byte.
+unsafe impl aya::Pod for Link {}
+unsafe impl aya::Pod for Count {}
+
+/// The loaded program and the descriptors of its maps. The `Ebpf` keeps the program attached to
+/// `socks` for the life of the process.
+struct Loaded {
+    _ebpf: aya::Ebpf,
+    socks: OwnedFd,
+    links: OwnedFd,
+    counts: OwnedFd,
+}
+
+// Set by the first `prepare` that sees a sockmap service: the program, or why it cannot run.
+static LOADED: OnceLock<Result<Loaded, String>> = OnceLock::new();
+
+/// Loads the program once if a TCP service of `config` asks for it; the first time, logs
+/// whether the fast path is on or, in one warning, why those services splice instead. Called at
+/// start and on every config change, off the data path.
+pub fn prepare(config: &Config) {
+    let wanted: Vec<&str> = config.services.iter().filter(|s| s.mode == Mode::Tcp && s.fast_path == Some(FastPath::Sockmap)).map(|s| s.name.as_str()).collect();
+    if wanted.is_empty() || LOADED.get().is_some() {
+        return;
+    }
+    let names = wanted.join(", ");
+    match LOADED.get_or_init(load) {
+        Ok(_) => info!(services = %names, "sockmap fast path loaded: the kernel forwards these services' bytes"),
+        Err(why) => warn!(services = %names, "sockmap fast path unavailable, these services splice instead: {why}"),
+    }
+}
+
+/// Whether the program is loaded and attached.
+pub fn active() -> bool {
+    matches!(LOADED.get(), Some(Ok(_)))
+}
+
+fn load() -> Result<Loaded, String> {
+    if OBJECT.is_empty() {
+        return Err("this binary was built without the BPF program (clang or libbpf-dev missing at build time)".into());
+    }
+    let mut ebpf = aya::Ebpf::load(OBJECT).map_err(|e| format!("loading the BPF object: {e} (needs CAP_BPF and CAP_NET_ADMIN, or root)"))?;
+    let socks = ebpf.map("socks").ok_or("no socks map in the object")?;
+    let socks = SockHash::<_, u64>::try_from(socks).map_err(|e| format!("socks map: {e}"))?;
+    let socks_fd = socks.fd().try_clone().map_err(|e| format!("socks map: {e}"))?;
+    let program: &mut SkSkb = ebpf.program_mut("verdict").ok_or("no verdict program in the object")?.try_into().map_err(|e| format!("verdict program: {e}"))?;
+    program.load().map_err(|e| format!("loading the stream verdict program: {e}"))?;
+    program.attach(&socks_fd).map_err(|e| format!("attaching the stream verdict program (a kernel without CONFIG_BPF_STREAM_PARSER?): {e}"))?;
+    let fd = |name: &str| -> Result<OwnedFd, String> {
+        let map = ebpf.map(name).ok_or_else(|| format!("no {name} map in the object"))?;
+        let data = match map {
+            Map::HashMap(d) | Map::SockHash(d) => d,
+            _ => return Err(format!("{name} has an unexpected map type")),
+        };
+        data.fd().as_fd().try_clone_to_owned().map_err(|e| format!("{name} map: {e}"))
+    };
+    let (socks, links, counts) = (fd("socks")?, fd("links")?, fd("counts")?);
+    Ok(Loaded { _ebpf: ebpf, socks, links, counts })
+}
+
+/// This thread's handles on the maps: aya's updates take `&mut`, and a handle per thread (a
+/// duplicate descriptor of each map) needs no lock between the runtime's threads.
+struct Maps {
+    socks: SockHash<MapData, u64>,
+    links: BpfHashMap<MapData, u64, Link>,
+    counts: BpfHashMap<MapData, u64, Count>,
+}
+
+thread_local! {
+    static MAPS: RefCell<Option<Maps>> = const { RefCell::new(None) };
+}
+
+fn with_maps<T>(f: impl FnOnce(&mut Maps) -> io::Result<T>) -> io::Result<T> {
+    let Some(Ok(loaded)) = LOADED.get() else {
+        return Err(io::Error::other("the sockmap program is not loaded"));
+    };
+    MAPS.with(|m| {
+        let mut m = m.borrow_mut();
+        if m.is_none() {
+            let data = |fd: &OwnedFd| MapData::from_fd(fd.try_clone()?).map_err(io::Error::other);
+            let socks = SockHash::try_from(Map::SockHash(data(&loaded.socks)?)).map_err(io::Error::other)?;
+            let links = BpfHashMap::try_from(Map::HashMap(data(&loaded.links)?)).map_err(io::Error::other)?;
+            let counts = BpfHashMap::try_from(Map::HashMap(data(&loaded.counts)?)).map_err(io::Error::other)?;
+            *m = Some(Maps { socks, links, counts });
+        }
+        match m.as_mut() {
+            Some(maps) => f(maps),
+            None => Err(io::Error::other("sockmap maps unavailable")),
+        }
+    })
+}
+
+/// One side of a linked pair.
+struct End {
+    cookie: u64,
+    /// The socket's bytes written (acknowledged plus queued) when it was linked: Fulcrum writes
+    /// nothing before forwarding, so this is where the peer's bytes start.
+    base: u64,
+    /// Bytes this side received that the process forwarded itself.
+    moved: u64,
+    /// What of this side's bytes the stats have been told.
+    reported: u64,
+    /// End of stream seen on this side.
+    eof: bool,
+    /// The FIN was passed on (or the forward ends with it).
+    ended: bool,
+}
+
+/// A client and server socket linked in the maps; unlinked on drop.
+pub struct Pair {
+    client: End,
+    server: End,
+}
+
+impl Pair {
+    /// Puts both sockets in the sockhash and links them. Bytes that arrive meanwhile are passed
+    /// up to the process, which forwards them in order (`forward`).
+    pub fn link(client: &TcpStream, server: &TcpStream) -> io::Result<Pair> {
+        let end = |s: &TcpStream| -> io::Result<End> { Ok(End { cookie: cookie(s)?, base: written(s)?, moved: 0, reported: 0, eof: false, ended: false }) };
+        let pair = Pair { client: end(client)?, server: end(server)? };
+        let (c, s) = (pair.client.cookie, pair.server.cookie);
+        with_maps(|m| {
+            m.counts.insert(c, Count::default(), 0).map_err(io::Error::other)?;
+            m.counts.insert(s, Count::default(), 0).map_err(io::Error::other)?;
+            // The server first: it has rarely sent anything yet, while the client's first bytes
+            // are often waiting already.
+            m.socks.insert(s, server.as_raw_fd(), 0).map_err(io::Error::other)?;
+            m.socks.insert(c, client.as_raw_fd(), 0).map_err(io::Error::other)?;
+            m.links.insert(c, Link { peer: s, taken: 0 }, 0).map_err(io::Error::other)?;
+            m.links.insert(s, Link { peer: c, taken: 0 }, 0).map_err(io::Error::other)
+        })?;
+        // Bytes that were in a receive queue before the socket joined the map meet the program
+        // only at the socket's next data-ready; raising SO_RCVLOWAT signals data-ready now.
+        kick(client);
+        kick(server);
+        Ok(pair)
+    }
+}
+
+impl Drop for Pair {
+    fn drop(&mut self) {
+        let _ = with_maps(|m| {
+            for cookie in [self.client.cookie, self.server.cookie] {
+                let _ = m.socks.remove(&cookie);
+                let _ = m.links.remove(&cookie);
+                let _ = m.counts.remove(&cookie);
+            }
+            Ok(())
+        });
+    }
+}
+
+/// Waits for the ends of a linked pair, with the copy path's half close and idle timeouts.
+/// Returns the bytes moved client to server and server to client.
+pub async fn forward(mut pair: Pair, client: &TcpStream, server: &TcpStream, opts: Options, meters: Meters<'_>) -> io::Result<(u64, u64)> {
+    let mut last = Instant::now();
+    let mut seen = 0u64;
+    let mut drain_wait = DRAIN_FIRST;
+    let timer = tokio::time::sleep_until(last + idle_limit(&opts, &pair));
+    tokio::pin!(timer);
+    let result = poll_fn(|cx| {
+        loop {
+            let mut progress = false;
+            for (src, dst, side) in [(client, server, &mut pair.client), (server, client, &mut pair.server)] {
+                if side.eof {
+                    continue;
+                }
+                match src.poll_read_ready(cx) {
+                    Poll::Pending => {}
+                    Poll::Ready(Err(e)) => return Poll::Ready(Err(e)),
+                    Poll::Ready(Ok(())) => match take_passed(src, dst, side) {
+                        Ok(true) => progress = true,
+                        Ok(false) => {}
+                        Err(e) => return Poll::Ready(Err(e)),
+                    },
+                }
+            }
+            if !progress {
+                break;
+            }
+        }
+        // A side at end of stream passes its FIN on once the peer has every byte before it.
+        let mut draining = false;
+        for up in [true, false] {
+            let (dst, side, peer) = if up { (server, &mut pair.client, &pair.server) } else { (client, &mut pair.server, &pair.client) };
+            if side.eof && !side.ended {
+                match drained(side, dst, peer.base) {
+                    Ok(true) => {
+                        side.ended = true;
+                        if opts.half_close && !peer.eof {
+                            let _ = socket2::SockRef::from(dst).shutdown(std::net::Shutdown::Write);
+                        }
+                    }
+                    Ok(false) => draining = true,
+                    Err(e) => return Poll::Ready(Err(e)),
+                }
+            }
+        }
+        let (up, down) = (pair.client.ended, pair.server.ended);
+        if (up && down) || (!opts.half_close && (up || down)) {
+            return Poll::Ready(Ok(()));
+        }
+        loop {
+            if draining {
+                // Poll the peer's progress at a short interval; the idle limit still applies.
+                let next = (Instant::now() + drain_wait).min(last + idle_limit(&opts, &pair));
+                drain_wait = (drain_wait * 2).min(DRAIN_MAX);
+                if timer.deadline() != next {
+                    timer.as_mut().reset(next);
+                }
+            }
+            if timer.as_mut().poll(cx).is_pending() {
+                return Poll::Pending;
+            }
+            // The timer fired: did bytes move since the last look?
+            let total = report(&mut pair, &meters);
+            if total != seen {
+                seen = total;
+                last = Instant::now();
+            }
+            let deadline = last + idle_limit(&opts, &pair);
+            if deadline <= Instant::now() {
+                return Poll::Ready(Err(io::Error::new(io::ErrorKind::TimedOut, "idle timeout")));
+            }
+            if draining {
+                // Re-check the drain from the top: the caller's poll comes back at once.
+                cx.waker().wake_by_ref();
+                return Poll::Pending;
+            }
+            timer.as_mut().reset(deadline);
+        }
+    })
+    .await;
+    report(&mut pair, &meters);
+    let totals = (counted(pair.client.cookie, &pair.client), counted(pair.server.cookie, &pair.server));
+    result.map(|()| totals)
+}
+
+/// Reads what the program passed up on `src` and writes it to `dst`; `Ok(true)` when it moved
+/// bytes or saw the end of stream. Passed bytes are few (those of the moment the pair was linked),
+/// so a short blocking-free write loop is enough; a peer that will not take them is an error.
+fn take_passed(src: &TcpStream, dst: &TcpStream, side: &mut End) -> io::Result<bool> {
+    let mut buf = [0u8; 4096];
+    let n = match src.try_read(&mut buf) {
+        Ok(0) => {
+            side.eof = true;
+            return Ok(true);
+        }
+        Ok(n) => n,
+        Err(e) if e.kind() == io::ErrorKind::WouldBlock => return Ok(false),
+        Err(e) => return Err(e),
+    };
+    let mut off = 0;
+    let mut spins = 0;
+    while off < n {
+        match dst.try_io(Interest::WRITABLE, || socket2::SockRef::from(dst).send(&buf[off..n])) {
+            Ok(w) => off += w,
+            Err(e) if e.kind() == io::ErrorKind::WouldBlock && spins < 1000 => {
+                spins += 1;
+                std::thread::yield_now();
+            }
+            Err(e) => return Err(e),
+        }
+    }
+    side.moved += n as u64;
+    // Only now, with the bytes in the peer's send queue, may the program redirect again.
+    let (cookie, peer_taken) = (side.cookie, side.moved);
+    with_maps(|m| {
+        let link = m.links.get(&cookie, 0).map_err(io::Error::other)?;
+        m.links.insert(cookie, Link { peer: link.peer, taken: peer_taken }, 0).map_err(io::Error::other)
+    })?;
+    Ok(true)
+}
+
+/// Whether `dst` has taken every byte `side` received (the program's count, less what it passed
+/// up, plus what the process forwarded).
+fn drained(side: &End, dst: &TcpStream, dst_base: u64) -> io::Result<bool> {
+    let owed = counted(side.cookie, side);
+    Ok(written(dst)?.saturating_sub(dst_base) >= owed)
+}
+
+/// Bytes received on `side` so far, whichever way they went.
+fn counted(cookie: u64, side: &End) -> u64 {
+    let c = with_maps(|m| m.counts.get(&cookie, 0).map_err(io::Error::other)).unwrap_or_default();
+    c.bytes - c.passed + side.moved
+}
+
+/// Adds the bytes moved since the last report to the stats; returns both directions' total.
+fn report(pair: &mut Pair, meters: &Meters<'_>) -> u64 {
+    let mut total = 0;
+    for (side, meter) in [(&mut pair.client, meters.bytes_in), (&mut pair.server, meters.bytes_out)] {
+        let now = counted(side.cookie, side);
+        meter.fetch_add(now.saturating_sub(side.reported), Relaxed);
+        side.reported = side.reported.max(now);
+        total += now;
+    }
+    total
+}
+
+fn idle_limit(opts: &Options, pair: &Pair) -> Duration {
+    match (pair.client.ended, pair.server.ended) {
+        (false, false) => opts.client_timeout.min(opts.server_timeout),
+        (true, _) => opts.server_timeout,
+        (false, true) => opts.client_timeout,
+    }
+}
+
+/// The socket's cookie, the key of every map.
+fn cookie(s: &TcpStream) -> io::Result<u64> {
+    let mut value = 0u64;
+    let mut len = std::mem::size_of::<u64>() as libc::socklen_t;
+    // SAFETY: getsockopt writes at most `len` (8) bytes into `value`, a live u64; the fd is
+    // borrowed from a live socket for the call.
+    let rc = unsafe { libc::getsockopt(s.as_raw_fd(), libc::SOL_SOCKET, SO_COOKIE, (&mut value as *mut u64).cast(), &mut len) };
+    if rc != 0 { Err(io::Error::last_os_error()) } else { Ok(value) }
+}
+
+/// Bytes ever written into the socket: acknowledged by the far end plus still in the send queue.
+fn written(s: &TcpStream) -> io::Result<u64> {
+    let acked = super::tcp_info::bytes_acked(s).ok_or_else(io::Error::last_os_error)?;
+    let mut queued: libc::c_int = 0;
+    // SAFETY: TIOCOUTQ (SIOCOUTQ) writes one int into `queued`; the fd is a live TCP socket.
+    let rc = unsafe { libc::ioctl(s.as_raw_fd(), libc::TIOCOUTQ, &mut queued) };
+    if rc != 0 {
+        return Err(io::Error::last_os_error());
+    }
+    Ok(acked + queued.max(0) as u64)
+}
+
+/// Signals data-ready on a socket by setting SO_RCVLOWAT to its default of 1.
+fn kick(s: &TcpStream) {
+    let one: libc::c_int = 1;
+    // SAFETY: setsockopt reads one int from `one`; the fd is a live socket.
+    unsafe {
+        libc::setsockopt(s.as_raw_fd(), libc::SOL_SOCKET, libc::SO_RCVLOWAT, (&one as *const libc::c_int).cast(), std::mem::size_of::<libc::c_int>() as libc::socklen_t);
+    }
+}
