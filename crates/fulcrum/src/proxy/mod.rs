@@ -43,11 +43,11 @@ pub fn spawn(client: TcpStream, peer: SocketAddr, service: Arc<Service>, counted
 }
 
 /// A TCP or FTP connection: one server for its whole life.
-async fn handle(mut client: TcpStream, peer: SocketAddr, service: Arc<Service>, _counted: (Slot, ServiceGuard), shutdown: Shutdown) {
+async fn handle(client: TcpStream, peer: SocketAddr, service: Arc<Service>, _counted: (Slot, ServiceGuard), shutdown: Shutdown) {
     let cfg = service.config();
     // The task's state is its largest await's: the connect and an FTP session are boxed, so an
     // established TCP connection's task holds only what forwarding needs.
-    let (place, mut server) = tokio::select! {
+    let (place, server) = tokio::select! {
         r = Box::pin(dispatch::connect(&service.pool, peer)) => match r {
             Ok(x) => x,
             Err(e) => {
@@ -93,7 +93,7 @@ async fn handle(mut client: TcpStream, peer: SocketAddr, service: Arc<Service>, 
     let meters = tcp::Meters { bytes_in: &state.counters.bytes_in, bytes_out: &state.counters.bytes_out };
     let sockmap = cfg.fast_path == Some(crate::config::FastPath::Sockmap) && sockmap::active();
     tokio::select! {
-        r = forward(&mut client, &mut server, sockmap, &service, opts, meters) => match r {
+        r = forward(client, server, sockmap, &service, opts, meters) => match r {
             Ok((up, down)) => debug!(service = %cfg.name, client = %peer, server = %entry.addr, up, down, "connection closed"),
             Err(e) => {
                 state.counters.transfer_errors.fetch_add(1, Relaxed);
@@ -109,9 +109,9 @@ async fn handle(mut client: TcpStream, peer: SocketAddr, service: Arc<Service>, 
 
 /// Forwards an established TCP connection: through the sockmap when the service asks for it and
 /// the program is loaded, else (or when linking the pair fails) by copy and splice.
-async fn forward(client: &mut TcpStream, server: &mut TcpStream, sockmap: bool, service: &Service, opts: tcp::Options, meters: tcp::Meters<'_>) -> std::io::Result<(u64, u64)> {
+async fn forward(mut client: TcpStream, mut server: TcpStream, sockmap: bool, service: &Service, opts: tcp::Options, meters: tcp::Meters<'_>) -> std::io::Result<(u64, u64)> {
     if sockmap {
-        match sockmap::Pair::link(client, server) {
+        match sockmap::Pair::link(&client, &server) {
             Ok(pair) => {
                 service.state().sockmap.fetch_add(1, Relaxed);
                 return sockmap::forward(pair, client, server, opts, meters).await;
@@ -125,7 +125,7 @@ async fn forward(client: &mut TcpStream, server: &mut TcpStream, sockmap: bool, 
             }
         }
     }
-    tcp::forward(client, server, opts, meters).await
+    tcp::forward(&mut client, &mut server, opts, meters).await
 }
 
 #[cfg(test)]

@@ -26,16 +26,18 @@
 
 use std::cell::RefCell;
 use std::future::poll_fn;
-use std::io;
+use std::collections::HashMap;
+use std::io::{self, Read};
 use std::os::fd::{AsFd, AsRawFd, OwnedFd};
-use std::sync::OnceLock;
+use std::sync::atomic::AtomicU64;
+use std::sync::{Mutex, OnceLock};
+use std::task::{Context, Waker};
 use std::sync::atomic::Ordering::Relaxed;
 use std::task::Poll;
 use std::time::Duration;
 
 use aya::maps::{HashMap as BpfHashMap, Map, MapData, SockHash};
 use aya::programs::SkSkb;
-use tokio::io::Interest;
 use tokio::net::TcpStream;
 use tokio::time::Instant;
 use tracing::{info, warn};
@@ -224,27 +226,68 @@ impl Drop for Pair {
 
 /// Waits for the ends of a linked pair, with the copy path's half close and idle timeouts.
 /// Returns the bytes moved client to server and server to client.
-pub async fn forward(mut pair: Pair, client: &TcpStream, server: &TcpStream, opts: Options, meters: Meters<'_>) -> io::Result<(u64, u64)> {
-    let mut last = Instant::now();
-    let mut seen = 0u64;
-    let mut drain_wait = DRAIN_FIRST;
-    let timer = tokio::time::sleep_until(last + idle_limit(&opts, &pair));
-    tokio::pin!(timer);
-    let result = poll_fn(|cx| {
+///
+/// First the bytes the program passed up while the pair was being linked are forwarded, with
+/// tokio's readiness. Then both sockets leave tokio's reactor for `watch`'s epoll, which asks
+/// only for hang-up and errors: tokio registers every socket for EPOLLIN, and the kernel's
+/// data-ready callback after each redirected skb would wake a runtime thread in epoll_wait for
+/// nothing, thousands of times for a 64 MiB transfer.
+pub async fn forward(mut pair: Pair, client: TcpStream, server: TcpStream, opts: Options, meters: Meters<'_>) -> io::Result<(u64, u64)> {
+    let caught_up = catch_up(&mut pair, &client, &server).await;
+    let result = match caught_up {
+        Ok(()) => match (client.into_std(), server.into_std()) {
+            (Ok(client), Ok(server)) => wait(&mut pair, &client, &server, opts, &meters).await,
+            (Err(e), _) | (_, Err(e)) => Err(e),
+        },
+        Err(e) => Err(e),
+    };
+    report(&mut pair, &meters);
+    let totals = (counted(pair.client.cookie, &pair.client), counted(pair.server.cookie, &pair.server));
+    result.map(|()| totals)
+}
+
+/// Forwards what the program passed up until neither socket has passed bytes left; after that
+/// the program redirects everything (see `bpf/sockmap.c`).
+async fn catch_up(pair: &mut Pair, client: &TcpStream, server: &TcpStream) -> io::Result<()> {
+    poll_fn(|cx| {
         loop {
             let mut progress = false;
-            for (src, dst, side) in [(client, server, &mut pair.client), (server, client, &mut pair.server)] {
-                if side.eof {
+            let mut waiting = false;
+            for up in [true, false] {
+                let (src, dst, side) = if up { (client, server, &mut pair.client) } else { (server, client, &mut pair.server) };
+                if side.eof || passed(side.cookie) <= side.moved {
                     continue;
                 }
                 match src.poll_read_ready(cx) {
-                    Poll::Pending => {}
+                    Poll::Pending => waiting = true,
                     Poll::Ready(Err(e)) => return Poll::Ready(Err(e)),
-                    Poll::Ready(Ok(())) => match take_passed(src, dst, side) {
-                        Ok(true) => progress = true,
-                        Ok(false) => {}
-                        Err(e) => return Poll::Ready(Err(e)),
-                    },
+                    Poll::Ready(Ok(())) => progress |= take_passed(|b| src.try_read(b), dst, side)?,
+                }
+            }
+            if !progress {
+                return if waiting { Poll::Pending } else { Poll::Ready(Ok(())) };
+            }
+        }
+    })
+    .await
+}
+
+async fn wait(pair: &mut Pair, client: &std::net::TcpStream, server: &std::net::TcpStream, opts: Options, meters: &Meters<'_>) -> io::Result<()> {
+    let watch = Watch::new(client, server)?;
+    let mut last = Instant::now();
+    let mut seen = 0u64;
+    let mut drain_wait = DRAIN_FIRST;
+    let timer = tokio::time::sleep_until(last + idle_limit(&opts, pair));
+    tokio::pin!(timer);
+    poll_fn(|cx| {
+        // Arm first, then look: an end that comes after the look wakes this task.
+        watch.arm(cx);
+        loop {
+            let mut progress = false;
+            for up in [true, false] {
+                let (src, dst, side) = if up { (client, server, &mut pair.client) } else { (server, client, &mut pair.server) };
+                if !side.eof {
+                    progress |= take_passed(|b| (&*src).read(b), dst, side)?;
                 }
             }
             if !progress {
@@ -256,15 +299,13 @@ pub async fn forward(mut pair: Pair, client: &TcpStream, server: &TcpStream, opt
         for up in [true, false] {
             let (dst, side, peer) = if up { (server, &mut pair.client, &pair.server) } else { (client, &mut pair.server, &pair.client) };
             if side.eof && !side.ended {
-                match drained(side, dst, peer.base) {
-                    Ok(true) => {
-                        side.ended = true;
-                        if opts.half_close && !peer.eof {
-                            let _ = socket2::SockRef::from(dst).shutdown(std::net::Shutdown::Write);
-                        }
+                if drained(side, dst, peer.base)? {
+                    side.ended = true;
+                    if opts.half_close && !peer.eof {
+                        let _ = dst.shutdown(std::net::Shutdown::Write);
                     }
-                    Ok(false) => draining = true,
-                    Err(e) => return Poll::Ready(Err(e)),
+                } else {
+                    draining = true;
                 }
             }
         }
@@ -272,48 +313,147 @@ pub async fn forward(mut pair: Pair, client: &TcpStream, server: &TcpStream, opt
         if (up && down) || (!opts.half_close && (up || down)) {
             return Poll::Ready(Ok(()));
         }
-        loop {
-            if draining {
-                // Poll the peer's progress at a short interval; the idle limit still applies.
-                let next = (Instant::now() + drain_wait).min(last + idle_limit(&opts, &pair));
-                drain_wait = (drain_wait * 2).min(DRAIN_MAX);
-                if timer.deadline() != next {
-                    timer.as_mut().reset(next);
-                }
-            }
-            if timer.as_mut().poll(cx).is_pending() {
-                return Poll::Pending;
-            }
+        if draining {
+            // Poll the peer's progress at a short interval; the idle limit still applies.
+            timer.as_mut().reset((Instant::now() + drain_wait).min(last + idle_limit(&opts, pair)));
+            drain_wait = (drain_wait * 2).min(DRAIN_MAX);
+        }
+        while timer.as_mut().poll(cx).is_ready() {
             // The timer fired: did bytes move since the last look?
-            let total = report(&mut pair, &meters);
+            let total = report(pair, meters);
             if total != seen {
                 seen = total;
                 last = Instant::now();
             }
-            let deadline = last + idle_limit(&opts, &pair);
+            let deadline = last + idle_limit(&opts, pair);
             if deadline <= Instant::now() {
                 return Poll::Ready(Err(io::Error::new(io::ErrorKind::TimedOut, "idle timeout")));
             }
             if draining {
-                // Re-check the drain from the top: the caller's poll comes back at once.
+                // Look at the drain again from the top.
                 cx.waker().wake_by_ref();
+                timer.as_mut().reset(deadline);
                 return Poll::Pending;
             }
             timer.as_mut().reset(deadline);
         }
+        Poll::Pending
     })
-    .await;
-    report(&mut pair, &meters);
-    let totals = (counted(pair.client.cookie, &pair.client), counted(pair.server.cookie, &pair.server));
-    result.map(|()| totals)
+    .await
 }
 
-/// Reads what the program passed up on `src` and writes it to `dst`; `Ok(true)` when it moved
-/// bytes or saw the end of stream. Passed bytes are few (those of the moment the pair was linked),
-/// so a short blocking-free write loop is enough; a peer that will not take them is an error.
-fn take_passed(src: &TcpStream, dst: &TcpStream, side: &mut End) -> io::Result<bool> {
+/// One epoll instance for the process, asking only for hang-up and errors on the sockets of
+/// linked pairs, and a thread that waits on it and wakes the pair's task. It wakes at the end of
+/// a connection, never for its bytes; its lock is taken only then and when a task arms.
+struct Watcher {
+    epoll: OwnedFd,
+    wakers: Mutex<HashMap<u64, Waker>>,
+    next: AtomicU64,
+}
+
+static WATCHER: OnceLock<Result<Watcher, String>> = OnceLock::new();
+
+fn watcher() -> io::Result<&'static Watcher> {
+    let w = WATCHER.get_or_init(|| {
+        // SAFETY: epoll_create1 takes no pointer; a non-negative result is a descriptor we own.
+        let fd = unsafe { libc::epoll_create1(libc::EPOLL_CLOEXEC) };
+        if fd < 0 {
+            return Err(format!("epoll_create1: {}", io::Error::last_os_error()));
+        }
+        // SAFETY: `fd` was just returned by epoll_create1 and nothing else owns it.
+        let epoll = unsafe { <OwnedFd as std::os::fd::FromRawFd>::from_raw_fd(fd) };
+        std::thread::Builder::new().name("fulcrum-sockmap".into()).spawn(watch_loop).map_err(|e| format!("watcher thread: {e}"))?;
+        Ok(Watcher { epoll, wakers: Mutex::default(), next: AtomicU64::new(1) })
+    });
+    w.as_ref().map_err(|e| io::Error::other(e.clone()))
+}
+
+fn watch_loop() {
+    let Ok(w) = watcher() else { return };
+    let mut events = [libc::epoll_event { events: 0, u64: 0 }; 64];
+    loop {
+        // SAFETY: `events` is a live array of 64 epoll_event the kernel fills at most 64 of.
+        let n = unsafe { libc::epoll_wait(w.epoll.as_raw_fd(), events.as_mut_ptr(), events.len() as libc::c_int, -1) };
+        if n < 0 {
+            if io::Error::last_os_error().kind() == io::ErrorKind::Interrupted {
+                continue;
+            }
+            warn!("sockmap watcher stopped: {}", io::Error::last_os_error());
+            return;
+        }
+        let wakers = w.wakers.lock().unwrap_or_else(|p| p.into_inner());
+        for e in &events[..n as usize] {
+            let token = e.u64;
+            if let Some(waker) = wakers.get(&token) {
+                waker.wake_by_ref();
+            }
+        }
+    }
+}
+
+/// A pair's registration with the watcher; removed on drop.
+struct Watch {
+    token: u64,
+    fds: [libc::c_int; 2],
+}
+
+impl Watch {
+    fn new(client: &std::net::TcpStream, server: &std::net::TcpStream) -> io::Result<Watch> {
+        let w = watcher()?;
+        let token = w.next.fetch_add(1, Relaxed);
+        let mut watch = Watch { token, fds: [-1, -1] };
+        for (i, fd) in [client.as_raw_fd(), server.as_raw_fd()].into_iter().enumerate() {
+            // Hang-up (a FIN), errors and full hang-up are all this asks for; no EPOLLIN, so the
+            // data-ready callback of a redirected skb finds no interest here and wakes nobody.
+            let mut ev = libc::epoll_event { events: (libc::EPOLLRDHUP | libc::EPOLLET) as u32, u64: token };
+            // SAFETY: `ev` is a live epoll_event; both descriptors are live sockets.
+            let rc = unsafe { libc::epoll_ctl(w.epoll.as_raw_fd(), libc::EPOLL_CTL_ADD, fd, &mut ev) };
+            if rc != 0 {
+                return Err(io::Error::last_os_error());
+            }
+            watch.fds[i] = fd;
+        }
+        Ok(watch)
+    }
+
+    /// Makes the next event of this pair wake the task of `cx`.
+    fn arm(&self, cx: &Context<'_>) {
+        if let Ok(w) = watcher() {
+            let mut wakers = w.wakers.lock().unwrap_or_else(|p| p.into_inner());
+            match wakers.get_mut(&self.token) {
+                Some(old) if old.will_wake(cx.waker()) => {}
+                _ => {
+                    wakers.insert(self.token, cx.waker().clone());
+                }
+            }
+        }
+    }
+}
+
+impl Drop for Watch {
+    fn drop(&mut self) {
+        if let Ok(w) = watcher() {
+            for fd in self.fds.into_iter().filter(|fd| *fd >= 0) {
+                // SAFETY: a null event is allowed for EPOLL_CTL_DEL; the sockets outlive this.
+                unsafe { libc::epoll_ctl(w.epoll.as_raw_fd(), libc::EPOLL_CTL_DEL, fd, std::ptr::null_mut()) };
+            }
+            w.wakers.lock().unwrap_or_else(|p| p.into_inner()).remove(&self.token);
+        }
+    }
+}
+
+/// Bytes the program passed up on a socket so far.
+fn passed(cookie: u64) -> u64 {
+    with_maps(|m| m.counts.get(&cookie, 0).map_err(io::Error::other)).map(|c| c.passed).unwrap_or(0)
+}
+
+/// Reads what the program passed up (with `read`) and writes it to `dst`; `Ok(true)` when it
+/// moved bytes or saw the end of stream. Passed bytes are few (those of the moment the pair was
+/// linked, into a fresh connection's empty send buffer), so the write does not wait for room; a
+/// peer that will not take them is an error.
+fn take_passed(read: impl FnOnce(&mut [u8]) -> io::Result<usize>, dst: &impl AsFd, side: &mut End) -> io::Result<bool> {
     let mut buf = [0u8; 4096];
-    let n = match src.try_read(&mut buf) {
+    let n = match read(&mut buf) {
         Ok(0) => {
             side.eof = true;
             return Ok(true);
@@ -322,10 +462,11 @@ fn take_passed(src: &TcpStream, dst: &TcpStream, side: &mut End) -> io::Result<b
         Err(e) if e.kind() == io::ErrorKind::WouldBlock => return Ok(false),
         Err(e) => return Err(e),
     };
+    let dst = socket2::SockRef::from(dst);
     let mut off = 0;
     let mut spins = 0;
     while off < n {
-        match dst.try_io(Interest::WRITABLE, || socket2::SockRef::from(dst).send(&buf[off..n])) {
+        match dst.send(&buf[off..n]) {
             Ok(w) => off += w,
             Err(e) if e.kind() == io::ErrorKind::WouldBlock && spins < 1000 => {
                 spins += 1;
@@ -336,17 +477,17 @@ fn take_passed(src: &TcpStream, dst: &TcpStream, side: &mut End) -> io::Result<b
     }
     side.moved += n as u64;
     // Only now, with the bytes in the peer's send queue, may the program redirect again.
-    let (cookie, peer_taken) = (side.cookie, side.moved);
+    let (cookie, taken) = (side.cookie, side.moved);
     with_maps(|m| {
         let link = m.links.get(&cookie, 0).map_err(io::Error::other)?;
-        m.links.insert(cookie, Link { peer: link.peer, taken: peer_taken }, 0).map_err(io::Error::other)
+        m.links.insert(cookie, Link { peer: link.peer, taken }, 0).map_err(io::Error::other)
     })?;
     Ok(true)
 }
 
 /// Whether `dst` has taken every byte `side` received (the program's count, less what it passed
 /// up, plus what the process forwarded).
-fn drained(side: &End, dst: &TcpStream, dst_base: u64) -> io::Result<bool> {
+fn drained(side: &End, dst: &impl AsRawFd, dst_base: u64) -> io::Result<bool> {
     let owed = counted(side.cookie, side);
     Ok(written(dst)?.saturating_sub(dst_base) >= owed)
 }
@@ -388,7 +529,7 @@ fn cookie(s: &TcpStream) -> io::Result<u64> {
 }
 
 /// Bytes ever written into the socket: acknowledged by the far end plus still in the send queue.
-fn written(s: &TcpStream) -> io::Result<u64> {
+fn written(s: &impl AsRawFd) -> io::Result<u64> {
     let acked = super::tcp_info::bytes_acked(s).ok_or_else(io::Error::last_os_error)?;
     let mut queued: libc::c_int = 0;
     // SAFETY: TIOCOUTQ (SIOCOUTQ) writes one int into `queued`; the fd is a live TCP socket.
