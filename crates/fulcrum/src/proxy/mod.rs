@@ -114,15 +114,11 @@ async fn forward(mut client: TcpStream, mut server: TcpStream, sockmap: bool, se
         match sockmap::Pair::link(&client, &server) {
             Ok(pair) => {
                 service.state().sockmap.fetch_add(1, Relaxed);
-                return sockmap::forward(pair, client, server, opts, meters).await;
+                // Boxed: the copy path's state stays the task's size (the test below).
+                return Box::pin(sockmap::forward(pair, client, server, opts, meters)).await;
             }
-            Err(e) => {
-                // A full map or a socket the kernel will not take: this connection splices.
-                static LINK: Throttle = Throttle::new();
-                if let Some(held) = LINK.ready() {
-                    warn!(service = %service.config().name, held, "sockmap fast path refused a connection, splicing it: {e}");
-                }
-            }
+            // A client that half-closed already, a full map: this connection splices.
+            Err(e) => debug!(service = %service.config().name, "sockmap fast path not used for a connection, splicing it: {e}"),
         }
     }
     tcp::forward(&mut client, &mut server, opts, meters).await

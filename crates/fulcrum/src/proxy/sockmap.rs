@@ -191,6 +191,13 @@ impl Pair {
     /// up to the process, which forwards them in order (`forward`).
     pub fn link(client: &TcpStream, server: &TcpStream) -> io::Result<Pair> {
         let end = |s: &TcpStream| -> io::Result<End> { Ok(End { cookie: cookie(s)?, base: written(s)?, moved: 0, reported: 0, eof: false, ended: false }) };
+        // A sockhash takes only ESTABLISHED sockets: a client that already sent its FIN (a
+        // request and a half close) is spliced. Checked first so that nothing is in the map
+        // when the insert would fail: removing a socket drops bytes the program passed up.
+        if !super::tcp_info::established(client) || !super::tcp_info::established(server) {
+            return Err(io::Error::other("a socket is no longer ESTABLISHED"));
+        }
+        // Built before the inserts so that its drop undoes a partial link.
         let pair = Pair { client: end(client)?, server: end(server)? };
         let (c, s) = (pair.client.cookie, pair.server.cookie);
         with_maps(|m| {

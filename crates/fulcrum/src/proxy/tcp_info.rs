@@ -22,6 +22,12 @@ pub fn bytes_acked(socket: &impl AsRawFd) -> Option<u64> {
     read(socket).map(|info| info.tcpi_bytes_acked)
 }
 
+/// Whether the socket is in TCP's ESTABLISHED state (no FIN received yet).
+pub fn established(socket: &impl AsRawFd) -> bool {
+    // TCP_ESTABLISHED of include/net/tcp_states.h; libc does not export the enum.
+    read(socket).is_some_and(|info| info.tcpi_state == 1)
+}
+
 fn read(socket: &impl AsRawFd) -> Option<libc::tcp_info> {
     // SAFETY: tcp_info is a plain C struct of integers, so all-zero is a valid value; getsockopt
     // writes at most `len` bytes into it; the fd is borrowed from a live socket for the call.
