@@ -57,6 +57,13 @@ struct {
 SEC("sk_skb/stream_verdict")
 int verdict(struct __sk_buff *skb)
 {
+	// A FIN without data reaches the verdict as an empty skb. TCP has already taken the FIN
+	// (the process reads end of stream from the socket's state), so the skb carries nothing:
+	// drop it. Redirected, the peer's send of zero bytes counts as a broken pipe; passed while
+	// the psock's queue holds bytes for the peer, its zero-byte delivery does the same and
+	// stops the socket's sending (the kernel's sk_psock_backlog takes 0 as a hard error).
+	if (skb->len == 0)
+		return SK_DROP;
 	__u64 cookie = bpf_get_socket_cookie(skb);
 	struct count *count = bpf_map_lookup_elem(&counts, &cookie);
 	if (!count)

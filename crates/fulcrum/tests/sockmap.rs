@@ -65,7 +65,6 @@ fn context_switches(pid: u32) -> u64 {
 }
 
 #[test]
-#[ignore = "known bug: with bytes flowing both ways at once the sockmap path ends the connection with EPIPE after about 300 KB (a 64 MiB one-way download is whole); run with --ignored"]
 fn sockmap_service_carries_bulk_both_ways_with_half_close_and_counts_the_bytes() {
     let echo = echo_server();
     let f = Fulcrum::start(&format!(

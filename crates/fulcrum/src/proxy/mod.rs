@@ -111,14 +111,21 @@ async fn handle(client: TcpStream, peer: SocketAddr, service: Arc<Service>, _cou
 /// the program is loaded, else (or when linking the pair fails) by copy and splice.
 async fn forward(mut client: TcpStream, mut server: TcpStream, sockmap: bool, service: &Service, opts: tcp::Options, meters: tcp::Meters<'_>) -> std::io::Result<(u64, u64)> {
     if sockmap {
+        let name = &service.config().name;
         match sockmap::Pair::link(&client, &server) {
-            Ok(pair) => {
+            sockmap::Linked::Yes(pair) => {
                 service.state().sockmap.fetch_add(1, Relaxed);
                 // Boxed: the copy path's state stays the task's size (the test below).
                 return Box::pin(sockmap::forward(pair, client, server, opts, meters)).await;
             }
-            // A client that half-closed already, a full map: this connection splices.
-            Err(e) => debug!(service = %service.config().name, "sockmap fast path not used for a connection, splicing it: {e}"),
+            sockmap::Linked::Held(held, e) => {
+                debug!(service = %name, "sockmap fast path not used for a connection, copying it: {e}");
+                let copied = tcp::forward(&mut client, &mut server, tcp::Options { splice: false, ..opts }, meters).await;
+                drop(held);
+                return copied;
+            }
+            // A client that half-closed already: this connection splices.
+            sockmap::Linked::No(e) => debug!(service = %name, "sockmap fast path not used for a connection, splicing it: {e}"),
         }
     }
     tcp::forward(&mut client, &mut server, opts, meters).await

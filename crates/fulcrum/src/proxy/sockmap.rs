@@ -27,7 +27,8 @@
 use std::cell::RefCell;
 use std::future::poll_fn;
 use std::collections::HashMap;
-use std::io::{self, Read};
+use std::io;
+use std::mem::MaybeUninit;
 use std::os::fd::{AsFd, AsRawFd, OwnedFd};
 use std::sync::atomic::AtomicU64;
 use std::sync::{Mutex, OnceLock};
@@ -55,6 +56,11 @@ const SO_COOKIE: libc::c_int = 57;
 /// `DRAIN_MAX`. The redirect work queue usually empties within a millisecond.
 const DRAIN_FIRST: Duration = Duration::from_millis(1);
 const DRAIN_MAX: Duration = Duration::from_millis(50);
+
+/// After linking, and after passed bytes moved, look for more at these intervals, doubling:
+/// long past the microseconds a verdict that raced the process's update can take.
+const SETTLE_FIRST: Duration = Duration::from_millis(1);
+const SETTLE_LAST: Duration = Duration::from_millis(512);
 
 /// `struct link` of sockmap.c: written by the process only.
 #[repr(C)]
@@ -180,41 +186,65 @@ struct End {
     ended: bool,
 }
 
-/// A client and server socket linked in the maps; unlinked on drop.
+/// A client and server socket in the maps; taken out on drop.
 pub struct Pair {
     client: End,
     server: End,
 }
 
+/// What linking a connection's two sockets came to.
+pub enum Linked {
+    /// Both sockets are in the map and linked: the kernel forwards (`forward`).
+    Yes(Pair),
+    /// A socket went into the map but the pair could not be linked (its peer reached FIN or
+    /// the map is full). The program passes that socket's bytes up, where only a read sees them
+    /// in order: copy the connection without splice (splice reads the receive queue past them)
+    /// and drop the guard at its end.
+    Held(Pair, io::Error),
+    /// Nothing went into the map: forward as usual.
+    No(io::Error),
+}
+
 impl Pair {
     /// Puts both sockets in the sockhash and links them. Bytes that arrive meanwhile are passed
     /// up to the process, which forwards them in order (`forward`).
-    pub fn link(client: &TcpStream, server: &TcpStream) -> io::Result<Pair> {
+    pub fn link(client: &TcpStream, server: &TcpStream) -> Linked {
         let end = |s: &TcpStream| -> io::Result<End> { Ok(End { cookie: cookie(s)?, base: written(s)?, moved: 0, reported: 0, eof: false, ended: false }) };
         // A sockhash takes only ESTABLISHED sockets: a client that already sent its FIN (a
-        // request and a half close) is spliced. Checked first so that nothing is in the map
-        // when the insert would fail: removing a socket drops bytes the program passed up.
+        // request and a half close) is not linked. Checked first, as the common refusal.
         if !super::tcp_info::established(client) || !super::tcp_info::established(server) {
-            return Err(io::Error::other("a socket is no longer ESTABLISHED"));
+            return Linked::No(io::Error::other("a socket is no longer ESTABLISHED"));
         }
-        // Built before the inserts so that its drop undoes a partial link.
-        let pair = Pair { client: end(client)?, server: end(server)? };
+        let pair = match (end(client), end(server)) {
+            (Ok(client), Ok(server)) => Pair { client, server },
+            (Err(e), _) | (_, Err(e)) => return Linked::No(e),
+        };
         let (c, s) = (pair.client.cookie, pair.server.cookie);
-        with_maps(|m| {
+        let mut inserted = false;
+        let result = with_maps(|m| {
             m.counts.insert(c, Count::default(), 0).map_err(io::Error::other)?;
             m.counts.insert(s, Count::default(), 0).map_err(io::Error::other)?;
             // The server first: it has rarely sent anything yet, while the client's first bytes
             // are often waiting already.
             m.socks.insert(s, server.as_raw_fd(), 0).map_err(io::Error::other)?;
+            inserted = true;
             m.socks.insert(c, client.as_raw_fd(), 0).map_err(io::Error::other)?;
             m.links.insert(c, Link { peer: s, taken: 0 }, 0).map_err(io::Error::other)?;
             m.links.insert(s, Link { peer: c, taken: 0 }, 0).map_err(io::Error::other)
-        })?;
-        // Bytes that were in a receive queue before the socket joined the map meet the program
-        // only at the socket's next data-ready; raising SO_RCVLOWAT signals data-ready now.
-        kick(client);
-        kick(server);
-        Ok(pair)
+        });
+        if inserted {
+            // Bytes that were in a receive queue before the socket joined the map meet the
+            // program only at the socket's next data-ready; raising SO_RCVLOWAT signals it now,
+            // so they are passed or redirected in order before anything newer.
+            kick(client);
+            kick(server);
+        }
+        match result {
+            Ok(()) => Linked::Yes(pair),
+            // Taking a socket out of the map would drop the bytes the program passed up.
+            Err(e) if inserted => Linked::Held(pair, e),
+            Err(e) => Linked::No(e),
+        }
     }
 }
 
@@ -234,75 +264,52 @@ impl Drop for Pair {
 /// Waits for the ends of a linked pair, with the copy path's half close and idle timeouts.
 /// Returns the bytes moved client to server and server to client.
 ///
-/// First the bytes the program passed up while the pair was being linked are forwarded, with
-/// tokio's readiness. Then both sockets leave tokio's reactor for `watch`'s epoll, which asks
-/// only for hang-up and errors: tokio registers every socket for EPOLLIN, and the kernel's
-/// data-ready callback after each redirected skb would wake a runtime thread in epoll_wait for
-/// nothing, thousands of times for a 64 MiB transfer.
+/// Both sockets leave tokio's reactor for `watch`'s epoll, which asks only for hang-up and
+/// errors: tokio registers every socket for EPOLLIN, and the kernel's data-ready callback after
+/// each redirected skb would wake a runtime thread in epoll_wait for nothing, thousands of times
+/// for a 64 MiB transfer.
 pub async fn forward(mut pair: Pair, client: TcpStream, server: TcpStream, opts: Options, meters: Meters<'_>) -> io::Result<(u64, u64)> {
-    let caught_up = catch_up(&mut pair, &client, &server).await;
-    let result = match caught_up {
-        Ok(()) => match (client.into_std(), server.into_std()) {
-            (Ok(client), Ok(server)) => wait(&mut pair, &client, &server, opts, &meters).await,
-            (Err(e), _) | (_, Err(e)) => Err(e),
-        },
-        Err(e) => Err(e),
+    let result = match (client.into_std(), server.into_std()) {
+        (Ok(client), Ok(server)) => wait(&mut pair, &client, &server, opts, &meters).await,
+        (Err(e), _) | (_, Err(e)) => Err(e),
     };
     report(&mut pair, &meters);
     let totals = (counted(pair.client.cookie, &pair.client), counted(pair.server.cookie, &pair.server));
     result.map(|()| totals)
 }
 
-/// Forwards what the program passed up until neither socket has passed bytes left; after that
-/// the program redirects everything (see `bpf/sockmap.c`).
-async fn catch_up(pair: &mut Pair, client: &TcpStream, server: &TcpStream) -> io::Result<()> {
-    poll_fn(|cx| {
-        loop {
-            let mut progress = false;
-            let mut waiting = false;
-            for up in [true, false] {
-                let (src, dst, side) = if up { (client, server, &mut pair.client) } else { (server, client, &mut pair.server) };
-                if side.eof || passed(side.cookie) <= side.moved {
-                    continue;
-                }
-                match src.poll_read_ready(cx) {
-                    Poll::Pending => waiting = true,
-                    Poll::Ready(Err(e)) => return Poll::Ready(Err(e)),
-                    Poll::Ready(Ok(())) => progress |= take_passed(|b| src.try_read(b), dst, side)?,
-                }
-            }
-            if !progress {
-                return if waiting { Poll::Pending } else { Poll::Ready(Ok(())) };
-            }
-        }
-    })
-    .await
-}
-
+/// The wait itself. Bytes the program passed up (those of the moment of linking) wake nobody,
+/// since the watch asks for no EPOLLIN; they are looked for at once and then on a short timer
+/// that backs off (`SETTLE_FIRST` to `SETTLE_LAST`): a verdict already running when the
+/// process raised `taken` may still pass an skb, and every later one is then passed too (the
+/// counts differ), so order holds and only a look is needed to move them.
 async fn wait(pair: &mut Pair, client: &std::net::TcpStream, server: &std::net::TcpStream, opts: Options, meters: &Meters<'_>) -> io::Result<()> {
     let watch = Watch::new(client, server)?;
     let mut last = Instant::now();
     let mut seen = 0u64;
     let mut drain_wait = DRAIN_FIRST;
+    let mut settle = Some(SETTLE_FIRST);
     let timer = tokio::time::sleep_until(last + idle_limit(&opts, pair));
     tokio::pin!(timer);
     poll_fn(|cx| {
         // Arm first, then look: an end that comes after the look wakes this task.
         watch.arm(cx);
-        loop {
-            let mut progress = false;
-            for up in [true, false] {
-                let (src, dst, side) = if up { (client, server, &mut pair.client) } else { (server, client, &mut pair.server) };
-                if !side.eof {
-                    progress |= take_passed(|b| (&*src).read(b), dst, side)?;
+        let mut blocked = false;
+        for up in [true, false] {
+            let (src, dst, side) = if up { (client, server, &mut pair.client) } else { (server, client, &mut pair.server) };
+            loop {
+                match take_passed(src, dst, side)? {
+                    Step::Moved => settle = Some(SETTLE_FIRST),
+                    Step::Blocked => {
+                        blocked = true;
+                        break;
+                    }
+                    Step::Eof | Step::Empty => break,
                 }
-            }
-            if !progress {
-                break;
             }
         }
         // A side at end of stream passes its FIN on once the peer has every byte before it.
-        let mut draining = false;
+        let mut draining = blocked;
         for up in [true, false] {
             let (dst, side, peer) = if up { (server, &mut pair.client, &pair.server) } else { (client, &mut pair.server, &pair.client) };
             if side.eof && !side.ended {
@@ -320,10 +327,20 @@ async fn wait(pair: &mut Pair, client: &std::net::TcpStream, server: &std::net::
         if (up && down) || (!opts.half_close && (up || down)) {
             return Poll::Ready(Ok(()));
         }
-        if draining {
-            // Poll the peer's progress at a short interval; the idle limit still applies.
-            timer.as_mut().reset((Instant::now() + drain_wait).min(last + idle_limit(&opts, pair)));
+        // Look again soon while a FIN or passed bytes wait for the peer to take its bytes, and
+        // for a while after passed bytes moved; the idle limit still applies.
+        let soon = if draining {
+            let wait = drain_wait;
             drain_wait = (drain_wait * 2).min(DRAIN_MAX);
+            Some(wait)
+        } else {
+            drain_wait = DRAIN_FIRST;
+            let wait = settle;
+            settle = settle.map(|d| d * 2).filter(|d| *d <= SETTLE_LAST);
+            wait
+        };
+        if let Some(wait) = soon {
+            timer.as_mut().reset((Instant::now() + wait).min(last + idle_limit(&opts, pair)));
         }
         while timer.as_mut().poll(cx).is_ready() {
             // The timer fired: did bytes move since the last look?
@@ -336,13 +353,12 @@ async fn wait(pair: &mut Pair, client: &std::net::TcpStream, server: &std::net::
             if deadline <= Instant::now() {
                 return Poll::Ready(Err(io::Error::new(io::ErrorKind::TimedOut, "idle timeout")));
             }
-            if draining {
-                // Look at the drain again from the top.
+            timer.as_mut().reset(deadline);
+            if soon.is_some() {
+                // Look from the top again.
                 cx.waker().wake_by_ref();
-                timer.as_mut().reset(deadline);
                 return Poll::Pending;
             }
-            timer.as_mut().reset(deadline);
         }
         Poll::Pending
     })
@@ -449,47 +465,56 @@ impl Drop for Watch {
     }
 }
 
-/// Bytes the program passed up on a socket so far.
-fn passed(cookie: u64) -> u64 {
-    with_maps(|m| m.counts.get(&cookie, 0).map_err(io::Error::other)).map(|c| c.passed).unwrap_or(0)
+/// What one `take_passed` came to.
+enum Step {
+    /// Bytes moved to the peer.
+    Moved,
+    /// End of stream: the socket's FIN arrived and no passed bytes are left before it.
+    Eof,
+    /// Nothing passed up to move.
+    Empty,
+    /// Passed bytes wait, but the peer's send buffer is full.
+    Blocked,
 }
 
-/// Reads what the program passed up (with `read`) and writes it to `dst`; `Ok(true)` when it
-/// moved bytes or saw the end of stream. Passed bytes are few (those of the moment the pair was
-/// linked, into a fresh connection's empty send buffer), so the write does not wait for room; a
-/// peer that will not take them is an error.
-fn take_passed(read: impl FnOnce(&mut [u8]) -> io::Result<usize>, dst: &impl AsFd, side: &mut End) -> io::Result<bool> {
-    let mut buf = [0u8; 4096];
-    let n = match read(&mut buf) {
+/// Moves bytes the program passed up on `src` to `dst`. It peeks, sends what `dst` takes and
+/// only then consumes that much, so a full peer leaves them where they were and nothing is
+/// buffered here. Once they are in `dst`'s send queue, `taken` tells the program it may
+/// redirect again.
+fn take_passed(src: &impl AsFd, dst: &impl AsFd, side: &mut End) -> io::Result<Step> {
+    if side.eof {
+        return Ok(Step::Eof);
+    }
+    let mut buf = [MaybeUninit::<u8>::uninit(); 4096];
+    let src = socket2::SockRef::from(src);
+    let n = match src.peek(&mut buf) {
         Ok(0) => {
             side.eof = true;
-            return Ok(true);
+            return Ok(Step::Eof);
         }
         Ok(n) => n,
-        Err(e) if e.kind() == io::ErrorKind::WouldBlock => return Ok(false),
+        Err(e) if e.kind() == io::ErrorKind::WouldBlock => return Ok(Step::Empty),
         Err(e) => return Err(e),
     };
-    let dst = socket2::SockRef::from(dst);
-    let mut off = 0;
-    let mut spins = 0;
-    while off < n {
-        match dst.send(&buf[off..n]) {
-            Ok(w) => off += w,
-            Err(e) if e.kind() == io::ErrorKind::WouldBlock && spins < 1000 => {
-                spins += 1;
-                std::thread::yield_now();
-            }
-            Err(e) => return Err(e),
-        }
+    // SAFETY: peek initialised the first `n` bytes of `buf`.
+    let bytes = unsafe { std::slice::from_raw_parts(buf.as_ptr().cast::<u8>(), n) };
+    let sent = match socket2::SockRef::from(dst).send(bytes) {
+        Ok(w) => w,
+        Err(e) if e.kind() == io::ErrorKind::WouldBlock => return Ok(Step::Blocked),
+        Err(e) => return Err(e),
+    };
+    // The same bytes again, now taken off the queue: nothing else reads this socket.
+    let consumed = src.recv(&mut buf[..sent])?;
+    if consumed != sent {
+        return Err(io::Error::other(format!("sockmap: {sent} bytes forwarded but {consumed} consumed")));
     }
-    side.moved += n as u64;
-    // Only now, with the bytes in the peer's send queue, may the program redirect again.
+    side.moved += sent as u64;
     let (cookie, taken) = (side.cookie, side.moved);
     with_maps(|m| {
         let link = m.links.get(&cookie, 0).map_err(io::Error::other)?;
         m.links.insert(cookie, Link { peer: link.peer, taken }, 0).map_err(io::Error::other)
     })?;
-    Ok(true)
+    Ok(Step::Moved)
 }
 
 /// Whether `dst` has taken every byte `side` received (the program's count, less what it passed
