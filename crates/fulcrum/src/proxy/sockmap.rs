@@ -519,7 +519,7 @@ fn take_passed(src: &impl AsFd, dst: &impl AsFd, side: &mut End) -> io::Result<S
 
 /// Whether `dst` has taken every byte `side` received (the program's count, less what it passed
 /// up, plus what the process forwarded).
-fn drained(side: &End, dst: &impl AsRawFd, dst_base: u64) -> io::Result<bool> {
+fn drained(side: &End, dst: &(impl AsRawFd + AsFd), dst_base: u64) -> io::Result<bool> {
     let owed = counted(side.cookie, side);
     Ok(written(dst)?.saturating_sub(dst_base) >= owed)
 }
@@ -561,8 +561,12 @@ fn cookie(s: &TcpStream) -> io::Result<u64> {
 }
 
 /// Bytes ever written into the socket: acknowledged by the far end plus still in the send queue.
-fn written(s: &impl AsRawFd) -> io::Result<u64> {
-    let acked = super::tcp_info::bytes_acked(s).ok_or_else(io::Error::last_os_error)?;
+fn written(s: &(impl AsRawFd + AsFd)) -> io::Result<u64> {
+    // A closed socket takes nothing more: an error, so that a FIN that waits for it ends.
+    let acked = super::tcp_info::bytes_acked_while_open(s).ok_or_else(|| match socket2::SockRef::from(s).take_error() {
+        Ok(Some(e)) => e,
+        _ => io::Error::new(io::ErrorKind::ConnectionReset, "the socket closed before it took every byte"),
+    })?;
     let mut queued: libc::c_int = 0;
     // SAFETY: TIOCOUTQ (SIOCOUTQ) writes one int into `queued`; the fd is a live TCP socket.
     let rc = unsafe { libc::ioctl(s.as_raw_fd(), libc::TIOCOUTQ, &mut queued) };
