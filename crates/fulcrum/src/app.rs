@@ -47,7 +47,14 @@ impl App {
     pub async fn start(config: Config, path: Option<PathBuf>, shutdown: Shutdown) -> Result<Arc<App>, StartError> {
         let admin_cfg = config.admin.clone();
         let first_round = config.services.iter().flat_map(|s| std::iter::once(s.health.timeout).chain(s.pools.iter().map(|p| p.health.timeout))).max().unwrap_or_default();
-        let live = Arc::new(tokio::task::spawn_blocking(move || Live::new(config)).await??);
+        // The sockmap program loads here, once, on a blocking thread with the first generation.
+        let live = Arc::new(
+            tokio::task::spawn_blocking(move || {
+                proxy::sockmap::prepare(&config);
+                Live::new(config)
+            })
+            .await??,
+        );
         let admin_listener = match &admin_cfg {
             Some(a) => {
                 let addr: SocketAddr = a.listen.parse().map_err(|cause| StartError::AdminAddress { listen: a.listen.clone(), cause })?;
@@ -139,6 +146,8 @@ impl App {
     }
 
     async fn apply_locked(&self, config: Config) -> Result<String, ControlError> {
+        // A reload may add the first sockmap service; loading is once per process.
+        proxy::sockmap::prepare(&config);
         if config.admin != self.live.current().config.admin {
             warn!("admin listener changes take effect at the next restart");
         }

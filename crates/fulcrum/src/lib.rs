@@ -36,7 +36,8 @@
 //!
 //! Beside this crate in the workspace: `crates/realserver` (the real server of the tests, the
 //! demo and the lab) and `crates/fulcrum-lab` (the papers' experiments, with reports and plots).
-//! `unsafe_code` is denied workspace-wide; `proxy::splice` and `proxy::tcp_info` allow it.
+//! `unsafe_code` is denied workspace-wide; `proxy::splice`, `proxy::tcp_info` and `proxy::sockmap`
+//! (the BPF fast path of TCP mode: SO_COOKIE, TIOCOUTQ, epoll) allow it.
 
 pub mod admin;
 pub mod app;

@@ -76,6 +76,28 @@ impl Mode {
     }
 }
 
+/// How TCP mode moves the bytes of an established connection (`fast_path`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum FastPath {
+    /// Read into a small buffer, and splice(2) through a pipe once a direction carries bulk.
+    Splice,
+    /// Both sockets go into a BPF sockhash whose stream verdict program sends every byte on to the
+    /// peer socket inside the kernel; the process wakes only at the end of each direction. Falls
+    /// back to `Splice`, with one warning, where the program cannot be loaded
+    /// (`proxy::sockmap`).
+    Sockmap,
+}
+
+impl FastPath {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            FastPath::Splice => "splice",
+            FastPath::Sockmap => "sockmap",
+        }
+    }
+}
+
 /// An inclusive range of TCP ports, written `"50000-50999"`.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct PortRange {
@@ -180,6 +202,9 @@ pub struct Service {
     /// Close a server's connections at once when it is disabled, instead of letting them finish.
     #[serde(default)]
     pub terminate_on_disable: bool,
+    /// TCP mode: how an established connection's bytes move. Unset: splice, as `"splice"` says.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub fast_path: Option<FastPath>,
     /// Time allowed for a connect to a real server, 1ms to 5 minutes (the kernel gives up on its
     /// own after about two minutes of SYN retries).
     #[serde(default = "defaults::connect_timeout", with = "duration")]
@@ -253,6 +278,8 @@ impl Service {
             pools: Vec::new(),
             routes: Vec::new(),
             default_pool: None,
+            // Pools are HTTP-only; the service's own check reports a misplaced fast_path once.
+            fast_path: None,
             ..self.clone()
         }
     }

@@ -152,3 +152,35 @@ fn the_haproxy_papers_routing_example_is_valid_and_routes_must_name_pools() {
     let d = first_error(&text.replace("address = \"127.0.0.1:8202\"", "address = \"127.0.0.1:8202\"\nweight = 0"));
     assert!(d.message.contains("weight = 0"), "a pool's servers are checked like a service's: {d}");
 }
+
+#[test]
+fn fast_path_is_unset_by_default_and_parses_both_values() {
+    let base = "[[service]]\nname = \"a\"\nlisten = \"127.0.0.1:1000\"\n";
+    let server = "[[service.server]]\naddress = \"127.0.0.1:1001\"\n";
+    assert_eq!(parse(&format!("{base}{server}"), "t").unwrap().services[0].fast_path, None);
+    for (text, want) in [("splice", FastPath::Splice), ("sockmap", FastPath::Sockmap)] {
+        let c = parse(&format!("{base}fast_path = \"{text}\"\n{server}"), "t").unwrap();
+        assert_eq!(c.services[0].fast_path, Some(want));
+        // Written back and read again unchanged, as the admin API's save does.
+        assert_eq!(parse(&to_toml(&c), "t").unwrap().services[0].fast_path, Some(want));
+    }
+}
+
+#[test]
+fn fast_path_with_an_unknown_value_is_refused_at_its_line() {
+    let d = first_error("[[service]]\nname = \"a\"\nlisten = \"127.0.0.1:1000\"\nfast_path = \"zerocopy\"\n[[service.server]]\naddress = \"127.0.0.1:1001\"\n");
+    assert_eq!(d.line, 4, "{d}");
+    assert!(d.message.contains("zerocopy"), "{d}");
+}
+
+#[test]
+fn fast_path_outside_tcp_mode_is_refused_with_the_mode_named() {
+    for mode in ["http", "ftp"] {
+        let d = first_error(&format!(
+            "[[service]]\nname = \"a\"\nlisten = \"127.0.0.1:1000\"\nmode = \"{mode}\"\nfast_path = \"sockmap\"\n[[service.server]]\naddress = \"127.0.0.1:1001\"\n"
+        ));
+        assert_eq!(d.line, 5, "{d}");
+        assert!(d.message.contains("only for mode = \"tcp\"") && d.message.contains(mode), "{d}");
+        assert!(d.hint.is_some(), "{d}");
+    }
+}

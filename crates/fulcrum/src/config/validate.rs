@@ -188,6 +188,13 @@ fn validate_service(service: &Service, prefix: &[Seg<'_>], report: &mut Report<'
     if service.http != crate::config::Http::default() && service.mode != Mode::Http {
         report.error(&path(prefix, &[Seg::Key("http")]), "[service.http] is only for mode = \"http\"".into(), "remove it, or set mode = \"http\"");
     }
+    if let Some(fast) = service.fast_path.filter(|_| service.mode != Mode::Tcp) {
+        report.error(
+            &at("fast_path"),
+            format!("fast_path = \"{}\" is only for mode = \"tcp\" (this service is mode = \"{}\")", fast.as_str(), service.mode.as_str()),
+            "remove fast_path: HTTP and FTP read what they forward, so their bytes cannot bypass the process",
+        );
+    }
     if service.data_ports.is_some() && service.mode != Mode::Ftp {
         report.error(&at("data_ports"), "data_ports is only for mode = \"ftp\"".into(), "remove it, or set mode = \"ftp\"");
     }

@@ -51,6 +51,8 @@ pub struct ServiceState {
     pub refused: AtomicU64,
     /// Connects that failed on one server and were tried on another.
     pub redispatches: AtomicU64,
+    /// TCP connections whose bytes the kernel moved through the sockmap fast path.
+    pub sockmap: AtomicU64,
     /// Connections (HTTP: requests) waiting for a place on a server at its `maxconn`.
     pub queue: AtomicU64,
     /// The most clients seen waiting, in the queue and in the accept backlog together.

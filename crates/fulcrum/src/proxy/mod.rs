@@ -8,6 +8,8 @@ pub mod http;
 pub mod listener;
 pub mod queue;
 #[allow(unsafe_code)]
+pub mod sockmap;
+#[allow(unsafe_code)]
 pub mod splice;
 pub mod tcp;
 #[allow(unsafe_code)]
@@ -41,11 +43,11 @@ pub fn spawn(client: TcpStream, peer: SocketAddr, service: Arc<Service>, counted
 }
 
 /// A TCP or FTP connection: one server for its whole life.
-async fn handle(mut client: TcpStream, peer: SocketAddr, service: Arc<Service>, _counted: (Slot, ServiceGuard), shutdown: Shutdown) {
+async fn handle(client: TcpStream, peer: SocketAddr, service: Arc<Service>, _counted: (Slot, ServiceGuard), shutdown: Shutdown) {
     let cfg = service.config();
     // The task's state is its largest await's: the connect and an FTP session are boxed, so an
     // established TCP connection's task holds only what forwarding needs.
-    let (place, mut server) = tokio::select! {
+    let (place, server) = tokio::select! {
         r = Box::pin(dispatch::connect(&service.pool, peer)) => match r {
             Ok(x) => x,
             Err(e) => {
@@ -89,8 +91,9 @@ async fn handle(mut client: TcpStream, peer: SocketAddr, service: Arc<Service>, 
         return;
     }
     let meters = tcp::Meters { bytes_in: &state.counters.bytes_in, bytes_out: &state.counters.bytes_out };
+    let sockmap = cfg.fast_path == Some(crate::config::FastPath::Sockmap) && sockmap::active();
     tokio::select! {
-        r = tcp::forward(&mut client, &mut server, opts, meters) => match r {
+        r = forward(client, server, sockmap, &service, opts, meters) => match r {
             Ok((up, down)) => debug!(service = %cfg.name, client = %peer, server = %entry.addr, up, down, "connection closed"),
             Err(e) => {
                 state.counters.transfer_errors.fetch_add(1, Relaxed);
@@ -102,6 +105,30 @@ async fn handle(mut client: TcpStream, peer: SocketAddr, service: Arc<Service>, 
         }
         _ = shutdown.terminating().cancelled() => {}
     }
+}
+
+/// Forwards an established TCP connection: through the sockmap when the service asks for it and
+/// the program is loaded, else (or when linking the pair fails) by copy and splice.
+async fn forward(mut client: TcpStream, mut server: TcpStream, sockmap: bool, service: &Service, opts: tcp::Options, meters: tcp::Meters<'_>) -> std::io::Result<(u64, u64)> {
+    if sockmap {
+        let name = &service.config().name;
+        match sockmap::Pair::link(&client, &server) {
+            sockmap::Linked::Yes(pair) => {
+                service.state().sockmap.fetch_add(1, Relaxed);
+                // Boxed: the copy path's state stays the task's size (the test below).
+                return Box::pin(sockmap::forward(pair, client, server, opts, meters)).await;
+            }
+            sockmap::Linked::Held(held, e) => {
+                debug!(service = %name, "sockmap fast path not used for a connection, copying it: {e}");
+                let copied = tcp::forward(&mut client, &mut server, tcp::Options { splice: false, ..opts }, meters).await;
+                drop(held);
+                return copied;
+            }
+            // A client that half-closed already: this connection splices.
+            sockmap::Linked::No(e) => debug!(service = %name, "sockmap fast path not used for a connection, splicing it: {e}"),
+        }
+    }
+    tcp::forward(&mut client, &mut server, opts, meters).await
 }
 
 #[cfg(test)]

@@ -17,6 +17,19 @@ pub fn accept_queue(listener: &impl AsRawFd) -> Option<(u32, u32)> {
     read(listener).map(|info| (info.tcpi_unacked, info.tcpi_sacked))
 }
 
+/// Bytes of the socket's stream the far end acknowledged (plus 1 for the SYN, and 1 for a FIN),
+/// or `None` once the connection is closed (reset, or ended both ways): it will send no more.
+pub fn bytes_acked_while_open(socket: &impl AsRawFd) -> Option<u64> {
+    // TCP_CLOSE of include/net/tcp_states.h.
+    read(socket).filter(|info| info.tcpi_state != 7).map(|info| info.tcpi_bytes_acked)
+}
+
+/// Whether the socket is in TCP's ESTABLISHED state (no FIN received yet).
+pub fn established(socket: &impl AsRawFd) -> bool {
+    // TCP_ESTABLISHED of include/net/tcp_states.h; libc does not export the enum.
+    read(socket).is_some_and(|info| info.tcpi_state == 1)
+}
+
 fn read(socket: &impl AsRawFd) -> Option<libc::tcp_info> {
     // SAFETY: tcp_info is a plain C struct of integers, so all-zero is a valid value; getsockopt
     // writes at most `len` bytes into it; the fd is borrowed from a live socket for the call.

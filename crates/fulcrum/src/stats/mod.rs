@@ -41,6 +41,8 @@ pub struct ServiceStats {
     pub total: u64,
     /// Clients closed because no server could take them.
     pub refused: u64,
+    /// Connections forwarded by the sockmap fast path (`fast_path = "sockmap"`, when loaded).
+    pub sockmap_connections: u64,
     pub maxconn: u32,
     /// Sessions started in the last whole second, and the most in one second.
     pub rate: u64,
@@ -118,6 +120,7 @@ pub fn snapshot(generation: &Generation) -> Snapshot {
             max: s.state.max.load(Relaxed),
             total: s.state.total.load(Relaxed),
             refused: s.state.refused.load(Relaxed),
+            sockmap_connections: s.state.sockmap.load(Relaxed),
             maxconn: s.config.maxconn,
             rate: s.state.rate.current(now / 1000),
             rate_max: s.state.rate.max(),

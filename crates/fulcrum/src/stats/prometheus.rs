@@ -47,6 +47,7 @@ pub fn render(snap: &Snapshot) -> String {
     service_family(&mut out, snap, "fulcrum_service_redispatches_total", "counter", "Failed connects sent on to another server", |s| s.redispatches);
     service_family(&mut out, snap, "fulcrum_service_up", "gauge", "1 when the service's listener runs", |s| s.enabled as u64);
     service_family(&mut out, snap, "fulcrum_service_refused_total", "counter", "Clients closed because no server could take them", |s| s.refused);
+    service_family(&mut out, snap, "fulcrum_fast_path_sockmap_connections_total", "counter", "Connections whose bytes the kernel moved through the BPF sockmap", |s| s.sockmap_connections);
     for f in SERVER_FAMILIES {
         let _ = writeln!(out, "# HELP {} {}\n# TYPE {} {}", f.name, f.help, f.name, f.kind);
         for service in &snap.services {
