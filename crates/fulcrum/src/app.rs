@@ -146,8 +146,12 @@ impl App {
     }
 
     async fn apply_locked(&self, config: Config) -> Result<String, ControlError> {
-        // A reload may add the first sockmap service; loading is once per process.
-        proxy::sockmap::prepare(&config);
+        // A reload may add the first sockmap service; loading is once per process, off the
+        // runtime's threads.
+        if proxy::sockmap::needs_prepare(&config) {
+            let wanted = config.clone();
+            let _ = tokio::task::spawn_blocking(move || proxy::sockmap::prepare(&wanted)).await;
+        }
         if config.admin != self.live.current().config.admin {
             warn!("admin listener changes take effect at the next restart");
         }

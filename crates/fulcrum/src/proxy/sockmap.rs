@@ -95,15 +95,25 @@ struct Loaded {
 // Set by the first `prepare` that sees a sockmap service: the program, or why it cannot run.
 static LOADED: OnceLock<Result<Loaded, String>> = OnceLock::new();
 
+/// Whether `prepare` has work for `config`: a TCP service asks for the fast path and no load
+/// was tried yet. Cheap, so a reload can ask before it moves to a blocking thread.
+pub fn needs_prepare(config: &Config) -> bool {
+    LOADED.get().is_none() && wanted(config).next().is_some()
+}
+
+fn wanted(config: &Config) -> impl Iterator<Item = &str> {
+    config.services.iter().filter(|s| s.mode == Mode::Tcp && s.fast_path == Some(FastPath::Sockmap)).map(|s| s.name.as_str())
+}
+
 /// Loads the program once if a TCP service of `config` asks for it; the first time, logs
 /// whether the fast path is on or, in one warning, why those services splice instead. Called at
-/// start and on every config change, off the data path.
+/// start and on a config change that needs it, on a blocking thread: the kernel's verifier runs
+/// in the call.
 pub fn prepare(config: &Config) {
-    let wanted: Vec<&str> = config.services.iter().filter(|s| s.mode == Mode::Tcp && s.fast_path == Some(FastPath::Sockmap)).map(|s| s.name.as_str()).collect();
-    if wanted.is_empty() || LOADED.get().is_some() {
+    if !needs_prepare(config) {
         return;
     }
-    let names = wanted.join(", ");
+    let names = wanted(config).collect::<Vec<_>>().join(", ");
     match LOADED.get_or_init(load) {
         Ok(_) => info!(services = %names, "sockmap fast path loaded: the kernel forwards these services' bytes"),
         Err(why) => warn!(services = %names, "sockmap fast path unavailable, these services splice instead: {why}"),
