@@ -286,3 +286,12 @@ fn a_certificate_that_does_not_load_is_refused_by_check_and_by_reload_and_the_ol
     let _ = kept.kill();
     let _ = kept.wait();
 }
+
+#[test]
+fn the_https_example_passes_check_with_its_certificate_made() {
+    let dir = scratch("tls-example");
+    self_signed(&dir, "site", &["www.example.test", "*.example.test"], 90);
+    std::fs::copy(format!("{}/../../examples/https.toml", env!("CARGO_MANIFEST_DIR")), dir.join("https.toml")).unwrap();
+    let out = Command::new(env!("CARGO_BIN_EXE_fulcrum")).args(["check", "https.toml"]).current_dir(&dir).output().unwrap();
+    assert!(out.status.success(), "{}{}", String::from_utf8_lossy(&out.stdout), String::from_utf8_lossy(&out.stderr));
+}
