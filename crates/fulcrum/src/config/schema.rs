@@ -205,6 +205,9 @@ pub struct Service {
     /// TCP mode: how an established connection's bytes move. Unset: splice, as `"splice"` says.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub fast_path: Option<FastPath>,
+    /// TLS termination for the service's clients (TCP and HTTP modes).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub tls: Option<Tls>,
     /// Time allowed for a connect to a real server, 1ms to 5 minutes (the kernel gives up on its
     /// own after about two minutes of SYN retries).
     #[serde(default = "defaults::connect_timeout", with = "duration")]
@@ -283,6 +286,33 @@ impl Service {
             ..self.clone()
         }
     }
+}
+
+/// `[service.tls]`: Fulcrum terminates TLS for the service's clients.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct Tls {
+    /// `[[service.tls.certificate]]`, chosen by the name a client sends (SNI) against each
+    /// certificate's names; the first serves clients that send no name or one no certificate has.
+    #[serde(rename = "certificate")]
+    pub certificates: Vec<TlsCertificate>,
+    /// A PEM file of CA certificates: when set, a client must present a certificate one of them
+    /// issued.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub client_ca: Option<String>,
+    /// Time for a client to complete its handshake, 1ms to 5 minutes.
+    #[serde(default = "defaults::handshake_timeout", with = "duration")]
+    pub handshake_timeout: Duration,
+}
+
+/// One certificate chain and its private key, PEM files.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct TlsCertificate {
+    /// The chain, leaf first.
+    pub cert: String,
+    /// The leaf's private key (PKCS#8, PKCS#1 or SEC1).
+    pub key: String,
 }
 
 /// `[[service.pool]]`: a named group of servers with its own algorithm and health check.
@@ -619,6 +649,9 @@ pub(crate) mod defaults {
     }
     pub fn connect_timeout() -> Duration {
         Duration::from_secs(2)
+    }
+    pub fn handshake_timeout() -> Duration {
+        Duration::from_secs(10)
     }
     pub fn failure_limit() -> u32 {
         5

@@ -184,3 +184,28 @@ fn fast_path_outside_tcp_mode_is_refused_with_the_mode_named() {
         assert!(d.hint.is_some(), "{d}");
     }
 }
+
+/// Every error of `text`'s validation, one per line.
+fn errors(text: &str) -> String {
+    parse(text, "t").unwrap_err().to_string()
+}
+
+#[test]
+fn tls_settings_are_checked_where_they_cannot_work() {
+    let with = |mode: &str, extra: &str, tls: &str| {
+        format!("[[service]]\nname = \"a\"\nlisten = \"127.0.0.1:1000\"\nmode = \"{mode}\"\n{extra}\n[[service.server]]\naddress = \"127.0.0.1:1001\"\n[service.tls]\n{tls}\n")
+    };
+    let no_certs = "certificate = []";
+    let e = errors(&with("http", "", &format!("{no_certs}\nhandshake_timeout = \"0s\"")));
+    assert!(e.contains("handshake_timeout = 0s is out of range: use 1ms to 5m"), "{e}");
+    assert!(e.contains("[service.tls] has no certificate"), "{e}");
+    let e = errors(&with("ftp", "", no_certs));
+    assert!(e.contains("FTP over TLS"), "{e}");
+    let e = errors(&with("tcp", "fast_path = \"sockmap\"", no_certs));
+    assert!(e.contains("cannot carry a TLS session"), "{e}");
+    let missing = "[[service.tls.certificate]]\ncert = \"/nonexistent/site.pem\"\nkey = \"/nonexistent/site.key\"";
+    let e = errors(&with("tcp", "", missing));
+    assert!(e.contains("/nonexistent/site.pem: cannot read the certificate"), "{e}");
+    let e = errors(&with("http", "", &format!("client_ca = \"/nonexistent/ca.pem\"\n{missing}")));
+    assert!(e.contains("/nonexistent/site.pem"), "the first failure is the certificate's: {e}");
+}

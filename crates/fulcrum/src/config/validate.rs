@@ -10,7 +10,7 @@ use super::diagnostic::{Diagnostic, Diagnostics, line_col};
 use super::error::AddressError;
 use super::Resolve;
 use super::range::{self, Range, Shown};
-use super::schema::{Algorithm, Config, HealthKind, Mode, Server, Service};
+use super::schema::{Algorithm, Config, FastPath, HealthKind, Mode, Server, Service, Tls};
 
 /// One step of a path into the document: a key, or an index into an array of tables.
 #[derive(Debug, Clone, Copy)]
@@ -195,6 +195,9 @@ fn validate_service(service: &Service, prefix: &[Seg<'_>], report: &mut Report<'
             "remove fast_path: HTTP and FTP read what they forward, so their bytes cannot bypass the process",
         );
     }
+    if let Some(tls) = &service.tls {
+        validate_tls(service, tls, prefix, report);
+    }
     if service.data_ports.is_some() && service.mode != Mode::Ftp {
         report.error(&at("data_ports"), "data_ports is only for mode = \"ftp\"".into(), "remove it, or set mode = \"ftp\"");
     }
@@ -217,6 +220,32 @@ fn validate_service(service: &Service, prefix: &[Seg<'_>], report: &mut Report<'
             let sat = path(prefix, &[Seg::Key("server"), Seg::Index(j), Seg::Key("address")]);
             report.error(&sat, format!("server {} is listed twice", server.address), "list each real server once; use weight for a larger share");
         }
+    }
+}
+
+/// `[service.tls]`: where it applies, and whether its files load (the same loading a reload
+/// does, so `check` refuses what a reload would).
+fn validate_tls(service: &Service, tls: &Tls, prefix: &[Seg<'_>], report: &mut Report<'_>) {
+    let at = |keys: &[Seg<'static>]| path(prefix, &[&[Seg::Key("tls")][..], keys].concat());
+    report.range(&at(&[Seg::Key("handshake_timeout")]), "handshake_timeout", tls.handshake_timeout, &range::HANDSHAKE_TIMEOUT);
+    if service.mode == Mode::Ftp {
+        report.error(&at(&[]), "[service.tls] is for mode = \"tcp\" and \"http\"".into(), "FTP over TLS (FTPS) is not supported: remove [service.tls] or use mode = \"tcp\"");
+        return;
+    }
+    if service.fast_path == Some(FastPath::Sockmap) {
+        report.error(&at(&[]), "fast_path = \"sockmap\" cannot carry a TLS session: the bytes must pass through Fulcrum to be decrypted".into(), "remove fast_path, or terminate TLS on the servers");
+    }
+    if tls.certificates.is_empty() {
+        report.error(&at(&[]), "[service.tls] has no certificate".into(), "add [[service.tls.certificate]] with cert and key (PEM files)");
+        return;
+    }
+    if let Err(e) = crate::proxy::tls::Terminator::load(tls, service.mode) {
+        let culprit = tls.certificates.iter().position(|c| c.cert == e.file || c.key == e.file);
+        let (seg, hint) = match culprit {
+            Some(j) => (at(&[Seg::Key("certificate"), Seg::Index(j)]), "check the file: a PEM chain (leaf first) and its matching, unexpired key"),
+            None => (at(&[Seg::Key("client_ca")]), "client_ca is a PEM file of CA certificates"),
+        };
+        report.error(&seg, format!("TLS: {e}"), hint);
     }
 }
 

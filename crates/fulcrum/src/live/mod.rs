@@ -82,6 +82,8 @@ pub enum BuildError {
     /// The message includes the cause's, so it is not also a `source()`.
     #[error("service {service}: {cause}")]
     Server { service: String, cause: config::AddressError },
+    #[error("service {service}: TLS: {cause}")]
+    Tls { service: String, cause: crate::proxy::tls::TlsError },
     #[error("runtime registry poisoned")]
     Poisoned,
 }
@@ -159,7 +161,14 @@ fn build(config: Config, registry: &mut Registry, budget: &Arc<Budget>) -> Resul
         .map(|sc| {
             let listen: SocketAddr = sc.listen.parse().map_err(|_| BuildError::ListenAddress { service: sc.name.clone(), listen: sc.listen.clone() })?;
             let pools = sc.pools.iter().map(|p| build_pool(&sc.pool_settings(p), registry).map(Arc::new)).collect::<Result<_, _>>()?;
-            Ok(Arc::new(Service { listen, pool: Arc::new(build_pool(sc, registry)?), pools }))
+            // Reads the certificate files: `build` runs on a blocking thread.
+            let tls = sc.tls.as_ref().map(|t| crate::proxy::tls::Terminator::load(t, sc.mode).map(Arc::new)).transpose().map_err(|cause| BuildError::Tls { service: sc.name.clone(), cause })?;
+            if let Some(t) = &tls {
+                for (cert, left) in t.expiring(std::time::SystemTime::now()) {
+                    tracing::warn!(service = %sc.name, file = %cert.file, "TLS certificate expires in {} (at {})", humantime::format_duration(std::time::Duration::from_secs(left.as_secs() / 3600 * 3600)), crate::proxy::tls::unix_to_text(cert.not_after));
+                }
+            }
+            Ok(Arc::new(Service { listen, pool: Arc::new(build_pool(sc, registry)?), pools, tls }))
         })
         .collect::<Result<_, BuildError>>()?;
     Ok(Generation { config, services, budget: budget.clone() })

@@ -20,6 +20,8 @@ pub struct Service {
     pub pool: Arc<Pool>,
     /// HTTP mode: the routed pools, in config order.
     pub pools: Vec<Arc<Pool>>,
+    /// `[service.tls]`: this generation's certificates and handshake settings.
+    pub tls: Option<Arc<crate::proxy::tls::Terminator>>,
 }
 
 impl Service {
@@ -53,6 +55,8 @@ pub struct ServiceState {
     pub redispatches: AtomicU64,
     /// TCP connections whose bytes the kernel moved through the sockmap fast path.
     pub sockmap: AtomicU64,
+    /// TLS handshakes by protocol version and failures by reason.
+    pub tls: crate::proxy::tls::Counters,
     /// Connections (HTTP: requests) waiting for a place on a server at its `maxconn`.
     pub queue: AtomicU64,
     /// The most clients seen waiting, in the queue and in the accept backlog together.

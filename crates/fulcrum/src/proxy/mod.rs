@@ -2,6 +2,7 @@
 //! forwards the bytes; `http` and `ftp` are the modes that read what they forward.
 
 pub mod connect;
+pub mod copy;
 pub mod dispatch;
 pub mod ftp;
 pub mod http;
@@ -14,6 +15,7 @@ pub mod splice;
 pub mod tcp;
 #[allow(unsafe_code)]
 pub mod tcp_info;
+pub mod tls;
 
 use std::net::SocketAddr;
 use std::sync::Arc;
@@ -31,7 +33,27 @@ use crate::shutdown::Shutdown;
 /// of its own type, so a task's memory is what its mode needs.
 pub fn spawn(client: TcpStream, peer: SocketAddr, service: Arc<Service>, counted: (Slot, ServiceGuard), shutdown: Shutdown) {
     let tasks = shutdown.tasks().clone();
-    if service.config().mode == crate::config::Mode::Http {
+    if let Some(tls) = service.tls.clone() {
+        tasks.spawn(async move {
+            let _counted = counted;
+            // Boxed: the handshake's state is large and lives only until the session is up.
+            let client = tokio::select! {
+                r = Box::pin(tls.accept(client, &service.state().tls)) => match r {
+                    Ok(session) => session,
+                    Err(e) => {
+                        debug!(service = %service.config().name, client = %peer, "TLS: {e}");
+                        return;
+                    }
+                },
+                _ = shutdown.terminating().cancelled() => return,
+            };
+            if service.config().mode == crate::config::Mode::Http {
+                http::serve(client, peer, service, shutdown).await
+            } else {
+                handle_tls(client, peer, service, shutdown).await
+            }
+        });
+    } else if service.config().mode == crate::config::Mode::Http {
         // Each request picks its own server; the connection is the client's only.
         tasks.spawn(async move {
             let _counted = counted;
@@ -42,14 +64,12 @@ pub fn spawn(client: TcpStream, peer: SocketAddr, service: Arc<Service>, counted
     }
 }
 
-/// A TCP or FTP connection: one server for its whole life.
-async fn handle(client: TcpStream, peer: SocketAddr, service: Arc<Service>, _counted: (Slot, ServiceGuard), shutdown: Shutdown) {
+/// Finds and connects a server for a client of `service`; a refusal is counted and logged.
+async fn connect_server(service: &Service, peer: SocketAddr, shutdown: &Shutdown) -> Option<(dispatch::Place, TcpStream)> {
     let cfg = service.config();
-    // The task's state is its largest await's: the connect and an FTP session are boxed, so an
-    // established TCP connection's task holds only what forwarding needs.
-    let (place, server) = tokio::select! {
+    tokio::select! {
         r = Box::pin(dispatch::connect(&service.pool, peer)) => match r {
-            Ok(x) => x,
+            Ok(x) => Some(x),
             Err(e) => {
                 service.state().refused.fetch_add(1, Relaxed);
                 if e.side == Side::Local {
@@ -61,11 +81,41 @@ async fn handle(client: TcpStream, peer: SocketAddr, service: Arc<Service>, _cou
                 } else {
                     warn!(service = %cfg.name, client = %peer, "closing client: {e}");
                 }
-                return;
+                None
             }
         },
-        _ = shutdown.terminating().cancelled() => return,
-    };
+        _ = shutdown.terminating().cancelled() => None,
+    }
+}
+
+/// A TCP-mode connection whose TLS Fulcrum terminated: the decrypted bytes go to one server.
+async fn handle_tls(mut client: tokio_rustls::server::TlsStream<TcpStream>, peer: SocketAddr, service: Arc<Service>, shutdown: Shutdown) {
+    let cfg = service.config();
+    let Some((place, mut server)) = connect_server(&service, peer, &shutdown).await else { return };
+    let entry = place.entry();
+    let state = &entry.state;
+    let opts = tcp::Options { half_close: cfg.half_close, client_timeout: cfg.client_timeout, server_timeout: cfg.server_timeout, splice: false };
+    let meters = tcp::Meters { bytes_in: &state.counters.bytes_in, bytes_out: &state.counters.bytes_out };
+    let terminate = state.terminate_token();
+    tokio::select! {
+        r = copy::forward(&mut client, &mut server, opts, meters) => match r {
+            Ok((up, down)) => debug!(service = %cfg.name, client = %peer, server = %entry.addr, up, down, "TLS connection closed"),
+            Err(e) => {
+                state.counters.transfer_errors.fetch_add(1, Relaxed);
+                debug!(service = %cfg.name, client = %peer, server = %entry.addr, "TLS connection ended: {e}");
+            }
+        },
+        _ = terminate.cancelled() => debug!(service = %cfg.name, client = %peer, server = %entry.addr, "connection terminated: server disabled"),
+        _ = shutdown.terminating().cancelled() => {}
+    }
+}
+
+/// A TCP or FTP connection: one server for its whole life.
+async fn handle(client: TcpStream, peer: SocketAddr, service: Arc<Service>, _counted: (Slot, ServiceGuard), shutdown: Shutdown) {
+    let cfg = service.config();
+    // The task's state is its largest await's: the connect and an FTP session are boxed, so an
+    // established TCP connection's task holds only what forwarding needs.
+    let Some((place, server)) = connect_server(&service, peer, &shutdown).await else { return };
     let entry = place.entry();
     let state = &entry.state;
     let terminate = state.terminate_token();

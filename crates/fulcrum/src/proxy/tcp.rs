@@ -110,7 +110,7 @@ fn ready_or_fail(p: Poll<io::Result<()>>) -> io::Result<bool> {
 
 /// How long no byte may move: the client's timeout while the client may still send, the server's
 /// while the server may.
-fn idle_limit(opts: &Options, up_ended: bool, down_ended: bool) -> Duration {
+pub(super) fn idle_limit(opts: &Options, up_ended: bool, down_ended: bool) -> Duration {
     match (up_ended, down_ended) {
         (false, false) => opts.client_timeout.min(opts.server_timeout),
         (true, _) => opts.server_timeout,

@@ -3,6 +3,7 @@
 pub mod history;
 pub mod prometheus;
 
+use std::sync::Arc;
 use std::sync::atomic::Ordering::Relaxed;
 
 use serde::Serialize;
@@ -53,7 +54,30 @@ pub struct ServiceStats {
     pub queue_max: u64,
     pub queue_limit: u32,
     pub redispatches: u64,
+    /// `[service.tls]`: handshakes and certificates (the service's own entry only).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub tls: Option<TlsStats>,
     pub servers: Vec<ServerStats>,
+}
+
+#[derive(Debug, Serialize)]
+pub struct TlsStats {
+    pub handshakes_tls12: u64,
+    pub handshakes_tls13: u64,
+    /// Failed handshakes by reason: timeout, closed, client_certificate, protocol.
+    pub failures: std::collections::BTreeMap<&'static str, u64>,
+    pub certificates: Vec<CertificateStats>,
+}
+
+#[derive(Debug, Serialize)]
+pub struct CertificateStats {
+    pub file: String,
+    pub names: Vec<String>,
+    /// Expiry, RFC 3339, and as Unix seconds.
+    pub expires: String,
+    pub expires_unix: i64,
+    /// Expires within 14 days (or has expired).
+    pub expiring: bool,
 }
 
 #[derive(Debug, Serialize)]
@@ -105,6 +129,21 @@ pub struct ServerStats {
     pub algorithm: Option<AlgorithmMetrics>,
 }
 
+fn tls_stats(t: &crate::proxy::tls::Terminator, counters: &crate::proxy::tls::Counters) -> TlsStats {
+    use crate::proxy::tls::{EXPIRY_WARNING, Failure, unix_to_text};
+    let now = std::time::SystemTime::now();
+    TlsStats {
+        handshakes_tls12: counters.tls12.load(Relaxed),
+        handshakes_tls13: counters.tls13.load(Relaxed),
+        failures: Failure::ALL.iter().map(|f| (f.as_str(), counters.failed[*f as usize].load(Relaxed))).collect(),
+        certificates: t
+            .certs
+            .iter()
+            .map(|c| CertificateStats { file: c.file.clone(), names: c.names.clone(), expires: unix_to_text(c.not_after), expires_unix: c.not_after, expiring: c.remaining(now) < EXPIRY_WARNING })
+            .collect(),
+    }
+}
+
 pub fn snapshot(generation: &Generation) -> Snapshot {
     let now = unix_ms();
     // A routed pool is listed as the service `service/pool`, on its service's address.
@@ -128,6 +167,7 @@ pub fn snapshot(generation: &Generation) -> Snapshot {
             queue_max: s.state.queue_max.load(Relaxed),
             queue_limit: crate::proxy::listener::BACKLOG as u32,
             redispatches: s.state.redispatches.load(Relaxed),
+            tls: service.tls.as_ref().filter(|_| Arc::ptr_eq(&service.pool, s)).map(|t| tls_stats(t, &s.state.tls)),
             servers: s
                 .primary
                 .servers

@@ -48,6 +48,7 @@ pub fn render(snap: &Snapshot) -> String {
     service_family(&mut out, snap, "fulcrum_service_up", "gauge", "1 when the service's listener runs", |s| s.enabled as u64);
     service_family(&mut out, snap, "fulcrum_service_refused_total", "counter", "Clients closed because no server could take them", |s| s.refused);
     service_family(&mut out, snap, "fulcrum_fast_path_sockmap_connections_total", "counter", "Connections whose bytes the kernel moved through the BPF sockmap", |s| s.sockmap_connections);
+    tls_families(&mut out, snap);
     for f in SERVER_FAMILIES {
         let _ = writeln!(out, "# HELP {} {}\n# TYPE {} {}", f.name, f.help, f.name, f.kind);
         for service in &snap.services {
@@ -65,6 +66,28 @@ fn service_family(out: &mut String, snap: &Snapshot, name: &str, kind: &str, hel
     let _ = writeln!(out, "# HELP {name} {help}\n# TYPE {name} {kind}");
     for s in &snap.services {
         let _ = writeln!(out, "{name}{{service=\"{}\"}} {}", escape(&s.name), value(s));
+    }
+}
+
+/// Handshakes by version, failures by reason and certificate expiry of services with TLS.
+fn tls_families(out: &mut String, snap: &Snapshot) {
+    let tls: Vec<_> = snap.services.iter().filter_map(|s| s.tls.as_ref().map(|t| (escape(&s.name), t))).collect();
+    let _ = writeln!(out, "# HELP fulcrum_tls_handshakes_total TLS handshakes completed, by protocol version\n# TYPE fulcrum_tls_handshakes_total counter");
+    for (name, t) in &tls {
+        let _ = writeln!(out, "fulcrum_tls_handshakes_total{{service=\"{name}\",version=\"1.2\"}} {}", t.handshakes_tls12);
+        let _ = writeln!(out, "fulcrum_tls_handshakes_total{{service=\"{name}\",version=\"1.3\"}} {}", t.handshakes_tls13);
+    }
+    let _ = writeln!(out, "# HELP fulcrum_tls_handshake_failures_total TLS handshakes that failed, by reason\n# TYPE fulcrum_tls_handshake_failures_total counter");
+    for (name, t) in &tls {
+        for (reason, n) in &t.failures {
+            let _ = writeln!(out, "fulcrum_tls_handshake_failures_total{{service=\"{name}\",reason=\"{reason}\"}} {n}");
+        }
+    }
+    let _ = writeln!(out, "# HELP fulcrum_tls_certificate_expiry_timestamp_seconds When a certificate expires, Unix time\n# TYPE fulcrum_tls_certificate_expiry_timestamp_seconds gauge");
+    for (name, t) in &tls {
+        for c in &t.certificates {
+            let _ = writeln!(out, "fulcrum_tls_certificate_expiry_timestamp_seconds{{service=\"{name}\",file=\"{}\"}} {}", escape(&c.file), c.expires_unix);
+        }
     }
 }
 

@@ -312,10 +312,47 @@ impl Verdict {
     }
 }
 
-/// The client socket as hyper sees it: checked bytes only. When a violation is found, hyper
-/// sees the end of the stream, and the 400 is written before the socket is shut down.
-pub struct Guarded {
-    inner: TcpStream,
+/// A client connection as HTTP mode reads it: a plain socket, or a TLS session over one.
+pub trait ClientIo: AsyncRead + AsyncWrite + Unpin + Send + 'static {
+    /// The scheme its requests came over, for the forwarded headers.
+    const SCHEME: &'static str;
+    /// Whether hyper may be freed while the client is quiet (`park`): a TLS session keeps its
+    /// state in the stream whatever hyper holds, and may hold decrypted bytes its socket no
+    /// longer shows as readable, so it is served by one hyper connection to its end.
+    const PARKS: bool;
+    /// Ready when a read may find bytes: the socket's readiness, so that an idle plain client
+    /// needs no buffer; always ready for a TLS session.
+    fn poll_read_ready(&self, cx: &mut Context<'_>) -> Poll<io::Result<()>>;
+    /// Writes what it can of `bytes` without waiting, as a connection is dropped.
+    fn write_now(&self, bytes: &[u8]);
+}
+
+impl ClientIo for TcpStream {
+    const SCHEME: &'static str = "http";
+    const PARKS: bool = true;
+    fn poll_read_ready(&self, cx: &mut Context<'_>) -> Poll<io::Result<()>> {
+        TcpStream::poll_read_ready(self, cx)
+    }
+    fn write_now(&self, bytes: &[u8]) {
+        let _ = self.try_write(bytes);
+    }
+}
+
+impl ClientIo for tokio_rustls::server::TlsStream<TcpStream> {
+    const SCHEME: &'static str = "https";
+    const PARKS: bool = false;
+    fn poll_read_ready(&self, _: &mut Context<'_>) -> Poll<io::Result<()>> {
+        Poll::Ready(Ok(()))
+    }
+    /// A TLS record cannot be written without waiting on the session; the 400 is written on
+    /// shutdown, which hyper does on every path but a dropped connection.
+    fn write_now(&self, _: &[u8]) {}
+}
+
+/// The client connection as hyper sees it: checked bytes only. When a violation is found, hyper
+/// sees the end of the stream, and the 400 is written before the connection is shut down.
+pub struct Guarded<S: ClientIo> {
+    inner: S,
     framing: Framing,
     pending: BytesMut,
     /// Bytes at the front of `pending` already checked.
@@ -327,15 +364,15 @@ pub struct Guarded {
     activity: Arc<Activity>,
 }
 
-impl Guarded {
-    pub fn new(inner: TcpStream, max_head: usize, activity: Arc<Activity>) -> (Guarded, Verdict) {
+impl<S: ClientIo> Guarded<S> {
+    pub fn new(inner: S, max_head: usize, activity: Arc<Activity>) -> (Guarded<S>, Verdict) {
         let verdict = Verdict::default();
         let g = Guarded { inner, framing: Framing::new(max_head), pending: BytesMut::new(), ready: 0, verdict: verdict.clone(), reply: None, activity };
         (g, verdict)
     }
 
-    /// The client socket, to wait on while no hyper connection exists.
-    pub fn socket(&self) -> &TcpStream {
+    /// The client connection, to wait on while no hyper connection exists.
+    pub fn socket(&self) -> &S {
         &self.inner
     }
 
@@ -392,7 +429,7 @@ impl Guarded {
     }
 }
 
-impl AsyncRead for Guarded {
+impl<S: ClientIo> AsyncRead for Guarded<S> {
     fn poll_read(mut self: Pin<&mut Self>, cx: &mut Context<'_>, buf: &mut ReadBuf<'_>) -> Poll<io::Result<()>> {
         let this = &mut *self;
         loop {
@@ -441,7 +478,7 @@ impl AsyncRead for Guarded {
     }
 }
 
-impl AsyncWrite for Guarded {
+impl<S: ClientIo> AsyncWrite for Guarded<S> {
     fn poll_write(mut self: Pin<&mut Self>, cx: &mut Context<'_>, data: &[u8]) -> Poll<io::Result<usize>> {
         self.activity.wrote();
         Pin::new(&mut self.inner).poll_write(cx, data)
@@ -464,12 +501,12 @@ impl AsyncWrite for Guarded {
     }
 }
 
-impl Drop for Guarded {
+impl<S: ClientIo> Drop for Guarded<S> {
     fn drop(&mut self) {
         // hyper may drop the connection without shutting it down: send the 400 if the socket
         // takes it now (it is small, so it does unless the client stopped reading).
         if let Some(reply) = self.reply.take() {
-            let _ = self.inner.try_write(&reply);
+            self.inner.write_now(&reply);
         }
     }
 }

@@ -76,10 +76,13 @@ pub fn strip_hop_by_hop(headers: &mut HeaderMap, upgrade: bool) {
 pub struct ClientNode {
     x_forwarded_for: HeaderValue,
     forwarded: HeaderValue,
+    /// `http`, or `https` for a client whose TLS Fulcrum terminated.
+    proto: HeaderValue,
 }
 
 impl ClientNode {
-    pub fn new(client: IpAddr) -> ClientNode {
+    /// A client of `scheme` (`http` or `https`).
+    pub fn with_scheme(client: IpAddr, scheme: &'static str) -> ClientNode {
         let addr = client.to_string();
         // RFC 7239: an IPv6 address is quoted and bracketed.
         let node = match client {
@@ -89,7 +92,8 @@ impl ClientNode {
         // An address always makes a valid value; "unknown" is RFC 7239's word for the impossible.
         ClientNode {
             x_forwarded_for: HeaderValue::from_str(&addr).unwrap_or(HeaderValue::from_static("unknown")),
-            forwarded: HeaderValue::from_str(&format!("for={node};proto=http")).unwrap_or(HeaderValue::from_static("for=unknown;proto=http")),
+            forwarded: HeaderValue::from_str(&format!("for={node};proto={scheme}")).unwrap_or(HeaderValue::from_static("for=unknown")),
+            proto: HeaderValue::from_static(scheme),
         }
     }
 }
@@ -100,7 +104,7 @@ pub fn add_forwarded(headers: &mut HeaderMap, client: &ClientNode, which: &[Forw
         match h {
             ForwardedHeader::XForwardedFor => append_list(headers, &X_FORWARDED_FOR, &client.x_forwarded_for),
             ForwardedHeader::XForwardedProto => {
-                headers.insert(&X_FORWARDED_PROTO, HeaderValue::from_static("http"));
+                headers.insert(&X_FORWARDED_PROTO, client.proto.clone());
             }
             ForwardedHeader::Forwarded => append_list(headers, &header::FORWARDED, &client.forwarded),
         }
@@ -183,12 +187,16 @@ mod tests {
     fn forwarded_headers_append_to_earlier_proxies() {
         let mut h = HeaderMap::new();
         h.insert("x-forwarded-for", "10.0.0.1".parse().unwrap());
-        add_forwarded(&mut h, &ClientNode::new("127.0.0.11".parse().unwrap()), &[ForwardedHeader::XForwardedFor, ForwardedHeader::XForwardedProto, ForwardedHeader::Forwarded]);
+        add_forwarded(&mut h, &ClientNode::with_scheme("127.0.0.11".parse().unwrap(), "http"), &[ForwardedHeader::XForwardedFor, ForwardedHeader::XForwardedProto, ForwardedHeader::Forwarded]);
         assert_eq!(h.get("x-forwarded-for").unwrap(), "10.0.0.1, 127.0.0.11");
         assert_eq!(h.get("x-forwarded-proto").unwrap(), "http");
         assert_eq!(h.get("forwarded").unwrap(), "for=127.0.0.11;proto=http");
         let mut h = HeaderMap::new();
-        add_forwarded(&mut h, &ClientNode::new("::1".parse().unwrap()), &[ForwardedHeader::Forwarded]);
+        add_forwarded(&mut h, &ClientNode::with_scheme("::1".parse().unwrap(), "http"), &[ForwardedHeader::Forwarded]);
         assert_eq!(h.get("forwarded").unwrap(), "for=\"[::1]\";proto=http");
+        let mut h = HeaderMap::new();
+        add_forwarded(&mut h, &ClientNode::with_scheme("127.0.0.12".parse().unwrap(), "https"), &[ForwardedHeader::XForwardedProto, ForwardedHeader::Forwarded]);
+        assert_eq!(h.get("x-forwarded-proto").unwrap(), "https");
+        assert_eq!(h.get("forwarded").unwrap(), "for=127.0.0.12;proto=https");
     }
 }

@@ -32,12 +32,12 @@ use hyper::body::{Body, Incoming};
 use hyper::header::{self, HeaderValue};
 use hyper::{Method, Request, Response, StatusCode};
 use hyper_util::rt::{TokioIo, TokioTimer};
-use tokio::net::TcpStream;
 use tracing::{debug, warn};
 
 use access::Record;
 use body::{ClientFault, ProxyBody, READ_AHEAD};
 use guard::{Guarded, Verdict};
+pub use guard::ClientIo;
 use upstream::Failure;
 use crate::config::AccessLog;
 use crate::error::{Kind, Side};
@@ -49,7 +49,7 @@ pub(crate) type ServerConns = idle::IdleConns<hyper::client::conn::http1::SendRe
 
 /// Serves one client connection: as many requests as it sends. hyper runs only while the client
 /// is active (`park`): between bursts the connection is its socket and a few words of state.
-pub async fn serve(client: TcpStream, peer: SocketAddr, service: Arc<Service>, shutdown: Shutdown) {
+pub async fn serve<S: ClientIo>(client: S, peer: SocketAddr, service: Arc<Service>, shutdown: Shutdown) {
     let http = &service.config().http;
     let activity = Arc::new(park::Activity::default());
     let (mut io, verdict) = Guarded::new(client, http.max_head_size, activity.clone());
@@ -58,7 +58,7 @@ pub async fn serve(client: TcpStream, peer: SocketAddr, service: Arc<Service>, s
         let service = service.clone();
         let verdict = verdict.clone();
         let activity = activity.clone();
-        let node = Arc::new(headers::ClientNode::new(peer.ip()));
+        let node = Arc::new(headers::ClientNode::with_scheme(peer.ip(), S::SCHEME));
         hyper::service::service_fn(move |req| {
             let service = service.clone();
             let verdict = verdict.clone();
@@ -73,7 +73,7 @@ pub async fn serve(client: TcpStream, peer: SocketAddr, service: Arc<Service>, s
         let waiting_since = Instant::now();
         let woke = io.buffered()
             || tokio::select! {
-                r = tokio::time::timeout(http.head_timeout, io.socket().readable()) => matches!(r, Ok(Ok(()))),
+                r = tokio::time::timeout(http.head_timeout, std::future::poll_fn(|cx| io.socket().poll_read_ready(cx))) => matches!(r, Ok(Ok(()))),
                 _ = shutdown.terminating().cancelled() => false,
             };
         if !woke {
@@ -83,7 +83,7 @@ pub async fn serve(client: TcpStream, peer: SocketAddr, service: Arc<Service>, s
         // Boxed: freed whole when the connection parks.
         let conn = Box::new(server_builder(http, left).serve_connection(TokioIo::new(io), svc.clone()).with_upgrades());
         let run = tokio::select! {
-            r = park::run(conn, &activity, linger) => r,
+            r = park::run(conn, &activity, S::PARKS.then_some(linger)) => r,
             _ = shutdown.terminating().cancelled() => break,
         };
         match run {

@@ -106,11 +106,14 @@ pub enum Run<C> {
     Idle(C),
 }
 
-/// Runs hyper's connection until it ends, or until it has been idle for `linger`.
-pub async fn run<C>(mut conn: C, activity: &Activity, linger: Duration) -> Run<C>
+/// Runs hyper's connection until it ends, or until it has been idle for `linger` (never with
+/// `None`: a connection that may not park).
+pub async fn run<C>(mut conn: C, activity: &Activity, linger: Option<Duration>) -> Run<C>
 where
     C: Future<Output = Result<(), hyper::Error>> + Unpin,
 {
+    // A connection that does not park runs to its end.
+    let Some(linger) = linger else { return Run::Ended(conn.await) };
     // One timer, re-armed only when it fires, so a busy connection does not touch the wheel on
     // every request.
     let timer = tokio::time::sleep(linger);

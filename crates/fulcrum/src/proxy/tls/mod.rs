@@ -1,0 +1,174 @@
+//! TLS termination (`[service.tls]`) for TCP and HTTP modes, with rustls and its ring provider.
+//!
+//! A service's `Terminator` is built with its generation (on a blocking thread: it reads the
+//! certificate files), so a reload or SIGHUP that changes a certificate serves new connections
+//! with it while connections in flight keep their sessions; a certificate that does not load
+//! refuses the whole change, and `check` runs the same loading. TLS 1.2 and 1.3 only, rustls's
+//! default cipher suites, session resumption by tickets whose keys rotate (one ticketer for the
+//! process, so tickets outlive reloads), the certificate chosen by SNI (`sni`), and client
+//! certificates verified against `client_ca` when it is set.
+
+mod certs;
+mod sni;
+
+use std::sync::atomic::{AtomicU64, Ordering::Relaxed};
+use std::sync::{Arc, OnceLock};
+use std::time::{Duration, SystemTime};
+
+use rustls::ServerConfig;
+use rustls::server::{ProducesTickets, WebPkiClientVerifier};
+use rustls_pki_types::CertificateDer;
+use rustls_pki_types::pem::PemObject;
+use tokio::net::TcpStream;
+use tokio_rustls::TlsAcceptor;
+use tokio_rustls::server::TlsStream;
+
+pub use certs::{CertInfo, unix_to_text};
+
+use crate::config::{self, Mode};
+
+/// A certificate expiring within this long is warned about at load and in the stats.
+pub const EXPIRY_WARNING: Duration = Duration::from_secs(14 * 86_400);
+
+/// A file that could not serve as configured, and why.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error("{file}: {reason}")]
+pub struct TlsError {
+    pub file: String,
+    pub reason: String,
+}
+
+/// A service's TLS: the acceptor and what the stats show of its certificates.
+pub struct Terminator {
+    acceptor: TlsAcceptor,
+    pub certs: Vec<CertInfo>,
+    handshake_timeout: Duration,
+}
+
+impl Terminator {
+    /// Loads every certificate and key of `tls` and the client CA, and builds the server config.
+    /// Reads files: call it off the runtime's threads.
+    pub fn load(tls: &config::Tls, mode: Mode) -> Result<Terminator, TlsError> {
+        let provider = Arc::new(rustls::crypto::ring::default_provider());
+        let now = SystemTime::now();
+        let loaded = tls.certificates.iter().map(|c| certs::load(&c.cert, &c.key, &provider, now)).collect::<Result<Vec<_>, _>>()?;
+        let infos: Vec<CertInfo> = loaded.iter().map(|l| l.info.clone()).collect();
+        let resolver = sni::Resolver::new(loaded.into_iter().map(|l| (l.key, l.info.names)).collect())
+            .ok_or_else(|| TlsError { file: "[service.tls]".into(), reason: "no [[service.tls.certificate]]".into() })?;
+        let fail = |file: &str, reason: String| TlsError { file: file.into(), reason };
+        let builder = ServerConfig::builder_with_provider(provider.clone())
+            .with_protocol_versions(&[&rustls::version::TLS13, &rustls::version::TLS12])
+            .map_err(|e| fail("[service.tls]", e.to_string()))?;
+        let builder = match &tls.client_ca {
+            Some(ca) => {
+                let mut roots = rustls::RootCertStore::empty();
+                let certs = CertificateDer::pem_file_iter(ca).map_err(|e| fail(ca, format!("cannot read the CA file: {e}")))?;
+                for cert in certs {
+                    let cert = cert.map_err(|e| fail(ca, format!("not a PEM certificate: {e}")))?;
+                    roots.add(cert).map_err(|e| fail(ca, format!("not a CA certificate: {e}")))?;
+                }
+                if roots.is_empty() {
+                    return Err(fail(ca, "holds no certificate".into()));
+                }
+                let verifier = WebPkiClientVerifier::builder_with_provider(Arc::new(roots), provider.clone()).build().map_err(|e| fail(ca, e.to_string()))?;
+                builder.with_client_cert_verifier(verifier)
+            }
+            None => builder.with_no_client_auth(),
+        };
+        let mut server = builder.with_cert_resolver(Arc::new(resolver));
+        server.ticketer = ticketer().map_err(|e| fail("[service.tls]", e))?;
+        if mode == Mode::Http {
+            server.alpn_protocols = vec![b"http/1.1".to_vec()];
+        }
+        Ok(Terminator { acceptor: TlsAcceptor::from(Arc::new(server)), certs: infos, handshake_timeout: tls.handshake_timeout })
+    }
+
+    /// Certificates that expire within `EXPIRY_WARNING` of `now`, with the time left.
+    pub fn expiring(&self, now: SystemTime) -> impl Iterator<Item = (&CertInfo, Duration)> {
+        self.certs.iter().map(move |c| (c, c.remaining(now))).filter(|(_, left)| *left < EXPIRY_WARNING)
+    }
+
+    /// Runs a client's handshake within `handshake_timeout`, counting its outcome.
+    pub async fn accept(&self, client: TcpStream, counters: &Counters) -> Result<TlsStream<TcpStream>, Failure> {
+        let failure = match tokio::time::timeout(self.handshake_timeout, self.acceptor.accept(client)).await {
+            Ok(Ok(stream)) => {
+                let version = stream.get_ref().1.protocol_version();
+                let counter = if version == Some(rustls::ProtocolVersion::TLSv1_3) { &counters.tls13 } else { &counters.tls12 };
+                counter.fetch_add(1, Relaxed);
+                return Ok(stream);
+            }
+            Err(_) => Failure::Timeout,
+            Ok(Err(e)) => Failure::of(&e),
+        };
+        counters.failed[failure as usize].fetch_add(1, Relaxed);
+        Err(failure)
+    }
+}
+
+/// Why a handshake failed, as counted in the stats.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Failure {
+    /// Not finished within `handshake_timeout`.
+    Timeout,
+    /// The client closed or reset the connection.
+    Closed,
+    /// No acceptable client certificate (with `client_ca`).
+    ClientCertificate,
+    /// Anything else the TLS protocol refused: no common version or cipher suite, a bad
+    /// message, a plain-text client.
+    Protocol,
+}
+
+impl Failure {
+    pub const ALL: [Failure; 4] = [Failure::Timeout, Failure::Closed, Failure::ClientCertificate, Failure::Protocol];
+
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Failure::Timeout => "timeout",
+            Failure::Closed => "closed",
+            Failure::ClientCertificate => "client_certificate",
+            Failure::Protocol => "protocol",
+        }
+    }
+
+    fn of(e: &std::io::Error) -> Failure {
+        use std::io::ErrorKind::*;
+        if let Some(tls) = e.get_ref().and_then(|inner| inner.downcast_ref::<rustls::Error>()) {
+            return match tls {
+                rustls::Error::NoCertificatesPresented | rustls::Error::InvalidCertificate(_) => Failure::ClientCertificate,
+                _ => Failure::Protocol,
+            };
+        }
+        match e.kind() {
+            UnexpectedEof | ConnectionReset | ConnectionAborted | BrokenPipe => Failure::Closed,
+            _ => Failure::Protocol,
+        }
+    }
+}
+
+impl std::fmt::Display for Failure {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(match self {
+            Failure::Timeout => "the handshake did not finish in time",
+            Failure::Closed => "the client closed during the handshake",
+            Failure::ClientCertificate => "no acceptable client certificate",
+            Failure::Protocol => "the TLS handshake failed",
+        })
+    }
+}
+
+/// A service's handshake counters (`ServiceState::tls`).
+#[derive(Debug, Default)]
+pub struct Counters {
+    pub tls12: AtomicU64,
+    pub tls13: AtomicU64,
+    /// By `Failure as usize`.
+    pub failed: [AtomicU64; 4],
+}
+
+/// The process's session ticket keys: rotated by rustls, shared by every service and
+/// generation so that a reload does not end resumption.
+fn ticketer() -> Result<Arc<dyn ProducesTickets>, String> {
+    static TICKETER: OnceLock<Result<Arc<dyn ProducesTickets>, String>> = OnceLock::new();
+    TICKETER.get_or_init(|| rustls::crypto::ring::Ticketer::new().map_err(|e| format!("session tickets: {e}"))).clone()
+}

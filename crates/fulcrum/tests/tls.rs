@@ -1,0 +1,297 @@
+//! `[service.tls]`: Fulcrum terminates TLS in HTTP and TCP modes, picks the certificate by SNI,
+//! verifies client certificates, counts handshakes, and refuses (in `check` and on reload) a
+//! certificate that does not load, whose key does not match, or that has expired. Real clients:
+//! curl and `openssl s_client`. Certificates are made at test time; no key is committed.
+
+mod support;
+
+use std::io::{BufRead, BufReader, Read, Write};
+use std::net::{SocketAddr, TcpListener};
+use std::path::{Path, PathBuf};
+use std::process::{Command, Stdio};
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use rcgen::{BasicConstraints, CertificateParams, DnType, IsCa, Issuer, KeyPair};
+use support::*;
+use time::OffsetDateTime;
+
+/// A certificate and key written as PEM files.
+struct Pem {
+    cert: PathBuf,
+    key: PathBuf,
+}
+
+fn params(names: &[&str], not_after: OffsetDateTime) -> CertificateParams {
+    let mut p = CertificateParams::new(names.iter().map(|n| n.to_string()).collect::<Vec<_>>()).unwrap();
+    p.distinguished_name.push(DnType::CommonName, names[0]);
+    p.not_before = OffsetDateTime::now_utc() - time::Duration::days(2);
+    p.not_after = not_after;
+    p
+}
+
+fn write(dir: &Path, stem: &str, cert: &rcgen::Certificate, key: &KeyPair) -> Pem {
+    let pem = Pem { cert: dir.join(format!("{stem}.pem")), key: dir.join(format!("{stem}.key")) };
+    std::fs::write(&pem.cert, cert.pem()).unwrap();
+    std::fs::write(&pem.key, key.serialize_pem()).unwrap();
+    pem
+}
+
+/// A self-signed certificate for `names` (the first is its common name), valid for `days`.
+fn self_signed(dir: &Path, stem: &str, names: &[&str], days: i64) -> Pem {
+    let key = KeyPair::generate().unwrap();
+    let cert = params(names, OffsetDateTime::now_utc() + time::Duration::days(days)).self_signed(&key).unwrap();
+    write(dir, stem, &cert, &key)
+}
+
+fn tls_table(certs: &[&Pem], extra: &str) -> String {
+    let mut s = format!("\n[service.tls]\n{extra}\n");
+    for c in certs {
+        s.push_str(&format!("[[service.tls.certificate]]\ncert = \"{}\"\nkey = \"{}\"\n", c.cert.display(), c.key.display()));
+    }
+    s
+}
+
+/// curl over HTTPS to `name` (resolved to Fulcrum), trusting `ca`; (exit code, body).
+fn curl_https(f: &Fulcrum, name: &str, path: &str, ca: &Path, extra: &[&str]) -> (i32, String) {
+    let port = f.listen.port();
+    let out = Command::new("curl")
+        .args(["-s", "--max-time", "10", "--cacert", ca.to_str().unwrap(), "--resolve", &format!("{name}:{port}:127.0.0.1")])
+        .args(extra)
+        .arg(format!("https://{name}:{port}{path}"))
+        .output()
+        .unwrap();
+    (out.status.code().unwrap_or(-1), String::from_utf8_lossy(&out.stdout).to_string())
+}
+
+/// What `openssl s_client` prints of a handshake with `args` (its stdin closed at once).
+fn s_client(addr: SocketAddr, args: &[&str]) -> String {
+    let out = Command::new("openssl")
+        .args(["s_client", "-connect", &addr.to_string()])
+        .args(args)
+        .stdin(Stdio::null())
+        .output()
+        .unwrap();
+    format!("{}{}", String::from_utf8_lossy(&out.stdout), String::from_utf8_lossy(&out.stderr))
+}
+
+fn metric(f: &Fulcrum, line_start: &str) -> u64 {
+    let (status, body) = curl(f.admin, "GET", "/metrics", &[], None);
+    assert_eq!(status, 200);
+    body.lines().find(|l| l.starts_with(line_start)).and_then(|l| l.rsplit(' ').next()?.parse().ok()).unwrap_or_else(|| panic!("no {line_start} in /metrics:\n{body}"))
+}
+
+/// An HTTP server that keeps each request head it gets and answers `ok`.
+fn head_keeper() -> (SocketAddr, Arc<Mutex<Vec<String>>>) {
+    let l = TcpListener::bind("127.0.0.1:0").unwrap();
+    let addr = l.local_addr().unwrap();
+    let heads = Arc::new(Mutex::new(Vec::new()));
+    let kept = heads.clone();
+    std::thread::spawn(move || {
+        for mut c in l.incoming().flatten() {
+            let mut head = Vec::new();
+            let mut b = [0u8; 1];
+            while !head.ends_with(b"\r\n\r\n") && c.read(&mut b).is_ok_and(|n| n == 1) {
+                head.push(b[0]);
+            }
+            kept.lock().unwrap().push(String::from_utf8_lossy(&head).to_ascii_lowercase());
+            let _ = c.write_all(b"HTTP/1.1 200 OK\r\ncontent-length: 2\r\nconnection: close\r\n\r\nok");
+        }
+    });
+    (addr, heads)
+}
+
+#[test]
+fn https_clients_get_the_certificate_of_their_name_and_the_server_hears_https() {
+    let dir = scratch("tls-sni");
+    let a = self_signed(&dir, "a", &["a.test", "*.wild.test"], 30);
+    let b = self_signed(&dir, "b", &["b.test"], 30);
+    let (server, heads) = head_keeper();
+    let f = Fulcrum::start(&format!(
+        "[[service]]\nname = \"web\"\nlisten = \"{{LISTEN}}\"\nmode = \"http\"\n[service.health]\nkind = \"none\"\n[[service.server]]\naddress = \"{server}\"\n{}",
+        tls_table(&[&a, &b], "")
+    ));
+
+    // Each name gets its own certificate: curl verifies it against that certificate alone.
+    assert_eq!(curl_https(&f, "a.test", "/", &a.cert, &[]), (0, "ok".into()));
+    assert_eq!(curl_https(&f, "b.test", "/", &b.cert, &[]), (0, "ok".into()));
+    assert_eq!(curl_https(&f, "x.wild.test", "/", &a.cert, &[]), (0, "ok".into()), "a wildcard name");
+    let (code, _) = curl_https(&f, "b.test", "/", &a.cert, &[]);
+    assert_eq!(code, 60, "b.test is served b's certificate, which a's does not verify");
+    let heads = heads.lock().unwrap().clone();
+    assert_eq!(heads.len(), 3);
+    assert!(heads.iter().all(|h| h.contains("x-forwarded-proto: https") && h.contains("x-forwarded-for: 127.0.0.1")), "{heads:?}");
+
+    // No name: the first certificate. Both protocol versions, and ALPN http/1.1.
+    let none = s_client(f.listen, &["-noservername"]);
+    assert!(none.contains("CN = a.test") || none.contains("CN=a.test"), "{none}");
+    let v12 = s_client(f.listen, &["-servername", "b.test", "-tls1_2", "-alpn", "http/1.1"]);
+    assert!(v12.contains("CN = b.test") || v12.contains("CN=b.test"), "{v12}");
+    assert!(v12.contains("TLSv1.2") && v12.contains("ALPN protocol: http/1.1"), "{v12}");
+    let v13 = s_client(f.listen, &["-servername", "a.test", "-tls1_3"]);
+    assert!(v13.contains("TLSv1.3"), "{v13}");
+
+    assert!(metric(&f, "fulcrum_tls_handshakes_total{service=\"web\",version=\"1.2\"}") >= 1);
+    assert!(metric(&f, "fulcrum_tls_handshakes_total{service=\"web\",version=\"1.3\"}") >= 4);
+    let stats = f.stats();
+    let tls = &stats["services"][0]["tls"];
+    assert_eq!(tls["certificates"][0]["names"], serde_json::json!(["a.test", "*.wild.test"]), "{tls}");
+    assert_eq!(tls["certificates"][1]["expiring"], false);
+}
+
+#[test]
+fn tls_in_tcp_mode_sends_the_decrypted_bytes_on_and_counts_a_plain_client_as_a_failure() {
+    let dir = scratch("tls-tcp");
+    let a = self_signed(&dir, "a", &["a.test"], 30);
+    let backend = Backend::start("b1");
+    let f = Fulcrum::start(&format!(
+        "[[service]]\nname = \"web\"\nlisten = \"{{LISTEN}}\"\nmode = \"tcp\"\n[service.health]\nkind = \"none\"\n[[service.server]]\naddress = \"{}\"\n{}",
+        backend.addr,
+        tls_table(&[&a], "handshake_timeout = \"2s\"")
+    ));
+    for _ in 0..3 {
+        assert_eq!(curl_https(&f, "a.test", "/name", &a.cert, &[]), (0, "b1".into()));
+    }
+    // A 2 MB download through the session.
+    let (code, size) = curl_https(&f, "a.test", "/bytes/2000000", &a.cert, &["-o", "/dev/null", "-w", "%{size_download}"]);
+    assert_eq!((code, size.as_str()), (0, "2000000"));
+    // Plain HTTP to a TLS port is a failed handshake, counted by reason.
+    let mut plain = std::net::TcpStream::connect(f.listen).unwrap();
+    plain.set_read_timeout(Some(Duration::from_secs(5))).unwrap();
+    plain.write_all(b"GET /name HTTP/1.1\r\nHost: a\r\n\r\n").unwrap();
+    let mut answer = Vec::new();
+    let _ = plain.read_to_end(&mut answer);
+    assert!(!answer.starts_with(b"HTTP/"), "a plain request got an HTTP answer");
+    wait_until("the failure counted", Duration::from_secs(5), || metric(&f, "fulcrum_tls_handshake_failures_total{service=\"web\",reason=\"protocol\"}") >= 1);
+    // A client that says nothing is closed after handshake_timeout.
+    let mut silent = std::net::TcpStream::connect(f.listen).unwrap();
+    silent.set_read_timeout(Some(Duration::from_secs(10))).unwrap();
+    let mut b = [0u8; 1];
+    assert_eq!(silent.read(&mut b).unwrap_or(0), 0);
+    assert!(metric(&f, "fulcrum_tls_handshake_failures_total{service=\"web\",reason=\"timeout\"}") >= 1);
+}
+
+#[test]
+fn client_certificates_are_required_when_a_client_ca_is_set() {
+    let dir = scratch("tls-mtls");
+    let a = self_signed(&dir, "a", &["a.test"], 30);
+    let ca_key = KeyPair::generate().unwrap();
+    let mut ca_params = params(&["Test CA"], OffsetDateTime::now_utc() + time::Duration::days(30));
+    ca_params.is_ca = IsCa::Ca(BasicConstraints::Unconstrained);
+    let ca_cert = ca_params.self_signed(&ca_key).unwrap();
+    let ca = write(&dir, "ca", &ca_cert, &ca_key);
+    let issuer = Issuer::new(ca_params, ca_key);
+    let client_key = KeyPair::generate().unwrap();
+    let client_cert = params(&["client"], OffsetDateTime::now_utc() + time::Duration::days(30)).signed_by(&client_key, &issuer).unwrap();
+    let client = write(&dir, "client", &client_cert, &client_key);
+    let backend = Backend::start("b1");
+    let f = Fulcrum::start(&format!(
+        "[[service]]\nname = \"web\"\nlisten = \"{{LISTEN}}\"\nmode = \"http\"\n[service.health]\nkind = \"none\"\n[[service.server]]\naddress = \"{}\"\n{}",
+        backend.addr,
+        tls_table(&[&a], &format!("client_ca = \"{}\"", ca.cert.display()))
+    ));
+    let with = curl_https(&f, "a.test", "/name", &a.cert, &["--cert", client.cert.to_str().unwrap(), "--key", client.key.to_str().unwrap()]);
+    assert_eq!(with, (0, "b1".into()));
+    let (code, _) = curl_https(&f, "a.test", "/name", &a.cert, &[]);
+    assert_ne!(code, 0, "no client certificate, no answer");
+    wait_until("the refusal counted", Duration::from_secs(5), || metric(&f, "fulcrum_tls_handshake_failures_total{service=\"web\",reason=\"client_certificate\"}") >= 1);
+}
+
+fn check(config: &str, dir: &Path) -> (bool, String) {
+    let path = dir.join("check.toml");
+    std::fs::write(&path, config).unwrap();
+    let out = Command::new(env!("CARGO_BIN_EXE_fulcrum")).args(["check", path.to_str().unwrap()]).output().unwrap();
+    (out.status.success(), format!("{}{}", String::from_utf8_lossy(&out.stdout), String::from_utf8_lossy(&out.stderr)))
+}
+
+#[test]
+fn a_certificate_that_does_not_load_is_refused_by_check_and_by_reload_and_the_old_one_serves_on() {
+    let dir = scratch("tls-refuse");
+    let a = self_signed(&dir, "a", &["a.test"], 30);
+    let b = self_signed(&dir, "b", &["b.test"], 30);
+    let old = {
+        let key = KeyPair::generate().unwrap();
+        let mut p = params(&["old.test"], OffsetDateTime::now_utc() - time::Duration::days(1));
+        p.not_before = OffsetDateTime::now_utc() - time::Duration::days(30);
+        write(&dir, "old", &p.self_signed(&key).unwrap(), &key)
+    };
+    let soon = self_signed(&dir, "soon", &["soon.test"], 5);
+    let mismatched = Pem { cert: a.cert.clone(), key: b.key.clone() };
+    let missing = Pem { cert: dir.join("missing.pem"), key: a.key.clone() };
+    let backend = Backend::start("b1");
+    let config = |certs: &[&Pem]| {
+        format!(
+            "[[service]]\nname = \"web\"\nlisten = \"{{LISTEN}}\"\nmode = \"http\"\n[service.health]\nkind = \"none\"\n[[service.server]]\naddress = \"{}\"\n{}",
+            backend.addr,
+            tls_table(certs, "")
+        )
+    };
+    let concrete = |certs: &[&Pem]| config(certs).replace("{LISTEN}", "127.0.0.1:1");
+    assert!(check(&concrete(&[&a]), &dir).0);
+    for (certs, file, reason) in [
+        (&[&missing][..], missing.cert.display().to_string(), "cannot read the certificate"),
+        (&[&a, &mismatched][..], b.key.display().to_string(), "does not match"),
+        (&[&old][..], old.cert.display().to_string(), "expired"),
+    ] {
+        let (ok, out) = check(&concrete(certs), &dir);
+        assert!(!ok && out.contains(&file) && out.contains(reason), "expected a refusal naming {file} ({reason}):\n{out}");
+    }
+
+    let f = Fulcrum::start(&config(&[&a]));
+    assert_eq!(curl_https(&f, "a.test", "/name", &a.cert, &[]), (0, "b1".into()));
+    // A connection made before the reloads is served after them.
+    let mut kept = Command::new("openssl")
+        .args(["s_client", "-quiet", "-connect", &f.listen.to_string(), "-servername", "a.test"])
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::null())
+        .spawn()
+        .unwrap();
+    let mut to = kept.stdin.take().unwrap();
+    let mut from = BufReader::new(kept.stdout.take().unwrap());
+    let mut ask = |n: usize| {
+        to.write_all(b"GET /name HTTP/1.1\r\nHost: a.test\r\n\r\n").unwrap();
+        let mut line = String::new();
+        from.read_line(&mut line).unwrap();
+        assert!(line.starts_with("HTTP/1.1 200"), "request {n} on the kept connection: {line:?}");
+        let mut length = 0;
+        loop {
+            line.clear();
+            from.read_line(&mut line).unwrap();
+            if let Some(v) = line.to_ascii_lowercase().strip_prefix("content-length:") {
+                length = v.trim().parse().unwrap();
+            }
+            if line == "\r\n" {
+                break;
+            }
+        }
+        let mut body = vec![0u8; length];
+        from.read_exact(&mut body).unwrap();
+        assert_eq!(body, b"b1");
+    };
+    ask(1);
+
+    f.reload(&config(&[&a, &mismatched]));
+    f.wait_log("does not match");
+    assert_eq!(curl_https(&f, "a.test", "/name", &a.cert, &[]), (0, "b1".into()), "the old certificate serves on");
+    // A good change takes effect for new connections; the kept one goes on.
+    f.reload(&config(&[&b, &soon]));
+    wait_until("b's certificate served", Duration::from_secs(5), || curl_https(&f, "b.test", "/name", &b.cert, &[]) == (0, "b1".into()));
+    ask(2);
+    // A certificate within 14 days of its end is a warning, in the log and the stats.
+    f.wait_log("TLS certificate expires in");
+    let stats = f.stats();
+    assert_eq!(stats["services"][0]["tls"]["certificates"][1]["expiring"], true, "{stats}");
+    drop(to);
+    let _ = kept.kill();
+    let _ = kept.wait();
+}
+
+#[test]
+fn the_https_example_passes_check_with_its_certificate_made() {
+    let dir = scratch("tls-example");
+    self_signed(&dir, "site", &["www.example.test", "*.example.test"], 90);
+    std::fs::copy(format!("{}/../../examples/https.toml", env!("CARGO_MANIFEST_DIR")), dir.join("https.toml")).unwrap();
+    let out = Command::new(env!("CARGO_BIN_EXE_fulcrum")).args(["check", "https.toml"]).current_dir(&dir).output().unwrap();
+    assert!(out.status.success(), "{}{}", String::from_utf8_lossy(&out.stdout), String::from_utf8_lossy(&out.stderr));
+}
