@@ -205,6 +205,9 @@ pub struct Service {
     /// TCP mode: how an established connection's bytes move. Unset: splice, as `"splice"` says.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub fast_path: Option<FastPath>,
+    /// TCP and FTP modes: a PROXY protocol header sent to the server first on each connection.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub proxy_protocol: Option<ProxyProtocol>,
     /// TLS termination for the service's clients (TCP and HTTP modes).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub tls: Option<Tls>,
@@ -286,6 +289,14 @@ impl Service {
             ..self.clone()
         }
     }
+}
+
+/// The PROXY protocol version a service sends its servers.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum ProxyProtocol {
+    V1,
+    V2,
 }
 
 /// `[service.tls]`: Fulcrum terminates TLS for the service's clients.

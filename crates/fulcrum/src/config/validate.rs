@@ -198,6 +198,13 @@ fn validate_service(service: &Service, prefix: &[Seg<'_>], report: &mut Report<'
     if let Some(tls) = &service.tls {
         validate_tls(service, tls, prefix, report);
     }
+    if service.proxy_protocol.is_some() && service.mode == Mode::Http {
+        report.error(
+            &at("proxy_protocol"),
+            "proxy_protocol is for mode = \"tcp\" and \"ftp\": in HTTP mode a server connection carries the requests of many clients".into(),
+            "the servers learn the client from X-Forwarded-For or Forwarded ([service.http] forwarded_headers)",
+        );
+    }
     if service.data_ports.is_some() && service.mode != Mode::Ftp {
         report.error(&at("data_ports"), "data_ports is only for mode = \"ftp\"".into(), "remove it, or set mode = \"ftp\"");
     }
