@@ -526,6 +526,13 @@ pub struct Http {
     pub cookie: String,
     #[serde(default = "defaults::cookie_mode")]
     pub cookie_mode: CookieMode,
+    /// A plain-HTTP service answers every request with a 308 to the same URL over https.
+    #[serde(default, skip_serializing_if = "is_false")]
+    pub redirect_https: bool,
+    /// With `[service.tls]`: `Strict-Transport-Security: max-age=...` on every response,
+    /// 0s to 10 years (0s tells browsers to forget it).
+    #[serde(default, with = "optional_duration", skip_serializing_if = "Option::is_none")]
+    pub hsts: Option<Duration>,
 }
 
 /// How the `cookie` algorithm carries the server's id.
@@ -554,6 +561,8 @@ impl Default for Http {
             hash_header: None,
             cookie: defaults::cookie_name(),
             cookie_mode: defaults::cookie_mode(),
+            redirect_https: false,
+            hsts: None,
         }
     }
 }
