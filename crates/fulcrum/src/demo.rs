@@ -34,6 +34,13 @@ pub struct DemoArgs {
     /// more than a billion is a zero period, which tokio's interval refuses with a panic).
     #[arg(long, default_value_t = 5, value_parser = clap::value_parser!(u32).range(..=10_000))]
     pub rate: u32,
+    /// Also serve HTTPS (HTTP mode, TLS terminated by Fulcrum) over the same servers, with a
+    /// certificate for localhost and 127.0.0.1 made at start.
+    #[arg(long)]
+    pub tls: bool,
+    /// The HTTPS service's address (with --tls).
+    #[arg(long, default_value = "127.0.0.1:8443")]
+    pub tls_listen: SocketAddr,
     /// Stop after this many seconds (0: run until Ctrl-C).
     #[arg(long, default_value_t = 0)]
     pub seconds: u64,
@@ -59,11 +66,12 @@ pub async fn run(args: DemoArgs) -> anyhow::Result<()> {
         tokio::spawn(serving);
         text = text.replace(&format!("{{SERVER{i}}}"), &addr.to_string());
     }
-    let config = config::parse(&text, "demo.toml").map_err(|d| anyhow::anyhow!("embedded demo config is invalid:\n{d}"))?;
     // The running config gets a file of its own, so the dashboard's Save and Reload work in the
     // demo as they would in production.
     let dir = std::env::temp_dir().join(format!("fulcrum-demo-{}", std::process::id()));
     std::fs::create_dir_all(&dir).with_context(|| format!("creating {}", dir.display()))?;
+    let certificate = if args.tls { Some(https_service(&mut text, &dir, args.tls_listen)?) } else { None };
+    let config = config::parse(&text, "demo.toml").map_err(|d| anyhow::anyhow!("embedded demo config is invalid:\n{d}"))?;
     let path = dir.join("demo.toml");
     std::fs::write(&path, &text).with_context(|| format!("writing {}", path.display()))?;
     let shutdown = Shutdown::new();
@@ -73,6 +81,11 @@ pub async fn run(args: DemoArgs) -> anyhow::Result<()> {
     println!("  service http (round robin over 4 real servers): http://{}/", args.listen);
     println!("  stats (JSON):                                   http://{}/api/stats", args.admin);
     println!("  config file (Save in the dashboard writes it):  {}", path.display());
+    if let Some(cert) = &certificate {
+        println!("  service https (HTTP mode, TLS by Fulcrum):      https://{}/", args.tls_listen);
+        println!("  its certificate (made now, for localhost):      {}", cert.display());
+        println!("  try: curl -s --cacert {} https://localhost:{}/name", cert.display(), args.tls_listen.port());
+    }
     println!("  try: curl -s http://{}/name ; press Ctrl-C to stop", args.listen);
     if args.rate > 0 {
         tokio::spawn(traffic(args.listen, args.rate));
@@ -90,6 +103,26 @@ pub async fn run(args: DemoArgs) -> anyhow::Result<()> {
     app.stop().await;
     let _ = std::fs::remove_dir_all(&dir);
     Ok(())
+}
+
+/// Adds the `https` service to the demo's config `text`: the same four servers in HTTP mode behind
+/// TLS, with a self-signed certificate for localhost and 127.0.0.1 written into `dir`. Returns
+/// the certificate's path (what a client trusts).
+fn https_service(text: &mut String, dir: &std::path::Path, listen: SocketAddr) -> anyhow::Result<std::path::PathBuf> {
+    let key = rcgen::KeyPair::generate().context("making the demo's key")?;
+    let mut params = rcgen::CertificateParams::new(vec!["localhost".to_string(), "127.0.0.1".to_string()]).context("the demo certificate's names")?;
+    params.distinguished_name.push(rcgen::DnType::CommonName, "Fulcrum demo");
+    let cert = params.self_signed(&key).context("making the demo's certificate")?;
+    let (cert_path, key_path) = (dir.join("demo.pem"), dir.join("demo.key"));
+    std::fs::write(&cert_path, cert.pem()).with_context(|| format!("writing {}", cert_path.display()))?;
+    std::fs::write(&key_path, key.serialize_pem()).with_context(|| format!("writing {}", key_path.display()))?;
+    let servers: String = text.match_indices("[[service.server]]").map(|(i, _)| &text[i..]).map(|rest| rest.lines().take(2).collect::<Vec<_>>().join("\n") + "\n\n").collect();
+    text.push_str(&format!(
+        "\n[[service]]\nname = \"https\"\nlisten = \"{listen}\"\nmode = \"http\"\n\n[service.tls]\n[[service.tls.certificate]]\ncert = \"{}\"\nkey = \"{}\"\n\n[service.health]\nkind = \"http\"\npath = \"/index.html\"\nexpect_text = \"TARGET\"\n\n{servers}",
+        cert_path.display(),
+        key_path.display()
+    ));
+    Ok(cert_path)
 }
 
 /// Light traffic: `rate` requests a second, one connection each, as the paper's clients did.

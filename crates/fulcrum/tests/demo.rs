@@ -38,3 +38,34 @@ fn demo_serves_four_real_servers_and_exits_cleanly() {
     assert!(text.contains("dashboard:") && text.contains(&format!("http://{admin}/\n")), "the demo names its dashboard: {text}");
     assert!(text.contains(" up "), "the demo reports server states: {text}");
 }
+
+#[test]
+fn demo_with_tls_serves_https_with_the_certificate_it_made() {
+    let listen = format!("127.0.0.1:{}", free_port());
+    let admin = format!("127.0.0.1:{}", free_port());
+    let tls_port = free_port();
+    let mut child = Command::new(env!("CARGO_BIN_EXE_fulcrum"))
+        .args(["demo", "--tls", "--listen", &listen, "--admin", &admin, "--tls-listen", &format!("127.0.0.1:{tls_port}"), "--rate", "0", "--seconds", "6"])
+        .stdout(Stdio::piped())
+        .stderr(Stdio::null())
+        .spawn()
+        .unwrap();
+    let mut stdout = std::io::BufReader::new(child.stdout.take().unwrap());
+    let mut cert = None;
+    let mut line = String::new();
+    while cert.is_none() && std::io::BufRead::read_line(&mut stdout, &mut line).unwrap() > 0 {
+        if let Some(path) = line.trim().strip_prefix("its certificate (made now, for localhost):") {
+            cert = Some(path.trim().to_string());
+        }
+        line.clear();
+    }
+    let cert = cert.expect("the demo names its certificate");
+    let get = || {
+        let out = Command::new("curl").args(["-s", "--max-time", "5", "--cacert", &cert, &format!("https://localhost:{tls_port}/name")]).output().unwrap();
+        String::from_utf8_lossy(&out.stdout).to_string()
+    };
+    wait_until("the https service", Duration::from_secs(15), || get().starts_with("server"));
+    let names: BTreeSet<String> = (0..8).map(|_| get()).collect();
+    assert_eq!(names.len(), 4, "{names:?}");
+    assert!(child.wait().unwrap().success());
+}

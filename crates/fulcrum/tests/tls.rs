@@ -295,3 +295,25 @@ fn the_https_example_passes_check_with_its_certificate_made() {
     let out = Command::new(env!("CARGO_BIN_EXE_fulcrum")).args(["check", "https.toml"]).current_dir(&dir).output().unwrap();
     assert!(out.status.success(), "{}{}", String::from_utf8_lossy(&out.stdout), String::from_utf8_lossy(&out.stderr));
 }
+
+#[test]
+fn a_plain_service_redirects_to_https_and_the_tls_one_sends_hsts() {
+    let dir = scratch("tls-redirect");
+    let a = self_signed(&dir, "a", &["a.test"], 30);
+    let backend = Backend::start("b1");
+    let server = format!("[service.health]\nkind = \"none\"\n[[service.server]]\naddress = \"{}\"\n", backend.addr);
+    let plain = Fulcrum::start(&format!("[[service]]\nname = \"plain\"\nlisten = \"{{LISTEN}}\"\nmode = \"http\"\n[service.http]\nredirect_https = true\n{server}"));
+    let out = Command::new("curl")
+        .args(["-s", "-o", "/dev/null", "-w", "%{http_code} %{redirect_url}", "-H", "Host: a.test:8080", &format!("http://{}/path?q=1", plain.listen)])
+        .output()
+        .unwrap();
+    assert_eq!(String::from_utf8_lossy(&out.stdout), "308 https://a.test/path?q=1");
+
+    let secure = Fulcrum::start(&format!(
+        "[[service]]\nname = \"secure\"\nlisten = \"{{LISTEN}}\"\nmode = \"http\"\n[service.http]\nhsts = \"365d\"\n{server}{}",
+        tls_table(&[&a], "")
+    ));
+    let (code, head) = curl_https(&secure, "a.test", "/name", &a.cert, &["-D", "-", "-o", "/dev/null"]);
+    assert_eq!(code, 0);
+    assert!(head.to_ascii_lowercase().contains("strict-transport-security: max-age=31536000"), "{head}");
+}

@@ -72,6 +72,7 @@ pub const SHUTDOWN_GRACE: Range<Duration> = Range::new(Duration::ZERO, DAY, "0 c
 
 // A service.
 pub const CONNECT_TIMEOUT: Range<Duration> = Range::new(MS, Duration::from_secs(300), "the kernel gives up a connect after about 2 minutes of SYN retries (tcp_syn_retries); the paper's rule uses \"2s\"");
+pub const HSTS: Range<Duration> = Range::new(Duration::ZERO, Duration::from_secs(10 * 365 * 86_400), "browsers cap it near two years; \"0s\" makes them forget it");
 pub const HANDSHAKE_TIMEOUT: Range<Duration> = Range::new(MS, Duration::from_secs(300), "a TLS handshake takes a few round trips; \"10s\" is the default");
 pub const IDLE_TIMEOUT: Range<Duration> = Range::new(MS, Duration::from_secs(24 * 86_400), "up to 24 days, HAProxy's longest timeout; \"5m\" is the default");
 pub const QUEUE_TIMEOUT: Range<Duration> = Range::new(Duration::ZERO, HOUR, "0 refuses at once when every server is full; \"5s\" is the default");

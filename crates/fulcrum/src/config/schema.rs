@@ -205,6 +205,9 @@ pub struct Service {
     /// TCP mode: how an established connection's bytes move. Unset: splice, as `"splice"` says.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub fast_path: Option<FastPath>,
+    /// TCP and FTP modes: a PROXY protocol header sent to the server first on each connection.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub proxy_protocol: Option<ProxyProtocol>,
     /// TLS termination for the service's clients (TCP and HTTP modes).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub tls: Option<Tls>,
@@ -286,6 +289,14 @@ impl Service {
             ..self.clone()
         }
     }
+}
+
+/// The PROXY protocol version a service sends its servers.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum ProxyProtocol {
+    V1,
+    V2,
 }
 
 /// `[service.tls]`: Fulcrum terminates TLS for the service's clients.
@@ -515,6 +526,13 @@ pub struct Http {
     pub cookie: String,
     #[serde(default = "defaults::cookie_mode")]
     pub cookie_mode: CookieMode,
+    /// A plain-HTTP service answers every request with a 308 to the same URL over https.
+    #[serde(default, skip_serializing_if = "is_false")]
+    pub redirect_https: bool,
+    /// With `[service.tls]`: `Strict-Transport-Security: max-age=...` on every response,
+    /// 0s to 10 years (0s tells browsers to forget it).
+    #[serde(default, with = "optional_duration", skip_serializing_if = "Option::is_none")]
+    pub hsts: Option<Duration>,
 }
 
 /// How the `cookie` algorithm carries the server's id.
@@ -543,6 +561,8 @@ impl Default for Http {
             hash_header: None,
             cookie: defaults::cookie_name(),
             cookie_mode: defaults::cookie_mode(),
+            redirect_https: false,
+            hsts: None,
         }
     }
 }

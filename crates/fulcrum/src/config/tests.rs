@@ -206,6 +206,10 @@ fn tls_settings_are_checked_where_they_cannot_work() {
     let missing = "[[service.tls.certificate]]\ncert = \"/nonexistent/site.pem\"\nkey = \"/nonexistent/site.key\"";
     let e = errors(&with("tcp", "", missing));
     assert!(e.contains("/nonexistent/site.pem: cannot read the certificate"), "{e}");
+    let plain = "[[service]]\nname = \"a\"\nlisten = \"127.0.0.1:1000\"\nmode = \"http\"\n[service.http]\nhsts = \"1d\"\n[[service.server]]\naddress = \"127.0.0.1:1001\"\n";
+    assert!(errors(plain).contains("hsts needs [service.tls]"));
+    let e = errors(&with("http", "[service.http]\nredirect_https = true", no_certs));
+    assert!(e.contains("redirect_https is for a plain-HTTP service"), "{e}");
     let e = errors(&with("http", "", &format!("client_ca = \"/nonexistent/ca.pem\"\n{missing}")));
     assert!(e.contains("/nonexistent/site.pem"), "the first failure is the certificate's: {e}");
 }

@@ -198,6 +198,23 @@ fn validate_service(service: &Service, prefix: &[Seg<'_>], report: &mut Report<'
     if let Some(tls) = &service.tls {
         validate_tls(service, tls, prefix, report);
     }
+    let hat_http = |key| path(prefix, &[Seg::Key("http"), Seg::Key(key)]);
+    if let Some(hsts) = service.http.hsts {
+        report.range(&hat_http("hsts"), "hsts", hsts, &range::HSTS);
+        if service.tls.is_none() {
+            report.error(&hat_http("hsts"), "hsts needs [service.tls]: browsers take Strict-Transport-Security only over HTTPS (RFC 6797)".into(), "set it on the service that terminates TLS");
+        }
+    }
+    if service.http.redirect_https && service.tls.is_some() {
+        report.error(&hat_http("redirect_https"), "redirect_https is for a plain-HTTP service: this one already speaks TLS".into(), "set it on the plain service that should send its clients to this one");
+    }
+    if service.proxy_protocol.is_some() && service.mode == Mode::Http {
+        report.error(
+            &at("proxy_protocol"),
+            "proxy_protocol is for mode = \"tcp\" and \"ftp\": in HTTP mode a server connection carries the requests of many clients".into(),
+            "the servers learn the client from X-Forwarded-For or Forwarded ([service.http] forwarded_headers)",
+        );
+    }
     if service.data_ports.is_some() && service.mode != Mode::Ftp {
         report.error(&at("data_ports"), "data_ports is only for mode = \"ftp\"".into(), "remove it, or set mode = \"ftp\"");
     }

@@ -7,6 +7,7 @@ pub mod dispatch;
 pub mod ftp;
 pub mod http;
 pub mod listener;
+pub mod proxy_header;
 pub mod queue;
 #[allow(unsafe_code)]
 pub mod sockmap;
@@ -64,12 +65,13 @@ pub fn spawn(client: TcpStream, peer: SocketAddr, service: Arc<Service>, counted
     }
 }
 
-/// Finds and connects a server for a client of `service`; a refusal is counted and logged.
-async fn connect_server(service: &Service, peer: SocketAddr, shutdown: &Shutdown) -> Option<(dispatch::Place, TcpStream)> {
+/// Finds and connects a server for `client` of `service`, and sends the PROXY protocol header
+/// when the service asks for one; a refusal is counted and logged.
+async fn connect_server(service: &Service, client: &TcpStream, peer: SocketAddr, shutdown: &Shutdown) -> Option<(dispatch::Place, TcpStream)> {
     let cfg = service.config();
-    tokio::select! {
+    let (place, mut server) = tokio::select! {
         r = Box::pin(dispatch::connect(&service.pool, peer)) => match r {
-            Ok(x) => Some(x),
+            Ok(x) => x,
             Err(e) => {
                 service.state().refused.fetch_add(1, Relaxed);
                 if e.side == Side::Local {
@@ -81,17 +83,31 @@ async fn connect_server(service: &Service, peer: SocketAddr, shutdown: &Shutdown
                 } else {
                     warn!(service = %cfg.name, client = %peer, "closing client: {e}");
                 }
-                None
+                return None;
             }
         },
-        _ = shutdown.terminating().cancelled() => None,
+        _ = shutdown.terminating().cancelled() => return None,
+    };
+    if let Some(version) = cfg.proxy_protocol {
+        use tokio::io::AsyncWriteExt;
+        // The address the client connected to, which a wildcard listen address does not say.
+        let sent = match client.local_addr() {
+            Ok(local) => server.write_all(&proxy_header::header(version, peer, local)).await,
+            Err(e) => Err(e),
+        };
+        if let Err(e) = sent {
+            place.entry().state.counters.transfer_errors.fetch_add(1, Relaxed);
+            debug!(service = %cfg.name, client = %peer, server = %place.entry().addr, "PROXY header not sent: {e}");
+            return None;
+        }
     }
+    Some((place, server))
 }
 
 /// A TCP-mode connection whose TLS Fulcrum terminated: the decrypted bytes go to one server.
 async fn handle_tls(mut client: tokio_rustls::server::TlsStream<TcpStream>, peer: SocketAddr, service: Arc<Service>, shutdown: Shutdown) {
     let cfg = service.config();
-    let Some((place, mut server)) = connect_server(&service, peer, &shutdown).await else { return };
+    let Some((place, mut server)) = connect_server(&service, client.get_ref().0, peer, &shutdown).await else { return };
     let entry = place.entry();
     let state = &entry.state;
     let opts = tcp::Options { half_close: cfg.half_close, client_timeout: cfg.client_timeout, server_timeout: cfg.server_timeout, splice: false };
@@ -115,7 +131,7 @@ async fn handle(client: TcpStream, peer: SocketAddr, service: Arc<Service>, _cou
     let cfg = service.config();
     // The task's state is its largest await's: the connect and an FTP session are boxed, so an
     // established TCP connection's task holds only what forwarding needs.
-    let Some((place, server)) = connect_server(&service, peer, &shutdown).await else { return };
+    let Some((place, server)) = connect_server(&service, &client, peer, &shutdown).await else { return };
     let entry = place.entry();
     let state = &entry.state;
     let terminate = state.terminate_token();

@@ -73,6 +73,15 @@ pub const LARGE: usize = 64 << 20;
 
 impl Nginx {
     pub fn start(name: &str, index_text: &str) -> Nginx {
+        Self::start_listening(name, index_text, "")
+    }
+
+    /// A server whose listener takes the PROXY protocol; `/client` answers the address it carried.
+    pub fn start_with_proxy_protocol(name: &str) -> Nginx {
+        Self::start_listening(name, "TARGET", " proxy_protocol")
+    }
+
+    fn start_listening(name: &str, index_text: &str, listen_options: &str) -> Nginx {
         let dir = scratch(&format!("nginx-{name}"));
         let root = dir.join("www");
         std::fs::create_dir_all(&root).unwrap();
@@ -96,12 +105,13 @@ http {{
     scgi_temp_path {dir}/scgi;
     keepalive_requests 100000;
     server {{
-        listen {addr} backlog=4096;
+        listen {addr}{listen_options} backlog=4096;
         root {root};
         add_header X-Served-By {name} always;
         location = /name {{ default_type text/plain; return 200 "{name}"; }}
         location = /post {{ default_type text/plain; return 200 "{name}"; }}
         location = /session {{ add_header X-Served-By {name} always; add_header Set-Cookie "JSESSIONID=sess-{name}; Path=/" always; default_type text/plain; return 200 "{name}"; }}
+        location = /client {{ default_type text/plain; return 200 "$proxy_protocol_addr:$proxy_protocol_port"; }}
         location = /headers {{ default_type text/plain; return 200 "server={name}\nxff=$http_x_forwarded_for\nproto=$http_x_forwarded_proto\nforwarded=$http_forwarded\nconnection=$http_connection\nkeep-alive=$http_keep_alive\nte=$http_te\nhost=$host\n"; }}
         location / {{ }}
     }}

@@ -81,6 +81,11 @@ pub struct ClientNode {
 }
 
 impl ClientNode {
+    /// Whether the client's requests came over TLS Fulcrum terminated.
+    pub fn is_https(&self) -> bool {
+        self.proto == "https"
+    }
+
     /// A client of `scheme` (`http` or `https`).
     pub fn with_scheme(client: IpAddr, scheme: &'static str) -> ClientNode {
         let addr = client.to_string();

@@ -59,12 +59,21 @@ pub async fn serve<S: ClientIo>(client: S, peer: SocketAddr, service: Arc<Servic
         let verdict = verdict.clone();
         let activity = activity.clone();
         let node = Arc::new(headers::ClientNode::with_scheme(peer.ip(), S::SCHEME));
+        // RFC 6797: Strict-Transport-Security only over a secure transport.
+        let hsts = http.hsts.filter(|_| node.is_https()).and_then(|age| HeaderValue::from_str(&format!("max-age={}", age.as_secs())).ok());
         hyper::service::service_fn(move |req| {
             let service = service.clone();
             let verdict = verdict.clone();
             let node = node.clone();
+            let hsts = hsts.clone();
             let answer = park::InFlight::count(&activity);
-            async move { Ok::<_, std::convert::Infallible>(answer.with(handle(req, peer, &node, &service, &verdict).await)) }
+            async move {
+                let mut response = handle(req, peer, &node, &service, &verdict).await;
+                if let Some(hsts) = hsts {
+                    response.headers_mut().entry(header::STRICT_TRANSPORT_SECURITY).or_insert(hsts);
+                }
+                Ok::<_, std::convert::Infallible>(answer.with(response))
+            }
         })
     };
     loop {
@@ -151,6 +160,9 @@ async fn handle(mut req: Request<Incoming>, peer: SocketAddr, node: &headers::Cl
     }
     if let Some(why) = headers::host_problem(req.headers(), req.version()) {
         return refuse(&cfg.name, record, StatusCode::BAD_REQUEST, why.into());
+    }
+    if cfg.http.redirect_https && !node.is_https() {
+        return redirect_https(record, &req);
     }
     if target_len > cfg.http.max_uri_length {
         return answer(record, StatusCode::URI_TOO_LONG, format!("the request target is longer than {} bytes", cfg.http.max_uri_length));
@@ -272,6 +284,29 @@ fn answer(mut record: Record, status: StatusCode, why: String) -> Response<Proxy
     r
 }
 
+/// A 308 to the request's URL over https (the port of https, 443): a plain-HTTP service with
+/// `redirect_https`. 308 keeps the method and body, unlike 301.
+fn redirect_https(record: Record, req: &Request<Incoming>) -> Response<ProxyBody> {
+    // The host was checked (host_problem): one Host, or the target's authority.
+    let host = req.uri().host().or_else(|| req.headers().get(header::HOST).and_then(|h| h.to_str().ok()).map(without_port));
+    let target = req.uri().path_and_query().map_or("/", |p| p.as_str());
+    let location = host.and_then(|h| HeaderValue::from_str(&format!("https://{h}{target}")).ok());
+    let Some(location) = location else {
+        return answer(record, StatusCode::BAD_REQUEST, "no host to redirect to".into());
+    };
+    let mut r = answer(record, StatusCode::PERMANENT_REDIRECT, format!("moved to {}", location.to_str().unwrap_or("")));
+    r.headers_mut().insert(header::LOCATION, location);
+    r
+}
+
+/// A Host value without its port: `a.test:8080` is `a.test`, `[::1]:8080` is `[::1]`.
+fn without_port(host: &str) -> &str {
+    match host.rfind(':') {
+        Some(i) if !host[i..].contains(']') && (host.starts_with('[') || !host[..i].contains(':')) => &host[..i],
+        _ => host,
+    }
+}
+
 /// Servers get origin-form targets (`/path?q`); an absolute-form target's authority replaces
 /// Host (RFC 9112 section 3.2.2: the target wins), without any userinfo.
 fn origin_form(parts: &mut hyper::http::request::Parts) {
@@ -303,5 +338,15 @@ fn truncate(text: &str, max: usize) -> String {
     match text.char_indices().nth(max) {
         Some((i, _)) => format!("{}...", &text[..i]),
         None => text.to_string(),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    #[test]
+    fn a_host_loses_its_port_but_an_ipv6_literal_keeps_its_brackets() {
+        for (host, name) in [("a.test:8080", "a.test"), ("a.test", "a.test"), ("[::1]:8080", "[::1]"), ("[::1]", "[::1]"), ("127.0.0.1:80", "127.0.0.1")] {
+            assert_eq!(super::without_port(host), name, "{host}");
+        }
     }
 }

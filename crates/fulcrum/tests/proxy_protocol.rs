@@ -1,0 +1,46 @@
+//! `proxy_protocol = "v1" | "v2"`: a real nginx with `listen ... proxy_protocol` answers the
+//! client address the header carried, for clients from distinct loopback addresses, after a
+//! reload from one version to the other. HTTP mode refuses the setting.
+
+mod support;
+
+use std::net::IpAddr;
+use std::process::Command;
+
+use support::*;
+
+fn config(server: std::net::SocketAddr, version: &str) -> String {
+    format!("[[service]]\nname = \"pp\"\nlisten = \"{{LISTEN}}\"\nproxy_protocol = \"{version}\"\n[service.health]\nkind = \"tcp\"\ninterval = \"200ms\"\n[[service.server]]\naddress = \"{server}\"\n")
+}
+
+#[test]
+fn nginx_sees_each_clients_address_through_both_versions() {
+    let nginx = Nginx::start_with_proxy_protocol("n1");
+    let f = Fulcrum::start(&config(nginx.addr, "v1"));
+    f.wait_all_up();
+    for version in ["v1", "v2"] {
+        if version == "v2" {
+            let applied = f.log().matches("config applied").count();
+            f.reload(&config(nginx.addr, "v2"));
+            wait_until("the reload applied", std::time::Duration::from_secs(10), || f.log().matches("config applied").count() > applied);
+        }
+        for last in [5u8, 6, 7] {
+            let source: IpAddr = format!("127.0.0.{last}").parse().unwrap();
+            let (status, body) = http_get_from(Some(source), f.listen, "/client").unwrap();
+            assert_eq!(status, 200, "{version} from {source}");
+            let (addr, port) = body.rsplit_once(':').unwrap();
+            assert_eq!(addr, source.to_string(), "{version}: nginx saw {body}");
+            assert!(port.parse::<u16>().is_ok_and(|p| p > 0), "{body}");
+        }
+    }
+}
+
+#[test]
+fn http_mode_refuses_proxy_protocol() {
+    let dir = scratch("pp-check");
+    let path = dir.join("c.toml");
+    std::fs::write(&path, "[[service]]\nname = \"a\"\nlisten = \"127.0.0.1:1000\"\nmode = \"http\"\nproxy_protocol = \"v2\"\n[[service.server]]\naddress = \"127.0.0.1:1001\"\n").unwrap();
+    let out = Command::new(env!("CARGO_BIN_EXE_fulcrum")).args(["check", path.to_str().unwrap()]).output().unwrap();
+    let text = format!("{}{}", String::from_utf8_lossy(&out.stdout), String::from_utf8_lossy(&out.stderr));
+    assert!(!out.status.success() && text.contains("proxy_protocol is for mode = \"tcp\""), "{text}");
+}
