@@ -237,30 +237,6 @@ fn assert_round_trip(c: &Config) {
     }
 }
 
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn the_base_config_of_admin_changes_is_valid() {
-        assert_eq!(base_config().services.len(), 3);
-    }
-
-    #[test]
-    fn api_calls_read_as_the_api_reads_their_bodies() {
-        admin_change(br#"{"service": "web", "address": "127.0.0.1:8082", "route": {"weight": {"weight": 7}}}"#);
-        admin_change(br#"{"service": "web/static", "route": {"add_server": {"address": "127.0.0.1:8084"}}}"#);
-        let call: ApiCall = serde_json::from_slice(br#"{"service": "ftp", "route": "stop"}"#).unwrap();
-        assert_eq!(call.into_change(), Change::ServiceEnabled { service: "ftp".into(), enabled: false });
-    }
-
-    #[test]
-    fn framing_is_checked_in_pieces_and_whole() {
-        http_framing(b"\x03\x05\x01\x10POST / HTTP/1.1\r\nHost: a\r\nTransfer-Encoding: chunked\r\n\r\n5\r\nhello\r\n0\r\n\r\n");
-        assert_eq!(scan_in_pieces(b"GET / HTTP/1.1\r\n\r\n", &[3, 3], 8192), (18, None));
-    }
-}
-
 /// The PROXY protocol header parser (`accept_proxy`) over any bytes a trusted proxy's
 /// connection could start with. Invariants: a header found is 15 to 528 bytes and within the
 /// input; every shorter beginning of it asks for more (so `receive`, which reads it in pieces,
@@ -285,5 +261,29 @@ pub fn proxy_header(data: &[u8]) {
             let h = header(version, client, local);
             assert_eq!(parse(&h), Ok(Some((Received::Proxied { client, local }, h.len()))), "{version:?} {client} {local}");
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_base_config_of_admin_changes_is_valid() {
+        assert_eq!(base_config().services.len(), 3);
+    }
+
+    #[test]
+    fn api_calls_read_as_the_api_reads_their_bodies() {
+        admin_change(br#"{"service": "web", "address": "127.0.0.1:8082", "route": {"weight": {"weight": 7}}}"#);
+        admin_change(br#"{"service": "web/static", "route": {"add_server": {"address": "127.0.0.1:8084"}}}"#);
+        let call: ApiCall = serde_json::from_slice(br#"{"service": "ftp", "route": "stop"}"#).unwrap();
+        assert_eq!(call.into_change(), Change::ServiceEnabled { service: "ftp".into(), enabled: false });
+    }
+
+    #[test]
+    fn framing_is_checked_in_pieces_and_whole() {
+        http_framing(b"\x03\x05\x01\x10POST / HTTP/1.1\r\nHost: a\r\nTransfer-Encoding: chunked\r\n\r\n5\r\nhello\r\n0\r\n\r\n");
+        assert_eq!(scan_in_pieces(b"GET / HTTP/1.1\r\n\r\n", &[3, 3], 8192), (18, None));
     }
 }
