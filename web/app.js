@@ -189,11 +189,21 @@ function renderAlgorithm() {
     el("td", { class: "num" }, f(v.connect_ms, 2)), el("td", { class: "num" }, f(v.ewma_connect_ms, 2)))));
 }
 
+// A service's certificates (names, expiry; a warning within 14 days of it) and handshakes.
+function tlsRow(tls) {
+  const certs = tls.certificates.map((c) => el("span", { class: c.expiring ? "cert expiring" : "cert", title: c.file },
+    `${c.names.join(", ")}: expires ${c.expires}${c.expiring ? " (within 14 days)" : ""}`));
+  const failed = Object.entries(tls.failures).filter(([, n]) => n > 0).map(([why, n]) => `${n} ${why}`).join(", ");
+  const handshakes = `TLS 1.3: ${tls.handshakes_tls13}, TLS 1.2: ${tls.handshakes_tls12}${failed ? `; failed: ${failed}` : ""}`;
+  return el("tr", { class: "tls-row" }, el("td", { colspan: 26 }, "TLS — ", ...certs, el("span", { class: "muted handshakes" }, handshakes)));
+}
+
 function renderStats() {
   const body = $("#stats-table tbody");
   const rows = [];
   for (const s of ui.stats.services) {
     rows.push(el("tr", { class: "service-row" }, el("th", { colspan: 26 }, `${s.name} — ${s.listen} — ${s.algorithm}${s.enabled ? "" : " — stopped"}`)));
+    if (s.tls) rows.push(tlsRow(s.tls));
     let bin = 0, bout = 0, cerr = 0, resp = 0, redis = 0;
     for (const v of s.servers) {
       bin += v.bytes_in; bout += v.bytes_out; cerr += v.connect_failures; resp += v.transfer_errors; redis += v.redispatches;

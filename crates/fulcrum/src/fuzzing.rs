@@ -237,6 +237,33 @@ fn assert_round_trip(c: &Config) {
     }
 }
 
+/// The PROXY protocol header parser (`accept_proxy`) over any bytes a trusted proxy's
+/// connection could start with. Invariants: a header found is 15 to 528 bytes and within the
+/// input; every shorter beginning of it asks for more (so `receive`, which reads it in pieces,
+/// stops exactly at its end); and a header Fulcrum sends, for addresses taken from the input,
+/// reads back as those addresses.
+pub fn proxy_header(data: &[u8]) {
+    use crate::proxy::proxy_header::{MAX_V2_BODY, Received, header, parse};
+    if let Ok(Some((_, len))) = parse(data) {
+        assert!((15..=16 + MAX_V2_BODY).contains(&len) && len <= data.len(), "a header of {len} bytes in {}", data.len());
+        for cut in 0..len {
+            assert_eq!(parse(&data[..cut]), Ok(None), "the first {cut} bytes of a {len}-byte header");
+        }
+    }
+    if data.len() >= 37 {
+        let v6 = |b: &[u8]| std::net::Ipv6Addr::from(<[u8; 16]>::try_from(b).unwrap_or([0; 16]));
+        let port = |b: &[u8]| u16::from_be_bytes([b[0], b[1]]);
+        let v4 = data[0] & 1 == 0;
+        let ip = |b: &[u8]| if v4 { std::net::IpAddr::from([b[0], b[1], b[2], b[3]]) } else { std::net::IpAddr::V6(v6(b)) };
+        let client = std::net::SocketAddr::new(ip(&data[1..17]), port(&data[33..35]));
+        let local = std::net::SocketAddr::new(ip(&data[17..33]), port(&data[35..37]));
+        for version in [config::ProxyProtocol::V1, config::ProxyProtocol::V2] {
+            let h = header(version, client, local);
+            assert_eq!(parse(&h), Ok(Some((Received::Proxied { client, local }, h.len()))), "{version:?} {client} {local}");
+        }
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

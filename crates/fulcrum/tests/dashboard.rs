@@ -72,3 +72,32 @@ fn a_user_drives_the_dashboard_in_chromium() {
         assert!(artifacts.join(format!("{tab}.png")).exists(), "screenshot of {tab}");
     }
 }
+
+/// A TLS service's certificates in the Stats tab (`tests/browser/certificates.mjs`).
+#[test]
+fn the_stats_tab_shows_certificates_and_marks_one_about_to_expire() {
+    let root = Path::new(env!("CARGO_MANIFEST_DIR"));
+    let dir = scratch("dashboard-tls");
+    let pem = |stem: &str, names: &[&str], days: i64| {
+        let key = rcgen::KeyPair::generate().unwrap();
+        let mut p = rcgen::CertificateParams::new(names.iter().map(|n| n.to_string()).collect::<Vec<_>>()).unwrap();
+        p.not_after = time::OffsetDateTime::now_utc() + time::Duration::days(days);
+        let cert = p.self_signed(&key).unwrap();
+        let (c, k) = (dir.join(format!("{stem}.pem")), dir.join(format!("{stem}.key")));
+        std::fs::write(&c, cert.pem()).unwrap();
+        std::fs::write(&k, key.serialize_pem()).unwrap();
+        format!("[[service.tls.certificate]]\ncert = \"{}\"\nkey = \"{}\"\n", c.display(), k.display())
+    };
+    let backend = Backend::start("b1");
+    let f = Fulcrum::start(&format!(
+        "[[service]]\nname = \"secure\"\nlisten = \"{{LISTEN}}\"\nmode = \"http\"\n[service.health]\nkind = \"none\"\n[[service.server]]\naddress = \"{}\"\n[service.tls]\n{}{}",
+        backend.addr,
+        pem("a", &["a.test", "*.wild.test"], 60),
+        pem("soon", &["soon.test"], 5)
+    ));
+    let handshake = Command::new("openssl").args(["s_client", "-connect", &f.listen.to_string(), "-tls1_3"]).stdin(std::process::Stdio::null()).output().unwrap();
+    assert!(String::from_utf8_lossy(&handshake.stdout).contains("TLSv1.3"));
+    let out = Command::new("node").arg(root.join("tests/browser/certificates.mjs")).env("DASHBOARD_URL", format!("http://{}/", f.admin)).output().expect("node must be installed");
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    assert!(out.status.success() && stdout.contains("all checks passed"), "{stdout}\n{}", String::from_utf8_lossy(&out.stderr));
+}

@@ -40,3 +40,8 @@ fn the_config_text_corpus_passes() {
 fn the_admin_change_corpus_passes() {
     replay("admin_change", fulcrum::fuzzing::admin_change);
 }
+
+#[test]
+fn the_proxy_header_corpus_passes() {
+    replay("proxy_header", fulcrum::fuzzing::proxy_header);
+}

@@ -8,6 +8,7 @@
 mod change;
 mod diagnostic;
 mod error;
+mod network;
 pub mod range;
 mod schema;
 mod validate;
@@ -17,6 +18,7 @@ use std::path::{Path, PathBuf};
 pub use change::{Change, ServerAdmin, ServiceSettings};
 pub use diagnostic::{Diagnostic, Diagnostics};
 pub use error::{AddressError, ChangeError, PortRangeError};
+pub use network::Network;
 pub use schema::*;
 pub use validate::{resolve_server, validate};
 

@@ -205,6 +205,13 @@ pub struct Service {
     /// TCP mode: how an established connection's bytes move. Unset: splice, as `"splice"` says.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub fast_path: Option<FastPath>,
+    /// Clients are proxies that send a PROXY protocol header (v1 or v2) first; its client address
+    /// is the one Fulcrum balances, logs and forwards. Only from `trusted_proxies`.
+    #[serde(default, skip_serializing_if = "is_false")]
+    pub accept_proxy: bool,
+    /// The networks whose connections may carry a PROXY header; any other client is refused.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub trusted_proxies: Vec<super::Network>,
     /// TCP and FTP modes: a PROXY protocol header sent to the server first on each connection.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub proxy_protocol: Option<ProxyProtocol>,

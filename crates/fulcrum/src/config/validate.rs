@@ -208,6 +208,15 @@ fn validate_service(service: &Service, prefix: &[Seg<'_>], report: &mut Report<'
     if service.http.redirect_https && service.tls.is_some() {
         report.error(&hat_http("redirect_https"), "redirect_https is for a plain-HTTP service: this one already speaks TLS".into(), "set it on the plain service that should send its clients to this one");
     }
+    if service.accept_proxy && service.trusted_proxies.is_empty() {
+        report.error(&at("accept_proxy"), "accept_proxy needs trusted_proxies: a PROXY header from anyone could claim any client address".into(), "list the proxies' networks, e.g. trusted_proxies = [\"10.0.0.0/8\"]");
+    }
+    if !service.accept_proxy && !service.trusted_proxies.is_empty() {
+        report.error(&at("trusted_proxies"), "trusted_proxies without accept_proxy = true does nothing".into(), "set accept_proxy = true, or remove trusted_proxies");
+    }
+    if service.accept_proxy && service.mode == Mode::Ftp {
+        report.error(&at("accept_proxy"), "accept_proxy is for mode = \"tcp\" and \"http\": FTP data connections would come from the proxy, not the client the header names".into(), "remove accept_proxy from the FTP service");
+    }
     if service.proxy_protocol.is_some() && service.mode == Mode::Http {
         report.error(
             &at("proxy_protocol"),

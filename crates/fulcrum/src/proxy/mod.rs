@@ -33,6 +33,49 @@ use crate::shutdown::Shutdown;
 /// its place in the process's budget and the service's counters until then. Each mode has a task
 /// of its own type, so a task's memory is what its mode needs.
 pub fn spawn(client: TcpStream, peer: SocketAddr, service: Arc<Service>, counted: (Slot, ServiceGuard), shutdown: Shutdown) {
+    if service.config().accept_proxy {
+        let tasks = shutdown.tasks().clone();
+        tasks.spawn(async move {
+            if let Some((client, peer)) = Box::pin(proxied(client, peer, &service)).await {
+                start(client, peer, service, counted, shutdown);
+            }
+        });
+    } else {
+        start(client, peer, service, counted, shutdown);
+    }
+}
+
+/// Longest wait for a trusted proxy's PROXY header (README: accept_proxy).
+const PROXY_HEADER_TIMEOUT: std::time::Duration = std::time::Duration::from_secs(10);
+
+/// With `accept_proxy`: the connection and the client address its PROXY header gives, or `None`
+/// (refused and logged) when it comes from outside `trusted_proxies` or its header is bad.
+async fn proxied(mut client: TcpStream, peer: SocketAddr, service: &Service) -> Option<(TcpStream, SocketAddr)> {
+    let cfg = service.config();
+    // Once a second at most: a scan or a misconfigured proxy is one cause.
+    static REFUSED: Throttle = Throttle::new();
+    if !cfg.trusted_proxies.iter().any(|n| n.contains(peer.ip())) {
+        service.state().refused.fetch_add(1, Relaxed);
+        if let Some(held) = REFUSED.ready() {
+            warn!(service = %cfg.name, client = %peer, held, "closing client: not in trusted_proxies, so its PROXY header is not taken");
+        }
+        return None;
+    }
+    match proxy_header::receive(&mut client, PROXY_HEADER_TIMEOUT).await {
+        Ok(proxy_header::Received::Proxied { client: from, .. }) => Some((client, from)),
+        Ok(proxy_header::Received::Local) => Some((client, peer)),
+        Err(e) => {
+            service.state().refused.fetch_add(1, Relaxed);
+            if let Some(held) = REFUSED.ready() {
+                warn!(service = %cfg.name, client = %peer, held, "closing client: {e}");
+            }
+            None
+        }
+    }
+}
+
+/// Serves a client connection whose address is known, on a task of its own.
+fn start(client: TcpStream, peer: SocketAddr, service: Arc<Service>, counted: (Slot, ServiceGuard), shutdown: Shutdown) {
     let tasks = shutdown.tasks().clone();
     if let Some(tls) = service.tls.clone() {
         tasks.spawn(async move {
