@@ -64,6 +64,10 @@ async fn proxied(mut client: TcpStream, peer: SocketAddr, service: &Service) -> 
     match proxy_header::receive(&mut client, PROXY_HEADER_TIMEOUT).await {
         Ok(proxy_header::Received::Proxied { client: from, .. }) => Some((client, from)),
         Ok(proxy_header::Received::Local) => Some((client, peer)),
+        Err(proxy_header::ReceiveError::Empty) => {
+            debug!(service = %cfg.name, client = %peer, "connection closed before its PROXY header");
+            None
+        }
         Err(e) => {
             service.state().refused.fetch_add(1, Relaxed);
             if let Some(held) = REFUSED.ready() {

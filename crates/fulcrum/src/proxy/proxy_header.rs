@@ -180,6 +180,9 @@ pub enum ReceiveError {
     Header(#[from] HeaderError),
     #[error("no complete PROXY header within {0:?}")]
     Timeout(Duration),
+    /// Closed before its first byte: a proxy's TCP health check or a port probe, not a refusal.
+    #[error("closed before sending anything")]
+    Empty,
     #[error("reading the PROXY header: {0}")]
     Io(#[from] std::io::Error),
 }
@@ -190,8 +193,12 @@ pub enum ReceiveError {
 pub async fn receive(stream: &mut TcpStream, limit: Duration) -> Result<Received, ReceiveError> {
     let read = async {
         let mut buf = [0u8; 16 + MAX_V2_BODY];
-        let mut have = 15;
-        stream.read_exact(&mut buf[..have]).await?;
+        let mut have = stream.read(&mut buf[..15]).await?;
+        if have == 0 {
+            return Err(ReceiveError::Empty);
+        }
+        stream.read_exact(&mut buf[have..15]).await?;
+        have = 15;
         loop {
             match parse(&buf[..have])? {
                 Some((received, len)) if len == have => return Ok(received),
