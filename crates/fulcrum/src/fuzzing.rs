@@ -264,6 +264,30 @@ pub fn proxy_header(data: &[u8]) {
     }
 }
 
+/// TLS pass-through's ClientHello reader (`[[service.route]] sni`) over any bytes a client can
+/// send first. Invariants: nothing past `MAX_HELLO` is taken; the same bytes arriving in two
+/// pieces (cut where the input's first byte says) give the same answer as all at once; and a
+/// server name read routes without a panic.
+pub fn client_hello(data: &[u8]) {
+    use crate::proxy::tls::passthrough::{MAX_HELLO, feed, route, server_name};
+    let whole = server_name(data);
+    if data.len() > MAX_HELLO {
+        assert!(whole.is_err(), "{} bytes taken", data.len());
+        return;
+    }
+    if let (Ok(Some(name)), Some(&first)) = (&whole, data.first()) {
+        let cut = usize::from(first) % data.len();
+        let mut acceptor = rustls::server::Acceptor::default();
+        if matches!(feed(&mut acceptor, &data[..cut], 0), Ok(None)) {
+            let late = feed(&mut acceptor, data, cut);
+            assert_eq!(late.ok().flatten().as_ref(), Some(name), "the hello cut at {cut}");
+        }
+        let sni = vec!["*.example.com".to_string(), "example.com".to_string()];
+        let routes = [config::Route { pool: "a".into(), path_prefix: Vec::new(), path_suffix: Vec::new(), host: Vec::new(), header: None, header_value: None, sni }];
+        let _ = route(&routes, name.as_deref());
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

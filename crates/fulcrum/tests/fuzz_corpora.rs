@@ -45,3 +45,8 @@ fn the_admin_change_corpus_passes() {
 fn the_proxy_header_corpus_passes() {
     replay("proxy_header", fulcrum::fuzzing::proxy_header);
 }
+
+#[test]
+fn the_client_hello_corpus_passes() {
+    replay("client_hello", fulcrum::fuzzing::client_hello);
+}

@@ -317,3 +317,53 @@ fn a_plain_service_redirects_to_https_and_the_tls_one_sends_hsts() {
     assert_eq!(code, 0);
     assert!(head.to_ascii_lowercase().contains("strict-transport-security: max-age=31536000"), "{head}");
 }
+
+/// TLS pass-through with SNI routing: nginx servers terminate TLS with their own certificates;
+/// Fulcrum reads only the ClientHello's server name to pick the pool. A plain client is closed
+/// and counted; the default pool takes a hello without a routed name.
+#[test]
+fn tls_passes_through_to_the_pool_its_server_name_routes_to() {
+    let dir = scratch("tls-passthrough");
+    let api_cert = self_signed(&dir, "api", &["api.test"], 30);
+    let shop_cert = self_signed(&dir, "shop", &["shop.test", "www.shop.test"], 30);
+    let api = Nginx::start_https("api", &api_cert.cert, &api_cert.key);
+    let shop = Nginx::start_https("shop", &shop_cert.cert, &shop_cert.key);
+    let fallback = Nginx::start_https("fallback", &shop_cert.cert, &shop_cert.key);
+    let f = Fulcrum::start(&format!(
+        "[[service]]\nname = \"edge\"\nlisten = \"{{LISTEN}}\"\nmode = \"tcp\"\n[service.health]\nkind = \"tcp\"\ninterval = \"200ms\"\n[[service.server]]\naddress = \"{}\"\n\
+         [[service.pool]]\nname = \"api\"\n[[service.pool.server]]\naddress = \"{}\"\n\
+         [[service.pool]]\nname = \"shop\"\n[[service.pool.server]]\naddress = \"{}\"\n\
+         [[service.route]]\npool = \"api\"\nsni = [\"API.test\"]\n[[service.route]]\npool = \"shop\"\nsni = [\"shop.test\", \"*.shop.test\"]\n",
+        fallback.addr, api.addr, shop.addr
+    ));
+    f.wait_all_up();
+
+    // Each name reaches its own server, which shows its own certificate: curl verifies it with
+    // that certificate alone.
+    assert_eq!(curl_https(&f, "api.test", "/name", &api_cert.cert, &[]), (0, "api".into()));
+    assert_eq!(curl_https(&f, "shop.test", "/name", &shop_cert.cert, &[]), (0, "shop".into()));
+    assert_eq!(curl_https(&f, "www.shop.test", "/name", &shop_cert.cert, &[]), (0, "shop".into()), "a wildcard route");
+    let other = s_client(f.listen, &["-servername", "other.test"]);
+    assert!(other.contains("CN = shop.test") || other.contains("CN=shop.test"), "no route: the service's own server answers\n{other}");
+    let none = s_client(f.listen, &["-noservername", "-tls1_2"]);
+    assert!(none.contains("TLSv1.2"), "a hello without a name goes to the default pool\n{none}");
+    let served = |s: &serde_json::Value, addr: SocketAddr| {
+        s["services"].as_array().unwrap().iter().flat_map(|p| p["servers"].as_array().unwrap()).find(|x| x["address"] == addr.to_string()).map(|x| x["total"].as_u64().unwrap()).unwrap()
+    };
+    let stats = f.stats();
+    assert_eq!((served(&stats, api.addr), served(&stats, shop.addr), served(&stats, fallback.addr)), (1, 2, 2), "{stats}");
+
+    // Plain bytes are no ClientHello: closed, logged, and no server sees them.
+    let mut plain = std::net::TcpStream::connect(f.listen).unwrap();
+    plain.set_read_timeout(Some(Duration::from_secs(5))).unwrap();
+    plain.write_all(b"GET /name HTTP/1.1\r\nHost: api.test\r\n\r\n").unwrap();
+    let mut answer = Vec::new();
+    let _ = plain.read_to_end(&mut answer);
+    assert!(answer.is_empty(), "{}", String::from_utf8_lossy(&answer));
+    f.wait_log("not a TLS ClientHello");
+    // A connection closed before its first byte (a health check) is not counted as refused.
+    drop(std::net::TcpStream::connect(f.listen).unwrap());
+    wait_until("refusal counted", Duration::from_secs(5), || f.stats()["services"][0]["refused"] == 1);
+    let stats = f.stats();
+    assert_eq!((served(&stats, api.addr), served(&stats, shop.addr), served(&stats, fallback.addr)), (1, 2, 2), "{stats}");
+}

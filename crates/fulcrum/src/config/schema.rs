@@ -260,13 +260,14 @@ pub struct Service {
     pub p2c: P2c,
     #[serde(default, rename = "server")]
     pub servers: Vec<Server>,
-    /// HTTP mode: further pools of servers that routes send requests to.
+    /// Further pools of servers that routes send requests (HTTP mode) or TLS connections by
+    /// their server name (TCP mode, pass-through) to.
     #[serde(default, rename = "pool", skip_serializing_if = "Vec::is_empty")]
     pub pools: Vec<Pool>,
-    /// HTTP mode: rules tried in order; the first that matches picks the pool.
+    /// Rules tried in order; the first that matches picks the pool.
     #[serde(default, rename = "route", skip_serializing_if = "Vec::is_empty")]
     pub routes: Vec<Route>,
-    /// HTTP mode: the pool of requests no route matches; the service's own servers when unset.
+    /// The pool of what no route matches; the service's own servers when unset.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub default_pool: Option<String>,
 }
@@ -291,8 +292,10 @@ impl Service {
             pools: Vec::new(),
             routes: Vec::new(),
             default_pool: None,
-            // Pools are HTTP-only; the service's own check reports a misplaced fast_path once.
+            // A connection's forwarding follows the service's settings; the service's own check
+            // reports a misplaced fast_path or [service.tls] once.
             fast_path: None,
+            tls: None,
             ..self.clone()
         }
     }
@@ -368,6 +371,10 @@ pub struct Route {
     pub header: Option<String>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub header_value: Option<String>,
+    /// TCP mode, TLS pass-through: server names the client's ClientHello may carry (SNI),
+    /// compared case-insensitively; `*.example.com` covers one label.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub sni: Vec<String>,
 }
 
 /// What kind of active health check runs against each server.

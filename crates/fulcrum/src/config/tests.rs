@@ -148,7 +148,9 @@ fn the_haproxy_papers_routing_example_is_valid_and_routes_must_name_pools() {
     assert!(d.message.contains("\"statc\", which is not a pool"), "{d}");
     assert!(d.hint.as_deref().unwrap_or("").contains("static, app"), "{d}");
     let d = first_error(&text.replace("mode = \"http\"", "mode = \"tcp\""));
-    assert!(d.message.contains("pools and routes need mode = \"http\""), "{d}");
+    assert!(d.message.contains("a route in mode = \"tcp\" matches only the TLS server name"), "{d}");
+    let d = first_error(&text.replace("mode = \"http\"", "mode = \"ftp\""));
+    assert!(d.message.contains("pools and routes need mode = \"http\" (requests) or \"tcp\""), "{d}");
     let d = first_error(&text.replace("address = \"127.0.0.1:8202\"", "address = \"127.0.0.1:8202\"\nweight = 0"));
     assert!(d.message.contains("weight = 0"), "a pool's servers are checked like a service's: {d}");
 }
@@ -212,4 +214,27 @@ fn tls_settings_are_checked_where_they_cannot_work() {
     assert!(e.contains("redirect_https is for a plain-HTTP service"), "{e}");
     let e = errors(&with("http", "", &format!("client_ca = \"/nonexistent/ca.pem\"\n{missing}")));
     assert!(e.contains("/nonexistent/site.pem"), "the first failure is the certificate's: {e}");
+}
+
+#[test]
+fn tls_passthrough_routes_by_server_name_in_tcp_mode_only() {
+    let text = include_str!("../../../../examples/tls-passthrough.toml");
+    let c = parse_with(text, "passthrough.toml", Resolve::No).unwrap();
+    assert_eq!(c.services[0].routes[1].sni, ["shop.example.com", "*.shop.example.com"]);
+    assert_eq!(revalidate(&c).unwrap(), c, "sni routes are written back as read");
+
+    let d = first_error(&text.replace("mode = \"tcp\"", "mode = \"http\""));
+    assert!(d.message.contains("sni routes TLS that passes through"), "{d}");
+    assert!(d.hint.as_deref().unwrap_or("").contains("host"), "{d}");
+    let d = first_error(&text.replace("sni = [\"api.example.com\"]", "sni = [\"api.example.com\"]\npath_prefix = [\"/v1\"]"));
+    assert!(d.message.contains("matches only the TLS server name"), "{d}");
+    let d = first_error(&text.replace("sni = [\"api.example.com\"]", "sni = [\"api example\"]"));
+    assert!(d.message.contains("\"api example\" is not a DNS name"), "{d}");
+    let d = first_error(&text.replace("sni = [\"api.example.com\"]", "sni = [\"a.*.example.com\"]"));
+    assert!(d.message.contains("is not a DNS name"), "a wildcard is only a first label: {d}");
+    let d = first_error(&text.replace("sni = [\"api.example.com\"]", "sni = []"));
+    assert!(d.message.contains("a route with nothing to match") && d.hint.as_deref().unwrap_or("").contains("sni"), "{d}");
+    let tls = "[service.tls]\n[[service.tls.certificate]]\ncert = \"c.pem\"\nkey = \"k.pem\"\n[service.health]";
+    let e = errors(&text.replacen("[service.health]", tls, 1));
+    assert!(e.contains("this service terminates TLS"), "{e}");
 }

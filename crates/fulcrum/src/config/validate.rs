@@ -151,12 +151,15 @@ pub fn validate(config: &Config, text: &str, file: &str, resolve: Resolve) -> Di
             }
         }
         validate_service_numbers(service, &[Seg::Key("service"), Seg::Index(i)], &mut report);
+        validate_edge(service, &[Seg::Key("service"), Seg::Index(i)], &mut report);
         validate_service(service, &[Seg::Key("service"), Seg::Index(i)], &mut report);
         validate_routing(service, i, &mut report);
     }
     Diagnostics(report.out)
 }
 
+/// What each pool has: its servers, algorithm and health check (a service's own servers are its
+/// first pool; routed pools are checked as the services they run as).
 fn validate_service(service: &Service, prefix: &[Seg<'_>], report: &mut Report<'_>) {
     let at = |key| path(prefix, &[Seg::Key(key)]);
     validate_pool_numbers(service, prefix, report);
@@ -171,10 +174,6 @@ fn validate_service(service: &Service, prefix: &[Seg<'_>], report: &mut Report<'
     if service.algorithm == Algorithm::HeaderHash && service.http.hash_header.is_none() {
         report.error(&at("algorithm"), "algorithm header-hash needs [service.http] hash_header".into(), "e.g. hash_header = \"x-user\"");
     }
-    let token = |t: &str| !t.is_empty() && t.bytes().all(|b| b.is_ascii_alphanumeric() || b"-_.!#$%&'*+^`|~".contains(&b));
-    if !token(&service.http.cookie) {
-        report.error(&path(prefix, &[Seg::Key("http"), Seg::Key("cookie")]), format!("cookie name {:?} is not a cookie name", service.http.cookie), "use letters, digits, '-' and '_'");
-    }
     let mut ids: HashMap<String, usize> = HashMap::new();
     for (j, server) in service.servers.iter().enumerate() {
         let id = server.cookie_id();
@@ -184,6 +183,36 @@ fn validate_service(service: &Service, prefix: &[Seg<'_>], report: &mut Report<'
         if let Some(first) = ids.insert(id.clone(), j) {
             report.error(&path(prefix, &[Seg::Key("server"), Seg::Index(j), Seg::Key("id")]), format!("server id {id:?} is also server #{}'s", first + 1), "give every server its own id");
         }
+    }
+    if health.kind == HealthKind::Ftp && service.mode != Mode::Ftp {
+        report.error(&hat("kind"), "kind = \"ftp\" checks an FTP server, but the service is not mode = \"ftp\"".into(), "use kind = \"tcp\" or \"http\"");
+    }
+    if service.servers.is_empty() && service.default_pool.is_none() {
+        report.error(&at("name"), format!("service {:?} has no servers", service.name), "add at least one [[service.server]] with an address");
+    }
+    for (j, server) in service.servers.iter().enumerate() {
+        let sat = |key| path(prefix, &[Seg::Key("server"), Seg::Index(j), Seg::Key(key)]);
+        let checked = if report.resolve == Resolve::Yes { resolve_server(server).map(|_| ()) } else { split_host_port(&server.address).map(|_| ()) };
+        if let Err(e) = checked {
+            report.error(&sat("address"), e.to_string(), "write host:port or ip:port of a reachable real server");
+        }
+    }
+    let mut seen: HashMap<&str, usize> = HashMap::new();
+    for (j, server) in service.servers.iter().enumerate() {
+        if seen.insert(&server.address, j).is_some() {
+            let sat = path(prefix, &[Seg::Key("server"), Seg::Index(j), Seg::Key("address")]);
+            report.error(&sat, format!("server {} is listed twice", server.address), "list each real server once; use weight for a larger share");
+        }
+    }
+}
+
+/// What a service has once, whatever its pools: the client side (TLS, PROXY protocol, the HTTP
+/// settings) and the mode's own settings. Run once per service, so a problem is reported once.
+fn validate_edge(service: &Service, prefix: &[Seg<'_>], report: &mut Report<'_>) {
+    let at = |key| path(prefix, &[Seg::Key(key)]);
+    let token = |t: &str| !t.is_empty() && t.bytes().all(|b| b.is_ascii_alphanumeric() || b"-_.!#$%&'*+^`|~".contains(&b));
+    if !token(&service.http.cookie) {
+        report.error(&path(prefix, &[Seg::Key("http"), Seg::Key("cookie")]), format!("cookie name {:?} is not a cookie name", service.http.cookie), "use letters, digits, '-' and '_'");
     }
     if service.http != crate::config::Http::default() && service.mode != Mode::Http {
         report.error(&path(prefix, &[Seg::Key("http")]), "[service.http] is only for mode = \"http\"".into(), "remove it, or set mode = \"http\"");
@@ -226,26 +255,6 @@ fn validate_service(service: &Service, prefix: &[Seg<'_>], report: &mut Report<'
     }
     if service.data_ports.is_some() && service.mode != Mode::Ftp {
         report.error(&at("data_ports"), "data_ports is only for mode = \"ftp\"".into(), "remove it, or set mode = \"ftp\"");
-    }
-    if health.kind == HealthKind::Ftp && service.mode != Mode::Ftp {
-        report.error(&hat("kind"), "kind = \"ftp\" checks an FTP server, but the service is not mode = \"ftp\"".into(), "use kind = \"tcp\" or \"http\"");
-    }
-    if service.servers.is_empty() && service.default_pool.is_none() {
-        report.error(&at("name"), format!("service {:?} has no servers", service.name), "add at least one [[service.server]] with an address");
-    }
-    for (j, server) in service.servers.iter().enumerate() {
-        let sat = |key| path(prefix, &[Seg::Key("server"), Seg::Index(j), Seg::Key(key)]);
-        let checked = if report.resolve == Resolve::Yes { resolve_server(server).map(|_| ()) } else { split_host_port(&server.address).map(|_| ()) };
-        if let Err(e) = checked {
-            report.error(&sat("address"), e.to_string(), "write host:port or ip:port of a reachable real server");
-        }
-    }
-    let mut seen: HashMap<&str, usize> = HashMap::new();
-    for (j, server) in service.servers.iter().enumerate() {
-        if seen.insert(&server.address, j).is_some() {
-            let sat = path(prefix, &[Seg::Key("server"), Seg::Index(j), Seg::Key("address")]);
-            report.error(&sat, format!("server {} is listed twice", server.address), "list each real server once; use weight for a larger share");
-        }
     }
 }
 
@@ -327,15 +336,24 @@ fn validate_pool_numbers(service: &Service, prefix: &[Seg<'_>], report: &mut Rep
     }
 }
 
-/// Pools are validated as the services they run as; routes must name a pool and say what they match.
+/// Pools are validated as the services they run as; routes must name a pool and say what they
+/// match: the request in HTTP mode, the TLS server name (pass-through) in TCP mode.
 fn validate_routing(service: &Service, i: usize, report: &mut Report<'_>) {
     if service.pools.is_empty() && service.routes.is_empty() && service.default_pool.is_none() {
         return;
     }
     let at = |rest: &[Seg<'static>]| path(&[Seg::Key("service"), Seg::Index(i)], rest);
-    if service.mode != Mode::Http {
-        report.error(&at(&[Seg::Key("mode")]), "pools and routes need mode = \"http\"".into(), "set mode = \"http\", or remove [[service.pool]] and [[service.route]]");
+    if service.mode == Mode::Ftp {
+        report.error(&at(&[Seg::Key("mode")]), "pools and routes need mode = \"http\" (requests) or \"tcp\" (TLS server names)".into(), "remove [[service.pool]] and [[service.route]] from the FTP service");
         return;
+    }
+    let tcp = service.mode == Mode::Tcp;
+    if tcp && service.tls.is_some() {
+        report.error(
+            &at(&[Seg::Key("route")]),
+            "routes in mode = \"tcp\" pass TLS through by its server name, but this service terminates TLS ([service.tls])".into(),
+            "remove [service.tls] to pass TLS through to the pools, or use mode = \"http\" and route by host",
+        );
     }
     let mut names: HashMap<&str, usize> = HashMap::new();
     for (k, pool) in service.pools.iter().enumerate() {
@@ -357,8 +375,20 @@ fn validate_routing(service: &Service, i: usize, report: &mut Report<'_>) {
         if !known(&route.pool) {
             report.error(&rat("pool"), format!("route to {:?}, which is not a pool of this service", route.pool), &format!("pools: {}", pool_names()));
         }
-        if route.path_prefix.is_empty() && route.path_suffix.is_empty() && route.host.is_empty() && route.header.is_none() {
+        let reads_request = !route.path_prefix.is_empty() || !route.path_suffix.is_empty() || !route.host.is_empty() || route.header.is_some();
+        if tcp {
+            if reads_request {
+                report.error(&rat("pool"), "a route in mode = \"tcp\" matches only the TLS server name".into(), "give sni, or set mode = \"http\" to route by path, host or header");
+            } else if route.sni.is_empty() {
+                report.error(&rat("pool"), "a route with nothing to match".into(), "give sni: the server names whose connections go to the pool");
+            }
+        } else if !route.sni.is_empty() {
+            report.error(&rat("sni"), "sni routes TLS that passes through, in mode = \"tcp\"".into(), "in mode = \"http\" route by host (the Host header)");
+        } else if !reads_request {
             report.error(&rat("pool"), "a route with nothing to match".into(), "give path_prefix, path_suffix, host or header");
+        }
+        if let Some(name) = route.sni.iter().find(|n| !is_server_name(n)) {
+            report.error(&rat("sni"), format!("sni {name:?} is not a DNS name"), "e.g. \"api.example.com\" or \"*.example.com\" (one label)");
         }
         if let Some(p) = route.path_prefix.iter().find(|p| !p.starts_with('/')) {
             report.error(&rat("path_prefix"), format!("path_prefix {p:?} does not start with /"), "e.g. \"/static\"");
@@ -367,6 +397,13 @@ fn validate_routing(service: &Service, i: usize, report: &mut Report<'_>) {
             report.error(&rat("header_value"), "header_value without header".into(), "name the header too");
         }
     }
+}
+
+/// A name a client can send in SNI (letters, digits and '-' in dot-separated labels), or a
+/// wildcard `*.` before one.
+fn is_server_name(name: &str) -> bool {
+    let name = name.strip_prefix("*.").unwrap_or(name);
+    !name.is_empty() && name.len() <= 253 && name.split('.').all(|l| !l.is_empty() && l.len() <= 63 && l.bytes().all(|b| b.is_ascii_alphanumeric() || b == b'-'))
 }
 
 /// `prefix` followed by `rest`: the path of a key inside a service or a pool.

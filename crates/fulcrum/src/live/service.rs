@@ -18,7 +18,7 @@ pub struct Service {
     pub listen: SocketAddr,
     /// The service's own servers, with the service's settings and counters.
     pub pool: Arc<Pool>,
-    /// HTTP mode: the routed pools, in config order.
+    /// The routed pools, in config order.
     pub pools: Vec<Arc<Pool>>,
     /// `[service.tls]`: this generation's certificates and handshake settings.
     pub tls: Option<Arc<crate::proxy::tls::Terminator>>,
@@ -36,6 +36,16 @@ impl Service {
     /// A routed pool of this service by its name in the config.
     pub fn routed(&self, name: &str) -> Option<&Arc<Pool>> {
         self.config().pools.iter().position(|p| p.name == name).and_then(|i| self.pools.get(i))
+    }
+
+    /// The pool a matching route names, else `default_pool`, else the service's own servers;
+    /// with its name for the log.
+    pub fn pool_for<'a>(&'a self, route: Option<&'a str>) -> (&'a Arc<Pool>, &'a str) {
+        let name = route.or(self.config().default_pool.as_deref());
+        match name.and_then(|n| self.routed(n).map(|p| (p, n))) {
+            Some(found) => found,
+            None => (&self.pool, "default"),
+        }
     }
 }
 

@@ -26,7 +26,7 @@ use tokio::net::TcpStream;
 use tracing::{debug, warn};
 
 use crate::error::{Side, Throttle};
-use crate::live::{Service, ServiceGuard, Slot};
+use crate::live::{Pool, Service, ServiceGuard, Slot};
 use crate::shutdown::Shutdown;
 
 /// Serves one client connection of `service` to its end on a task of its own; `counted` holds
@@ -112,12 +112,13 @@ fn start(client: TcpStream, peer: SocketAddr, service: Arc<Service>, counted: (S
     }
 }
 
-/// Finds and connects a server for `client` of `service`, and sends the PROXY protocol header
-/// when the service asks for one; a refusal is counted and logged.
-async fn connect_server(service: &Service, client: &TcpStream, peer: SocketAddr, shutdown: &Shutdown) -> Option<(dispatch::Place, TcpStream)> {
+/// Finds and connects a server of `pool` for `client` of `service`, and sends it the PROXY
+/// protocol header when the service asks for one, then `first` (what was read of the client
+/// before the server was chosen); a refusal is counted and logged.
+async fn connect_server(service: &Service, pool: &Pool, client: &TcpStream, peer: SocketAddr, first: &[u8], shutdown: &Shutdown) -> Option<(dispatch::Place, TcpStream)> {
     let cfg = service.config();
     let (place, mut server) = tokio::select! {
-        r = Box::pin(dispatch::connect(&service.pool, peer)) => match r {
+        r = Box::pin(dispatch::connect(pool, peer)) => match r {
             Ok(x) => x,
             Err(e) => {
                 service.state().refused.fetch_add(1, Relaxed);
@@ -135,26 +136,57 @@ async fn connect_server(service: &Service, client: &TcpStream, peer: SocketAddr,
         },
         _ = shutdown.terminating().cancelled() => return None,
     };
+    let mut head = Vec::new();
     if let Some(version) = cfg.proxy_protocol {
-        use tokio::io::AsyncWriteExt;
         // The address the client connected to, which a wildcard listen address does not say.
-        let sent = match client.local_addr() {
-            Ok(local) => server.write_all(&proxy_header::header(version, peer, local)).await,
-            Err(e) => Err(e),
-        };
-        if let Err(e) = sent {
+        match client.local_addr() {
+            Ok(local) => head = proxy_header::header(version, peer, local),
+            Err(e) => {
+                debug!(service = %cfg.name, client = %peer, "PROXY header not sent: {e}");
+                return None;
+            }
+        }
+    }
+    if !head.is_empty() || !first.is_empty() {
+        use tokio::io::AsyncWriteExt;
+        // One write: a header and a ClientHello in one segment, as a server reads them.
+        head.extend_from_slice(first);
+        if let Err(e) = server.write_all(&head).await {
             place.entry().state.counters.transfer_errors.fetch_add(1, Relaxed);
-            debug!(service = %cfg.name, client = %peer, server = %place.entry().addr, "PROXY header not sent: {e}");
+            debug!(service = %cfg.name, client = %peer, server = %place.entry().addr, "first bytes not sent: {e}");
             return None;
         }
     }
     Some((place, server))
 }
 
+/// TLS pass-through: reads the client's ClientHello and picks the pool its server name routes
+/// to; `None` (counted and logged, once a second) when the client sends no valid hello in time.
+async fn route_by_sni<'a>(service: &'a Service, client: &mut TcpStream, peer: SocketAddr) -> Option<(&'a Pool, Vec<u8>)> {
+    use tls::passthrough::{self, HelloError};
+    let cfg = service.config();
+    match passthrough::read_hello(client, passthrough::HELLO_TIMEOUT).await {
+        Ok(hello) => {
+            let (pool, name) = service.pool_for(passthrough::route(&cfg.routes, hello.server_name.as_deref()));
+            debug!(service = %cfg.name, client = %peer, sni = hello.server_name.as_deref().unwrap_or("-"), pool = name, "TLS passed through");
+            Some((pool, hello.bytes))
+        }
+        Err(HelloError::Empty) => None,
+        Err(e) => {
+            service.state().refused.fetch_add(1, Relaxed);
+            static REFUSED: Throttle = Throttle::new();
+            if let Some(held) = REFUSED.ready() {
+                warn!(service = %cfg.name, client = %peer, held, "closing client: {e}");
+            }
+            None
+        }
+    }
+}
+
 /// A TCP-mode connection whose TLS Fulcrum terminated: the decrypted bytes go to one server.
 async fn handle_tls(mut client: tokio_rustls::server::TlsStream<TcpStream>, peer: SocketAddr, service: Arc<Service>, shutdown: Shutdown) {
     let cfg = service.config();
-    let Some((place, mut server)) = connect_server(&service, client.get_ref().0, peer, &shutdown).await else { return };
+    let Some((place, mut server)) = connect_server(&service, &service.pool, client.get_ref().0, peer, &[], &shutdown).await else { return };
     let entry = place.entry();
     let state = &entry.state;
     let opts = tcp::Options { half_close: cfg.half_close, client_timeout: cfg.client_timeout, server_timeout: cfg.server_timeout, splice: false };
@@ -174,11 +206,23 @@ async fn handle_tls(mut client: tokio_rustls::server::TlsStream<TcpStream>, peer
 }
 
 /// A TCP or FTP connection: one server for its whole life.
-async fn handle(client: TcpStream, peer: SocketAddr, service: Arc<Service>, _counted: (Slot, ServiceGuard), shutdown: Shutdown) {
+async fn handle(mut client: TcpStream, peer: SocketAddr, service: Arc<Service>, _counted: (Slot, ServiceGuard), shutdown: Shutdown) {
     let cfg = service.config();
-    // The task's state is its largest await's: the connect and an FTP session are boxed, so an
-    // established TCP connection's task holds only what forwarding needs.
-    let Some((place, server)) = connect_server(&service, &client, peer, &shutdown).await else { return };
+    // The task's state is its largest await's: the connect, the ClientHello's read and an FTP
+    // session are boxed, so an established TCP connection's task holds only what forwarding needs.
+    let (pool, hello) = if cfg.routes.is_empty() {
+        (&*service.pool, Vec::new())
+    } else {
+        let routed = tokio::select! {
+            r = Box::pin(route_by_sni(&service, &mut client, peer)) => r,
+            _ = shutdown.terminating().cancelled() => None,
+        };
+        let Some(routed) = routed else { return };
+        routed
+    };
+    let connected = connect_server(&service, pool, &client, peer, &hello, &shutdown).await;
+    drop(hello);
+    let Some((place, server)) = connected else { return };
     let entry = place.entry();
     let state = &entry.state;
     let terminate = state.terminate_token();

@@ -73,15 +73,21 @@ pub const LARGE: usize = 64 << 20;
 
 impl Nginx {
     pub fn start(name: &str, index_text: &str) -> Nginx {
-        Self::start_listening(name, index_text, "")
+        Self::start_listening(name, index_text, "", "")
     }
 
     /// A server whose listener takes the PROXY protocol; `/client` answers the address it carried.
     pub fn start_with_proxy_protocol(name: &str) -> Nginx {
-        Self::start_listening(name, "TARGET", " proxy_protocol")
+        Self::start_listening(name, "TARGET", " proxy_protocol", "")
     }
 
-    fn start_listening(name: &str, index_text: &str, listen_options: &str) -> Nginx {
+    /// An HTTPS server with its own certificate and key (PEM files).
+    pub fn start_https(name: &str, cert: &std::path::Path, key: &std::path::Path) -> Nginx {
+        let tls = format!("ssl_certificate {};\n        ssl_certificate_key {};", cert.display(), key.display());
+        Self::start_listening(name, "TARGET", " ssl", &tls)
+    }
+
+    fn start_listening(name: &str, index_text: &str, listen_options: &str, server_extra: &str) -> Nginx {
         let dir = scratch(&format!("nginx-{name}"));
         let root = dir.join("www");
         std::fs::create_dir_all(&root).unwrap();
@@ -106,6 +112,7 @@ http {{
     keepalive_requests 100000;
     server {{
         listen {addr}{listen_options} backlog=4096;
+        {server_extra}
         root {root};
         add_header X-Served-By {name} always;
         location = /name {{ default_type text/plain; return 200 "{name}"; }}

@@ -13,11 +13,7 @@ use crate::live::{Pool, Service};
 pub fn choose<'a>(service: &'a Service, path: &str, headers: &HeaderMap, authority: Option<&str>) -> (&'a Arc<Pool>, &'a str) {
     let cfg = service.config();
     let host = headers.get(header::HOST).and_then(|h| h.to_str().ok()).or(authority).map(strip_port);
-    let name = cfg.routes.iter().find(|r| matches(r, path, host, headers)).map(|r| r.pool.as_str()).or(cfg.default_pool.as_deref());
-    match name.and_then(|n| service.routed(n).map(|p| (p, n))) {
-        Some(found) => found,
-        None => (&service.pool, "default"),
-    }
+    service.pool_for(cfg.routes.iter().find(|r| matches(r, path, host, headers)).map(|r| r.pool.as_str()))
 }
 
 pub fn matches(route: &Route, path: &str, host: Option<&str>, headers: &HeaderMap) -> bool {

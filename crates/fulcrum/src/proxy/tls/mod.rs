@@ -6,9 +6,11 @@
 //! refuses the whole change, and `check` runs the same loading. TLS 1.2 and 1.3 only, rustls's
 //! default cipher suites, session resumption by tickets whose keys rotate (one ticketer for the
 //! process, so tickets outlive reloads), the certificate chosen by SNI (`sni`), and client
-//! certificates verified against `client_ca` when it is set.
+//! certificates verified against `client_ca` when it is set. TLS that passes through to the
+//! servers, routed by the name the client asks for, is `passthrough`'s.
 
 mod certs;
+pub mod passthrough;
 mod sni;
 
 use std::sync::atomic::{AtomicU64, Ordering::Relaxed};
