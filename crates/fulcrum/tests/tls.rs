@@ -367,3 +367,46 @@ fn tls_passes_through_to_the_pool_its_server_name_routes_to() {
     let stats = f.stats();
     assert_eq!((served(&stats, api.addr), served(&stats, shop.addr), served(&stats, fallback.addr)), (1, 2, 2), "{stats}");
 }
+
+/// HTTP/2 from clients: by ALPN over TLS and with prior knowledge (h2c) on a plain service;
+/// each stream is a request forwarded to the servers in HTTP/1.1, with the forwarded headers;
+/// h2load's streams all get answers; a service with `http2 = false` offers only HTTP/1.1.
+#[test]
+fn http2_clients_are_served_over_tls_and_h2c_and_servers_hear_http_1_1() {
+    let dir = scratch("tls-h2");
+    let cert = self_signed(&dir, "web", &["web.test"], 30);
+    let (keeper, heads) = head_keeper();
+    let nginx = Nginx::start("n1", "TARGET");
+    let f = Fulcrum::start(&format!(
+        "[[service]]\nname = \"web\"\nlisten = \"{{LISTEN}}\"\nmode = \"http\"\n[service.http]\nmax_streams = 8\n[service.health]\nkind = \"none\"\n[[service.server]]\naddress = \"{keeper}\"\n{}",
+        tls_table(&[&cert], "")
+    ));
+    let (code, body) = curl_https(&f, "web.test", "/a", &cert.cert, &["--http2", "-w", "\n%{http_version}"]);
+    assert_eq!((code, body.as_str()), (0, "ok\n2"), "curl got HTTP/2 by ALPN");
+    let head = heads.lock().unwrap().last().cloned().unwrap();
+    assert!(head.starts_with("get /a http/1.1\r\n") && head.contains("host: web.test:") && head.contains("x-forwarded-proto: https"), "{head}");
+    let v11 = s_client(f.listen, &["-servername", "web.test", "-alpn", "h2,http/1.1"]);
+    assert!(v11.contains("ALPN protocol: h2"), "{v11}");
+
+    // h2c on a plain service, and h2load's concurrent streams over one connection each.
+    let plain = Fulcrum::start(&format!(
+        "[[service]]\nname = \"plain\"\nlisten = \"{{LISTEN}}\"\nmode = \"http\"\n[service.http]\nh2c = true\n[service.health]\nkind = \"none\"\n[[service.server]]\naddress = \"{}\"\n",
+        nginx.addr
+    ));
+    let out = Command::new("curl").args(["-s", "--max-time", "10", "--http2-prior-knowledge", "-w", "\n%{http_version}"]).arg(format!("http://{}/name", plain.listen)).output().unwrap();
+    assert_eq!(String::from_utf8_lossy(&out.stdout), "n1\n2");
+    let (status, body) = curl(plain.listen, "GET", "/name", &[], None);
+    assert_eq!((status, body.as_str()), (200, "n1"), "HTTP/1.1 clients still served on an h2c service");
+    let out = Command::new("h2load").args(["-n", "400", "-c", "4", "-m", "16", "-t", "1"]).arg(format!("http://{}/name", plain.listen)).output().unwrap();
+    let report = String::from_utf8_lossy(&out.stdout);
+    assert!(report.contains("400 succeeded") && report.contains("400 2xx"), "{report}");
+
+    // http2 = false: ALPN offers HTTP/1.1 only.
+    let one = Fulcrum::start(&format!(
+        "[[service]]\nname = \"one\"\nlisten = \"{{LISTEN}}\"\nmode = \"http\"\n[service.http]\nhttp2 = false\n[service.health]\nkind = \"none\"\n[[service.server]]\naddress = \"{}\"\n{}",
+        nginx.addr,
+        tls_table(&[&cert], "")
+    ));
+    let (code, body) = curl_https(&one, "web.test", "/name", &cert.cert, &["--http2", "-w", "\n%{http_version}"]);
+    assert_eq!((code, body.as_str()), (0, "n1\n1.1"));
+}

@@ -107,6 +107,7 @@ pub const MAX_HEADERS: Range<usize> = Range::new(1, 1000, "hyper sets aside room
 pub const MAX_HEAD_SIZE: Range<usize> = Range::new(8192, 1 << 20, "hyper's read buffer needs at least 8192 bytes; 16384 is the default");
 /// The `http` crate refuses a request target of 65535 bytes or more whatever is configured.
 pub const MAX_URI_LENGTH: Range<usize> = Range::new(16, 65534, "hyper refuses longer targets itself; 8192 is the default");
+pub const MAX_STREAMS: Range<u32> = Range::new(1, 1000, "each open stream may hold a request's read-ahead and a server connection; 100 is the default (RFC 9113 asks for at least 100)");
 
 // `[[service.server]]`.
 pub const WEIGHT: Range<u32> = Range::new(1, super::MAX_WEIGHT, "weights go from 1 to 256; disable a server with enabled = false");

@@ -547,6 +547,16 @@ pub struct Http {
     /// 0s to 10 years (0s tells browsers to forget it).
     #[serde(default, with = "optional_duration", skip_serializing_if = "Option::is_none")]
     pub hsts: Option<Duration>,
+    /// With `[service.tls]`: offer HTTP/2 by ALPN (`h2`, then `http/1.1`).
+    #[serde(default = "defaults::yes")]
+    pub http2: bool,
+    /// A plain service also takes HTTP/2 with prior knowledge (h2c): a connection that opens
+    /// with the HTTP/2 preface.
+    #[serde(default, skip_serializing_if = "is_false")]
+    pub h2c: bool,
+    /// HTTP/2: streams a client may have open at once, 1 to 1000.
+    #[serde(default = "defaults::max_streams")]
+    pub max_streams: u32,
 }
 
 /// How the `cookie` algorithm carries the server's id.
@@ -577,6 +587,9 @@ impl Default for Http {
             cookie_mode: defaults::cookie_mode(),
             redirect_https: false,
             hsts: None,
+            http2: true,
+            h2c: false,
+            max_streams: defaults::max_streams(),
         }
     }
 }
@@ -665,6 +678,9 @@ pub(crate) mod defaults {
     }
     pub fn max_uri_length() -> usize {
         8 * 1024
+    }
+    pub fn max_streams() -> u32 {
+        100
     }
     pub fn cookie_name() -> String {
         "SERVERID".into()

@@ -234,6 +234,9 @@ fn validate_edge(service: &Service, prefix: &[Seg<'_>], report: &mut Report<'_>)
             report.error(&hat_http("hsts"), "hsts needs [service.tls]: browsers take Strict-Transport-Security only over HTTPS (RFC 6797)".into(), "set it on the service that terminates TLS");
         }
     }
+    if service.http.h2c && service.tls.is_some() {
+        report.error(&hat_http("h2c"), "h2c is HTTP/2 without TLS: this service speaks TLS, where clients ask for HTTP/2 by ALPN".into(), "remove h2c (http2 = true offers HTTP/2 over TLS)");
+    }
     if service.http.redirect_https && service.tls.is_some() {
         report.error(&hat_http("redirect_https"), "redirect_https is for a plain-HTTP service: this one already speaks TLS".into(), "set it on the plain service that should send its clients to this one");
     }
@@ -274,7 +277,7 @@ fn validate_tls(service: &Service, tls: &Tls, prefix: &[Seg<'_>], report: &mut R
         report.error(&at(&[]), "[service.tls] has no certificate".into(), "add [[service.tls.certificate]] with cert and key (PEM files)");
         return;
     }
-    if let Err(e) = crate::proxy::tls::Terminator::load(tls, service.mode) {
+    if let Err(e) = crate::proxy::tls::Terminator::load(tls, service.mode, service.http.http2) {
         let culprit = tls.certificates.iter().position(|c| c.cert == e.file || c.key == e.file);
         let (seg, hint) = match culprit {
             Some(j) => (at(&[Seg::Key("certificate"), Seg::Index(j)]), "check the file: a PEM chain (leaf first) and its matching, unexpired key"),
@@ -310,6 +313,7 @@ fn validate_service_numbers(service: &Service, prefix: &[Seg<'_>], report: &mut 
     report.range(&at(&["http", "max_headers"]), "max_headers", http.max_headers, &range::MAX_HEADERS);
     report.range(&at(&["http", "max_head_size"]), "max_head_size", http.max_head_size, &range::MAX_HEAD_SIZE);
     report.range(&at(&["http", "max_uri_length"]), "max_uri_length", http.max_uri_length, &range::MAX_URI_LENGTH);
+    report.range(&at(&["http", "max_streams"]), "max_streams", http.max_streams, &range::MAX_STREAMS);
 }
 
 /// The numbers of a service's own servers, or of one pool (run as a service): health check,

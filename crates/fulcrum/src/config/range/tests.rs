@@ -66,6 +66,7 @@ fn settings() -> Vec<Setting> {
         count("service.http", "max_headers", &MAX_HEADERS),
         count("service.http", "max_head_size", &MAX_HEAD_SIZE),
         count("service.http", "max_uri_length", &MAX_URI_LENGTH),
+        count("service.http", "max_streams", &MAX_STREAMS),
         Setting { section: "ftp", key: "data_ports", kind: Kind::Ports { min: DATA_PORT.min, max: DATA_PORT.max }, range: DATA_PORT.to_string() },
     ];
     for (health, passive, p2c, server) in [

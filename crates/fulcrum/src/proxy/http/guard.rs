@@ -325,6 +325,15 @@ pub trait ClientIo: AsyncRead + AsyncWrite + Unpin + Send + 'static {
     fn poll_read_ready(&self, cx: &mut Context<'_>) -> Poll<io::Result<()>>;
     /// Writes what it can of `bytes` without waiting, as a connection is dropped.
     fn write_now(&self, bytes: &[u8]);
+    /// The client chose HTTP/2 by ALPN.
+    fn chose_h2(&self) -> bool {
+        false
+    }
+    /// Copies the bytes the client has sent into `buf` without taking them; ready with 0 when
+    /// nothing can be peeked (a TLS session, whose bytes are not the socket's).
+    fn poll_peek(&self, _cx: &mut Context<'_>, _buf: &mut [u8]) -> Poll<io::Result<usize>> {
+        Poll::Ready(Ok(0))
+    }
 }
 
 impl ClientIo for TcpStream {
@@ -335,6 +344,9 @@ impl ClientIo for TcpStream {
     }
     fn write_now(&self, bytes: &[u8]) {
         let _ = self.try_write(bytes);
+    }
+    fn poll_peek(&self, cx: &mut Context<'_>, buf: &mut [u8]) -> Poll<io::Result<usize>> {
+        TcpStream::poll_peek(self, cx, &mut ReadBuf::new(buf))
     }
 }
 
@@ -347,6 +359,9 @@ impl ClientIo for tokio_rustls::server::TlsStream<TcpStream> {
     /// A TLS record cannot be written without waiting on the session; the 400 is written on
     /// shutdown, which hyper does on every path but a dropped connection.
     fn write_now(&self, _: &[u8]) {}
+    fn chose_h2(&self) -> bool {
+        self.get_ref().1.alpn_protocol() == Some(b"h2")
+    }
 }
 
 /// The client connection as hyper sees it: checked bytes only. When a violation is found, hyper

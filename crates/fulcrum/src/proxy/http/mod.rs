@@ -15,6 +15,7 @@ mod access;
 mod affinity;
 mod body;
 pub(crate) mod guard;
+mod h2;
 mod headers;
 mod idle;
 mod park;
@@ -49,33 +50,17 @@ pub(crate) type ServerConns = idle::IdleConns<hyper::client::conn::http1::SendRe
 
 /// Serves one client connection: as many requests as it sends. hyper runs only while the client
 /// is active (`park`): between bursts the connection is its socket and a few words of state.
+/// A client that chose HTTP/2 by ALPN, or (with `h2c`) opens with its preface, is `h2`'s.
 pub async fn serve<S: ClientIo>(client: S, peer: SocketAddr, service: Arc<Service>, shutdown: Shutdown) {
     let http = &service.config().http;
+    if client.chose_h2() || (http.h2c && h2::preface(&client, http.head_timeout).await) {
+        // Boxed: an HTTP/1.1 connection's task does not carry HTTP/2's state.
+        return Box::pin(h2::serve(client, peer, service, shutdown)).await;
+    }
     let activity = Arc::new(park::Activity::default());
     let (mut io, verdict) = Guarded::new(client, http.max_head_size, activity.clone());
     let linger = park::LINGER.min(http.head_timeout / 4);
-    let svc = {
-        let service = service.clone();
-        let verdict = verdict.clone();
-        let activity = activity.clone();
-        let node = Arc::new(headers::ClientNode::with_scheme(peer.ip(), S::SCHEME));
-        // RFC 6797: Strict-Transport-Security only over a secure transport.
-        let hsts = http.hsts.filter(|_| node.is_https()).and_then(|age| HeaderValue::from_str(&format!("max-age={}", age.as_secs())).ok());
-        hyper::service::service_fn(move |req| {
-            let service = service.clone();
-            let verdict = verdict.clone();
-            let node = node.clone();
-            let hsts = hsts.clone();
-            let answer = park::InFlight::count(&activity);
-            async move {
-                let mut response = handle(req, peer, &node, &service, &verdict).await;
-                if let Some(hsts) = hsts {
-                    response.headers_mut().entry(header::STRICT_TRANSPORT_SECURITY).or_insert(hsts);
-                }
-                Ok::<_, std::convert::Infallible>(answer.with(response))
-            }
-        })
-    };
+    let svc = requests::<S>(&service, peer, verdict.clone(), activity.clone());
     loop {
         // Parked: wait for the client's next bytes with no buffer. `head_timeout` counts from
         // here, and hyper gets what is left of it for the head.
@@ -112,6 +97,35 @@ pub async fn serve<S: ClientIo>(client: S, peer: SocketAddr, service: Arc<Servic
     if let Some(why) = verdict.answered_by_guard() {
         warn!(service = %service.config().name, client = %peer, "request refused with 400: {why}");
     }
+}
+
+/// The handler of a connection's requests, for either protocol: each request is counted in
+/// `activity` until its answer is written, and gets HSTS when the service sets it.
+fn requests<S: ClientIo>(
+    service: &Arc<Service>,
+    peer: SocketAddr,
+    verdict: Verdict,
+    activity: Arc<park::Activity>,
+) -> impl hyper::service::Service<Request<Incoming>, Response = Response<park::Answer>, Error = std::convert::Infallible, Future: Send + 'static> + Clone + Send + 'static {
+    let http = &service.config().http;
+    let service = service.clone();
+    let node = Arc::new(headers::ClientNode::with_scheme(peer.ip(), S::SCHEME));
+    // RFC 6797: Strict-Transport-Security only over a secure transport.
+    let hsts = http.hsts.filter(|_| node.is_https()).and_then(|age| HeaderValue::from_str(&format!("max-age={}", age.as_secs())).ok());
+    hyper::service::service_fn(move |req| {
+        let service = service.clone();
+        let verdict = verdict.clone();
+        let node = node.clone();
+        let hsts = hsts.clone();
+        let answer = park::InFlight::count(&activity);
+        async move {
+            let mut response = handle(req, peer, &node, &service, &verdict).await;
+            if let Some(hsts) = hsts {
+                response.headers_mut().entry(header::STRICT_TRANSPORT_SECURITY).or_insert(hsts);
+            }
+            Ok::<_, std::convert::Infallible>(answer.with(response))
+        }
+    })
 }
 
 /// hyper's HTTP/1.1 server with a service's head timeout and limits (their ranges in
@@ -160,6 +174,10 @@ async fn handle(mut req: Request<Incoming>, peer: SocketAddr, node: &headers::Cl
     }
     if let Some(why) = headers::host_problem(req.headers(), req.version()) {
         return refuse(&cfg.name, record, StatusCode::BAD_REQUEST, why.into());
+    }
+    if req.version() == hyper::Version::HTTP_2 && req.uri().authority().is_none() && !req.headers().contains_key(header::HOST) {
+        // RFC 9113 section 8.3.1: an HTTP/1.1 request needs a Host to be made from it.
+        return refuse(&cfg.name, record, StatusCode::BAD_REQUEST, "an HTTP/2 request without :authority or Host cannot go on as HTTP/1.1".into());
     }
     if cfg.http.redirect_https && !node.is_https() {
         return redirect_https(record, &req);

@@ -12,7 +12,7 @@
 use std::future::poll_fn;
 use std::pin::Pin;
 use std::sync::Arc;
-use std::sync::atomic::{AtomicBool, AtomicU32, Ordering::Relaxed};
+use std::sync::atomic::{AtomicBool, AtomicU32, AtomicU64, Ordering::Relaxed};
 use std::task::{Context, Poll};
 use std::time::Duration;
 
@@ -37,12 +37,18 @@ pub struct Activity {
     waiting: AtomicBool,
     /// hyper wrote since it last flushed (its own buffer is empty only after a flush).
     unflushed: AtomicBool,
+    /// Requests taken so far (HTTP/2's idle timeout sees a connection's progress by it).
+    started: AtomicU64,
 }
 
 impl Activity {
     /// Nothing to read, nothing to write, nothing being answered.
     pub fn idle(&self) -> bool {
         self.in_flight.load(Relaxed) == 0 && self.waiting.load(Relaxed) && !self.unflushed.load(Relaxed)
+    }
+    /// Requests in flight now, and requests taken so far.
+    pub fn requests(&self) -> (u32, u64) {
+        (self.in_flight.load(Relaxed), self.started.load(Relaxed))
     }
     pub fn waiting(&self, waiting: bool) {
         self.waiting.store(waiting, Relaxed);
@@ -74,6 +80,7 @@ impl InFlight {
     /// Counts a request in flight now, before its handler runs.
     pub fn count(activity: &Arc<Activity>) -> InFlight {
         activity.in_flight.fetch_add(1, Relaxed);
+        activity.started.fetch_add(1, Relaxed);
         InFlight(activity.clone())
     }
 

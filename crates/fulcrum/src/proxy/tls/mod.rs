@@ -48,9 +48,10 @@ pub struct Terminator {
 }
 
 impl Terminator {
-    /// Loads every certificate and key of `tls` and the client CA, and builds the server config.
+    /// Loads every certificate and key of `tls` and the client CA, and builds the server config;
+    /// an HTTP service offers `h2` by ALPN when `h2`.
     /// Reads files: call it off the runtime's threads.
-    pub fn load(tls: &config::Tls, mode: Mode) -> Result<Terminator, TlsError> {
+    pub fn load(tls: &config::Tls, mode: Mode, h2: bool) -> Result<Terminator, TlsError> {
         let provider = Arc::new(rustls::crypto::ring::default_provider());
         let now = SystemTime::now();
         let loaded = tls.certificates.iter().map(|c| certs::load(&c.cert, &c.key, &provider, now)).collect::<Result<Vec<_>, _>>()?;
@@ -80,7 +81,7 @@ impl Terminator {
         let mut server = builder.with_cert_resolver(Arc::new(resolver));
         server.ticketer = ticketer().map_err(|e| fail("[service.tls]", e))?;
         if mode == Mode::Http {
-            server.alpn_protocols = vec![b"http/1.1".to_vec()];
+            server.alpn_protocols = if h2 { vec![b"h2".to_vec(), b"http/1.1".to_vec()] } else { vec![b"http/1.1".to_vec()] };
         }
         Ok(Terminator { acceptor: TlsAcceptor::from(Arc::new(server)), certs: infos, handshake_timeout: tls.handshake_timeout })
     }

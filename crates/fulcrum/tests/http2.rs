@@ -1,0 +1,94 @@
+//! HTTP/2 abuse limits (`proxy/http/h2.rs`), with frames written by hand so the test controls
+//! exactly what a hostile client sends.
+
+mod support;
+
+use std::io::{Read, Write};
+use std::time::Duration;
+
+use support::*;
+
+const PREFACE: &[u8] = b"PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n";
+
+fn frame(kind: u8, flags: u8, stream: u32, payload: &[u8]) -> Vec<u8> {
+    let len = payload.len() as u32;
+    let mut f = vec![(len >> 16) as u8, (len >> 8) as u8, len as u8, kind, flags];
+    f.extend_from_slice(&stream.to_be_bytes());
+    f.extend_from_slice(payload);
+    f
+}
+
+/// `GET /name` for authority `a` in HPACK: indexed :method GET, :scheme http, :path /, then
+/// :authority as a literal.
+fn get_headers(stream: u32) -> Vec<u8> {
+    frame(1, 0x5, stream, &[0x82, 0x86, 0x84, 0x41, 0x01, b'a'])
+}
+
+/// The frames of a whole connection until it closes, as (type, stream, payload).
+fn read_frames(conn: &mut std::net::TcpStream) -> Vec<(u8, u32, Vec<u8>)> {
+    conn.set_read_timeout(Some(Duration::from_secs(10))).unwrap();
+    let mut raw = Vec::new();
+    let _ = conn.read_to_end(&mut raw);
+    let mut frames = Vec::new();
+    let mut at = 0;
+    while raw.len() >= at + 9 {
+        let len = (usize::from(raw[at]) << 16) | (usize::from(raw[at + 1]) << 8) | usize::from(raw[at + 2]);
+        let stream = u32::from_be_bytes([raw[at + 5], raw[at + 6], raw[at + 7], raw[at + 8]]) & 0x7fff_ffff;
+        let end = (at + 9 + len).min(raw.len());
+        frames.push((raw[at + 3], stream, raw[at + 9..end].to_vec()));
+        at += 9 + len;
+    }
+    frames
+}
+
+/// CVE-2023-44487: a client that opens streams and resets them at once, thousands in a burst,
+/// gets GOAWAY with ENHANCE_YOUR_CALM, and its requests do not reach the server in numbers.
+#[test]
+fn rapid_reset_ends_the_connection_with_enhance_your_calm() {
+    let nginx = Nginx::start("n1", "TARGET");
+    let f = Fulcrum::start(&format!(
+        "[[service]]\nname = \"web\"\nlisten = \"{{LISTEN}}\"\nmode = \"http\"\n[service.http]\nh2c = true\n[service.health]\nkind = \"none\"\n[[service.server]]\naddress = \"{}\"\n",
+        nginx.addr
+    ));
+    let mut conn = std::net::TcpStream::connect(f.listen).unwrap();
+    let mut burst = PREFACE.to_vec();
+    burst.extend(frame(4, 0, 0, &[]));
+    for i in 0..2000u32 {
+        let stream = 1 + 2 * i;
+        burst.extend(get_headers(stream));
+        burst.extend(frame(3, 0, stream, &8u32.to_be_bytes()));
+    }
+    let _ = conn.write_all(&burst);
+    let frames = read_frames(&mut conn);
+    let goaway = frames.iter().find(|(kind, ..)| *kind == 7).unwrap_or_else(|| panic!("no GOAWAY in {} frames", frames.len()));
+    let code = u32::from_be_bytes([goaway.2[4], goaway.2[5], goaway.2[6], goaway.2[7]]);
+    assert_eq!(code, 0xb, "ENHANCE_YOUR_CALM");
+    let total = f.server_stats(&nginx.addr.to_string())["total"].as_u64().unwrap();
+    assert!(total < 200, "{total} of 2000 reset requests reached the server");
+}
+
+/// A client may keep `max_streams` streams open; SETTINGS says so, and a request over the limit
+/// is refused with REFUSED_STREAM while the others are answered.
+#[test]
+fn streams_past_max_streams_are_refused() {
+    let nginx = Nginx::start("n2", "TARGET");
+    let f = Fulcrum::start(&format!(
+        "[[service]]\nname = \"web\"\nlisten = \"{{LISTEN}}\"\nmode = \"http\"\n[service.http]\nh2c = true\nmax_streams = 4\n[service.health]\nkind = \"none\"\n[[service.server]]\naddress = \"{}\"\n",
+        nginx.addr
+    ));
+    let mut conn = std::net::TcpStream::connect(f.listen).unwrap();
+    let mut burst = PREFACE.to_vec();
+    burst.extend(frame(4, 0, 0, &[]));
+    for i in 0..6u32 {
+        // Open and never finished (no END_STREAM): each holds its place.
+        burst.extend(frame(1, 0x4, 1 + 2 * i, &[0x83, 0x86, 0x84, 0x41, 0x01, b'a']));
+    }
+    conn.write_all(&burst).unwrap();
+    conn.shutdown(std::net::Shutdown::Write).unwrap();
+    let frames = read_frames(&mut conn);
+    let settings = frames.iter().find(|(kind, stream, p)| *kind == 4 && *stream == 0 && !p.is_empty()).expect("the server's SETTINGS");
+    let max = settings.2.chunks(6).find(|s| s[..2] == [0, 3]).map(|s| u32::from_be_bytes([s[2], s[3], s[4], s[5]]));
+    assert_eq!(max, Some(4), "SETTINGS_MAX_CONCURRENT_STREAMS");
+    let refused: Vec<u32> = frames.iter().filter(|(kind, _, p)| *kind == 3 && p[..] == 7u32.to_be_bytes()).map(|(_, s, _)| *s).collect();
+    assert!(!refused.is_empty() && refused.iter().all(|s| *s > 7), "streams past the fourth refused: {refused:?}");
+}
