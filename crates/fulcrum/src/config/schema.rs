@@ -215,6 +215,9 @@ pub struct Service {
     /// TCP and FTP modes: a PROXY protocol header sent to the server first on each connection.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub proxy_protocol: Option<ProxyProtocol>,
+    /// HTTP mode: the protocol spoken to the service's own servers.
+    #[serde(default, skip_serializing_if = "ServerProtocol::is_http1")]
+    pub protocol: ServerProtocol,
     /// TLS termination for the service's clients (TCP and HTTP modes).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub tls: Option<Tls>,
@@ -285,6 +288,7 @@ impl Service {
         Service {
             name: format!("{}/{}", self.name, pool.name),
             algorithm: pool.algorithm,
+            protocol: pool.protocol,
             health: pool.health.clone(),
             passive: pool.passive.clone(),
             p2c: pool.p2c.clone(),
@@ -298,6 +302,24 @@ impl Service {
             tls: None,
             ..self.clone()
         }
+    }
+}
+
+/// What HTTP mode speaks to a pool's servers.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum ServerProtocol {
+    /// HTTP/1.1 over kept-alive connections, one request at a time on each.
+    #[default]
+    Http1,
+    /// HTTP/2 without TLS (h2c, prior knowledge): one connection per server carries every
+    /// request as a stream, trailers included; what gRPC servers speak.
+    H2,
+}
+
+impl ServerProtocol {
+    pub fn is_http1(&self) -> bool {
+        *self == ServerProtocol::Http1
     }
 }
 
@@ -343,6 +365,9 @@ pub struct Pool {
     pub name: String,
     #[serde(default = "defaults::algorithm")]
     pub algorithm: Algorithm,
+    /// The protocol spoken to the pool's servers.
+    #[serde(default, skip_serializing_if = "ServerProtocol::is_http1")]
+    pub protocol: ServerProtocol,
     #[serde(default)]
     pub health: Health,
     #[serde(default)]

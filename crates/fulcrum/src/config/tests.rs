@@ -238,3 +238,16 @@ fn tls_passthrough_routes_by_server_name_in_tcp_mode_only() {
     let e = errors(&text.replacen("[service.health]", tls, 1));
     assert!(e.contains("this service terminates TLS"), "{e}");
 }
+
+#[test]
+fn the_grpc_example_is_valid_and_h2_servers_need_http_mode() {
+    let text = include_str!("../../../../examples/grpc.toml");
+    let c = parse_with(text, "grpc.toml", Resolve::No).unwrap();
+    assert_eq!(c.services[0].protocol, ServerProtocol::H2);
+    assert!(c.services[0].http.h2c);
+    assert_eq!(revalidate(&c).unwrap(), c, "protocol is written back as read");
+    let d = first_error(&text.replace("mode = \"http\"", "mode = \"tcp\"").replace("[service.http]\nh2c = true\n", ""));
+    assert!(d.message.contains("protocol = \"h2\" is for mode = \"http\""), "{d}");
+    let d = first_error(&text.replace("protocol = \"h2\"", "protocol = \"h3\""));
+    assert!(d.message.contains("h3"), "{d}");
+}

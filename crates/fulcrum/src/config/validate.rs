@@ -184,6 +184,9 @@ fn validate_service(service: &Service, prefix: &[Seg<'_>], report: &mut Report<'
             report.error(&path(prefix, &[Seg::Key("server"), Seg::Index(j), Seg::Key("id")]), format!("server id {id:?} is also server #{}'s", first + 1), "give every server its own id");
         }
     }
+    if !service.protocol.is_http1() && service.mode != Mode::Http {
+        report.error(&at("protocol"), "protocol = \"h2\" is for mode = \"http\": it is how requests go to the servers".into(), "remove protocol, or set mode = \"http\"");
+    }
     if health.kind == HealthKind::Ftp && service.mode != Mode::Ftp {
         report.error(&hat("kind"), "kind = \"ftp\" checks an FTP server, but the service is not mode = \"ftp\"".into(), "use kind = \"tcp\" or \"http\"");
     }

@@ -61,6 +61,8 @@ pub struct ServerState {
     pub measure: Measure,
     /// HTTP: idle keep-alive connections to this server, lent one request at a time.
     pub idle: Arc<crate::proxy::http::ServerConns>,
+    /// HTTP with `protocol = "h2"`: the one connection to this server that every request shares.
+    pub h2: crate::proxy::http::ServerH2,
 }
 
 /// Per-server counters, as in HAProxy's stats table.
@@ -108,6 +110,7 @@ impl ServerState {
             counters: Counters::default(),
             measure: Measure::new(crate::config::P2c::default().decay),
             idle: Arc::default(),
+            h2: Default::default(),
         }
     }
 

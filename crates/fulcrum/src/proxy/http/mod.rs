@@ -40,13 +40,17 @@ use body::{ClientFault, ProxyBody, READ_AHEAD};
 use guard::{Guarded, Verdict};
 pub use guard::ClientIo;
 use upstream::Failure;
-use crate::config::AccessLog;
+use crate::config::{AccessLog, ServerProtocol};
 use crate::error::{Kind, Side};
 use crate::live::Service;
 use crate::shutdown::Shutdown;
 
 /// A server's idle keep-alive connections, kept in its state (`live::ServerState::idle`).
 pub(crate) type ServerConns = idle::IdleConns<hyper::client::conn::http1::SendRequest<ProxyBody>>;
+
+/// A server's shared HTTP/2 connection (`protocol = "h2"`), kept in its state
+/// (`live::ServerState::h2`); a clone per request, each a stream of it.
+pub(crate) type ServerH2 = std::sync::Mutex<Option<hyper::client::conn::http2::SendRequest<ProxyBody>>>;
 
 /// Serves one client connection: as many requests as it sends. hyper runs only while the client
 /// is active (`park`): between bursts the connection is its socket and a few words of state.
@@ -206,6 +210,9 @@ async fn handle(mut req: Request<Incoming>, peer: SocketAddr, node: &headers::Cl
             }
         }
     };
+    // gRPC needs `te: trailers` on HTTP/2 (the only TE value HTTP/2 allows); kept for h2 pools.
+    let te_trailers = parts.headers.get_all(header::TE).iter().any(|v| v.to_str().is_ok_and(|v| v.split(',').any(|t| t.trim().eq_ignore_ascii_case("trailers"))));
+    let grpc = parts.headers.get(header::CONTENT_TYPE).is_some_and(|v| v.as_bytes().starts_with(b"application/grpc"));
     headers::strip_hop_by_hop(&mut parts.headers, upgrade);
     headers::add_forwarded(&mut parts.headers, node, &cfg.http.forwarded_headers);
     origin_form(&mut parts);
@@ -215,6 +222,9 @@ async fn handle(mut req: Request<Incoming>, peer: SocketAddr, node: &headers::Cl
     let (target, pool) = route::choose(service, parts.uri.path(), &parts.headers, parts.uri.authority().map(|a| a.as_str()));
     if logging {
         record.pool = pool.to_string();
+    }
+    if target.config.protocol == ServerProtocol::H2 {
+        to_h2(&mut parts, te_trailers);
     }
     let idempotent = matches!(parts.method, Method::GET | Method::HEAD | Method::OPTIONS | Method::TRACE | Method::PUT | Method::DELETE);
     let req = Request::from_parts(parts, body);
@@ -257,6 +267,9 @@ async fn handle(mut req: Request<Incoming>, peer: SocketAddr, node: &headers::Cl
                 warn!(service = %cfg.name, client = %peer, held, status = status.as_u16(), "{why}");
             }
             record.server = server;
+            if grpc {
+                return grpc_answer(record, status, why);
+            }
             answer(record, status, why)
         }
     }
@@ -300,6 +313,44 @@ fn answer(mut record: Record, status: StatusCode, why: String) -> Response<Proxy
         r.headers_mut().insert(header::CONNECTION, HeaderValue::from_static("close"));
     }
     r
+}
+
+/// A gRPC client's answer when no server answered: HTTP 200 with the gRPC status in the headers
+/// (a trailers-only response), so the client library reports it: 14 UNAVAILABLE for what HTTP
+/// calls 502 and 503, 4 DEADLINE_EXCEEDED for 504.
+fn grpc_answer(mut record: Record, status: StatusCode, why: String) -> Response<ProxyBody> {
+    let code = match status {
+        StatusCode::GATEWAY_TIMEOUT => "4",
+        StatusCode::BAD_GATEWAY | StatusCode::SERVICE_UNAVAILABLE => "14",
+        _ => "13",
+    };
+    record.status = StatusCode::OK.as_u16();
+    drop(record);
+    let mut r = Response::new(ProxyBody::Empty);
+    let h = r.headers_mut();
+    h.insert(header::CONTENT_TYPE, HeaderValue::from_static("application/grpc"));
+    h.insert("grpc-status", HeaderValue::from_static(code));
+    // grpc-message is percent-encoded: keep the printable ASCII that needs no encoding.
+    let message: String = format!("Fulcrum: {why}").chars().filter(|c| c.is_ascii_graphic() && *c != '%' || *c == ' ').collect();
+    if let Ok(v) = HeaderValue::from_str(&message) {
+        h.insert("grpc-message", v);
+    }
+    r
+}
+
+/// A request for an HTTP/2 server: version 2 and an absolute target whose authority is the
+/// Host (HTTP/2 carries it as `:authority`), and `te: trailers` when the client sent it.
+fn to_h2(parts: &mut hyper::http::request::Parts, te_trailers: bool) {
+    parts.version = hyper::Version::HTTP_2;
+    let host = parts.headers.remove(header::HOST);
+    let authority = host.as_ref().and_then(|h| h.to_str().ok()).filter(|h| !h.is_empty()).unwrap_or("localhost");
+    let pq = parts.uri.path_and_query().map_or("/", |p| p.as_str());
+    if let Ok(uri) = format!("http://{authority}{pq}").parse() {
+        parts.uri = uri;
+    }
+    if te_trailers {
+        parts.headers.insert(header::TE, HeaderValue::from_static("trailers"));
+    }
 }
 
 /// A 308 to the request's URL over https (the port of https, 443): a plain-HTTP service with

@@ -8,9 +8,11 @@ use std::sync::atomic::Ordering::Relaxed;
 use std::time::{Duration, Instant};
 
 use hyper::body::Incoming;
+use hyper::client::conn::TrySendError;
 use hyper::client::conn::http1::SendRequest;
+use hyper::client::conn::http2;
 use hyper::{Request, Response};
-use hyper_util::rt::TokioIo;
+use hyper_util::rt::{TokioExecutor, TokioIo, TokioTimer};
 use tracing::debug;
 
 use super::body::ProxyBody;
@@ -18,6 +20,7 @@ use super::idle::Lent;
 use super::replay::{Next, Replay};
 use crate::error::{Error, Kind, Side};
 use crate::proxy::dispatch::{Dispatch, Place, Steer};
+use crate::config::ServerProtocol;
 use crate::live::Pool;
 
 /// Why no response came from any server.
@@ -61,29 +64,39 @@ pub async fn send(pool: &Pool, client: SocketAddr, mut req: Request<ProxyBody>, 
         let entry = place.entry().clone();
         let idle = &entry.state.idle;
         let started = Instant::now();
-        let mut reused = if upgrade { None } else { idle.take(entry.addr, cfg.http.keepalive_idle) };
+        let h2 = cfg.protocol == ServerProtocol::H2;
+        let mut reused = match (h2, upgrade) {
+            (true, _) => shared_h2(&entry.state.h2).map(Sender::H2),
+            (false, false) => idle.take(entry.addr, cfg.http.keepalive_idle).map(Sender::H1),
+            (false, true) => None,
+        };
         if let Some(s) = reused.as_mut()
             && s.ready().await.is_err()
         {
             reused = None;
         }
         let was_reused = reused.is_some();
-        let mut sender = match reused {
-            Some(s) => s,
-            None => match open(&dispatch, &place).await {
-                Ok(s) => s,
-                Err(err) => {
-                    dispatch.failed(place, err).map_err(Failure::Connect)?;
-                    continue;
-                }
-            },
+        let opened = match reused {
+            Some(s) => Ok(s),
+            None if h2 => open_h2(&dispatch, &place).await.map(Sender::H2),
+            None => open(&dispatch, &place).await.map(Sender::H1),
+        };
+        let mut sender = match opened {
+            Ok(s) => s,
+            Err(err) => {
+                dispatch.failed(place, err).map_err(Failure::Connect)?;
+                continue;
+            }
         };
         let connect = started.elapsed();
         place.opened();
         let sent = Instant::now();
-        match tokio::time::timeout(cfg.http.response_timeout, sender.try_send_request(req)).await {
+        match tokio::time::timeout(cfg.http.response_timeout, sender.try_send(req)).await {
             Ok(Ok(response)) => {
-                let lent = (!upgrade).then(|| Lent::new(sender, entry.addr, idle.clone()));
+                let lent = match sender {
+                    Sender::H1(s) if !upgrade => Some(Lent::new(s, entry.addr, idle.clone())),
+                    _ => None,
+                };
                 return Ok(Answer { response, lent, place, connect, response_time: sent.elapsed() });
             }
             Ok(Err(failed)) => {
@@ -117,6 +130,55 @@ pub async fn send(pool: &Pool, client: SocketAddr, mut req: Request<ProxyBody>, 
 /// reads; this bound is what a slow reader costs on the server side, since hyper reads the next
 /// chunk only once the client's side has taken the last one.
 pub const SERVER_READ_BUFFER: usize = 16 * 1024;
+
+/// A connection to send one request on: an HTTP/1.1 one of the server's own, or a stream of its
+/// shared HTTP/2 connection.
+enum Sender {
+    H1(SendRequest<ProxyBody>),
+    H2(http2::SendRequest<ProxyBody>),
+}
+
+impl Sender {
+    async fn ready(&mut self) -> hyper::Result<()> {
+        match self {
+            Sender::H1(s) => s.ready().await,
+            Sender::H2(s) => s.ready().await,
+        }
+    }
+
+    async fn try_send(&mut self, req: Request<ProxyBody>) -> Result<Response<Incoming>, TrySendError<Request<ProxyBody>>> {
+        match self {
+            Sender::H1(s) => s.try_send_request(req).await,
+            Sender::H2(s) => s.try_send_request(req).await,
+        }
+    }
+}
+
+/// The server's shared HTTP/2 connection, while it is open.
+fn shared_h2(slot: &super::ServerH2) -> Option<http2::SendRequest<ProxyBody>> {
+    let shared = slot.lock().unwrap_or_else(|e| e.into_inner());
+    shared.as_ref().filter(|s| !s.is_closed()).cloned()
+}
+
+/// A new HTTP/2 connection (h2c, prior knowledge) to the server of `place`, kept as the one
+/// its next requests share.
+async fn open_h2(dispatch: &Dispatch<'_>, place: &Place) -> Result<http2::SendRequest<ProxyBody>, Error> {
+    let entry = place.entry();
+    let addr = entry.addr;
+    let stream = dispatch.connect(place).await?;
+    let (sender, conn) = http2::Builder::new(TokioExecutor::new())
+        .timer(TokioTimer::new())
+        .handshake(TokioIo::new(stream))
+        .await
+        .map_err(|e| Error::new(Kind::Connect, Side::Server).server(addr).io(std::io::Error::other(e)))?;
+    tokio::spawn(async move {
+        if let Err(e) = conn.await {
+            debug!(server = %addr, "server HTTP/2 connection ended: {e}");
+        }
+    });
+    *entry.state.h2.lock().unwrap_or_else(|e| e.into_inner()) = Some(sender.clone());
+    Ok(sender)
+}
 
 /// A new connection to the server of `place`, handshaken; its driver task runs until the
 /// connection ends.
