@@ -410,3 +410,41 @@ fn http2_clients_are_served_over_tls_and_h2c_and_servers_hear_http_1_1() {
     let (code, body) = curl_https(&one, "web.test", "/name", &cert.cert, &["--http2", "-w", "\n%{http_version}"]);
     assert_eq!((code, body.as_str()), (0, "n1\n1.1"));
 }
+
+/// `server_tls`: Fulcrum speaks TLS to nginx HTTPS servers and verifies them against the CA
+/// file (the servers' self-signed certificates here), in HTTP and TCP modes; a server whose
+/// certificate does not verify is a connect failure, answered 502 with the reason.
+#[test]
+fn server_tls_verifies_the_servers_and_carries_http_and_tcp_to_them() {
+    let dir = scratch("tls-origin");
+    let good = self_signed(&dir, "origin", &["origin.test", "127.0.0.1"], 30);
+    let other = self_signed(&dir, "other", &["origin.test"], 30);
+    let server = Nginx::start_https("s1", &good.cert, &good.key);
+    let config = |mode: &str, ca: &Path, sni: &str| {
+        format!(
+            "[[service]]\nname = \"web\"\nlisten = \"{{LISTEN}}\"\nmode = \"{mode}\"\n[service.server_tls]\nca = \"{}\"\n{sni}\n[service.health]\nkind = \"tcp\"\n[[service.server]]\naddress = \"{}\"\n",
+            ca.display(),
+            server.addr
+        )
+    };
+    // HTTP mode, SNI and verification by the configured name.
+    let http = Fulcrum::start(&config("http", &good.cert, "sni = \"origin.test\""));
+    assert_eq!(http_get(http.listen, "/name"), (200, "s1".into()));
+    // TCP mode, verified as the IP address of the server's address.
+    let tcp = Fulcrum::start(&config("tcp", &good.cert, ""));
+    assert_eq!(http_get(tcp.listen, "/name"), (200, "s1".into()));
+    // A CA that did not sign the server's certificate: no request reaches it.
+    let wrong = Fulcrum::start(&config("http", &other.cert, "sni = \"origin.test\""));
+    let (status, body) = http_get(wrong.listen, "/name");
+    assert_eq!(status, 502, "{body}");
+    assert!(body.contains("TLS") && body.contains("certificate"), "{body}");
+    assert!(wrong.server_stats(&server.addr.to_string())["connect_failures"].as_u64().unwrap() >= 1);
+
+    // check refuses what cannot work, naming the file or the key.
+    let bad_ca = dir.join("not-a-ca.pem");
+    std::fs::write(&bad_ca, "not pem").unwrap();
+    let (ok, out) = check(&config("http", &bad_ca, ""), &dir);
+    assert!(!ok && out.contains("not-a-ca.pem"), "{out}");
+    let (ok, out) = check(&config("http", &good.cert, "").replace("kind = \"tcp\"", "kind = \"http\""), &dir);
+    assert!(!ok && out.contains("checks in plain HTTP"), "{out}");
+}

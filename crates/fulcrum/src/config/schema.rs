@@ -218,6 +218,9 @@ pub struct Service {
     /// HTTP mode: the protocol spoken to the service's own servers.
     #[serde(default, skip_serializing_if = "ServerProtocol::is_http1")]
     pub protocol: ServerProtocol,
+    /// TLS to the service's own servers (TCP and HTTP modes).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub server_tls: Option<ServerTls>,
     /// TLS termination for the service's clients (TCP and HTTP modes).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub tls: Option<Tls>,
@@ -289,6 +292,7 @@ impl Service {
             name: format!("{}/{}", self.name, pool.name),
             algorithm: pool.algorithm,
             protocol: pool.protocol,
+            server_tls: pool.server_tls.clone(),
             health: pool.health.clone(),
             passive: pool.passive.clone(),
             p2c: pool.p2c.clone(),
@@ -303,6 +307,19 @@ impl Service {
             ..self.clone()
         }
     }
+}
+
+/// `server_tls`: Fulcrum speaks TLS to the servers and verifies them.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct ServerTls {
+    /// A PEM file of the CA certificates a server's certificate must chain to (for the system's
+    /// roots on Debian: `/etc/ssl/certs/ca-certificates.crt`).
+    pub ca: String,
+    /// The name sent in SNI and verified against the server's certificate; unset: the host of
+    /// each server's `address` (an IP address is verified as one).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub sni: Option<String>,
 }
 
 /// What HTTP mode speaks to a pool's servers.
@@ -368,6 +385,9 @@ pub struct Pool {
     /// The protocol spoken to the pool's servers.
     #[serde(default, skip_serializing_if = "ServerProtocol::is_http1")]
     pub protocol: ServerProtocol,
+    /// TLS to the pool's servers.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub server_tls: Option<ServerTls>,
     #[serde(default)]
     pub health: Health,
     #[serde(default)]

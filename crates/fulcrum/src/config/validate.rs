@@ -184,6 +184,18 @@ fn validate_service(service: &Service, prefix: &[Seg<'_>], report: &mut Report<'
             report.error(&path(prefix, &[Seg::Key("server"), Seg::Index(j), Seg::Key("id")]), format!("server id {id:?} is also server #{}'s", first + 1), "give every server its own id");
         }
     }
+    if let Some(tls) = &service.server_tls {
+        let sat = |key| path(prefix, &[Seg::Key("server_tls"), Seg::Key(key)]);
+        if service.mode == Mode::Ftp {
+            report.error(&path(prefix, &[Seg::Key("server_tls")]), "server_tls is for mode = \"tcp\" and \"http\"".into(), "FTP over TLS is not supported: remove server_tls");
+        } else if let Err(e) = crate::proxy::tls::origin::Originator::load(tls, service.mode == Mode::Http, service.protocol == crate::config::ServerProtocol::H2) {
+            let key = if e.file == tls.ca { "ca" } else { "sni" };
+            report.error(&sat(key), format!("server_tls: {e}"), "ca is a PEM file of CA certificates (the system's: /etc/ssl/certs/ca-certificates.crt); sni a DNS name or IP address");
+        }
+        if service.health.kind == HealthKind::Http {
+            report.error(&hat("kind"), "kind = \"http\" checks in plain HTTP, but these servers speak TLS (server_tls)".into(), "use kind = \"tcp\"");
+        }
+    }
     if !service.protocol.is_http1() && service.mode != Mode::Http {
         report.error(&at("protocol"), "protocol = \"h2\" is for mode = \"http\": it is how requests go to the servers".into(), "remove protocol, or set mode = \"http\"");
     }
@@ -261,6 +273,9 @@ fn validate_edge(service: &Service, prefix: &[Seg<'_>], report: &mut Report<'_>)
     }
     if service.data_ports.is_some() && service.mode != Mode::Ftp {
         report.error(&at("data_ports"), "data_ports is only for mode = \"ftp\"".into(), "remove it, or set mode = \"ftp\"");
+    }
+    if service.server_tls.is_some() && service.fast_path == Some(FastPath::Sockmap) {
+        report.error(&at("fast_path"), "fast_path = \"sockmap\" cannot carry a TLS session to the servers: the bytes must pass through Fulcrum to be encrypted".into(), "remove fast_path or server_tls");
     }
 }
 
@@ -355,6 +370,13 @@ fn validate_routing(service: &Service, i: usize, report: &mut Report<'_>) {
         return;
     }
     let tcp = service.mode == Mode::Tcp;
+    if tcp && !service.routes.is_empty() && (service.server_tls.is_some() || service.pools.iter().any(|p| p.server_tls.is_some())) {
+        report.error(
+            &at(&[Seg::Key("route")]),
+            "routes in mode = \"tcp\" pass the client's TLS through; server_tls would wrap it in a second session".into(),
+            "remove server_tls: the servers answer the client's own handshake",
+        );
+    }
     if tcp && service.tls.is_some() {
         report.error(
             &at(&[Seg::Key("route")]),

@@ -197,7 +197,14 @@ fn build_pool(sc: &config::Service, registry: &mut Registry) -> Result<Pool, Bui
         let entry = Arc::new(ServerEntry { addr, state, id: server.cookie_id(), maxconn: server.maxconn });
         if server.backup { backup.push(entry) } else { primary.push(entry) }
     }
-    Ok(Pool { primary: Tier::new(primary, sc, &events), backup: Tier::new(backup, sc, &events), config: sc.clone(), state: shared })
+    // Reads the CA file: `build` runs on a blocking thread.
+    let server_tls = sc
+        .server_tls
+        .as_ref()
+        .map(|t| crate::proxy::tls::origin::Originator::load(t, sc.mode == config::Mode::Http, sc.protocol == config::ServerProtocol::H2).map(Arc::new))
+        .transpose()
+        .map_err(|cause| BuildError::Tls { service: sc.name.clone(), cause })?;
+    Ok(Pool { primary: Tier::new(primary, sc, &events), backup: Tier::new(backup, sc, &events), config: sc.clone(), state: shared, server_tls })
 }
 
 #[cfg(test)]

@@ -112,6 +112,8 @@ pub struct Pool {
     pub state: Arc<ServiceState>,
     pub primary: Tier,
     pub backup: Tier,
+    /// `server_tls`: the TLS client side for the pool's servers.
+    pub server_tls: Option<Arc<crate::proxy::tls::origin::Originator>>,
 }
 
 impl Pool {

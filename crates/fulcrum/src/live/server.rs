@@ -239,6 +239,14 @@ impl ServerState {
         false
     }
 
+    /// Counts a TLS handshake to the server that failed (`server_tls`) as a failed connect,
+    /// logging when it holds the server down.
+    pub fn record_tls_failure(&self, service: &str, limit: u32, reason: &dyn std::fmt::Display) {
+        if self.record_connect_failure(limit) {
+            tracing::warn!(service = %service, server = %self.key.address, %reason, "server down: {limit} consecutive connect failures (failure_limit)");
+        }
+    }
+
     pub fn record_connect_success(&self) {
         if self.consecutive_failures.load(Relaxed) != 0 {
             self.consecutive_failures.store(0, Relaxed);

@@ -185,15 +185,45 @@ async fn route_by_sni<'a>(service: &'a Service, client: &mut TcpStream, peer: So
 
 /// A TCP-mode connection whose TLS Fulcrum terminated: the decrypted bytes go to one server.
 async fn handle_tls(mut client: tokio_rustls::server::TlsStream<TcpStream>, peer: SocketAddr, service: Arc<Service>, shutdown: Shutdown) {
+    let Some((place, server)) = connect_server(&service, &service.pool, client.get_ref().0, peer, &[], &shutdown).await else { return };
+    match &service.pool.server_tls {
+        Some(origin) => {
+            let Some(mut server) = secure(origin, server, &place, &service, peer).await else { return };
+            copy_through(&mut client, &mut server, &place, &service, peer, &shutdown).await
+        }
+        None => copy_through(&mut client, &mut { server }, &place, &service, peer, &shutdown).await,
+    }
+}
+
+/// `server_tls`: the TLS session to the server of `place`; `None` (counted as the server's
+/// connect failure, and logged) when the handshake or the server's certificate fails.
+async fn secure(origin: &tls::origin::Originator, server: TcpStream, place: &dispatch::Place, service: &Service, peer: SocketAddr) -> Option<tokio_rustls::client::TlsStream<TcpStream>> {
+    let entry = place.entry();
+    match origin.connect(server, &entry.state.key.address, service.config().connect_timeout).await {
+        Ok(tls) => Some(tls),
+        Err(e) => {
+            entry.state.record_tls_failure(&service.config().name, service.config().failure_limit, &e);
+            warn!(service = %service.config().name, client = %peer, server = %entry.addr, "closing client: TLS to the server failed: {e}");
+            None
+        }
+    }
+}
+
+/// Copies bytes between a client and a server, either of them in TLS, until the connection ends
+/// (no splice: TLS bytes pass through the process).
+async fn copy_through<C, S>(client: &mut C, server: &mut S, place: &dispatch::Place, service: &Service, peer: SocketAddr, shutdown: &Shutdown)
+where
+    C: tokio::io::AsyncRead + tokio::io::AsyncWrite + Unpin,
+    S: tokio::io::AsyncRead + tokio::io::AsyncWrite + Unpin,
+{
     let cfg = service.config();
-    let Some((place, mut server)) = connect_server(&service, &service.pool, client.get_ref().0, peer, &[], &shutdown).await else { return };
     let entry = place.entry();
     let state = &entry.state;
     let opts = tcp::Options { half_close: cfg.half_close, client_timeout: cfg.client_timeout, server_timeout: cfg.server_timeout, splice: false };
     let meters = tcp::Meters { bytes_in: &state.counters.bytes_in, bytes_out: &state.counters.bytes_out };
     let terminate = state.terminate_token();
     tokio::select! {
-        r = copy::forward(&mut client, &mut server, opts, meters) => match r {
+        r = copy::forward(client, server, opts, meters) => match r {
             Ok((up, down)) => debug!(service = %cfg.name, client = %peer, server = %entry.addr, up, down, "TLS connection closed"),
             Err(e) => {
                 state.counters.transfer_errors.fetch_add(1, Relaxed);
@@ -223,6 +253,14 @@ async fn handle(mut client: TcpStream, peer: SocketAddr, service: Arc<Service>, 
     let connected = connect_server(&service, pool, &client, peer, &hello, &shutdown).await;
     drop(hello);
     let Some((place, server)) = connected else { return };
+    if let Some(origin) = &pool.server_tls {
+        // Boxed: the TLS session's state is not the plain path's.
+        return Box::pin(async {
+            let Some(mut server) = secure(origin, server, &place, &service, peer).await else { return };
+            copy_through(&mut client, &mut server, &place, &service, peer, &shutdown).await
+        })
+        .await;
+    }
     let entry = place.entry();
     let state = &entry.state;
     let terminate = state.terminate_token();

@@ -78,8 +78,8 @@ pub async fn send(pool: &Pool, client: SocketAddr, mut req: Request<ProxyBody>, 
         let was_reused = reused.is_some();
         let opened = match reused {
             Some(s) => Ok(s),
-            None if h2 => open_h2(&dispatch, &place).await.map(Sender::H2),
-            None => open(&dispatch, &place).await.map(Sender::H1),
+            None if h2 => open_h2(&dispatch, &place, pool).await.map(Sender::H2),
+            None => open(&dispatch, &place, pool).await.map(Sender::H1),
         };
         let mut sender = match opened {
             Ok(s) => s,
@@ -162,39 +162,77 @@ fn shared_h2(slot: &super::ServerH2) -> Option<http2::SendRequest<ProxyBody>> {
 
 /// A new HTTP/2 connection (h2c, prior knowledge) to the server of `place`, kept as the one
 /// its next requests share.
-async fn open_h2(dispatch: &Dispatch<'_>, place: &Place) -> Result<http2::SendRequest<ProxyBody>, Error> {
+async fn open_h2(dispatch: &Dispatch<'_>, place: &Place, pool: &Pool) -> Result<http2::SendRequest<ProxyBody>, Error> {
     let entry = place.entry();
     let addr = entry.addr;
-    let stream = dispatch.connect(place).await?;
-    let (sender, conn) = http2::Builder::new(TokioExecutor::new())
-        .timer(TokioTimer::new())
-        .handshake(TokioIo::new(stream))
-        .await
-        .map_err(|e| Error::new(Kind::Connect, Side::Server).server(addr).io(std::io::Error::other(e)))?;
-    tokio::spawn(async move {
-        if let Err(e) = conn.await {
-            debug!(server = %addr, "server HTTP/2 connection ended: {e}");
+    let failed = |e: hyper::Error| Error::new(Kind::Connect, Side::Server).server(addr).io(std::io::Error::other(e));
+    let mut builder = http2::Builder::new(TokioExecutor::new());
+    builder.timer(TokioTimer::new());
+    let sender = match secure(dispatch, place, pool).await? {
+        Stream::Plain(stream) => {
+            let (sender, conn) = builder.handshake(TokioIo::new(stream)).await.map_err(failed)?;
+            drive(addr, conn);
+            sender
         }
-    });
+        Stream::Tls(stream) => {
+            let (sender, conn) = builder.handshake(TokioIo::new(stream)).await.map_err(failed)?;
+            drive(addr, conn);
+            sender
+        }
+    };
     *entry.state.h2.lock().unwrap_or_else(|e| e.into_inner()) = Some(sender.clone());
     Ok(sender)
 }
 
 /// A new connection to the server of `place`, handshaken; its driver task runs until the
 /// connection ends.
-async fn open(dispatch: &Dispatch<'_>, place: &Place) -> Result<SendRequest<ProxyBody>, Error> {
+async fn open(dispatch: &Dispatch<'_>, place: &Place, pool: &Pool) -> Result<SendRequest<ProxyBody>, Error> {
     let addr = place.entry().addr;
+    // Part of connecting: nothing was sent yet, so another server may be tried.
+    let failed = |e: hyper::Error| Error::new(Kind::Connect, Side::Server).server(addr).io(std::io::Error::other(e));
+    let mut builder = hyper::client::conn::http1::Builder::new();
+    builder.max_buf_size(SERVER_READ_BUFFER);
+    match secure(dispatch, place, pool).await? {
+        Stream::Plain(stream) => {
+            let (sender, conn) = builder.handshake(TokioIo::new(stream)).await.map_err(failed)?;
+            drive(addr, conn.with_upgrades());
+            Ok(sender)
+        }
+        Stream::Tls(stream) => {
+            let (sender, conn) = builder.handshake(TokioIo::new(stream)).await.map_err(failed)?;
+            drive(addr, conn.with_upgrades());
+            Ok(sender)
+        }
+    }
+}
+
+/// A server connection, in TLS when the pool has `server_tls`.
+enum Stream {
+    Plain(tokio::net::TcpStream),
+    Tls(Box<tokio_rustls::client::TlsStream<tokio::net::TcpStream>>),
+}
+
+/// Connects the server of `place`, and runs the TLS handshake when the pool asks for one: a
+/// handshake that fails (an unverified certificate) is a connect failure of that server.
+async fn secure(dispatch: &Dispatch<'_>, place: &Place, pool: &Pool) -> Result<Stream, Error> {
     let stream = dispatch.connect(place).await?;
-    let (sender, conn) = hyper::client::conn::http1::Builder::new()
-        .max_buf_size(SERVER_READ_BUFFER)
-        .handshake(TokioIo::new(stream))
-        .await
-        // Part of connecting: nothing was sent yet, so another server may be tried.
-        .map_err(|e| Error::new(Kind::Connect, Side::Server).server(addr).io(std::io::Error::other(e)))?;
+    let Some(origin) = &pool.server_tls else { return Ok(Stream::Plain(stream)) };
+    let entry = place.entry();
+    match origin.connect(stream, &entry.state.key.address, pool.config.connect_timeout).await {
+        Ok(tls) => Ok(Stream::Tls(Box::new(tls))),
+        Err(e) => {
+            let e = std::io::Error::other(format!("TLS: {e}"));
+            entry.state.record_tls_failure(&pool.config.name, pool.config.failure_limit, &e);
+            Err(Error::new(Kind::Connect, Side::Server).server(entry.addr).io(e))
+        }
+    }
+}
+
+/// Runs a server connection's driver on a task of its own until the connection ends.
+fn drive<F: Future<Output = hyper::Result<()>> + Send + 'static>(addr: SocketAddr, conn: F) {
     tokio::spawn(async move {
-        if let Err(e) = conn.with_upgrades().await {
+        if let Err(e) = conn.await {
             debug!(server = %addr, "server connection ended: {e}");
         }
     });
-    Ok(sender)
 }

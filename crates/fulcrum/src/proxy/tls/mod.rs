@@ -7,9 +7,11 @@
 //! default cipher suites, session resumption by tickets whose keys rotate (one ticketer for the
 //! process, so tickets outlive reloads), the certificate chosen by SNI (`sni`), and client
 //! certificates verified against `client_ca` when it is set. TLS that passes through to the
-//! servers, routed by the name the client asks for, is `passthrough`'s.
+//! servers, routed by the name the client asks for, is `passthrough`'s; TLS from Fulcrum to the
+//! servers (`server_tls`) is `origin`'s.
 
 mod certs;
+pub mod origin;
 pub mod passthrough;
 mod sni;
 

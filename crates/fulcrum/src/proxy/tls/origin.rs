@@ -1,0 +1,88 @@
+//! TLS to the servers (`server_tls`): Fulcrum is the client, verifies each server's certificate
+//! against the configured CA file, and sends SNI (the configured name, else the host of the
+//! server's `address`). Built with the pool's generation on a blocking thread, as the CA file is
+//! read then; `check` runs the same loading.
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use rustls::ClientConfig;
+use rustls_pki_types::pem::PemObject;
+use rustls_pki_types::{CertificateDer, ServerName};
+use tokio::net::TcpStream;
+use tokio_rustls::TlsConnector;
+use tokio_rustls::client::TlsStream;
+
+use super::TlsError;
+use crate::config;
+
+/// A pool's TLS client side.
+pub struct Originator {
+    connector: TlsConnector,
+    sni: Option<ServerName<'static>>,
+}
+
+impl Originator {
+    /// Reads the CA file of `tls` and builds the client config; `h2` offers HTTP/2 by ALPN (and
+    /// only it), else HTTP/1.1 for an HTTP pool (`http`), nothing for TCP.
+    pub fn load(tls: &config::ServerTls, http: bool, h2: bool) -> Result<Originator, TlsError> {
+        let fail = |reason: String| TlsError { file: tls.ca.clone(), reason };
+        let mut roots = rustls::RootCertStore::empty();
+        let certs = CertificateDer::pem_file_iter(&tls.ca).map_err(|e| fail(format!("cannot read it: {e}")))?;
+        for cert in certs {
+            let cert = cert.map_err(|e| fail(format!("not a PEM file of certificates: {e}")))?;
+            roots.add(cert).map_err(|e| fail(format!("a certificate that cannot be a root: {e}")))?;
+        }
+        if roots.is_empty() {
+            return Err(fail("no certificate in it".into()));
+        }
+        let sni = match &tls.sni {
+            Some(name) => Some(ServerName::try_from(name.clone()).map_err(|e| TlsError { file: "server_tls.sni".into(), reason: format!("{name:?}: {e}") })?),
+            None => None,
+        };
+        let provider = Arc::new(rustls::crypto::ring::default_provider());
+        let mut config = ClientConfig::builder_with_provider(provider)
+            .with_protocol_versions(&[&rustls::version::TLS13, &rustls::version::TLS12])
+            .map_err(|e| fail(e.to_string()))?
+            .with_root_certificates(roots)
+            .with_no_client_auth();
+        config.alpn_protocols = match (http, h2) {
+            (true, true) => vec![b"h2".to_vec()],
+            (true, false) => vec![b"http/1.1".to_vec()],
+            (false, _) => Vec::new(),
+        };
+        Ok(Originator { connector: TlsConnector::from(Arc::new(config)), sni })
+    }
+
+    /// A TLS session over `stream` to the server configured as `address` (`host:port`),
+    /// handshaken within `limit`.
+    pub async fn connect(&self, stream: TcpStream, address: &str, limit: Duration) -> std::io::Result<TlsStream<TcpStream>> {
+        let name = match &self.sni {
+            Some(name) => name.clone(),
+            None => server_name(address)?,
+        };
+        match tokio::time::timeout(limit, self.connector.connect(name, stream)).await {
+            Ok(r) => r,
+            Err(_) => Err(std::io::Error::new(std::io::ErrorKind::TimedOut, format!("no TLS handshake within {limit:?}"))),
+        }
+    }
+}
+
+/// The name to verify a server as: the host of its `host:port` address (`[v6]` without brackets).
+fn server_name(address: &str) -> std::io::Result<ServerName<'static>> {
+    let host = address.rsplit_once(':').map_or(address, |(h, _)| h);
+    let host = host.strip_prefix('[').and_then(|h| h.strip_suffix(']')).unwrap_or(host);
+    ServerName::try_from(host.to_string()).map_err(|e| std::io::Error::new(std::io::ErrorKind::InvalidInput, format!("{host:?} cannot be verified as a TLS name: {e}")))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_server_is_verified_as_the_host_of_its_address() {
+        assert_eq!(server_name("api.internal:8443").unwrap(), ServerName::try_from("api.internal").unwrap());
+        assert!(matches!(server_name("10.0.0.7:443").unwrap(), ServerName::IpAddress(_)));
+        assert!(matches!(server_name("[::1]:443").unwrap(), ServerName::IpAddress(_)));
+    }
+}
