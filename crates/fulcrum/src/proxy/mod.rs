@@ -236,41 +236,19 @@ where
 }
 
 /// A TCP or FTP connection: one server for its whole life.
-async fn handle(mut client: TcpStream, peer: SocketAddr, service: Arc<Service>, _counted: (Slot, ServiceGuard), shutdown: Shutdown) {
+async fn handle(client: TcpStream, peer: SocketAddr, service: Arc<Service>, _counted: (Slot, ServiceGuard), shutdown: Shutdown) {
     let cfg = service.config();
-    // The task's state is its largest await's: the connect, the ClientHello's read and an FTP
-    // session are boxed, so an established TCP connection's task holds only what forwarding needs.
-    let (pool, hello) = if cfg.routes.is_empty() {
-        (&*service.pool, Vec::new())
-    } else {
-        let routed = tokio::select! {
-            r = Box::pin(route_by_sni(&service, &mut client, peer)) => r,
-            _ = shutdown.terminating().cancelled() => None,
-        };
-        let Some(routed) = routed else { return };
-        routed
-    };
-    let connected = connect_server(&service, pool, &client, peer, &hello, &shutdown).await;
-    drop(hello);
-    let Some((place, server)) = connected else { return };
-    if let Some(origin) = &pool.server_tls {
-        // Boxed: the TLS session's state is not the plain path's.
-        return Box::pin(async {
-            let Some(mut server) = secure(origin, server, &place, &service, peer).await else { return };
-            copy_through(&mut client, &mut server, &place, &service, peer, &shutdown).await
-        })
-        .await;
+    if !cfg.routes.is_empty() || service.pool.server_tls.is_some() {
+        // Boxed: what pass-through and TLS to the servers hold is not the plain path's.
+        return Box::pin(handle_routed(client, peer, &service, &shutdown)).await;
     }
-    let entry = place.entry();
-    let state = &entry.state;
-    let terminate = state.terminate_token();
-    let opts = tcp::Options {
-        half_close: cfg.half_close,
-        client_timeout: cfg.client_timeout,
-        server_timeout: cfg.server_timeout,
-        splice: true,
-    };
+    // The task's state is its largest await's: the connect and an FTP session are boxed, so an
+    // established TCP connection's task holds only what forwarding needs.
+    let Some((place, server)) = connect_server(&service, &service.pool, &client, peer, &[], &shutdown).await else { return };
     if cfg.mode == crate::config::Mode::Ftp {
+        let entry = place.entry();
+        let state = &entry.state;
+        let terminate = state.terminate_token();
         let session = ftp::Session { service: service.clone(), server: entry.clone(), peer, terminate: terminate.clone(), shutdown: shutdown.clone() };
         tokio::select! {
             r = Box::pin(ftp::serve(client, server, session)) => match r {
@@ -285,10 +263,67 @@ async fn handle(mut client: TcpStream, peer: SocketAddr, service: Arc<Service>, 
         }
         return;
     }
+    let cfg = service.config();
+    let entry = place.entry();
+    let state = &entry.state;
+    let terminate = state.terminate_token();
+    let opts = tcp::Options { half_close: cfg.half_close, client_timeout: cfg.client_timeout, server_timeout: cfg.server_timeout, splice: true };
     let meters = tcp::Meters { bytes_in: &state.counters.bytes_in, bytes_out: &state.counters.bytes_out };
     let sockmap = cfg.fast_path == Some(crate::config::FastPath::Sockmap) && sockmap::active();
     tokio::select! {
         r = forward(client, server, sockmap, &service, opts, meters) => match r {
+            Ok((up, down)) => debug!(service = %cfg.name, client = %peer, server = %entry.addr, up, down, "connection closed"),
+            Err(e) => {
+                state.counters.transfer_errors.fetch_add(1, Relaxed);
+                debug!(service = %cfg.name, client = %peer, server = %entry.addr, "connection ended: {e}");
+            }
+        },
+        _ = terminate.cancelled() => {
+            debug!(service = %cfg.name, client = %peer, server = %entry.addr, "connection terminated: server disabled");
+        }
+        _ = shutdown.terminating().cancelled() => {}
+    }
+}
+
+/// A TCP connection of a service with pass-through routes (the ClientHello picks the pool) or
+/// `server_tls` (the server is spoken to in TLS).
+async fn handle_routed(mut client: TcpStream, peer: SocketAddr, service: &Service, shutdown: &Shutdown) {
+    let (pool, hello) = if service.config().routes.is_empty() {
+        (&*service.pool, Vec::new())
+    } else {
+        let routed = tokio::select! {
+            r = route_by_sni(service, &mut client, peer) => r,
+            _ = shutdown.terminating().cancelled() => None,
+        };
+        let Some(routed) = routed else { return };
+        routed
+    };
+    let connected = connect_server(service, pool, &client, peer, &hello, shutdown).await;
+    drop(hello);
+    let Some((place, server)) = connected else { return };
+    match &pool.server_tls {
+        Some(origin) => {
+            let Some(mut server) = secure(origin, server, &place, service, peer).await else { return };
+            copy_through(&mut client, &mut server, &place, service, peer, shutdown).await
+        }
+        None => relay(client, server, &place, service, peer, shutdown).await,
+    }
+}
+
+/// Forwards a plain TCP pair until it ends, the server is disabled (`terminate`) or Fulcrum
+/// shuts down. `handle` has the same lines inline: as a call, this future's copies of what
+/// `handle` already holds add about 150 bytes to every plain TCP connection's task (the test
+/// below), which the idle-memory bound has no room for.
+async fn relay(client: TcpStream, server: TcpStream, place: &dispatch::Place, service: &Service, peer: SocketAddr, shutdown: &Shutdown) {
+    let cfg = service.config();
+    let entry = place.entry();
+    let state = &entry.state;
+    let terminate = state.terminate_token();
+    let opts = tcp::Options { half_close: cfg.half_close, client_timeout: cfg.client_timeout, server_timeout: cfg.server_timeout, splice: true };
+    let meters = tcp::Meters { bytes_in: &state.counters.bytes_in, bytes_out: &state.counters.bytes_out };
+    let sockmap = cfg.fast_path == Some(crate::config::FastPath::Sockmap) && sockmap::active();
+    tokio::select! {
+        r = forward(client, server, sockmap, service, opts, meters) => match r {
             Ok((up, down)) => debug!(service = %cfg.name, client = %peer, server = %entry.addr, up, down, "connection closed"),
             Err(e) => {
                 state.counters.transfer_errors.fetch_add(1, Relaxed);
@@ -357,7 +392,7 @@ mod tests {
         let meter = std::sync::atomic::AtomicU64::new(0);
         size("forward", std::mem::size_of_val(&tcp::forward(&mut a, &mut b, opts, tcp::Meters { bytes_in: &meter, bytes_out: &meter })), 1024);
         let counted = (tcp.budget().take(), tcp_service.state().open());
-        size("tcp task", std::mem::size_of_val(&handle(accepted, peer, tcp_service, counted, Shutdown::new())), 1536);
+        size("tcp task", std::mem::size_of_val(&handle(accepted, peer, tcp_service, counted, Shutdown::new())), 1440);
 
         // HTTP mode: the connection's driver.
         let http = service("http");
