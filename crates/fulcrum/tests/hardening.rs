@@ -164,6 +164,7 @@ fn idle_keep_alive_connections_cost_little_and_still_answer() {
             .collect();
         let after = settled_rss(&f);
         let each = after.saturating_sub(before) as f64 / N as f64;
+        println!("{mode}: {each:.2} KiB per idle keep-alive connection (RSS {before} -> {after} KiB with {N})");
         assert!(each <= limit_kib, "{mode}: an idle keep-alive connection costs {each:.2} KiB (RSS {before} -> {after} KiB with {N})");
         let answered = idle.iter_mut().map(|s| keep_alive_get(s, "/name")).filter(|&status| status == 200).count();
         assert_eq!(answered, N, "{mode}: every idle connection answers its next request");

@@ -43,6 +43,7 @@ pub struct Options {
 }
 
 /// Byte counters a forward adds to as it goes, so live stats see long transfers progress.
+#[derive(Clone, Copy)]
 pub struct Meters<'a> {
     /// Client to server.
     pub bytes_in: &'a AtomicU64,
