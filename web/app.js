@@ -96,6 +96,8 @@ function fillForms() {
   $("#hc-path").value = h.path;
   $("#hc-status").value = h.expect_status;
   $("#hc-expect-text").value = h.expect_text ?? "";
+  // Not on the form: kept as it is when the form is sent.
+  $("#health-form").dataset.grpcService = h.grpc_service ?? "";
 }
 
 async function poll() {
@@ -354,6 +356,7 @@ function wire() {
       path: $("#hc-path").value,
       expect_status: Number($("#hc-status").value),
       expect_text: text === "" ? null : text,
+      grpc_service: $("#health-form").dataset.grpcService ?? "",
     });
   });
   const toml = () => ({ toml: $("#config-text").value });

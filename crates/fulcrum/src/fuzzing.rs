@@ -288,6 +288,22 @@ pub fn client_hello(data: &[u8]) {
     }
 }
 
+/// The gRPC health check's reading of a server's answer (`kind = "grpc"`), over any bytes a
+/// server can send. Invariants: bytes after the first message frame change nothing, and the
+/// check's own request, read back as a message, has no status field (its one field, the
+/// service name, is skipped whole: the length the request writes is the length read).
+pub fn grpc_health(data: &[u8]) {
+    use crate::health::grpc::{frame, serving_status};
+    let status = serving_status(data);
+    if let Ok(status) = status {
+        let mut longer = data.to_vec();
+        longer.extend_from_slice(&[0x08, 0x05, 0xff]);
+        assert_eq!(serving_status(&longer), Ok(status), "bytes after the frame changed the status");
+    }
+    let service = String::from_utf8_lossy(data);
+    assert_eq!(serving_status(&frame(&service)), Ok(0), "the request for {service:?}");
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

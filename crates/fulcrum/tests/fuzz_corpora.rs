@@ -50,3 +50,8 @@ fn the_proxy_header_corpus_passes() {
 fn the_client_hello_corpus_passes() {
     replay("client_hello", fulcrum::fuzzing::client_hello);
 }
+
+#[test]
+fn the_grpc_health_corpus_passes() {
+    replay("grpc_health", fulcrum::fuzzing::grpc_health);
+}

@@ -445,6 +445,19 @@ fn server_tls_verifies_the_servers_and_carries_http_and_tcp_to_them() {
     std::fs::write(&bad_ca, "not pem").unwrap();
     let (ok, out) = check(&config("http", &bad_ca, ""), &dir);
     assert!(!ok && out.contains("not-a-ca.pem"), "{out}");
-    let (ok, out) = check(&config("http", &good.cert, "").replace("kind = \"tcp\"", "kind = \"http\""), &dir);
-    assert!(!ok && out.contains("checks in plain HTTP"), "{out}");
+
+    // HTTP health checks go in TLS too: verified, they pass; with the wrong CA, the server is
+    // down for the reason.
+    let checked = |ca: &Path| config("http", ca, "sni = \"origin.test\"").replace("kind = \"tcp\"", "kind = \"http\"\ninterval = \"100ms\"\npath = \"/name\"\nexpect_text = \"s1\"");
+    let http = Fulcrum::start(&checked(&good.cert));
+    http.wait_all_up();
+    let last = http.server_stats(&server.addr.to_string())["last_check"].as_str().unwrap().to_string();
+    assert!(last.starts_with("pass: GET /name answered 200"), "{last}");
+    assert_eq!(http_get(http.listen, "/name"), (200, "s1".into()));
+    let wrong = Fulcrum::start(&checked(&other.cert));
+    let server_state = || wrong.server_stats(&server.addr.to_string());
+    wait_until("the check's TLS failure", Duration::from_secs(5), || server_state()["last_check"].as_str().unwrap().starts_with("fail: TLS"));
+    let state = server_state();
+    assert!(state["last_check"].as_str().unwrap().contains("certificate"), "{state}");
+    assert_eq!(state["check_up"], false, "{state}");
 }

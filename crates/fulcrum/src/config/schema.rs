@@ -431,6 +431,9 @@ pub enum HealthKind {
     Http,
     /// Connect and expect the FTP greeting (`220`), then `QUIT`.
     Ftp,
+    /// The gRPC health protocol (`grpc.health.v1.Health/Check` over HTTP/2): the server passes
+    /// while it answers SERVING. For pools with `protocol = "h2"`.
+    Grpc,
 }
 
 /// The paper's "KeepAlive": how each real server is checked.
@@ -462,6 +465,10 @@ pub struct Health {
     /// HTTP checks: text the body must contain; a page without it marks the server down.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub expect_text: Option<String>,
+    /// gRPC checks: the service asked about (`HealthCheckRequest.service`), at most 200
+    /// characters; empty asks about the server as a whole.
+    #[serde(default, skip_serializing_if = "String::is_empty")]
+    pub grpc_service: String,
 }
 
 impl Default for Health {
@@ -475,6 +482,7 @@ impl Default for Health {
             path: defaults::health_path(),
             expect_status: defaults::expect_status(),
             expect_text: None,
+            grpc_service: String::new(),
         }
     }
 }

@@ -250,4 +250,10 @@ fn the_grpc_example_is_valid_and_h2_servers_need_http_mode() {
     assert!(d.message.contains("protocol = \"h2\" is for mode = \"http\""), "{d}");
     let d = first_error(&text.replace("protocol = \"h2\"", "protocol = \"h3\""));
     assert!(d.message.contains("h3"), "{d}");
+    assert_eq!(c.services[0].health.kind, HealthKind::Grpc);
+    // gRPC checks speak HTTP/2: an HTTP/1.1 pool cannot be checked so.
+    let d = first_error(&text.replace("protocol = \"h2\"\n", ""));
+    assert!(d.message.contains("kind = \"grpc\" speaks HTTP/2"), "{d}");
+    let d = first_error(&text.replace("grpc_service = \"\"", &format!("grpc_service = \"{}\"", "x".repeat(201))));
+    assert!(d.message.contains("grpc_service is at most 200"), "{d}");
 }

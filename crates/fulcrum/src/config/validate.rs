@@ -192,12 +192,15 @@ fn validate_service(service: &Service, prefix: &[Seg<'_>], report: &mut Report<'
             let key = if e.file == tls.ca { "ca" } else { "sni" };
             report.error(&sat(key), format!("server_tls: {e}"), "ca is a PEM file of CA certificates (the system's: /etc/ssl/certs/ca-certificates.crt); sni a DNS name or IP address");
         }
-        if service.health.kind == HealthKind::Http {
-            report.error(&hat("kind"), "kind = \"http\" checks in plain HTTP, but these servers speak TLS (server_tls)".into(), "use kind = \"tcp\"");
-        }
     }
     if !service.protocol.is_http1() && service.mode != Mode::Http {
         report.error(&at("protocol"), "protocol = \"h2\" is for mode = \"http\": it is how requests go to the servers".into(), "remove protocol, or set mode = \"http\"");
+    }
+    if health.kind == HealthKind::Grpc && (service.mode != Mode::Http || service.protocol.is_http1()) {
+        report.error(&hat("kind"), "kind = \"grpc\" speaks HTTP/2 to the servers, but the pool is not mode = \"http\" with protocol = \"h2\"".into(), "set protocol = \"h2\" for gRPC servers, or use kind = \"tcp\"");
+    }
+    if health.grpc_service.chars().count() > 200 || health.grpc_service.chars().any(char::is_control) {
+        report.error(&hat("grpc_service"), "grpc_service is at most 200 characters, none of them control characters".into(), "e.g. \"fulcrum.Echo\", or empty for the whole server");
     }
     if health.kind == HealthKind::Ftp && service.mode != Mode::Ftp {
         report.error(&hat("kind"), "kind = \"ftp\" checks an FTP server, but the service is not mode = \"ftp\"".into(), "use kind = \"tcp\" or \"http\"");

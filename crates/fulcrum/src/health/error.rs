@@ -31,6 +31,12 @@ pub enum CheckError {
     Status { path: String, status: u16, expected: u16 },
     #[error("GET {path} answered {status} without the text {text:?}")]
     TextNotFound { path: String, status: u16, text: String },
+    /// HTTP and gRPC with `server_tls`: the handshake or the server's certificate failed.
+    #[error("TLS: {0}")]
+    Tls(std::io::Error),
+    /// gRPC: the call failed, or the server is not SERVING.
+    #[error("{0}")]
+    Grpc(String),
     /// FTP: reading the server's greeting failed.
     #[error("reading the greeting: {0}")]
     Greeting(std::io::Error),

@@ -1,4 +1,6 @@
-//! `kind = "http"`: GET a document over a kept-alive connection and expect a status and a text.
+//! `kind = "http"` and `kind = "grpc"`: a request over a kept-alive connection, in the protocol
+//! the pool speaks to its servers (HTTP/1.1, or HTTP/2 for `protocol = "h2"`) and in TLS when the
+//! pool has `server_tls`, so a check tests what the traffic will use.
 //!
 //! The connection is reused between checks, as the paper's "KeepAlive: HTTP" check does, so a
 //! check every few seconds does not cost the server a new connection each time.
@@ -6,44 +8,89 @@
 use std::net::SocketAddr;
 
 use bytes::Bytes;
-use http_body_util::{BodyExt, Empty, Limited};
-use hyper::client::conn::http1::SendRequest;
-use hyper_util::rt::TokioIo;
+use http_body_util::{BodyExt, Full, Limited};
+use hyper::client::conn::{http1, http2};
+use hyper_util::rt::{TokioExecutor, TokioIo};
 use tokio::net::TcpStream;
+use tokio_util::either::Either;
 
 use super::CheckError;
-use crate::config::Health;
+use super::grpc;
+use crate::config::{Health, HealthKind};
+use crate::proxy::tls::origin::Originator;
 
 /// Largest body read when looking for the expected text.
 const MAX_BODY: usize = 1 << 20;
 
+/// The server a check talks to, and how.
+pub struct Target<'a> {
+    pub addr: SocketAddr,
+    /// The server's configured `host:port`: the Host header, and the TLS name to verify.
+    pub address: &'a str,
+    pub tls: Option<&'a Originator>,
+    /// HTTP/2 (the pool's `protocol = "h2"`), else HTTP/1.1.
+    pub h2: bool,
+}
+
+enum Conn {
+    H1(http1::SendRequest<Full<Bytes>>),
+    H2(http2::SendRequest<Full<Bytes>>),
+}
+
+impl Conn {
+    fn is_closed(&self) -> bool {
+        match self {
+            Conn::H1(c) => c.is_closed(),
+            Conn::H2(c) => c.is_closed(),
+        }
+    }
+
+    async fn send(&mut self, req: hyper::Request<Full<Bytes>>) -> Result<hyper::Response<hyper::body::Incoming>, CheckError> {
+        match self {
+            Conn::H1(c) => {
+                c.ready().await.map_err(CheckError::ConnectionLost)?;
+                c.send_request(req).await.map_err(CheckError::Request)
+            }
+            Conn::H2(c) => {
+                c.ready().await.map_err(CheckError::ConnectionLost)?;
+                c.send_request(req).await.map_err(CheckError::Request)
+            }
+        }
+    }
+}
+
 #[derive(Default)]
 pub struct HttpCheck {
-    conn: Option<SendRequest<Empty<Bytes>>>,
+    conn: Option<Conn>,
 }
 
 impl HttpCheck {
-    pub async fn check(&mut self, addr: SocketAddr, host: &str, cfg: &Health) -> Result<String, CheckError> {
-        let result = self.request(addr, host, cfg).await;
+    pub async fn check(&mut self, target: &Target<'_>, cfg: &Health) -> Result<String, CheckError> {
+        let result = self.request(target, cfg).await;
         if result.is_err() {
             self.conn = None;
         }
         result
     }
 
-    async fn request(&mut self, addr: SocketAddr, host: &str, cfg: &Health) -> Result<String, CheckError> {
-        let reusable = self.conn.as_mut().is_some_and(|c| !c.is_closed());
+    async fn request(&mut self, target: &Target<'_>, cfg: &Health) -> Result<String, CheckError> {
+        let reusable = self.conn.as_ref().is_some_and(|c| !c.is_closed());
         if !reusable {
-            self.conn = Some(connect(addr).await?);
+            self.conn = Some(connect(target, cfg).await?);
         }
         let Some(conn) = self.conn.as_mut() else { return Err(CheckError::NoConnection) };
-        conn.ready().await.map_err(CheckError::ConnectionLost)?;
-        let req = hyper::Request::get(&cfg.path)
-            .header(hyper::header::HOST, host)
+        if cfg.kind == HealthKind::Grpc {
+            let resp = conn.send(grpc::request(target, &cfg.grpc_service)?).await?;
+            return grpc::verdict(resp).await;
+        }
+        // HTTP/2 carries the host in the URI (`:authority`), HTTP/1.1 in Host.
+        let uri = if target.h2 { format!("{}://{}{}", scheme(target), target.address, cfg.path) } else { cfg.path.clone() };
+        let req = hyper::Request::get(uri)
             .header(hyper::header::USER_AGENT, "fulcrum-health")
-            .body(Empty::new())
+            .body(Full::new(Bytes::new()))
             .map_err(CheckError::BadRequest)?;
-        let resp = conn.send_request(req).await.map_err(CheckError::Request)?;
+        let req = if target.h2 { req } else { with_host(req, target.address)? };
+        let resp = conn.send(req).await?;
         let status = resp.status().as_u16();
         let body = Limited::new(resp.into_body(), MAX_BODY)
             .collect()
@@ -60,16 +107,39 @@ impl HttpCheck {
     }
 }
 
-async fn connect(addr: SocketAddr) -> Result<SendRequest<Empty<Bytes>>, CheckError> {
-    let stream = TcpStream::connect(addr).await.map_err(CheckError::Connect)?;
+pub(super) fn scheme(target: &Target<'_>) -> &'static str {
+    if target.tls.is_some() { "https" } else { "http" }
+}
+
+fn with_host(mut req: hyper::Request<Full<Bytes>>, host: &str) -> Result<hyper::Request<Full<Bytes>>, CheckError> {
+    let value = hyper::header::HeaderValue::from_str(host).map_err(|e| CheckError::BadRequest(e.into()))?;
+    req.headers_mut().insert(hyper::header::HOST, value);
+    Ok(req)
+}
+
+/// Connects, handshakes TLS when the pool asks for it (within the check's timeout, which bounds
+/// the whole check), and opens the HTTP connection whose driver runs on a task of its own.
+async fn connect(target: &Target<'_>, cfg: &Health) -> Result<Conn, CheckError> {
+    let stream = TcpStream::connect(target.addr).await.map_err(CheckError::Connect)?;
     let _ = stream.set_nodelay(true);
-    let (send, conn) = hyper::client::conn::http1::handshake(TokioIo::new(stream))
-        .await
-        .map_err(CheckError::Handshake)?;
-    tokio::spawn(async move {
-        let _ = conn.await;
-    });
-    Ok(send)
+    let io = match target.tls {
+        Some(origin) => Either::Right(origin.connect(stream, target.address, cfg.timeout).await.map_err(CheckError::Tls)?),
+        None => Either::Left(stream),
+    };
+    let io = TokioIo::new(io);
+    if target.h2 {
+        let (send, conn) = http2::handshake(TokioExecutor::new(), io).await.map_err(CheckError::Handshake)?;
+        tokio::spawn(async move {
+            let _ = conn.await;
+        });
+        Ok(Conn::H2(send))
+    } else {
+        let (send, conn) = http1::handshake(io).await.map_err(CheckError::Handshake)?;
+        tokio::spawn(async move {
+            let _ = conn.await;
+        });
+        Ok(Conn::H1(send))
+    }
 }
 
 fn contains(hay: &[u8], needle: &[u8]) -> bool {

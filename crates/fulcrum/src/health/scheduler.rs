@@ -8,7 +8,7 @@ use tokio_util::sync::CancellationToken;
 use tracing::{info, warn};
 
 use super::{CheckError, RiseFall};
-use super::http::HttpCheck;
+use super::http::{HttpCheck, Target};
 use crate::config::{Health, HealthKind};
 use crate::live::{Generation, Pool, ServerEntry};
 
@@ -45,13 +45,14 @@ async fn run(pool: Arc<Pool>, entry: Arc<ServerEntry>, stop: CancellationToken) 
     let address = &state.key.address;
     let mut machine = RiseFall::new(cfg.rise, cfg.fall, state.health_up(), state.checked());
     let mut http = HttpCheck::default();
+    let target = Target { addr: entry.addr, address, tls: pool.server_tls.as_deref(), h2: !pool.config.protocol.is_http1() };
     loop {
         let started = Instant::now();
         let result = match cfg.kind {
             // No active check: a passive hold ends after one interval.
             HealthKind::None => Ok("no check".to_string()),
             HealthKind::Tcp => timed(cfg.timeout, super::tcp::check(entry.addr)).await,
-            HealthKind::Http => timed(cfg.timeout, http.check(entry.addr, address, cfg)).await,
+            HealthKind::Http | HealthKind::Grpc => timed(cfg.timeout, http.check(&target, cfg)).await,
             HealthKind::Ftp => timed(cfg.timeout, super::ftp::check(entry.addr)).await,
         };
         let ok = result.is_ok();
