@@ -440,6 +440,18 @@ fn server_tls_verifies_the_servers_and_carries_http_and_tcp_to_them() {
     assert!(body.contains("TLS") && body.contains("certificate"), "{body}");
     assert!(wrong.server_stats(&server.addr.to_string())["connect_failures"].as_u64().unwrap() >= 1);
 
+    // No ca: the system's roots, here the test CA given as SSL_CERT_FILE (as an operator
+    // would point at a bundle of their own); with none to be found, check names what it tried.
+    let system = config("http", &good.cert, "sni = \"origin.test\"").replace(&format!("ca = \"{}\"\n", good.cert.display()), "");
+    let ssl_cert_file = format!("SSL_CERT_FILE={}", good.cert.display());
+    let by_system = Fulcrum::start_under(&["env", &ssl_cert_file], &system);
+    assert_eq!(http_get(by_system.listen, "/name"), (200, "s1".into()));
+    let path = dir.join("system.toml");
+    std::fs::write(&path, &system).unwrap();
+    let out = Command::new(env!("CARGO_BIN_EXE_fulcrum")).args(["check", path.to_str().unwrap()]).env("SSL_CERT_FILE", dir.join("none.pem")).env_remove("SSL_CERT_DIR").output().unwrap();
+    let text = String::from_utf8_lossy(&out.stderr).to_string() + &String::from_utf8_lossy(&out.stdout);
+    assert!(!out.status.success() && text.contains("the system's CA certificates"), "{text}");
+
     // check refuses what cannot work, naming the file or the key.
     let bad_ca = dir.join("not-a-ca.pem");
     std::fs::write(&bad_ca, "not pem").unwrap();

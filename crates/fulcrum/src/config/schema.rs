@@ -313,9 +313,10 @@ impl Service {
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct ServerTls {
-    /// A PEM file of the CA certificates a server's certificate must chain to (for the system's
-    /// roots on Debian: `/etc/ssl/certs/ca-certificates.crt`).
-    pub ca: String,
+    /// A PEM file of the CA certificates a server's certificate must chain to; unset: the
+    /// system's roots (`SSL_CERT_FILE` and `SSL_CERT_DIR` when set, else the platform's store).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub ca: Option<String>,
     /// The name sent in SNI and verified against the server's certificate; unset: the host of
     /// each server's `address` (an IP address is verified as one).
     #[serde(default, skip_serializing_if = "Option::is_none")]

@@ -189,7 +189,7 @@ fn validate_service(service: &Service, prefix: &[Seg<'_>], report: &mut Report<'
         if service.mode == Mode::Ftp {
             report.error(&path(prefix, &[Seg::Key("server_tls")]), "server_tls is for mode = \"tcp\" and \"http\"".into(), "FTP over TLS is not supported: remove server_tls");
         } else if let Err(e) = crate::proxy::tls::origin::Originator::load(tls, service.mode == Mode::Http, service.protocol == crate::config::ServerProtocol::H2) {
-            let key = if e.file == tls.ca { "ca" } else { "sni" };
+            let key = if e.file == "server_tls.sni" { "sni" } else { "ca" };
             report.error(&sat(key), format!("server_tls: {e}"), "ca is a PEM file of CA certificates (the system's: /etc/ssl/certs/ca-certificates.crt); sni a DNS name or IP address");
         }
     }

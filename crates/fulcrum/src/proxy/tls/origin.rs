@@ -1,7 +1,7 @@
 //! TLS to the servers (`server_tls`): Fulcrum is the client, verifies each server's certificate
-//! against the configured CA file, and sends SNI (the configured name, else the host of the
-//! server's `address`). Built with the pool's generation on a blocking thread, as the CA file is
-//! read then; `check` runs the same loading.
+//! against the configured CA file or the system's roots, and sends SNI (the configured name,
+//! else the host of the server's `address`). Built with the pool's generation on a blocking
+//! thread, as the certificates are read from files then; `check` runs the same loading.
 
 use std::sync::Arc;
 use std::time::Duration;
@@ -23,19 +23,13 @@ pub struct Originator {
 }
 
 impl Originator {
-    /// Reads the CA file of `tls` and builds the client config; `h2` offers HTTP/2 by ALPN (and
+    /// Reads the CA file of `tls` (or the system's roots) and builds the client config; `h2` offers HTTP/2 by ALPN (and
     /// only it), else HTTP/1.1 for an HTTP pool (`http`), nothing for TCP.
     pub fn load(tls: &config::ServerTls, http: bool, h2: bool) -> Result<Originator, TlsError> {
-        let fail = |reason: String| TlsError { file: tls.ca.clone(), reason };
-        let mut roots = rustls::RootCertStore::empty();
-        let certs = CertificateDer::pem_file_iter(&tls.ca).map_err(|e| fail(format!("cannot read it: {e}")))?;
-        for cert in certs {
-            let cert = cert.map_err(|e| fail(format!("not a PEM file of certificates: {e}")))?;
-            roots.add(cert).map_err(|e| fail(format!("a certificate that cannot be a root: {e}")))?;
-        }
-        if roots.is_empty() {
-            return Err(fail("no certificate in it".into()));
-        }
+        let roots = match &tls.ca {
+            Some(ca) => roots_from(ca)?,
+            None => system_roots()?,
+        };
         let sni = match &tls.sni {
             Some(name) => Some(ServerName::try_from(name.clone()).map_err(|e| TlsError { file: "server_tls.sni".into(), reason: format!("{name:?}: {e}") })?),
             None => None,
@@ -43,7 +37,7 @@ impl Originator {
         let provider = Arc::new(rustls::crypto::ring::default_provider());
         let mut config = ClientConfig::builder_with_provider(provider)
             .with_protocol_versions(&[&rustls::version::TLS13, &rustls::version::TLS12])
-            .map_err(|e| fail(e.to_string()))?
+            .map_err(|e| TlsError { file: "server_tls".into(), reason: e.to_string() })?
             .with_root_certificates(roots)
             .with_no_client_auth();
         config.alpn_protocols = match (http, h2) {
@@ -66,6 +60,34 @@ impl Originator {
             Err(_) => Err(std::io::Error::new(std::io::ErrorKind::TimedOut, format!("no TLS handshake within {limit:?}"))),
         }
     }
+}
+
+/// The CA certificates of the PEM file `ca`.
+fn roots_from(ca: &str) -> Result<rustls::RootCertStore, TlsError> {
+    let fail = |reason: String| TlsError { file: ca.to_string(), reason };
+    let mut roots = rustls::RootCertStore::empty();
+    let certs = CertificateDer::pem_file_iter(ca).map_err(|e| fail(format!("cannot read it: {e}")))?;
+    for cert in certs {
+        let cert = cert.map_err(|e| fail(format!("not a PEM file of certificates: {e}")))?;
+        roots.add(cert).map_err(|e| fail(format!("a certificate that cannot be a root: {e}")))?;
+    }
+    if roots.is_empty() {
+        return Err(fail("no certificate in it".into()));
+    }
+    Ok(roots)
+}
+
+/// The system's roots. A store with some unreadable entries still serves with the rest (as
+/// other TLS clients do); one where nothing loads is an error naming what was tried.
+fn system_roots() -> Result<rustls::RootCertStore, TlsError> {
+    let found = rustls_native_certs::load_native_certs();
+    let mut roots = rustls::RootCertStore::empty();
+    let (added, _ignored) = roots.add_parsable_certificates(found.certs);
+    if added == 0 {
+        let why = found.errors.first().map_or("no certificate found".to_string(), |e| e.to_string());
+        return Err(TlsError { file: "the system's CA certificates".into(), reason: format!("{why} (set ca, or SSL_CERT_FILE)") });
+    }
+    Ok(roots)
 }
 
 /// The name to verify a server as: the host of its `host:port` address (`[v6]` without brackets).
