@@ -190,7 +190,7 @@ fn validate_service(service: &Service, prefix: &[Seg<'_>], report: &mut Report<'
             report.error(&path(prefix, &[Seg::Key("server_tls")]), "server_tls is for mode = \"tcp\" and \"http\"".into(), "FTP over TLS is not supported: remove server_tls");
         } else if let Err(e) = crate::proxy::tls::origin::Originator::load(tls, service.mode == Mode::Http, service.protocol == crate::config::ServerProtocol::H2) {
             let key = if e.file == "server_tls.sni" { "sni" } else { "ca" };
-            report.error(&sat(key), format!("server_tls: {e}"), "ca is a PEM file of CA certificates (the system's: /etc/ssl/certs/ca-certificates.crt); sni a DNS name or IP address");
+            report.error(&sat(key), format!("server_tls: {e}"), "ca is a PEM file of CA certificates (unset: the system's roots); sni a DNS name or IP address");
         }
     }
     if !service.protocol.is_http1() && service.mode != Mode::Http {
