@@ -45,8 +45,8 @@ DURATION = 2 if QUICK else 5             # wrk seconds per round
 BULK_ROUNDS = 2 if QUICK else 3
 SCALE_ROUNDS = 1 if QUICK else 3
 IDLE_CONNS = int(arg("--idle", 1000 if QUICK else 5000))
-# --modes http (or tcp) measures one mode only, for a quicker comparison of a change.
-MODES = arg("--modes", "tcp,http").split(",")
+# --modes http (or tcp, or tls) measures those only, for a quicker comparison of a change.
+MODES = arg("--modes", "tcp,http,tls").split(",")
 CONC = 50
 # A round is disturbed when another load took more than this share of a core.
 FOREIGN_LIMIT = 0.05
@@ -450,6 +450,7 @@ def versions():
             return "missing"
     v = {"haproxy": first(["haproxy", "-v"]), "nginx": first(["nginx", "-v"], "stderr"),
          "pen": first(["dpkg-query", "-W", "-f", "${Version}", "pen"]), "wrk": first(["wrk", "-v"]),
+         "openssl": first(["openssl", "version"]).split(" (")[0], "h2load": first(["h2load", "--version"]),
          "fulcrum": first([str(FULCRUM), "--version"])}
     try:
         v["fulcrum_commit"] = subprocess.run(["git", "-C", str(ROOT), "rev-parse", "--short", "HEAD"], capture_output=True, text=True).stdout.strip()
@@ -476,12 +477,13 @@ def main():
     results = {"machine": machine_info(), "versions": versions(), "quick": QUICK, "rounds": ROUNDS,
                "duration_s": DURATION, "concurrency": CONC, "idle_connections": IDLE_CONNS, "foreign_limit": FOREIGN_LIMIT,
                "modes": {"tcp": {}, "http": {}}}
-    say(f"{len(balancers)} balancers, {ROUNDS} rounds of {DURATION} s per workload, interleaved")
+    if balancers:
+        say(f"{len(balancers)} balancers, {ROUNDS} rounds of {DURATION} s per workload, interleaved")
     # A warm-up so every balancer starts the first round with its pools and allocator warm.
     for b in balancers:
         measured(b, wrk(b, seconds=1), servers)
     rounds = {(b.name, b.mode, w): [] for b in balancers for w in ("keep_alive", "new_connection")}
-    for r in range(ROUNDS):
+    for r in range(ROUNDS if balancers else 0):
         order = balancers[r % len(balancers):] + balancers[: r % len(balancers)]
         for b in order:
             for w in ("keep_alive", "new_connection"):
@@ -506,9 +508,14 @@ def main():
         results["modes"][b.mode][b.name]["idle"] = idle_memory(b)
     for b in balancers:
         b.stop()
-    say("scaling: two workers, both cores")
+    if "tls" in MODES:
+        import tls_cases
+        say("TLS: handshakes, keep-alive, HTTP/2 and bulk")
+        results["tls"] = tls_cases.run(sys.modules[__name__], servers, port)
     results["scaling"] = {}
-    scale = [Balancer(name, mode, next(port), cores="0,1", workers=2) for mode in MODES for name in ("haproxy", "nginx", "fulcrum")]
+    scale = [Balancer(name, mode, next(port), cores="0,1", workers=2) for mode in MODES if mode != "tls" for name in ("haproxy", "nginx", "fulcrum")]
+    if scale:
+        say("scaling: two workers, both cores")
     for b in scale:
         b.start()
         measured(b, wrk(b, seconds=1), servers)
@@ -582,6 +589,11 @@ def render(r):
             lines.append(f"| {n} | {g['mb_per_s']:.0f} | {g['cpu_s_per_gb']:.3f} | {g['machine_cpu_s_per_gb']:.2f} | {again}"
                          + (f" ({lost} kept disturbed)" if lost else "") + " |")
         lines.append("")
+    if r.get("tls"):
+        import tls_cases
+        lines += tls_cases.render(r["tls"], r["versions"])
+    if not r["scaling"]:
+        return "\n".join(lines)
     lines += ["## Two workers on two cores", "",
               "Each balancer with two workers (Fulcrum `workers = 2`, HAProxy `nbthread 2`, NGINX two worker processes with "
               "`reuseport`), unpinned, wrk `-t2 -c100` keep-alive sharing the same two cores: medians of "
