@@ -92,3 +92,40 @@ fn streams_past_max_streams_are_refused() {
     let refused: Vec<u32> = frames.iter().filter(|(kind, _, p)| *kind == 3 && p[..] == 7u32.to_be_bytes()).map(|(_, s, _)| *s).collect();
     assert!(!refused.is_empty() && refused.iter().all(|s| *s > 7), "streams past the fourth refused: {refused:?}");
 }
+
+/// CVE-2019-9512 and -9515: a client that sends PING and SETTINGS frames, each asking for an
+/// acknowledgement, and never reads them. Fulcrum keeps one acknowledgement pending and stops
+/// reading the connection until it is written, so the flood meets a full socket, not a growing
+/// queue: the client's writes stall, Fulcrum's memory stays where it was, and other clients are
+/// served meanwhile.
+#[test]
+fn ping_and_settings_floods_from_a_client_that_does_not_read_are_held_back() {
+    let nginx = Nginx::start("n3", "TARGET");
+    let f = Fulcrum::start(&format!(
+        "[[service]]\nname = \"web\"\nlisten = \"{{LISTEN}}\"\nmode = \"http\"\n[service.http]\nh2c = true\n[service.health]\nkind = \"none\"\n[[service.server]]\naddress = \"{}\"\n",
+        nginx.addr
+    ));
+    let before = f.rss_kib();
+    let mut conn = std::net::TcpStream::connect(f.listen).unwrap();
+    conn.set_write_timeout(Some(Duration::from_secs(2))).unwrap();
+    let mut chunk = Vec::new();
+    for i in 0..1000u64 {
+        chunk.extend(frame(6, 0, 0, &i.to_be_bytes()));
+        chunk.extend(frame(4, 0, 0, &[0, 3, 0, 0, 0, 100]));
+    }
+    let mut handshake = PREFACE.to_vec();
+    handshake.extend(frame(4, 0, 0, &[]));
+    conn.write_all(&handshake).unwrap();
+    // 4,000 chunks: 2 million frames, 64 MB, far more than the sockets on the way can hold.
+    const CHUNKS: usize = 4000;
+    let mut sent = 0;
+    while sent < CHUNKS && conn.write_all(&chunk).is_ok() {
+        sent += 1;
+    }
+    assert!(sent < CHUNKS, "all {} MB of the flood were taken: nothing held it back", CHUNKS * chunk.len() >> 20);
+    let grown = f.rss_kib().saturating_sub(before);
+    println!("{} MB of the flood taken before it stalled; Fulcrum grew by {grown} KiB", sent * chunk.len() >> 20);
+    assert!(grown < 4096, "Fulcrum grew by {grown} KiB while {} MB of unread PING and SETTINGS frames came in", sent * chunk.len() >> 20);
+    assert_eq!(http_get(f.listen, "/name").0, 200, "another client is served during the flood");
+    drop(conn);
+}
