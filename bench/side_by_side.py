@@ -195,22 +195,7 @@ class Balancer:
             (d / "fulcrum.toml").write_text(service)
             return [str(exe), "--log", "warn", "run", str(d / "fulcrum.toml")]
         if self.name == "haproxy":
-            (d / "haproxy.cfg").write_text(f"""global
-  nbthread {self.workers}
-  maxconn 9000
-defaults
-  mode {self.mode}
-  {"http-reuse always" if http else ""}
-  {"option http-keep-alive" if http else ""}
-  timeout http-keep-alive 10m
-  timeout http-request 10m
-  timeout connect 2s
-  timeout client 10m
-  timeout server 10m
-listen bench
-  bind 127.0.0.1:{self.port}
-  balance roundrobin
-""" + "".join(f"  server s{i} 127.0.0.1:{p}\n" for i, p in enumerate(ups)))
+            (d / "haproxy.cfg").write_text(haproxy_config(self.workers, self.mode, f"127.0.0.1:{self.port}"))
             return ["haproxy", "-db", "-f", str(d / "haproxy.cfg")]
         if self.name == "nginx":
             servers = "".join(f"server 127.0.0.1:{p};" for p in ups)
@@ -252,6 +237,28 @@ events {{ worker_connections 16384; }}
     def stop(self):
         os.killpg(self.proc.pid, signal.SIGKILL)
         self.proc.wait()
+
+
+def haproxy_config(workers, mode, bind):
+    """HAProxy with `workers` threads balancing the real servers round robin in `mode`; `bind` is
+    the rest of its bind line (address, and TLS options for the TLS cases)."""
+    http = mode == "http"
+    return f"""global
+  nbthread {workers}
+  maxconn 9000
+defaults
+  mode {mode}
+  {"http-reuse always" if http else ""}
+  {"option http-keep-alive" if http else ""}
+  timeout http-keep-alive 10m
+  timeout http-request 10m
+  timeout connect 2s
+  timeout client 10m
+  timeout server 10m
+listen bench
+  bind {bind}
+  balance roundrobin
+""" + "".join(f"  server s{i} 127.0.0.1:{p}\n" for i, p in enumerate(SERVERS))
 
 
 def fulcrum_accepts(setting):

@@ -56,22 +56,7 @@ class TlsBalancer:
                 '[service.health]\nkind = "tcp"\n' + "".join(f'[[service.server]]\naddress = "127.0.0.1:{p}"\n' for p in servers))
             return [str(self.sbs.FULCRUM), "--log", "warn", "run", str(d / "fulcrum.toml")]
         if self.name == "haproxy":
-            (d / "haproxy.cfg").write_text(f"""global
-  nbthread 1
-  maxconn 9000
-defaults
-  mode http
-  http-reuse always
-  option http-keep-alive
-  timeout http-keep-alive 10m
-  timeout http-request 10m
-  timeout connect 2s
-  timeout client 10m
-  timeout server 10m
-listen bench
-  bind 127.0.0.1:{self.port} ssl crt {both} alpn h2,http/1.1
-  balance roundrobin
-""" + "".join(f"  server s{i} 127.0.0.1:{p}\n" for i, p in enumerate(servers)))
+            (d / "haproxy.cfg").write_text(self.sbs.haproxy_config(1, "http", f"127.0.0.1:{self.port} ssl crt {both} alpn h2,http/1.1"))
             return ["haproxy", "-db", "-f", str(d / "haproxy.cfg")]
         if self.name == "nginx":
             ups = "".join(f"server 127.0.0.1:{p};" for p in servers)
