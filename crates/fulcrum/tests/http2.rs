@@ -122,10 +122,10 @@ fn ping_and_settings_floods_from_a_client_that_does_not_read_are_held_back() {
     while sent < CHUNKS && conn.write_all(&chunk).is_ok() {
         sent += 1;
     }
-    assert!(sent < CHUNKS, "all {} MB of the flood were taken: nothing held it back", CHUNKS * chunk.len() >> 20);
+    assert!(sent < CHUNKS, "all {} MB of the flood were taken: nothing held it back", (CHUNKS * chunk.len()) >> 20);
     let grown = f.rss_kib().saturating_sub(before);
-    println!("{} MB of the flood taken before it stalled; Fulcrum grew by {grown} KiB", sent * chunk.len() >> 20);
-    assert!(grown < 4096, "Fulcrum grew by {grown} KiB while {} MB of unread PING and SETTINGS frames came in", sent * chunk.len() >> 20);
+    println!("{} MB of the flood taken before it stalled; Fulcrum grew by {grown} KiB", (sent * chunk.len()) >> 20);
+    assert!(grown < 4096, "Fulcrum grew by {grown} KiB while {} MB of unread PING and SETTINGS frames came in", (sent * chunk.len()) >> 20);
     assert_eq!(http_get(f.listen, "/name").0, 200, "another client is served during the flood");
     drop(conn);
 }
