@@ -34,12 +34,11 @@ pub async fn verdict(resp: hyper::Response<hyper::body::Incoming>) -> Result<Str
         return Err(e);
     }
     let collected = Limited::new(resp.into_body(), MAX_ANSWER).collect().await.map_err(CheckError::Body)?;
-    let Some(trailers) = collected.trailers() else { return Err(CheckError::Grpc("the call ended without grpc-status".into())) };
+    let Some(trailers) = collected.trailers().filter(|t| t.contains_key("grpc-status")) else {
+        return Err(CheckError::Grpc("the call ended without grpc-status".into()));
+    };
     if let Some(e) = failed_call(trailers) {
         return Err(e);
-    }
-    if trailers.get("grpc-status").is_none() {
-        return Err(CheckError::Grpc("the call ended without grpc-status".into()));
     }
     match serving_status(&collected.to_bytes()).map_err(|e| CheckError::Grpc(e.into()))? {
         1 => Ok("gRPC health SERVING".into()),

@@ -85,11 +85,11 @@ impl HttpCheck {
         }
         // HTTP/2 carries the host in the URI (`:authority`), HTTP/1.1 in Host.
         let uri = if target.h2 { format!("{}://{}{}", scheme(target), target.address, cfg.path) } else { cfg.path.clone() };
-        let req = hyper::Request::get(uri)
-            .header(hyper::header::USER_AGENT, "fulcrum-health")
-            .body(Full::new(Bytes::new()))
-            .map_err(CheckError::BadRequest)?;
-        let req = if target.h2 { req } else { with_host(req, target.address)? };
+        let mut req = hyper::Request::get(uri).header(hyper::header::USER_AGENT, "fulcrum-health");
+        if !target.h2 {
+            req = req.header(hyper::header::HOST, target.address);
+        }
+        let req = req.body(Full::new(Bytes::new())).map_err(CheckError::BadRequest)?;
         let resp = conn.send(req).await?;
         let status = resp.status().as_u16();
         let body = Limited::new(resp.into_body(), MAX_BODY)
@@ -109,12 +109,6 @@ impl HttpCheck {
 
 pub(super) fn scheme(target: &Target<'_>) -> &'static str {
     if target.tls.is_some() { "https" } else { "http" }
-}
-
-fn with_host(mut req: hyper::Request<Full<Bytes>>, host: &str) -> Result<hyper::Request<Full<Bytes>>, CheckError> {
-    let value = hyper::header::HeaderValue::from_str(host).map_err(|e| CheckError::BadRequest(e.into()))?;
-    req.headers_mut().insert(hyper::header::HOST, value);
-    Ok(req)
 }
 
 /// Connects, handshakes TLS when the pool asks for it (within the check's timeout, which bounds
