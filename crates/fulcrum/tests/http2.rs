@@ -24,6 +24,14 @@ fn get_headers(stream: u32) -> Vec<u8> {
     frame(1, 0x5, stream, &[0x82, 0x86, 0x84, 0x41, 0x01, b'a'])
 }
 
+/// Fulcrum serving h2c in front of `nginx`, with `http_extra` in `[service.http]`.
+fn h2c_over(nginx: &Nginx, http_extra: &str) -> Fulcrum {
+    Fulcrum::start(&format!(
+        "[[service]]\nname = \"web\"\nlisten = \"{{LISTEN}}\"\nmode = \"http\"\n[service.http]\nh2c = true\n{http_extra}[service.health]\nkind = \"none\"\n[[service.server]]\naddress = \"{}\"\n",
+        nginx.addr
+    ))
+}
+
 /// The frames of a whole connection until it closes, as (type, stream, payload).
 fn read_frames(conn: &mut std::net::TcpStream) -> Vec<(u8, u32, Vec<u8>)> {
     conn.set_read_timeout(Some(Duration::from_secs(10))).unwrap();
@@ -46,10 +54,7 @@ fn read_frames(conn: &mut std::net::TcpStream) -> Vec<(u8, u32, Vec<u8>)> {
 #[test]
 fn rapid_reset_ends_the_connection_with_enhance_your_calm() {
     let nginx = Nginx::start("n1", "TARGET");
-    let f = Fulcrum::start(&format!(
-        "[[service]]\nname = \"web\"\nlisten = \"{{LISTEN}}\"\nmode = \"http\"\n[service.http]\nh2c = true\n[service.health]\nkind = \"none\"\n[[service.server]]\naddress = \"{}\"\n",
-        nginx.addr
-    ));
+    let f = h2c_over(&nginx, "");
     let mut conn = std::net::TcpStream::connect(f.listen).unwrap();
     let mut burst = PREFACE.to_vec();
     burst.extend(frame(4, 0, 0, &[]));
@@ -72,10 +77,7 @@ fn rapid_reset_ends_the_connection_with_enhance_your_calm() {
 #[test]
 fn streams_past_max_streams_are_refused() {
     let nginx = Nginx::start("n2", "TARGET");
-    let f = Fulcrum::start(&format!(
-        "[[service]]\nname = \"web\"\nlisten = \"{{LISTEN}}\"\nmode = \"http\"\n[service.http]\nh2c = true\nmax_streams = 4\n[service.health]\nkind = \"none\"\n[[service.server]]\naddress = \"{}\"\n",
-        nginx.addr
-    ));
+    let f = h2c_over(&nginx, "max_streams = 4\n");
     let mut conn = std::net::TcpStream::connect(f.listen).unwrap();
     let mut burst = PREFACE.to_vec();
     burst.extend(frame(4, 0, 0, &[]));
@@ -101,10 +103,7 @@ fn streams_past_max_streams_are_refused() {
 #[test]
 fn ping_and_settings_floods_from_a_client_that_does_not_read_are_held_back() {
     let nginx = Nginx::start("n3", "TARGET");
-    let f = Fulcrum::start(&format!(
-        "[[service]]\nname = \"web\"\nlisten = \"{{LISTEN}}\"\nmode = \"http\"\n[service.http]\nh2c = true\n[service.health]\nkind = \"none\"\n[[service.server]]\naddress = \"{}\"\n",
-        nginx.addr
-    ));
+    let f = h2c_over(&nginx, "");
     let before = f.rss_kib();
     let mut conn = std::net::TcpStream::connect(f.listen).unwrap();
     conn.set_write_timeout(Some(Duration::from_secs(2))).unwrap();
