@@ -1,7 +1,8 @@
 //! `mode = "ftp"` against four real vsftpd servers: ten clients with their own source addresses
 //! (curl in EPSV, PASV, EPRT and PORT modes, Python's ftplib passive and active) each log in,
 //! download ten files from 1 KiB to 16 MiB and upload one, and every byte matches; the sessions
-//! are spread round robin. Then the attacks: FTP bounce, data-port theft, FTPS, port exhaustion.
+//! are spread round robin. Then the attacks: FTP bounce, data-port theft, FTPS, port exhaustion;
+//! and a server behind a listener that takes the PROXY protocol.
 
 mod support;
 
@@ -372,5 +373,72 @@ fn the_ftp_check_takes_a_stopped_server_out() {
         let out = Command::new("curl").args(["-sS", "--max-time", "20"]).arg(format!("ftp://{}/pub/file0.bin", f.listen)).output().unwrap();
         assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
         assert_eq!(out.stdout, std::fs::read(files.join("file0.bin")).unwrap());
+    }
+}
+
+/// nginx's stream module in front of one FTP server: it takes a PROXY header on each connection
+/// (`listen ... proxy_protocol`), logs the client address the header carried, and relays the
+/// rest, so the FTP server behind it runs the session.
+struct ProxiedFtp {
+    addr: SocketAddr,
+    log: PathBuf,
+    child: Child,
+}
+
+impl ProxiedFtp {
+    fn start(server: SocketAddr) -> ProxiedFtp {
+        let dir = scratch("nginx-stream");
+        let addr: SocketAddr = format!("127.0.0.1:{}", free_port()).parse().unwrap();
+        let log = dir.join("sessions.log");
+        let conf = format!(
+            "load_module /usr/lib/nginx/modules/ngx_stream_module.so;\ndaemon off;\nmaster_process off;\nworker_processes 1;\nuser root root;\n\
+             pid {dir}/nginx.pid;\nerror_log {dir}/error.log info;\nevents {{ worker_connections 256; }}\n\
+             stream {{\n    log_format client 'client=$proxy_protocol_addr';\n    \
+             server {{ listen {addr} proxy_protocol; proxy_pass {server}; access_log {log} client; }}\n}}\n",
+            dir = dir.display(),
+            log = log.display(),
+        );
+        std::fs::write(dir.join("nginx.conf"), conf).unwrap();
+        let child = Command::new("nginx")
+            .args(["-p", dir.to_str().unwrap(), "-c", dir.join("nginx.conf").to_str().unwrap()])
+            .stdout(Stdio::null())
+            .stderr(Stdio::null())
+            .spawn()
+            .expect("nginx and its stream module must be installed (scripts/test installs them)");
+        wait_until("nginx stream", Duration::from_secs(10), || TcpStream::connect(addr).is_ok());
+        ProxiedFtp { addr, log, child }
+    }
+
+    fn sessions(&self) -> String {
+        std::fs::read_to_string(&self.log).unwrap_or_default()
+    }
+}
+
+impl Drop for ProxiedFtp {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+/// `proxy_protocol` on an FTP server: its control connections start with the client's address,
+/// which the server in front of vsftpd logs; the `ftp` check sends a header with no client
+/// (v1 `UNKNOWN`) and still reads the greeting; the files arrive whole over data connections.
+#[test]
+fn an_ftp_server_sent_the_proxy_protocol_sees_each_clients_address() {
+    let files = make_files();
+    let vsftpd = Vsftpd::start("behind-proxy", &files);
+    let front = ProxiedFtp::start(vsftpd.addr);
+    let config = ftp_config(&[], &data_ports(21800, 10)) + &format!("\n[[service.server]]\naddress = \"{}\"\nproxy_protocol = \"v1\"\n", front.addr);
+    let f = Fulcrum::start(&config);
+    f.wait_all_up();
+    let check = f.server_stats(&front.addr.to_string())["last_check"].as_str().unwrap().to_string();
+    assert!(check.contains("220 vsftpd behind-proxy"), "the check got the greeting through the header: {check}");
+    for last in [31u8, 32] {
+        let source = format!("127.0.0.{last}");
+        let out = Command::new("curl").args(["-sS", "--max-time", "20", "--interface", &source]).arg(format!("ftp://{}/pub/file3.bin", f.listen)).output().unwrap();
+        assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+        assert_eq!(out.stdout, std::fs::read(files.join("file3.bin")).unwrap());
+        wait_until(&format!("{source}'s session logged"), Duration::from_secs(10), || front.sessions().lines().any(|l| l == format!("client={source}")));
     }
 }

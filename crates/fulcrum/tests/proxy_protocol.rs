@@ -1,6 +1,7 @@
 //! `proxy_protocol = "v1" | "v2"`: a real nginx with `listen ... proxy_protocol` answers the
 //! client address the header carried, for clients from distinct loopback addresses, after a
-//! reload from one version to the other. HTTP mode refuses the setting.
+//! reload from one version to the other; its HTTP checks send a header with no client, which
+//! nginx takes. HTTP mode refuses the setting on a service, a pool or a server.
 
 mod support;
 
@@ -10,7 +11,7 @@ use std::process::Command;
 use support::*;
 
 fn config(server: std::net::SocketAddr, version: &str) -> String {
-    format!("[[service]]\nname = \"pp\"\nlisten = \"{{LISTEN}}\"\nproxy_protocol = \"{version}\"\n[service.health]\nkind = \"tcp\"\ninterval = \"200ms\"\n[[service.server]]\naddress = \"{server}\"\n")
+    format!("[[service]]\nname = \"pp\"\nlisten = \"{{LISTEN}}\"\nproxy_protocol = \"{version}\"\n[service.health]\nkind = \"http\"\npath = \"/name\"\nexpect_text = \"n1\"\ninterval = \"200ms\"\n[[service.server]]\naddress = \"{server}\"\n")
 }
 
 #[test]
@@ -18,6 +19,8 @@ fn nginx_sees_each_clients_address_through_both_versions() {
     let nginx = Nginx::start_with_proxy_protocol("n1");
     let f = Fulcrum::start(&config(nginx.addr, "v1"));
     f.wait_all_up();
+    let check = f.server_stats(&nginx.addr.to_string())["last_check"].as_str().unwrap().to_string();
+    assert!(check.contains("GET /name answered 200"), "{check}");
     for version in ["v1", "v2"] {
         if version == "v2" {
             let applied = f.log().matches("config applied").count();
@@ -36,11 +39,19 @@ fn nginx_sees_each_clients_address_through_both_versions() {
 }
 
 #[test]
-fn http_mode_refuses_proxy_protocol() {
+fn http_mode_refuses_proxy_protocol_on_a_service_a_pool_and_a_server() {
     let dir = scratch("pp-check");
     let path = dir.join("c.toml");
-    std::fs::write(&path, "[[service]]\nname = \"a\"\nlisten = \"127.0.0.1:1000\"\nmode = \"http\"\nproxy_protocol = \"v2\"\n[[service.server]]\naddress = \"127.0.0.1:1001\"\n").unwrap();
-    let out = Command::new(env!("CARGO_BIN_EXE_fulcrum")).args(["check", path.to_str().unwrap()]).output().unwrap();
-    let text = format!("{}{}", String::from_utf8_lossy(&out.stdout), String::from_utf8_lossy(&out.stderr));
-    assert!(!out.status.success() && text.contains("proxy_protocol is for mode = \"tcp\""), "{text}");
+    let service = "[[service]]\nname = \"a\"\nlisten = \"127.0.0.1:1000\"\nmode = \"http\"\n";
+    let pool = "[[service.pool]]\nname = \"p\"\n";
+    for (config, at) in [
+        (format!("{service}proxy_protocol = \"v2\"\n[[service.server]]\naddress = \"127.0.0.1:1001\"\n"), "c.toml:5:"),
+        (format!("{service}[[service.server]]\naddress = \"127.0.0.1:1001\"\n{pool}proxy_protocol = \"v1\"\n[[service.pool.server]]\naddress = \"127.0.0.1:1002\"\n"), "c.toml:9:"),
+        (format!("{service}[[service.server]]\naddress = \"127.0.0.1:1001\"\nproxy_protocol = \"v2\"\n"), "c.toml:7:"),
+    ] {
+        std::fs::write(&path, config).unwrap();
+        let out = Command::new(env!("CARGO_BIN_EXE_fulcrum")).args(["check", path.to_str().unwrap()]).output().unwrap();
+        let text = format!("{}{}", String::from_utf8_lossy(&out.stdout), String::from_utf8_lossy(&out.stderr));
+        assert!(!out.status.success() && text.contains("proxy_protocol is for mode = \"tcp\"") && text.contains(at), "{text}");
+    }
 }

@@ -368,6 +368,42 @@ fn tls_passes_through_to_the_pool_its_server_name_routes_to() {
     assert_eq!((served(&stats, api.addr), served(&stats, shop.addr), served(&stats, fallback.addr)), (1, 2, 2), "{stats}");
 }
 
+/// `proxy_protocol` on a pass-through pool and on one server: each nginx listener that takes the
+/// PROXY protocol learns the client's address before the client's own handshake, the pool's
+/// setting in v2 and the server's in v1; the service's own server, with neither, gets none.
+/// Their TCP checks send a header with no client, which nginx takes.
+#[test]
+fn passed_through_tls_carries_the_client_address_to_the_pools_and_servers_that_ask() {
+    let dir = scratch("tls-passthrough-pp");
+    let cert = self_signed(&dir, "pp", &["v2.test", "v1.test", "plain.test"], 30);
+    let v2 = Nginx::start_https_with_proxy_protocol("v2", &cert.cert, &cert.key);
+    let v1 = Nginx::start_https_with_proxy_protocol("v1", &cert.cert, &cert.key);
+    let plain = Nginx::start_https("plain", &cert.cert, &cert.key);
+    // nginx logs an empty connection, such as the harness's one probe of its port, as a broken
+    // header; a TCP check that sent no header would add one each interval.
+    let broken = |n: &Nginx| n.error_log().matches("broken header").count();
+    wait_until("nginx logged the probe", Duration::from_secs(5), || broken(&v2) == 1 && broken(&v1) == 1);
+    let f = Fulcrum::start(&format!(
+        "[[service]]\nname = \"edge\"\nlisten = \"{{LISTEN}}\"\nmode = \"tcp\"\n[service.health]\nkind = \"tcp\"\ninterval = \"200ms\"\n[[service.server]]\naddress = \"{}\"\n\
+         [[service.pool]]\nname = \"v2\"\nproxy_protocol = \"v2\"\n[service.pool.health]\nkind = \"tcp\"\ninterval = \"200ms\"\n[[service.pool.server]]\naddress = \"{}\"\n\
+         [[service.pool]]\nname = \"v1\"\n[service.pool.health]\nkind = \"tcp\"\ninterval = \"200ms\"\n[[service.pool.server]]\naddress = \"{}\"\nproxy_protocol = \"v1\"\n\
+         [[service.route]]\npool = \"v2\"\nsni = [\"v2.test\"]\n[[service.route]]\npool = \"v1\"\nsni = [\"v1.test\"]\n",
+        plain.addr, v2.addr, v1.addr
+    ));
+    f.wait_all_up();
+    for (name, source) in [("v2.test", "127.0.0.41"), ("v1.test", "127.0.0.42")] {
+        let (code, body) = curl_https(&f, name, "/client", &cert.cert, &["--interface", source]);
+        assert_eq!(code, 0, "{name}: curl failed\n{}", f.log());
+        assert_eq!(body.rsplit_once(':').map(|(addr, _)| addr), Some(source), "{name}: nginx saw {body}");
+    }
+    assert_eq!(curl_https(&f, "plain.test", "/name", &cert.cert, &["--interface", "127.0.0.43"]), (0, "plain".into()));
+    // Five more checks of each.
+    std::thread::sleep(Duration::from_secs(1));
+    for server in [&v2, &v1] {
+        assert_eq!(broken(server), 1, "{}: {}", server.name, server.error_log());
+    }
+}
+
 /// HTTP/2 from clients: by ALPN over TLS and with prior knowledge (h2c) on a plain service;
 /// each stream is a request forwarded to the servers in HTTP/1.1, with the forwarded headers;
 /// h2load's streams all get answers; a service with `http2 = false` offers only HTTP/1.1.

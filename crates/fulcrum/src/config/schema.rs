@@ -212,7 +212,8 @@ pub struct Service {
     /// The networks whose connections may carry a PROXY header; any other client is refused.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub trusted_proxies: Vec<super::Network>,
-    /// TCP and FTP modes: a PROXY protocol header sent to the server first on each connection.
+    /// TCP and FTP modes: a PROXY protocol header sent to the server first on each connection
+    /// (a pool's or a server's own setting takes precedence).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub proxy_protocol: Option<ProxyProtocol>,
     /// HTTP mode: the protocol spoken to the service's own servers.
@@ -292,6 +293,7 @@ impl Service {
             name: format!("{}/{}", self.name, pool.name),
             algorithm: pool.algorithm,
             protocol: pool.protocol,
+            proxy_protocol: pool.proxy_protocol.or(self.proxy_protocol),
             server_tls: pool.server_tls.clone(),
             health: pool.health.clone(),
             passive: pool.passive.clone(),
@@ -341,7 +343,7 @@ impl ServerProtocol {
     }
 }
 
-/// The PROXY protocol version a service sends its servers.
+/// The PROXY protocol version Fulcrum sends a server.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "lowercase")]
 pub enum ProxyProtocol {
@@ -389,6 +391,10 @@ pub struct Pool {
     /// TLS to the pool's servers.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub server_tls: Option<ServerTls>,
+    /// TCP mode (pass-through routes): the PROXY header sent to the pool's servers; unset: the
+    /// service's.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub proxy_protocol: Option<ProxyProtocol>,
     #[serde(default)]
     pub health: Health,
     #[serde(default)]
@@ -678,6 +684,10 @@ pub struct Server {
     /// The opaque id the `cookie` algorithm puts in cookies; derived from the address if unset.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub id: Option<String>,
+    /// TCP and FTP modes: the PROXY header this server is sent; unset: its pool's (or the
+    /// service's). Its health checks send a LOCAL header first.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub proxy_protocol: Option<ProxyProtocol>,
 }
 
 impl Server {

@@ -215,6 +215,11 @@ fn validate_service(service: &Service, prefix: &[Seg<'_>], report: &mut Report<'
             report.error(&sat("address"), e.to_string(), "write host:port or ip:port of a reachable real server");
         }
     }
+    for (j, server) in service.servers.iter().enumerate() {
+        if server.proxy_protocol.is_some() && service.mode == Mode::Http {
+            proxy_protocol_in_http(&path(prefix, &[Seg::Key("server"), Seg::Index(j), Seg::Key("proxy_protocol")]), report);
+        }
+    }
     let mut seen: HashMap<&str, usize> = HashMap::new();
     for (j, server) in service.servers.iter().enumerate() {
         if seen.insert(&server.address, j).is_some() {
@@ -268,11 +273,7 @@ fn validate_edge(service: &Service, prefix: &[Seg<'_>], report: &mut Report<'_>)
         report.error(&at("accept_proxy"), "accept_proxy is for mode = \"tcp\" and \"http\": FTP data connections would come from the proxy, not the client the header names".into(), "remove accept_proxy from the FTP service");
     }
     if service.proxy_protocol.is_some() && service.mode == Mode::Http {
-        report.error(
-            &at("proxy_protocol"),
-            "proxy_protocol is for mode = \"tcp\" and \"ftp\": in HTTP mode a server connection carries the requests of many clients".into(),
-            "the servers learn the client from X-Forwarded-For or Forwarded ([service.http] forwarded_headers)",
-        );
+        proxy_protocol_in_http(&at("proxy_protocol"), report);
     }
     if service.data_ports.is_some() && service.mode != Mode::Ftp {
         report.error(&at("data_ports"), "data_ports is only for mode = \"ftp\"".into(), "remove it, or set mode = \"ftp\"");
@@ -280,6 +281,15 @@ fn validate_edge(service: &Service, prefix: &[Seg<'_>], report: &mut Report<'_>)
     if service.server_tls.is_some() && service.fast_path == Some(FastPath::Sockmap) {
         report.error(&at("fast_path"), "fast_path = \"sockmap\" cannot carry a TLS session to the servers: the bytes must pass through Fulcrum to be encrypted".into(), "remove fast_path or server_tls");
     }
+}
+
+/// `proxy_protocol` set (on a service, pool or server) in HTTP mode.
+fn proxy_protocol_in_http(at: &[Seg<'_>], report: &mut Report<'_>) {
+    report.error(
+        at,
+        "proxy_protocol is for mode = \"tcp\" and \"ftp\": in HTTP mode a server connection carries the requests of many clients".into(),
+        "the servers learn the client from X-Forwarded-For or Forwarded ([service.http] forwarded_headers)",
+    );
 }
 
 /// `[service.tls]`: where it applies, and whether its files load (the same loading a reload
@@ -394,6 +404,9 @@ fn validate_routing(service: &Service, i: usize, report: &mut Report<'_>) {
         }
         if names.insert(&pool.name, k).is_some() {
             report.error(&at(&[Seg::Key("pool"), Seg::Index(k), Seg::Key("name")]), format!("pool name {:?} is used twice", pool.name), "give every pool its own name");
+        }
+        if pool.proxy_protocol.is_some() && service.mode == Mode::Http {
+            proxy_protocol_in_http(&at(&[Seg::Key("pool"), Seg::Index(k), Seg::Key("proxy_protocol")]), report);
         }
         validate_service(&service.pool_settings(pool), &[Seg::Key("service"), Seg::Index(i), Seg::Key("pool"), Seg::Index(k)], report);
     }

@@ -10,6 +10,9 @@ use std::time::Duration;
 pub enum CheckError {
     #[error("connect failed: {0}")]
     Connect(std::io::Error),
+    /// A server sent the PROXY protocol: writing the check's LOCAL header failed.
+    #[error("sending the PROXY header: {0}")]
+    ProxyHeader(std::io::Error),
     #[error("no answer within {}", humantime::format_duration(*.0))]
     Timeout(Duration),
     /// HTTP: the connection handshake failed.

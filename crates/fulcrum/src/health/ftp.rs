@@ -4,12 +4,12 @@
 use std::net::SocketAddr;
 
 use tokio::io::{AsyncBufReadExt, AsyncReadExt, AsyncWriteExt, BufReader};
-use tokio::net::TcpStream;
 
 use super::CheckError;
+use crate::config::ProxyProtocol;
 
-pub async fn check(addr: SocketAddr) -> Result<String, CheckError> {
-    let stream = TcpStream::connect(addr).await.map_err(CheckError::Connect)?;
+pub async fn check(addr: SocketAddr, proxy: Option<ProxyProtocol>) -> Result<String, CheckError> {
+    let stream = super::connect(addr, proxy).await?;
     let mut reader = BufReader::new(stream);
     // A greeting may span lines ("220-..." then "220 ..."); the last line starts "220 ".
     let mut line = String::new();

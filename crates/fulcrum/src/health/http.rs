@@ -11,7 +11,6 @@ use bytes::Bytes;
 use http_body_util::{BodyExt, Full, Limited};
 use hyper::client::conn::{http1, http2};
 use hyper_util::rt::{TokioExecutor, TokioIo};
-use tokio::net::TcpStream;
 use tokio_util::either::Either;
 
 use super::CheckError;
@@ -30,6 +29,8 @@ pub struct Target<'a> {
     pub tls: Option<&'a Originator>,
     /// HTTP/2 (the pool's `protocol = "h2"`), else HTTP/1.1.
     pub h2: bool,
+    /// The PROXY protocol the server is sent (TCP mode), so the check sends a LOCAL header.
+    pub proxy: Option<crate::config::ProxyProtocol>,
 }
 
 enum Conn {
@@ -114,7 +115,7 @@ pub(super) fn scheme(target: &Target<'_>) -> &'static str {
 /// Connects, handshakes TLS when the pool asks for it (within the check's timeout, which bounds
 /// the whole check), and opens the HTTP connection whose driver runs on a task of its own.
 async fn connect(target: &Target<'_>, cfg: &Health) -> Result<Conn, CheckError> {
-    let stream = TcpStream::connect(target.addr).await.map_err(CheckError::Connect)?;
+    let stream = super::connect(target.addr, target.proxy).await?;
     let _ = stream.set_nodelay(true);
     let io = match target.tls {
         Some(origin) => Either::Right(origin.connect(stream, target.address, cfg.timeout).await.map_err(CheckError::Tls)?),

@@ -13,6 +13,24 @@ mod tcp;
 pub use error::CheckError;
 pub use scheduler::{spawn, wait_first_round};
 
+use std::net::SocketAddr;
+
+use tokio::io::AsyncWriteExt;
+use tokio::net::TcpStream;
+
+use crate::config::ProxyProtocol;
+
+/// A check's connection to `addr`. A server sent the PROXY protocol expects its header first on
+/// every connection, so a check sends one too: LOCAL, which says the connection is Fulcrum's own
+/// and carries no client (as HAProxy's `check-send-proxy` does).
+async fn connect(addr: SocketAddr, proxy: Option<ProxyProtocol>) -> Result<TcpStream, CheckError> {
+    let mut stream = TcpStream::connect(addr).await.map_err(CheckError::Connect)?;
+    if let Some(version) = proxy {
+        stream.write_all(crate::proxy::proxy_header::local(version)).await.map_err(CheckError::ProxyHeader)?;
+    }
+    Ok(stream)
+}
+
 /// Rise/fall hysteresis: `rise` passes in a row bring a server up, `fall` failures take it down.
 #[derive(Debug, Clone)]
 pub struct RiseFall {

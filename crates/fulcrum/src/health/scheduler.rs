@@ -45,15 +45,15 @@ async fn run(pool: Arc<Pool>, entry: Arc<ServerEntry>, stop: CancellationToken) 
     let address = &state.key.address;
     let mut machine = RiseFall::new(cfg.rise, cfg.fall, state.health_up(), state.checked());
     let mut http = HttpCheck::default();
-    let target = Target { addr: entry.addr, address, tls: pool.server_tls.as_deref(), h2: !pool.config.protocol.is_http1() };
+    let target = Target { addr: entry.addr, address, tls: pool.server_tls.as_deref(), h2: !pool.config.protocol.is_http1(), proxy: entry.proxy_protocol };
     loop {
         let started = Instant::now();
         let result = match cfg.kind {
             // No active check: a passive hold ends after one interval.
             HealthKind::None => Ok("no check".to_string()),
-            HealthKind::Tcp => timed(cfg.timeout, super::tcp::check(entry.addr)).await,
+            HealthKind::Tcp => timed(cfg.timeout, super::tcp::check(entry.addr, entry.proxy_protocol)).await,
             HealthKind::Http | HealthKind::Grpc => timed(cfg.timeout, http.check(&target, cfg)).await,
-            HealthKind::Ftp => timed(cfg.timeout, super::ftp::check(entry.addr)).await,
+            HealthKind::Ftp => timed(cfg.timeout, super::ftp::check(entry.addr, entry.proxy_protocol)).await,
         };
         let ok = result.is_ok();
         if cfg.kind != HealthKind::None {

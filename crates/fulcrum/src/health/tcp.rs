@@ -2,13 +2,9 @@
 
 use std::net::SocketAddr;
 
-use tokio::net::TcpStream;
-
 use super::CheckError;
+use crate::config::ProxyProtocol;
 
-pub async fn check(addr: SocketAddr) -> Result<String, CheckError> {
-    match TcpStream::connect(addr).await {
-        Ok(_) => Ok("connect ok".into()),
-        Err(e) => Err(CheckError::Connect(e)),
-    }
+pub async fn check(addr: SocketAddr, proxy: Option<ProxyProtocol>) -> Result<String, CheckError> {
+    super::connect(addr, proxy).await.map(|_| "connect ok".into())
 }

@@ -194,7 +194,8 @@ fn build_pool(sc: &config::Service, registry: &mut Registry) -> Result<Pool, Bui
         state.set_weight(server.weight);
         state.set_enabled(server.enabled);
         state.set_draining(server.drain);
-        let entry = Arc::new(ServerEntry { addr, state, id: server.cookie_id(), maxconn: server.maxconn });
+        let proxy_protocol = server.proxy_protocol.or(sc.proxy_protocol);
+        let entry = Arc::new(ServerEntry { addr, state, id: server.cookie_id(), maxconn: server.maxconn, proxy_protocol });
         if server.backup { backup.push(entry) } else { primary.push(entry) }
     }
     // Reads the CA file: `build` runs on a blocking thread.
@@ -263,5 +264,18 @@ mod tests {
         seen.sort();
         assert_eq!(seen, vec![1, 1, 2, 2, 3, 3], "the static-rr cycle was rebuilt on the events");
     }
-}
 
+    #[test]
+    fn a_servers_proxy_protocol_is_its_own_else_its_pools_else_its_services() {
+        let text = "[[service]]\nname = \"edge\"\nlisten = \"127.0.0.1:1000\"\nproxy_protocol = \"v1\"\n\
+                    [[service.server]]\naddress = \"127.0.0.1:1001\"\n[[service.server]]\naddress = \"127.0.0.1:1002\"\nproxy_protocol = \"v2\"\n\
+                    [[service.pool]]\nname = \"p\"\nproxy_protocol = \"v2\"\n[[service.pool.server]]\naddress = \"127.0.0.1:1003\"\n\
+                    [[service.pool]]\nname = \"q\"\n[[service.pool.server]]\naddress = \"127.0.0.1:1004\"\n\
+                    [[service.route]]\npool = \"p\"\nsni = [\"p.test\"]\n[[service.route]]\npool = \"q\"\nsni = [\"q.test\"]\n";
+        let rt = Live::new(config::parse(text, "t.toml").unwrap()).unwrap();
+        let generation = rt.current();
+        let sent: Vec<_> = generation.pools().flat_map(|(_, p)| p.servers().map(|e| (e.addr.port(), e.proxy_protocol)).collect::<Vec<_>>()).collect();
+        use config::ProxyProtocol::{V1, V2};
+        assert_eq!(sent, vec![(1001, Some(V1)), (1002, Some(V2)), (1003, Some(V2)), (1004, Some(V1))]);
+    }
+}

@@ -321,6 +321,8 @@ pub struct ServerEntry {
     /// Connections (HTTP: requests) in flight this server takes at most (0: no limit); more
     /// wait in the service's queue.
     pub maxconn: u32,
+    /// The PROXY header this server is sent first: its own setting, its pool's or its service's.
+    pub proxy_protocol: Option<crate::config::ProxyProtocol>,
 }
 
 #[cfg(test)]

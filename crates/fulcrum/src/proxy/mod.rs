@@ -113,7 +113,7 @@ fn start(client: TcpStream, peer: SocketAddr, service: Arc<Service>, counted: (S
 }
 
 /// Finds and connects a server of `pool` for `client` of `service`, and sends it the PROXY
-/// protocol header when the service asks for one, then `first` (what was read of the client
+/// protocol header when the server, its pool or the service asks for one, then `first` (what was read of the client
 /// before the server was chosen); a refusal is counted and logged.
 async fn connect_server(service: &Service, pool: &Pool, client: &TcpStream, peer: SocketAddr, first: &[u8], shutdown: &Shutdown) -> Option<(dispatch::Place, TcpStream)> {
     let cfg = service.config();
@@ -137,7 +137,7 @@ async fn connect_server(service: &Service, pool: &Pool, client: &TcpStream, peer
         _ = shutdown.terminating().cancelled() => return None,
     };
     let mut head = Vec::new();
-    if let Some(version) = cfg.proxy_protocol {
+    if let Some(version) = place.entry().proxy_protocol {
         // The address the client connected to, which a wildcard listen address does not say.
         match client.local_addr() {
             Ok(local) => head = proxy_header::header(version, peer, local),

@@ -3,7 +3,7 @@
 //! Sent: the header Fulcrum writes to a server first on each connection (`proxy_protocol = "v1" |
 //! "v2"`), so the server sees the client's address and the address the client connected to, for
 //! TCP over IPv4 or IPv6; when the two are of different families the IPv4 one is written as
-//! IPv4-mapped IPv6.
+//! IPv4-mapped IPv6. A health check's connection carries no client: it sends `local`.
 //!
 //! Received: with `accept_proxy`, the header a trusted proxy sends first (`parse`, `receive`). A
 //! v1 line is at most 107 bytes; a v2 header's variable part is held to `MAX_V2_BODY` bytes (the
@@ -52,6 +52,26 @@ pub fn header(version: ProxyProtocol, client: SocketAddr, local: SocketAddr) -> 
             h.extend_from_slice(&local.port().to_be_bytes());
             h
         }
+    }
+}
+
+/// The header of a connection Fulcrum opens for itself (a health check): v1's UNKNOWN, v2's
+/// LOCAL command with no addresses; the server keeps the connection's own addresses.
+pub fn local(version: ProxyProtocol) -> &'static [u8] {
+    const V2_LOCAL: [u8; 16] = {
+        let mut h = [0u8; 16];
+        let mut i = 0;
+        while i < V2_SIGNATURE.len() {
+            h[i] = V2_SIGNATURE[i];
+            i += 1;
+        }
+        // Version 2, command LOCAL; family UNSPEC; no address bytes.
+        h[12] = 0x20;
+        h
+    };
+    match version {
+        ProxyProtocol::V1 => b"PROXY UNKNOWN\r\n",
+        ProxyProtocol::V2 => &V2_LOCAL,
     }
 }
 
@@ -269,6 +289,15 @@ mod tests {
         let mut local = V2_SIGNATURE.to_vec();
         local.extend_from_slice(&[0x20, 0x00, 0, 0]);
         assert_eq!(parse(&local), Ok(Some((Received::Local, 16))));
+    }
+
+    #[test]
+    fn a_checks_header_says_it_carries_no_client() {
+        for version in [ProxyProtocol::V1, ProxyProtocol::V2] {
+            let h = local(version);
+            assert_eq!(parse(h), Ok(Some((Received::Local, h.len()))), "{version:?}");
+        }
+        assert_eq!(local(ProxyProtocol::V2)[12..], [0x20, 0, 0, 0]);
     }
 
     #[test]

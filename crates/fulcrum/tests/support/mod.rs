@@ -82,9 +82,17 @@ impl Nginx {
     }
 
     /// An HTTPS server with its own certificate and key (PEM files).
-    pub fn start_https(name: &str, cert: &std::path::Path, key: &std::path::Path) -> Nginx {
-        let tls = format!("ssl_certificate {};\n        ssl_certificate_key {};", cert.display(), key.display());
-        Self::start_listening(name, "TARGET", " ssl", &tls)
+    pub fn start_https(name: &str, cert: &Path, key: &Path) -> Nginx {
+        Self::start_listening(name, "TARGET", " ssl", &Self::certificate(cert, key))
+    }
+
+    /// An HTTPS server whose listener takes the PROXY protocol before the handshake.
+    pub fn start_https_with_proxy_protocol(name: &str, cert: &Path, key: &Path) -> Nginx {
+        Self::start_listening(name, "TARGET", " ssl proxy_protocol", &Self::certificate(cert, key))
+    }
+
+    fn certificate(cert: &Path, key: &Path) -> String {
+        format!("ssl_certificate {};\n        ssl_certificate_key {};", cert.display(), key.display())
     }
 
     fn start_listening(name: &str, index_text: &str, listen_options: &str, server_extra: &str) -> Nginx {
@@ -136,6 +144,11 @@ http {{
             .expect("nginx must be installed (scripts/test installs it)");
         wait_until(&format!("nginx {name} on {addr}"), Duration::from_secs(10), || listening(addr));
         Nginx { name: name.into(), addr, dir, child: Some(child) }
+    }
+
+    /// What nginx logged at `warn` and above.
+    pub fn error_log(&self) -> String {
+        std::fs::read_to_string(self.dir.join("error.log")).unwrap_or_default()
     }
 
     pub fn stop(&mut self) {
