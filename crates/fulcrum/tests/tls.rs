@@ -205,7 +205,7 @@ fn check(config: &str, dir: &Path) -> (bool, String) {
 }
 
 #[test]
-fn a_certificate_that_does_not_load_is_refused_by_check_and_by_reload_and_the_old_one_serves_on() {
+fn a_certificate_that_does_not_load_is_refused_by_check_by_reload_and_by_the_api_and_the_old_one_serves_on() {
     let dir = scratch("tls-refuse");
     let a = self_signed(&dir, "a", &["a.test"], 30);
     let b = self_signed(&dir, "b", &["b.test"], 30);
@@ -282,6 +282,22 @@ fn a_certificate_that_does_not_load_is_refused_by_check_and_by_reload_and_the_ol
     f.wait_log("TLS certificate expires in");
     let stats = f.stats();
     assert_eq!(stats["services"][0]["tls"]["certificates"][1]["expiring"], true, "{stats}");
+
+    // A renewal in place (new files at the same paths, as certbot writes them), applied from
+    // the API: a key that does not match is refused with the file and the reason, and the
+    // certificate in use serves on; a good pair is served to new connections next.
+    std::fs::write(&b.key, KeyPair::generate().unwrap().serialize_pem()).unwrap();
+    let (status, answer) = f.api("POST", "/api/reload", None);
+    let text = answer.to_string();
+    assert!(status == 422 && text.contains("does not match") && text.contains(&b.key.display().to_string()), "{status} {text}");
+    assert_eq!(curl_https(&f, "b.test", "/name", &b.cert, &[]), (0, "b1".into()), "the certificate in use serves on");
+    let old_b = std::fs::read(&b.cert).unwrap();
+    let renewed = self_signed(&dir, "b", &["b.test"], 90);
+    assert_ne!(std::fs::read(&renewed.cert).unwrap(), old_b);
+    let (status, answer) = f.api("POST", "/api/reload", None);
+    assert_eq!(status, 200, "{answer}");
+    assert_eq!(curl_https(&f, "b.test", "/name", &renewed.cert, &[]), (0, "b1".into()), "the renewed certificate is served");
+    ask(3);
     drop(to);
     let _ = kept.kill();
     let _ = kept.wait();
