@@ -197,6 +197,29 @@ fn client_certificates_are_required_when_a_client_ca_is_set() {
     wait_until("the refusal counted", Duration::from_secs(5), || metric(&f, "fulcrum_tls_handshake_failures_total{service=\"web\",reason=\"client_certificate\"}") >= 1);
 }
 
+/// Fulcrum picks the cipher suite in its own order among those the client offers: AES-128-GCM
+/// for OpenSSL, whose own order puts AES-256-GCM first, in TLS 1.3 and 1.2; a client that
+/// offers only ChaCha20-Poly1305 gets it.
+#[test]
+fn the_cipher_suite_is_the_servers_choice_among_the_clients() {
+    let dir = scratch("tls-suites");
+    let a = self_signed(&dir, "a", &["a.test"], 30);
+    let backend = Backend::start("b1");
+    let f = Fulcrum::start(&format!(
+        "[[service]]\nname = \"web\"\nlisten = \"{{LISTEN}}\"\nmode = \"http\"\n[service.health]\nkind = \"none\"\n[[service.server]]\naddress = \"{}\"\n{}",
+        backend.addr,
+        tls_table(&[&a], "")
+    ));
+    for (args, suite) in [
+        (&[][..], "TLS_AES_128_GCM_SHA256"),
+        (&["-ciphersuites", "TLS_CHACHA20_POLY1305_SHA256"][..], "TLS_CHACHA20_POLY1305_SHA256"),
+        (&["-tls1_2"][..], "ECDHE-ECDSA-AES128-GCM-SHA256"),
+    ] {
+        let out = s_client(f.listen, &[&["-servername", "a.test"][..], args].concat());
+        assert!(out.contains(&format!("Cipher is {suite}")), "{args:?}: expected {suite}\n{out}");
+    }
+}
+
 fn check(config: &str, dir: &Path) -> (bool, String) {
     let path = dir.join("check.toml");
     std::fs::write(&path, config).unwrap();

@@ -325,6 +325,8 @@ pub trait ClientIo: AsyncRead + AsyncWrite + Unpin + Send + 'static {
     fn poll_read_ready(&self, cx: &mut Context<'_>) -> Poll<io::Result<()>>;
     /// Writes what it can of `bytes` without waiting, as a connection is dropped.
     fn write_now(&self, bytes: &[u8]);
+    /// The address the client connected to.
+    fn local_addr(&self) -> Option<std::net::SocketAddr>;
     /// The client chose HTTP/2 by ALPN.
     fn chose_h2(&self) -> bool {
         false
@@ -348,6 +350,9 @@ impl ClientIo for TcpStream {
     fn poll_peek(&self, cx: &mut Context<'_>, buf: &mut [u8]) -> Poll<io::Result<usize>> {
         TcpStream::poll_peek(self, cx, &mut ReadBuf::new(buf))
     }
+    fn local_addr(&self) -> Option<std::net::SocketAddr> {
+        TcpStream::local_addr(self).ok()
+    }
 }
 
 impl ClientIo for tokio_rustls::server::TlsStream<TcpStream> {
@@ -359,6 +364,9 @@ impl ClientIo for tokio_rustls::server::TlsStream<TcpStream> {
     /// A TLS record cannot be written without waiting on the session; the 400 is written on
     /// shutdown, which hyper does on every path but a dropped connection.
     fn write_now(&self, _: &[u8]) {}
+    fn local_addr(&self) -> Option<std::net::SocketAddr> {
+        self.get_ref().0.local_addr().ok()
+    }
     fn chose_h2(&self) -> bool {
         self.get_ref().1.alpn_protocol() == Some(b"h2")
     }

@@ -67,8 +67,9 @@ pub async fn preface<S: ClientIo>(client: &S, limit: Duration) -> bool {
 pub async fn serve<S: ClientIo>(client: S, peer: SocketAddr, service: Arc<Service>, shutdown: Shutdown) {
     let http = &service.config().http;
     let activity = Arc::new(Activity::default());
-    // The framing guard reads HTTP/1.1; HTTP/2's framing is hyper's (h2's) to check.
-    let svc = super::requests::<S>(&service, peer, Verdict::default(), activity.clone());
+    // The framing guard reads HTTP/1.1; HTTP/2's framing is hyper's (h2's) to check. An HTTP/2
+    // request always names its authority, so no Host is made from the local address.
+    let svc = super::requests::<S>(&service, peer, None, Verdict::default(), activity.clone());
     let mut builder = hyper::server::conn::http2::Builder::new(TokioExecutor::new());
     builder
         .timer(TokioTimer::new())

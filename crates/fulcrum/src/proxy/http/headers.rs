@@ -2,7 +2,7 @@
 //! hop-by-hop headers stop at Fulcrum (RFC 9110 section 7.6.1) but a `Connection` option never
 //! removes a field the request needs, and the forwarded headers tell the server who the client is.
 
-use std::net::IpAddr;
+use std::net::{IpAddr, SocketAddr};
 
 use hyper::Version;
 use hyper::header::{self, HeaderMap, HeaderName, HeaderValue};
@@ -78,6 +78,8 @@ pub struct ClientNode {
     forwarded: HeaderValue,
     /// `http`, or `https` for a client whose TLS Fulcrum terminated.
     proto: HeaderValue,
+    /// The address the client connected to.
+    local: Option<SocketAddr>,
 }
 
 impl ClientNode {
@@ -86,8 +88,15 @@ impl ClientNode {
         self.proto == "https"
     }
 
-    /// A client of `scheme` (`http` or `https`).
-    pub fn with_scheme(client: IpAddr, scheme: &'static str) -> ClientNode {
+    /// The Host of a request that names none, which an HTTP/1.0 client may send: RFC 9112
+    /// section 3.3 makes its target's authority the address the client connected to, and an
+    /// HTTP/1.1 request, as servers are sent, must carry a Host (section 3.2).
+    pub fn host(&self) -> Option<HeaderValue> {
+        self.local.and_then(|a| HeaderValue::from_str(&a.to_string()).ok())
+    }
+
+    /// A client of `scheme` (`http` or `https`) that connected to `local`.
+    pub fn with_scheme(client: IpAddr, local: Option<SocketAddr>, scheme: &'static str) -> ClientNode {
         let addr = client.to_string();
         // RFC 7239: an IPv6 address is quoted and bracketed.
         let node = match client {
@@ -99,6 +108,7 @@ impl ClientNode {
             x_forwarded_for: HeaderValue::from_str(&addr).unwrap_or(HeaderValue::from_static("unknown")),
             forwarded: HeaderValue::from_str(&format!("for={node};proto={scheme}")).unwrap_or(HeaderValue::from_static("for=unknown")),
             proto: HeaderValue::from_static(scheme),
+            local,
         }
     }
 }
@@ -192,15 +202,15 @@ mod tests {
     fn forwarded_headers_append_to_earlier_proxies() {
         let mut h = HeaderMap::new();
         h.insert("x-forwarded-for", "10.0.0.1".parse().unwrap());
-        add_forwarded(&mut h, &ClientNode::with_scheme("127.0.0.11".parse().unwrap(), "http"), &[ForwardedHeader::XForwardedFor, ForwardedHeader::XForwardedProto, ForwardedHeader::Forwarded]);
+        add_forwarded(&mut h, &ClientNode::with_scheme("127.0.0.11".parse().unwrap(), None, "http"), &[ForwardedHeader::XForwardedFor, ForwardedHeader::XForwardedProto, ForwardedHeader::Forwarded]);
         assert_eq!(h.get("x-forwarded-for").unwrap(), "10.0.0.1, 127.0.0.11");
         assert_eq!(h.get("x-forwarded-proto").unwrap(), "http");
         assert_eq!(h.get("forwarded").unwrap(), "for=127.0.0.11;proto=http");
         let mut h = HeaderMap::new();
-        add_forwarded(&mut h, &ClientNode::with_scheme("::1".parse().unwrap(), "http"), &[ForwardedHeader::Forwarded]);
+        add_forwarded(&mut h, &ClientNode::with_scheme("::1".parse().unwrap(), None, "http"), &[ForwardedHeader::Forwarded]);
         assert_eq!(h.get("forwarded").unwrap(), "for=\"[::1]\";proto=http");
         let mut h = HeaderMap::new();
-        add_forwarded(&mut h, &ClientNode::with_scheme("127.0.0.12".parse().unwrap(), "https"), &[ForwardedHeader::XForwardedProto, ForwardedHeader::Forwarded]);
+        add_forwarded(&mut h, &ClientNode::with_scheme("127.0.0.12".parse().unwrap(), None, "https"), &[ForwardedHeader::XForwardedProto, ForwardedHeader::Forwarded]);
         assert_eq!(h.get("x-forwarded-proto").unwrap(), "https");
         assert_eq!(h.get("forwarded").unwrap(), "for=127.0.0.12;proto=https");
     }

@@ -62,9 +62,10 @@ pub async fn serve<S: ClientIo>(client: S, peer: SocketAddr, service: Arc<Servic
         return Box::pin(h2::serve(client, peer, service, shutdown)).await;
     }
     let activity = Arc::new(park::Activity::default());
+    let local = client.local_addr();
     let (mut io, verdict) = Guarded::new(client, http.max_head_size, activity.clone());
     let linger = park::LINGER.min(http.head_timeout / 4);
-    let svc = requests::<S>(&service, peer, verdict.clone(), activity.clone());
+    let svc = requests::<S>(&service, peer, local, verdict.clone(), activity.clone());
     loop {
         // Parked: wait for the client's next bytes with no buffer. `head_timeout` counts from
         // here, and hyper gets what is left of it for the head.
@@ -108,12 +109,13 @@ pub async fn serve<S: ClientIo>(client: S, peer: SocketAddr, service: Arc<Servic
 fn requests<S: ClientIo>(
     service: &Arc<Service>,
     peer: SocketAddr,
+    local: Option<SocketAddr>,
     verdict: Verdict,
     activity: Arc<park::Activity>,
 ) -> impl hyper::service::Service<Request<Incoming>, Response = Response<park::Answer>, Error = std::convert::Infallible, Future: Send + 'static> + Clone + Send + 'static {
     let http = &service.config().http;
     let service = service.clone();
-    let node = Arc::new(headers::ClientNode::with_scheme(peer.ip(), S::SCHEME));
+    let node = Arc::new(headers::ClientNode::with_scheme(peer.ip(), local, S::SCHEME));
     // RFC 6797: Strict-Transport-Security only over a secure transport.
     let hsts = http.hsts.filter(|_| node.is_https()).and_then(|age| HeaderValue::from_str(&format!("max-age={}", age.as_secs())).ok());
     hyper::service::service_fn(move |req| {
@@ -217,8 +219,15 @@ async fn handle(mut req: Request<Incoming>, peer: SocketAddr, node: &headers::Cl
     headers::add_forwarded(&mut parts.headers, node, &cfg.http.forwarded_headers);
     origin_form(&mut parts);
     // Servers are always spoken to in HTTP/1.1, so an HTTP/1.0 client does not cost a server
-    // connection per request; hyper answers the client in its own version.
+    // connection per request; hyper answers the client in its own version. An HTTP/1.1
+    // request carries a Host: one from an HTTP/1.0 client without it names the address it
+    // connected to.
     parts.version = hyper::Version::HTTP_11;
+    if !parts.headers.contains_key(header::HOST)
+        && let Some(host) = node.host()
+    {
+        parts.headers.insert(header::HOST, host);
+    }
     let (target, pool) = route::choose(service, parts.uri.path(), &parts.headers, parts.uri.authority().map(|a| a.as_str()));
     if logging {
         record.pool = pool.to_string();
