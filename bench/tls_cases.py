@@ -67,7 +67,7 @@ http {{ access_log off; keepalive_requests 1000000; keepalive_timeout 10m;
   client_body_temp_path {d}/b; proxy_temp_path {d}/p; fastcgi_temp_path {d}/f; uwsgi_temp_path {d}/u; scgi_temp_path {d}/s;
   upstream real {{ {ups} keepalive 256; keepalive_timeout 10m; }}
   server {{ listen 127.0.0.1:{self.port} ssl http2 backlog=8192;
-    ssl_certificate {cert}; ssl_certificate_key {key};
+    ssl_protocols TLSv1.2 TLSv1.3; ssl_certificate {cert}; ssl_certificate_key {key};
     location / {{ proxy_pass http://real; proxy_http_version 1.1; proxy_set_header Connection ""; proxy_buffering off; }} }} }}
 """)
             return ["nginx", "-p", str(d), "-c", str(d / "nginx.conf")]
@@ -83,6 +83,11 @@ http {{ access_log off; keepalive_requests 1000000; keepalive_timeout 10m;
                             capture_output=True, text=True).stdout
         if ok != "200":
             raise SystemExit(f"bench: {self.name} (TLS, {self.key}) answered {ok!r} instead of 200; log in {d}")
+        # Every balancer is measured in TLS 1.3 (nginx 1.22 offers only up to 1.2 unless told).
+        hello = subprocess.run(["openssl", "s_client", "-connect", f"127.0.0.1:{self.port}"], stdin=subprocess.DEVNULL,
+                               capture_output=True, text=True).stdout
+        if "TLSv1.3" not in hello:
+            raise SystemExit(f"bench: {self.name} (TLS, {self.key}) did not negotiate TLS 1.3:\n{hello[-800:]}")
 
     def pids(self):
         return self.sbs.family(self.proc.pid) if self.proc else []
