@@ -62,7 +62,8 @@ pub async fn serve<S: ClientIo>(client: S, peer: SocketAddr, service: Arc<Servic
         return Box::pin(h2::serve(client, peer, service, shutdown)).await;
     }
     let activity = Arc::new(park::Activity::default());
-    let local = client.local_addr();
+    // The address the client connected to: the listen address, unless that is a wildcard.
+    let local = if service.listen.ip().is_unspecified() { client.local_addr() } else { Some(service.listen) };
     let (mut io, verdict) = Guarded::new(client, http.max_head_size, activity.clone());
     let linger = park::LINGER.min(http.head_timeout / 4);
     let svc = requests::<S>(&service, peer, local, verdict.clone(), activity.clone());
