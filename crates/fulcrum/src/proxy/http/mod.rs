@@ -152,135 +152,142 @@ pub(crate) fn server_builder(http: &crate::config::Http, head_timeout: Duration)
 }
 
 /// One request to its response.
-async fn handle(mut req: Request<Incoming>, peer: SocketAddr, node: &headers::ClientNode, service: &Arc<Service>, verdict: &Verdict) -> Response<ProxyBody> {
-    let cfg = service.config();
-    let target_len = req.uri().path_and_query().map_or(0, |p| p.as_str().len());
-    // Without an access log the record stays empty: no strings are built per request.
-    let logging = cfg.http.access_log != AccessLog::Off;
-    let mut record = Record {
-        format: cfg.http.access_log,
-        // Without a log nothing reads the clock for it.
-        started: if logging { SystemTime::now() } else { SystemTime::UNIX_EPOCH },
-        client: peer,
-        service: if logging { cfg.name.clone() } else { String::new() },
-        pool: String::new(),
-        server: None,
-        method: if logging { req.method().to_string() } else { String::new() },
-        // A CONNECT's target is an authority, with no path.
-        path: if logging { truncate(req.uri().path_and_query().map(|p| p.as_str()).or_else(|| req.uri().authority().map(|a| a.as_str())).unwrap_or(""), 512) } else { String::new() },
-        status: 0,
-        bytes_in: Arc::new(AtomicU64::new(0)),
-        bytes_out: 0,
-        queue: Duration::ZERO,
-        connect: Duration::ZERO,
-        response: Duration::ZERO,
-    };
-    if req.method() == Method::CONNECT {
-        // The guard reads nothing after the CONNECT head, so no tunnelled byte is taken for HTTP.
-        return refuse(&cfg.name, record, StatusCode::NOT_IMPLEMENTED, "CONNECT: Fulcrum does not tunnel".into());
-    }
-    if let Some(why) = headers::host_problem(req.headers(), req.version()) {
-        return refuse(&cfg.name, record, StatusCode::BAD_REQUEST, why.into());
-    }
-    if req.version() == hyper::Version::HTTP_2 && req.uri().authority().is_none() && !req.headers().contains_key(header::HOST) {
-        // RFC 9113 section 8.3.1: an HTTP/1.1 request needs a Host to be made from it.
-        return refuse(&cfg.name, record, StatusCode::BAD_REQUEST, "an HTTP/2 request without :authority or Host cannot go on as HTTP/1.1".into());
-    }
-    if cfg.http.redirect_https && !node.is_https() {
-        return redirect_https(record, &req);
-    }
-    if target_len > cfg.http.max_uri_length {
-        return answer(record, StatusCode::URI_TOO_LONG, format!("the request target is longer than {} bytes", cfg.http.max_uri_length));
-    }
-    let upgrade = req.headers().contains_key(header::UPGRADE);
-    let client_upgrade = upgrade.then(|| hyper::upgrade::on(&mut req));
-    let (mut parts, incoming) = req.into_parts();
-    // The body's front is read before any server is contacted: a short body that is malformed
-    // (the guard stops it) or cut short is refused here and never reaches a server.
-    let fault = ClientFault::default();
-    let body = if incoming.is_end_stream() {
-        ProxyBody::Empty
-    } else {
-        match tokio::time::timeout(cfg.http.head_timeout, body::read_ahead(incoming, READ_AHEAD)).await {
-            Ok(Ok((ahead, rest))) => ProxyBody::Request { ahead, rest, bytes: record.bytes_in.clone(), fault: fault.clone() },
-            Ok(Err(e)) => {
-                let why = verdict.get().unwrap_or_else(|| format!("the request body ended early: {e}"));
-                return refuse(&cfg.name, record, StatusCode::BAD_REQUEST, why);
-            }
-            Err(_) => {
-                let why = format!("the request body's first {} KiB did not arrive within head_timeout ({})", READ_AHEAD / 1024, humantime::format_duration(cfg.http.head_timeout));
-                return refuse(&cfg.name, record, StatusCode::REQUEST_TIMEOUT, why);
-            }
+///
+/// Its future is each request's state, moved whole into the task of every HTTP/2 stream and
+/// into hyper's slot for HTTP/1.1: a function returning an async block, since an async fn
+/// keeps a second copy of its arguments (the request head among them).
+#[allow(clippy::manual_async_fn)]
+fn handle(mut req: Request<Incoming>, peer: SocketAddr, node: &headers::ClientNode, service: &Arc<Service>, verdict: &Verdict) -> impl Future<Output = Response<ProxyBody>> + Send {
+    async move {
+        let cfg = service.config();
+        let target_len = req.uri().path_and_query().map_or(0, |p| p.as_str().len());
+        // Without an access log the record stays empty: no strings are built per request.
+        let logging = cfg.http.access_log != AccessLog::Off;
+        let mut record = Record {
+            format: cfg.http.access_log,
+            // Without a log nothing reads the clock for it.
+            started: if logging { SystemTime::now() } else { SystemTime::UNIX_EPOCH },
+            client: peer,
+            service: if logging { cfg.name.clone() } else { String::new() },
+            pool: String::new(),
+            server: None,
+            method: if logging { req.method().to_string() } else { String::new() },
+            // A CONNECT's target is an authority, with no path.
+            path: if logging { truncate(req.uri().path_and_query().map(|p| p.as_str()).or_else(|| req.uri().authority().map(|a| a.as_str())).unwrap_or(""), 512) } else { String::new() },
+            status: 0,
+            bytes_in: Arc::new(AtomicU64::new(0)),
+            bytes_out: 0,
+            queue: Duration::ZERO,
+            connect: Duration::ZERO,
+            response: Duration::ZERO,
+        };
+        if req.method() == Method::CONNECT {
+            // The guard reads nothing after the CONNECT head, so no tunnelled byte is taken for HTTP.
+            return refuse(&cfg.name, record, StatusCode::NOT_IMPLEMENTED, "CONNECT: Fulcrum does not tunnel".into());
         }
-    };
-    // gRPC needs `te: trailers` on HTTP/2 (the only TE value HTTP/2 allows); kept for h2 pools.
-    let te_trailers = parts.headers.get_all(header::TE).iter().any(|v| v.to_str().is_ok_and(|v| v.split(',').any(|t| t.trim().eq_ignore_ascii_case("trailers"))));
-    let grpc = parts.headers.get(header::CONTENT_TYPE).is_some_and(|v| v.as_bytes().starts_with(b"application/grpc"));
-    headers::strip_hop_by_hop(&mut parts.headers, upgrade);
-    headers::add_forwarded(&mut parts.headers, node, &cfg.http.forwarded_headers);
-    origin_form(&mut parts);
-    // Servers are always spoken to in HTTP/1.1, so an HTTP/1.0 client does not cost a server
-    // connection per request; hyper answers the client in its own version. An HTTP/1.1
-    // request carries a Host: one from an HTTP/1.0 client without it names the address it
-    // connected to.
-    parts.version = hyper::Version::HTTP_11;
-    if !parts.headers.contains_key(header::HOST)
-        && let Some(host) = node.host()
-    {
-        parts.headers.insert(header::HOST, host);
-    }
-    let (target, pool) = route::choose(service, parts.uri.path(), &parts.headers, parts.uri.authority().map(|a| a.as_str()));
-    if logging {
-        record.pool = pool.to_string();
-    }
-    if target.config.protocol == ServerProtocol::H2 {
-        to_h2(&mut parts, te_trailers);
-    }
-    let idempotent = matches!(parts.method, Method::GET | Method::HEAD | Method::OPTIONS | Method::TRACE | Method::PUT | Method::DELETE);
-    let req = Request::from_parts(parts, body);
-    let steer = affinity::steer(&target.config, req.uri(), req.headers());
-    match upstream::send(target, peer, req, steer.steer(), idempotent, upgrade).await {
-        Ok(mut a) => {
-            if let (Some(client_side), StatusCode::SWITCHING_PROTOCOLS) = (client_upgrade, a.response.status()) {
-                tunnel(client_side, hyper::upgrade::on(&mut a.response), cfg.name.clone(), peer);
-            }
-            let entry = a.place.entry().clone();
-            record.server = Some(entry.addr);
-            record.connect = a.connect;
-            record.queue = a.place.queued();
-            record.response = a.response_time;
-            record.status = a.response.status().as_u16();
-            let (mut rparts, rbody) = a.response.into_parts();
-            let switching = rparts.status == StatusCode::SWITCHING_PROTOCOLS;
-            headers::strip_hop_by_hop(&mut rparts.headers, switching);
-            affinity::stamp(&target.config, &steer, &entry.id, &mut rparts.headers);
-            debug!(service = %cfg.name, client = %peer, server = %entry.addr, status = record.status, response = ?record.response, "request forwarded");
-            Response::from_parts(rparts, ProxyBody::Response { body: rbody, lent: a.lent, record: logging.then(|| Box::new(record)), place: Some(a.place), fault })
+        if let Some(why) = headers::host_problem(req.headers(), req.version()) {
+            return refuse(&cfg.name, record, StatusCode::BAD_REQUEST, why.into());
         }
-        Err(f) => {
-            let local = matches!(&f, Failure::Connect(e) if e.side == Side::Local);
-            let (status, why, server) = match f {
-                Failure::Connect(e) if e.kind == Kind::NoServer => (StatusCode::SERVICE_UNAVAILABLE, "no server is available".to_string(), None),
-                // This host ran out of something (descriptors, ports): no server is to blame.
-                Failure::Connect(e) if e.side == Side::Local => (StatusCode::SERVICE_UNAVAILABLE, e.to_string(), None),
-                Failure::Connect(e) => (StatusCode::BAD_GATEWAY, format!("cannot connect to a server: {e}"), e.server),
-                Failure::Queue(t) => (StatusCode::SERVICE_UNAVAILABLE, format!("every server stayed at its maxconn for {} (queue timeout)", humantime::format_duration(t)), None),
-                Failure::Timeout(s) => (StatusCode::GATEWAY_TIMEOUT, format!("the server did not answer within {}", humantime::format_duration(cfg.http.response_timeout)), Some(s)),
-                Failure::Broken(s, e) => (StatusCode::BAD_GATEWAY, format!("the server broke the connection: {e}"), Some(s)),
-                // The client's fault: nothing is held against the server it was going to.
-                Failure::Client(why) => return refuse(&cfg.name, record, StatusCode::BAD_REQUEST, verdict.get().unwrap_or(why)),
-            };
-            if !local {
-                warn!(service = %cfg.name, client = %peer, server = ?server, status = status.as_u16(), "{why}");
-            } else if let Some(held) = LOCAL_ERRORS.ready() {
-                // One cause behind a flood of requests: said once a second.
-                warn!(service = %cfg.name, client = %peer, held, status = status.as_u16(), "{why}");
+        if req.version() == hyper::Version::HTTP_2 && req.uri().authority().is_none() && !req.headers().contains_key(header::HOST) {
+            // RFC 9113 section 8.3.1: an HTTP/1.1 request needs a Host to be made from it.
+            return refuse(&cfg.name, record, StatusCode::BAD_REQUEST, "an HTTP/2 request without :authority or Host cannot go on as HTTP/1.1".into());
+        }
+        if cfg.http.redirect_https && !node.is_https() {
+            return redirect_https(record, &req);
+        }
+        if target_len > cfg.http.max_uri_length {
+            return answer(record, StatusCode::URI_TOO_LONG, format!("the request target is longer than {} bytes", cfg.http.max_uri_length));
+        }
+        let upgrade = req.headers().contains_key(header::UPGRADE);
+        let client_upgrade = upgrade.then(|| hyper::upgrade::on(&mut req));
+        let (mut parts, incoming) = req.into_parts();
+        // The body's front is read before any server is contacted: a short body that is malformed
+        // (the guard stops it) or cut short is refused here and never reaches a server.
+        let fault = ClientFault::default();
+        let body = if incoming.is_end_stream() {
+            ProxyBody::Empty
+        } else {
+            match tokio::time::timeout(cfg.http.head_timeout, body::read_ahead(incoming, READ_AHEAD)).await {
+                Ok(Ok((ahead, rest))) => ProxyBody::Request { ahead, rest, bytes: record.bytes_in.clone(), fault: fault.clone() },
+                Ok(Err(e)) => {
+                    let why = verdict.get().unwrap_or_else(|| format!("the request body ended early: {e}"));
+                    return refuse(&cfg.name, record, StatusCode::BAD_REQUEST, why);
+                }
+                Err(_) => {
+                    let why = format!("the request body's first {} KiB did not arrive within head_timeout ({})", READ_AHEAD / 1024, humantime::format_duration(cfg.http.head_timeout));
+                    return refuse(&cfg.name, record, StatusCode::REQUEST_TIMEOUT, why);
+                }
             }
-            record.server = server;
-            if grpc {
-                return grpc_answer(record, status, why);
+        };
+        // gRPC needs `te: trailers` on HTTP/2 (the only TE value HTTP/2 allows); kept for h2 pools.
+        let te_trailers = parts.headers.get_all(header::TE).iter().any(|v| v.to_str().is_ok_and(|v| v.split(',').any(|t| t.trim().eq_ignore_ascii_case("trailers"))));
+        let grpc = parts.headers.get(header::CONTENT_TYPE).is_some_and(|v| v.as_bytes().starts_with(b"application/grpc"));
+        headers::strip_hop_by_hop(&mut parts.headers, upgrade);
+        headers::add_forwarded(&mut parts.headers, node, &cfg.http.forwarded_headers);
+        origin_form(&mut parts);
+        // Servers are always spoken to in HTTP/1.1, so an HTTP/1.0 client does not cost a server
+        // connection per request; hyper answers the client in its own version. An HTTP/1.1
+        // request carries a Host: one from an HTTP/1.0 client without it names the address it
+        // connected to.
+        parts.version = hyper::Version::HTTP_11;
+        if !parts.headers.contains_key(header::HOST)
+            && let Some(host) = node.host()
+        {
+            parts.headers.insert(header::HOST, host);
+        }
+        let (target, pool) = route::choose(service, parts.uri.path(), &parts.headers, parts.uri.authority().map(|a| a.as_str()));
+        if logging {
+            record.pool = pool.to_string();
+        }
+        if target.config.protocol == ServerProtocol::H2 {
+            to_h2(&mut parts, te_trailers);
+        }
+        let idempotent = matches!(parts.method, Method::GET | Method::HEAD | Method::OPTIONS | Method::TRACE | Method::PUT | Method::DELETE);
+        let req = Request::from_parts(parts, body);
+        let steer = affinity::steer(&target.config, req.uri(), req.headers());
+        match upstream::send(target, peer, req, steer.steer(), idempotent, upgrade).await {
+            Ok(mut a) => {
+                if let (Some(client_side), StatusCode::SWITCHING_PROTOCOLS) = (client_upgrade, a.response.status()) {
+                    tunnel(client_side, hyper::upgrade::on(&mut a.response), cfg.name.clone(), peer);
+                }
+                let entry = a.place.entry().clone();
+                record.server = Some(entry.addr);
+                record.connect = a.connect;
+                record.queue = a.place.queued();
+                record.response = a.response_time;
+                record.status = a.response.status().as_u16();
+                let (mut rparts, rbody) = a.response.into_parts();
+                let switching = rparts.status == StatusCode::SWITCHING_PROTOCOLS;
+                headers::strip_hop_by_hop(&mut rparts.headers, switching);
+                affinity::stamp(&target.config, &steer, &entry.id, &mut rparts.headers);
+                debug!(service = %cfg.name, client = %peer, server = %entry.addr, status = record.status, response = ?record.response, "request forwarded");
+                Response::from_parts(rparts, ProxyBody::Response { body: rbody, lent: a.lent, record: logging.then(|| Box::new(record)), place: Some(a.place), fault })
             }
-            answer(record, status, why)
+            Err(f) => {
+                let local = matches!(&f, Failure::Connect(e) if e.side == Side::Local);
+                let (status, why, server) = match f {
+                    Failure::Connect(e) if e.kind == Kind::NoServer => (StatusCode::SERVICE_UNAVAILABLE, "no server is available".to_string(), None),
+                    // This host ran out of something (descriptors, ports): no server is to blame.
+                    Failure::Connect(e) if e.side == Side::Local => (StatusCode::SERVICE_UNAVAILABLE, e.to_string(), None),
+                    Failure::Connect(e) => (StatusCode::BAD_GATEWAY, format!("cannot connect to a server: {e}"), e.server),
+                    Failure::Queue(t) => (StatusCode::SERVICE_UNAVAILABLE, format!("every server stayed at its maxconn for {} (queue timeout)", humantime::format_duration(t)), None),
+                    Failure::Timeout(s) => (StatusCode::GATEWAY_TIMEOUT, format!("the server did not answer within {}", humantime::format_duration(cfg.http.response_timeout)), Some(s)),
+                    Failure::Broken(s, e) => (StatusCode::BAD_GATEWAY, format!("the server broke the connection: {e}"), Some(s)),
+                    // The client's fault: nothing is held against the server it was going to.
+                    Failure::Client(why) => return refuse(&cfg.name, record, StatusCode::BAD_REQUEST, verdict.get().unwrap_or(why)),
+                };
+                if !local {
+                    warn!(service = %cfg.name, client = %peer, server = ?server, status = status.as_u16(), "{why}");
+                } else if let Some(held) = LOCAL_ERRORS.ready() {
+                    // One cause behind a flood of requests: said once a second.
+                    warn!(service = %cfg.name, client = %peer, held, status = status.as_u16(), "{why}");
+                }
+                record.server = server;
+                if grpc {
+                    return grpc_answer(record, status, why);
+                }
+                answer(record, status, why)
+            }
         }
     }
 }

@@ -51,76 +51,83 @@ pub struct Answer {
 
 /// Sends `req` to a server of `pool` for `client`; `idempotent` says a failed send may be
 /// repeated (when its body is wholly in hand too).
-pub async fn send(pool: &Pool, client: SocketAddr, mut req: Request<ProxyBody>, steer: Steer<'_>, idempotent: bool, upgrade: bool) -> Result<Answer, Failure> {
-    let cfg = &pool.config;
-    let mut dispatch = Dispatch::new(pool, client, steer);
-    let replay = Replay::of(&req, idempotent);
-    let fault = req.body().fault();
-    loop {
-        let place = dispatch.reserve().await.map_err(|e| match e.kind {
-            Kind::QueueTimeout => Failure::Queue(cfg.queue_timeout()),
-            _ => Failure::Connect(e),
-        })?;
-        let entry = place.entry().clone();
-        let idle = &entry.state.idle;
-        let started = Instant::now();
-        let h2 = cfg.protocol == ServerProtocol::H2;
-        let mut reused = match (h2, upgrade) {
-            (true, _) => shared_h2(&entry.state.h2).map(Sender::H2),
-            (false, false) => idle.take(entry.addr, cfg.http.keepalive_idle).map(Sender::H1),
-            (false, true) => None,
-        };
-        if let Some(s) = reused.as_mut()
-            && s.ready().await.is_err()
-        {
-            reused = None;
-        }
-        let was_reused = reused.is_some();
-        let opened = match reused {
-            Some(s) => Ok(s),
-            None if h2 => open_h2(&dispatch, &place, pool).await.map(Sender::H2),
-            None => open(&dispatch, &place, pool).await.map(Sender::H1),
-        };
-        let mut sender = match opened {
-            Ok(s) => s,
-            Err(err) => {
-                dispatch.failed(place, err).map_err(Failure::Connect)?;
-                continue;
+///
+/// Its future is part of every request's (see `handle`): a function returning an async block,
+/// so the arguments are held once, and the connects of a new server connection boxed, so a
+/// request on a kept-alive connection does not carry their state.
+#[allow(clippy::manual_async_fn)]
+pub fn send(pool: &Pool, client: SocketAddr, mut req: Request<ProxyBody>, steer: Steer<'_>, idempotent: bool, upgrade: bool) -> impl Future<Output = Result<Answer, Failure>> + Send {
+    async move {
+        let cfg = &pool.config;
+        let mut dispatch = Dispatch::new(pool, client, steer);
+        let replay = Replay::of(&req, idempotent);
+        let fault = req.body().fault();
+        loop {
+            let place = dispatch.reserve().await.map_err(|e| match e.kind {
+                Kind::QueueTimeout => Failure::Queue(cfg.queue_timeout()),
+                _ => Failure::Connect(e),
+            })?;
+            let entry = place.entry().clone();
+            let idle = &entry.state.idle;
+            let started = Instant::now();
+            let h2 = cfg.protocol == ServerProtocol::H2;
+            let mut reused = match (h2, upgrade) {
+                (true, _) => shared_h2(&entry.state.h2).map(Sender::H2),
+                (false, false) => idle.take(entry.addr, cfg.http.keepalive_idle).map(Sender::H1),
+                (false, true) => None,
+            };
+            if let Some(s) = reused.as_mut()
+                && s.ready().await.is_err()
+            {
+                reused = None;
             }
-        };
-        let connect = started.elapsed();
-        place.opened();
-        let sent = Instant::now();
-        match tokio::time::timeout(cfg.http.response_timeout, sender.try_send(req)).await {
-            Ok(Ok(response)) => {
-                let lent = match sender {
-                    Sender::H1(s) if !upgrade => Some(Lent::new(s, entry.addr, idle.clone())),
-                    _ => None,
-                };
-                return Ok(Answer { response, lent, place, connect, response_time: sent.elapsed() });
-            }
-            Ok(Err(failed)) => {
-                if let Some(why) = fault.as_ref().and_then(|f| f.get()) {
-                    debug!(service = %cfg.name, server = %entry.addr, "send failed on the client's side: {}", failed.error());
-                    return Err(Failure::Client(why.to_string()));
+            let was_reused = reused.is_some();
+            let opened = match reused {
+                Some(s) => Ok(s),
+                None if h2 => Box::pin(open_h2(&dispatch, &place, pool)).await.map(Sender::H2),
+                None => Box::pin(open(&dispatch, &place, pool)).await.map(Sender::H1),
+            };
+            let mut sender = match opened {
+                Ok(s) => s,
+                Err(err) => {
+                    dispatch.failed(place, err).map_err(Failure::Connect)?;
+                    continue;
                 }
-                entry.state.counters.transfer_errors.fetch_add(1, Relaxed);
-                match replay.after(failed, was_reused) {
-                    Next::Unsent(r) => {
-                        debug!(service = %cfg.name, server = %entry.addr, "reused connection closed before use, sending again");
-                        req = r;
+            };
+            let connect = started.elapsed();
+            place.opened();
+            let sent = Instant::now();
+            match tokio::time::timeout(cfg.http.response_timeout, sender.try_send(req)).await {
+                Ok(Ok(response)) => {
+                    let lent = match sender {
+                        Sender::H1(s) if !upgrade => Some(Lent::new(s, entry.addr, idle.clone())),
+                        _ => None,
+                    };
+                    return Ok(Answer { response, lent, place, connect, response_time: sent.elapsed() });
+                }
+                Ok(Err(failed)) => {
+                    if let Some(why) = fault.as_ref().and_then(|f| f.get()) {
+                        debug!(service = %cfg.name, server = %entry.addr, "send failed on the client's side: {}", failed.error());
+                        return Err(Failure::Client(why.to_string()));
                     }
-                    Next::Retry(r, error) => {
-                        if !dispatch.retry_same() {
-                            return Err(Failure::Broken(entry.addr, error));
+                    entry.state.counters.transfer_errors.fetch_add(1, Relaxed);
+                    match replay.after(failed, was_reused) {
+                        Next::Unsent(r) => {
+                            debug!(service = %cfg.name, server = %entry.addr, "reused connection closed before use, sending again");
+                            req = r;
                         }
-                        debug!(service = %cfg.name, server = %entry.addr, "reused connection closed by the server, retrying: {error}");
-                        req = r;
+                        Next::Retry(r, error) => {
+                            if !dispatch.retry_same() {
+                                return Err(Failure::Broken(entry.addr, error));
+                            }
+                            debug!(service = %cfg.name, server = %entry.addr, "reused connection closed by the server, retrying: {error}");
+                            req = r;
+                        }
+                        Next::Fail(error) => return Err(Failure::Broken(entry.addr, error)),
                     }
-                    Next::Fail(error) => return Err(Failure::Broken(entry.addr, error)),
                 }
+                Err(_) => return Err(Failure::Timeout(entry.addr)),
             }
-            Err(_) => return Err(Failure::Timeout(entry.addr)),
         }
     }
 }
