@@ -547,4 +547,18 @@ fn server_tls_verifies_the_servers_and_carries_http_and_tcp_to_them() {
     let state = server_state();
     assert!(state["last_check"].as_str().unwrap().contains("certificate"), "{state}");
     assert_eq!(state["check_up"], false, "{state}");
+
+    // A server's own sni: a second server whose certificate names only second.test, beside s1
+    // verified as its IP address; the checks and the requests reach both.
+    let second_cert = self_signed(&dir, "second", &["second.test"], 30);
+    let second = Nginx::start_https("s2", &second_cert.cert, &second_cert.key);
+    let both = dir.join("both.pem");
+    std::fs::write(&both, std::fs::read_to_string(&good.cert).unwrap() + &std::fs::read_to_string(&second_cert.cert).unwrap()).unwrap();
+    let pair = checked(&both).replace("sni = \"origin.test\"", "").replace("expect_text = \"s1\"", "") + &format!("[[service.server]]\naddress = \"{}\"\nsni = \"second.test\"\n", second.addr);
+    let f = Fulcrum::start(&pair);
+    f.wait_all_up();
+    let names = tally(f.listen, 4);
+    assert_eq!((names.get("s1"), names.get("s2")), (Some(&2), Some(&2)), "{names:?}");
+    let (ok, out) = check(&pair.replace(&format!("[service.server_tls]\nca = \"{}\"\n", both.display()), ""), &dir);
+    assert!(!ok && out.contains("its pool has no server_tls"), "{out}");
 }

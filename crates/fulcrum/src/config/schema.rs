@@ -688,6 +688,10 @@ pub struct Server {
     /// service's). Its health checks send a LOCAL header first.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub proxy_protocol: Option<ProxyProtocol>,
+    /// With `server_tls`: the name this server is sent in SNI and verified as, in place of the
+    /// pool's `server_tls.sni` or the host of `address`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub sni: Option<String>,
 }
 
 impl Server {

@@ -189,7 +189,7 @@ fn validate_service(service: &Service, prefix: &[Seg<'_>], report: &mut Report<'
         if service.mode == Mode::Ftp {
             report.error(&path(prefix, &[Seg::Key("server_tls")]), "server_tls is for mode = \"tcp\" and \"http\"".into(), "FTP over TLS is not supported: remove server_tls");
         } else if let Err(e) = crate::proxy::tls::origin::Originator::load(tls, service.mode == Mode::Http, service.protocol == crate::config::ServerProtocol::H2) {
-            let key = if e.file == "server_tls.sni" { "sni" } else { "ca" };
+            let key = if e.file == "sni" { "sni" } else { "ca" };
             report.error(&sat(key), format!("server_tls: {e}"), "ca is a PEM file of CA certificates (unset: the system's roots); sni a DNS name or IP address");
         }
     }
@@ -216,8 +216,16 @@ fn validate_service(service: &Service, prefix: &[Seg<'_>], report: &mut Report<'
         }
     }
     for (j, server) in service.servers.iter().enumerate() {
+        let sat = |key| path(prefix, &[Seg::Key("server"), Seg::Index(j), Seg::Key(key)]);
         if server.proxy_protocol.is_some() && service.mode == Mode::Http {
-            proxy_protocol_in_http(&path(prefix, &[Seg::Key("server"), Seg::Index(j), Seg::Key("proxy_protocol")]), report);
+            proxy_protocol_in_http(&sat("proxy_protocol"), report);
+        }
+        match server.sni.as_deref().map(crate::proxy::tls::origin::name) {
+            Some(_) if service.server_tls.is_none() => {
+                report.error(&sat("sni"), "a server's sni is the name sent to it in TLS, but its pool has no server_tls".into(), "add [service.server_tls] (or the pool's), or remove sni");
+            }
+            Some(Err(e)) => report.error(&sat("sni"), e.to_string(), "a DNS name or an IP address"),
+            _ => {}
         }
     }
     let mut seen: HashMap<&str, usize> = HashMap::new();

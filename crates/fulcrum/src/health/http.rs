@@ -5,8 +5,6 @@
 //! The connection is reused between checks, as the paper's "KeepAlive: HTTP" check does, so a
 //! check every few seconds does not cost the server a new connection each time.
 
-use std::net::SocketAddr;
-
 use bytes::Bytes;
 use http_body_util::{BodyExt, Full, Limited};
 use hyper::client::conn::{http1, http2};
@@ -16,6 +14,7 @@ use tokio_util::either::Either;
 use super::CheckError;
 use super::grpc;
 use crate::config::{Health, HealthKind};
+use crate::live::ServerEntry;
 use crate::proxy::tls::origin::Originator;
 
 /// Largest body read when looking for the expected text.
@@ -23,14 +22,18 @@ const MAX_BODY: usize = 1 << 20;
 
 /// The server a check talks to, and how.
 pub struct Target<'a> {
-    pub addr: SocketAddr,
-    /// The server's configured `host:port`: the Host header, and the TLS name to verify.
-    pub address: &'a str,
+    /// Its address, the PROXY header it is sent and its own SNI name.
+    pub server: &'a ServerEntry,
     pub tls: Option<&'a Originator>,
     /// HTTP/2 (the pool's `protocol = "h2"`), else HTTP/1.1.
     pub h2: bool,
-    /// The PROXY protocol the server is sent (TCP mode), so the check sends a LOCAL header.
-    pub proxy: Option<crate::config::ProxyProtocol>,
+}
+
+impl Target<'_> {
+    /// The server's configured `host:port`: the Host header, and the TLS name to verify.
+    pub fn address(&self) -> &str {
+        &self.server.state.key.address
+    }
 }
 
 enum Conn {
@@ -85,10 +88,10 @@ impl HttpCheck {
             return grpc::verdict(resp).await;
         }
         // HTTP/2 carries the host in the URI (`:authority`), HTTP/1.1 in Host.
-        let uri = if target.h2 { format!("{}://{}{}", scheme(target), target.address, cfg.path) } else { cfg.path.clone() };
+        let uri = if target.h2 { format!("{}://{}{}", scheme(target), target.address(), cfg.path) } else { cfg.path.clone() };
         let mut req = hyper::Request::get(uri).header(hyper::header::USER_AGENT, "fulcrum-health");
         if !target.h2 {
-            req = req.header(hyper::header::HOST, target.address);
+            req = req.header(hyper::header::HOST, target.address());
         }
         let req = req.body(Full::new(Bytes::new())).map_err(CheckError::BadRequest)?;
         let resp = conn.send(req).await?;
@@ -115,10 +118,10 @@ pub(super) fn scheme(target: &Target<'_>) -> &'static str {
 /// Connects, handshakes TLS when the pool asks for it (within the check's timeout, which bounds
 /// the whole check), and opens the HTTP connection whose driver runs on a task of its own.
 async fn connect(target: &Target<'_>, cfg: &Health) -> Result<Conn, CheckError> {
-    let stream = super::connect(target.addr, target.proxy).await?;
+    let stream = super::connect(target.server.addr, target.server.proxy_protocol).await?;
     let _ = stream.set_nodelay(true);
     let io = match target.tls {
-        Some(origin) => Either::Right(origin.connect(stream, target.address, cfg.timeout).await.map_err(CheckError::Tls)?),
+        Some(origin) => Either::Right(origin.connect(stream, target.server, cfg.timeout).await.map_err(CheckError::Tls)?),
         None => Either::Left(stream),
     };
     let io = TokioIo::new(io);

@@ -45,7 +45,7 @@ async fn run(pool: Arc<Pool>, entry: Arc<ServerEntry>, stop: CancellationToken) 
     let address = &state.key.address;
     let mut machine = RiseFall::new(cfg.rise, cfg.fall, state.health_up(), state.checked());
     let mut http = HttpCheck::default();
-    let target = Target { addr: entry.addr, address, tls: pool.server_tls.as_deref(), h2: !pool.config.protocol.is_http1(), proxy: entry.proxy_protocol };
+    let target = Target { server: &entry, tls: pool.server_tls.as_deref(), h2: !pool.config.protocol.is_http1() };
     loop {
         let started = Instant::now();
         let result = match cfg.kind {

@@ -195,7 +195,8 @@ fn build_pool(sc: &config::Service, registry: &mut Registry) -> Result<Pool, Bui
         state.set_enabled(server.enabled);
         state.set_draining(server.drain);
         let proxy_protocol = server.proxy_protocol.or(sc.proxy_protocol);
-        let entry = Arc::new(ServerEntry { addr, state, id: server.cookie_id(), maxconn: server.maxconn, proxy_protocol });
+        let sni = server.sni.as_deref().map(crate::proxy::tls::origin::name).transpose().map_err(|cause| BuildError::Tls { service: sc.name.clone(), cause })?;
+        let entry = Arc::new(ServerEntry { addr, state, id: server.cookie_id(), maxconn: server.maxconn, proxy_protocol, sni });
         if server.backup { backup.push(entry) } else { primary.push(entry) }
     }
     // Reads the CA file: `build` runs on a blocking thread.

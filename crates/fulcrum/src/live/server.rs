@@ -323,6 +323,8 @@ pub struct ServerEntry {
     pub maxconn: u32,
     /// The PROXY header this server is sent first: its own setting, its pool's or its service's.
     pub proxy_protocol: Option<crate::config::ProxyProtocol>,
+    /// With `server_tls`: the server's own SNI name, which takes precedence over the pool's.
+    pub sni: Option<rustls_pki_types::ServerName<'static>>,
 }
 
 #[cfg(test)]

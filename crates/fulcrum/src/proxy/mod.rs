@@ -199,7 +199,7 @@ async fn handle_tls(mut client: tokio_rustls::server::TlsStream<TcpStream>, peer
 /// connect failure, and logged) when the handshake or the server's certificate fails.
 async fn secure(origin: &tls::origin::Originator, server: TcpStream, place: &dispatch::Place, service: &Service, peer: SocketAddr) -> Option<tokio_rustls::client::TlsStream<TcpStream>> {
     let entry = place.entry();
-    match origin.connect(server, &entry.state.key.address, service.config().connect_timeout).await {
+    match origin.connect(server, entry, service.config().connect_timeout).await {
         Ok(tls) => Some(tls),
         Err(e) => {
             entry.state.record_tls_failure(&service.config().name, service.config().failure_limit, &e);

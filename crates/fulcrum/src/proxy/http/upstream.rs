@@ -225,7 +225,7 @@ async fn secure(dispatch: &Dispatch<'_>, place: &Place, pool: &Pool) -> Result<S
     let stream = dispatch.connect(place).await?;
     let Some(origin) = &pool.server_tls else { return Ok(Stream::Plain(stream)) };
     let entry = place.entry();
-    match origin.connect(stream, &entry.state.key.address, pool.config.connect_timeout).await {
+    match origin.connect(stream, entry, pool.config.connect_timeout).await {
         Ok(tls) => Ok(Stream::Tls(Box::new(tls))),
         Err(e) => {
             let e = std::io::Error::other(format!("TLS: {e}"));

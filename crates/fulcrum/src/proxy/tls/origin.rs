@@ -15,6 +15,7 @@ use tokio_rustls::client::TlsStream;
 
 use super::TlsError;
 use crate::config;
+use crate::live::ServerEntry;
 
 /// A pool's TLS client side.
 pub struct Originator {
@@ -30,10 +31,7 @@ impl Originator {
             Some(ca) => roots_from(ca)?,
             None => system_roots()?,
         };
-        let sni = match &tls.sni {
-            Some(name) => Some(ServerName::try_from(name.clone()).map_err(|e| TlsError { file: "server_tls.sni".into(), reason: format!("{name:?}: {e}") })?),
-            None => None,
-        };
+        let sni = tls.sni.as_deref().map(name).transpose()?;
         let provider = Arc::new(rustls::crypto::ring::default_provider());
         let mut config = ClientConfig::builder_with_provider(provider)
             .with_protocol_versions(&[&rustls::version::TLS13, &rustls::version::TLS12])
@@ -48,18 +46,23 @@ impl Originator {
         Ok(Originator { connector: TlsConnector::from(Arc::new(config)), sni })
     }
 
-    /// A TLS session over `stream` to the server configured as `address` (`host:port`),
-    /// handshaken within `limit`.
-    pub async fn connect(&self, stream: TcpStream, address: &str, limit: Duration) -> std::io::Result<TlsStream<TcpStream>> {
-        let name = match &self.sni {
+    /// A TLS session over `stream` to `server`, handshaken within `limit`. The name sent and
+    /// verified is the server's own `sni`, else the pool's, else the host of its address.
+    pub async fn connect(&self, stream: TcpStream, server: &ServerEntry, limit: Duration) -> std::io::Result<TlsStream<TcpStream>> {
+        let name = match server.sni.as_ref().or(self.sni.as_ref()) {
             Some(name) => name.clone(),
-            None => server_name(address)?,
+            None => server_name(&server.state.key.address)?,
         };
         match tokio::time::timeout(limit, self.connector.connect(name, stream)).await {
             Ok(r) => r,
             Err(_) => Err(std::io::Error::new(std::io::ErrorKind::TimedOut, format!("no TLS handshake within {limit:?}"))),
         }
     }
+}
+
+/// An `sni` setting as the name to send and verify: a DNS name or an IP address.
+pub fn name(sni: &str) -> Result<ServerName<'static>, TlsError> {
+    ServerName::try_from(sni.to_string()).map_err(|e| TlsError { file: "sni".into(), reason: format!("{sni:?}: {e}") })
 }
 
 /// The CA certificates of the PEM file `ca`.
