@@ -4,11 +4,11 @@
 //! certificate files), so a reload or SIGHUP that changes a certificate serves new connections
 //! with it while connections in flight keep their sessions; a certificate that does not load
 //! refuses the whole change, and `check` runs the same loading. TLS 1.2 and 1.3 only, rustls's
-//! cipher suites in the server's order (`provider`), session resumption by tickets whose keys rotate (one ticketer for the
-//! process, so tickets outlive reloads), the certificate chosen by SNI (`sni`), and client
-//! certificates verified against `client_ca` when it is set. TLS that passes through to the
-//! servers, routed by the name the client asks for, is `passthrough`'s; TLS from Fulcrum to the
-//! servers (`server_tls`) is `origin`'s.
+//! cipher suites in the server's order (`provider`), session resumption by tickets whose keys
+//! rotate (one ticketer for the process, so tickets outlive reloads), the certificate chosen by
+//! SNI (`sni`), and client certificates verified against `client_ca` when it is set. TLS that
+//! passes through to the servers, routed by the name the client asks for, is `passthrough`'s;
+//! TLS from Fulcrum to the servers (`server_tls`) is `origin`'s.
 
 mod certs;
 pub mod origin;
