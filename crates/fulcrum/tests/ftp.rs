@@ -398,14 +398,7 @@ impl ProxiedFtp {
             dir = dir.display(),
             log = log.display(),
         );
-        std::fs::write(dir.join("nginx.conf"), conf).unwrap();
-        let child = Command::new("nginx")
-            .args(["-p", dir.to_str().unwrap(), "-c", dir.join("nginx.conf").to_str().unwrap()])
-            .stdout(Stdio::null())
-            .stderr(Stdio::null())
-            .spawn()
-            .expect("nginx and its stream module must be installed (scripts/test installs them)");
-        wait_until("nginx stream", Duration::from_secs(10), || TcpStream::connect(addr).is_ok());
+        let child = run_nginx(&dir, &conf, addr, "nginx's stream module");
         ProxiedFtp { addr, log, child }
     }
 

@@ -1,9 +1,10 @@
 //! HTTP/2 abuse limits (`proxy/http/h2.rs`), with frames written by hand so the test controls
-//! exactly what a hostile client sends.
+//! exactly what a hostile client sends; and routing and affinity over HTTP/2, with curl.
 
 mod support;
 
 use std::io::{Read, Write};
+use std::process::Command;
 use std::time::Duration;
 
 use support::*;
@@ -127,4 +128,36 @@ fn ping_and_settings_floods_from_a_client_that_does_not_read_are_held_back() {
     assert!(grown < 4096, "Fulcrum grew by {grown} KiB while {} MB of unread PING and SETTINGS frames came in", (sent * chunk.len()) >> 20);
     assert_eq!(http_get(f.listen, "/name").0, 200, "another client is served during the flood");
     drop(conn);
+}
+
+/// Routing and cookie affinity work over HTTP/2 as over HTTP/1.1: curl with prior knowledge
+/// reaches the pool a header routes to, gets the affinity cookie, and with it stays on one
+/// server while fresh clients are spread.
+#[test]
+fn routes_and_cookie_affinity_work_the_same_over_http2() {
+    let (a, b, api) = (Nginx::start("a", "TARGET"), Nginx::start("b", "TARGET"), Nginx::start("api", "TARGET"));
+    let f = Fulcrum::start(&format!(
+        "[[service]]\nname = \"web\"\nlisten = \"{{LISTEN}}\"\nmode = \"http\"\nalgorithm = \"cookie\"\n[service.http]\nh2c = true\n[service.health]\nkind = \"none\"\n\
+         [[service.server]]\naddress = \"{}\"\nid = \"a\"\n[[service.server]]\naddress = \"{}\"\nid = \"b\"\n\
+         [[service.pool]]\nname = \"api\"\n[service.pool.health]\nkind = \"none\"\n[[service.pool.server]]\naddress = \"{}\"\n\
+         [[service.route]]\npool = \"api\"\nheader = \"x-pool\"\nheader_value = \"api\"\n",
+        a.addr, b.addr, api.addr
+    ));
+    let jar = scratch("h2-cookies").join("jar.txt");
+    let get = |extra: &[&str]| -> (String, String) {
+        let out = Command::new("curl").args(["-s", "--max-time", "10", "--http2-prior-knowledge", "-w", "\n%{http_version}"]).args(extra).arg(format!("http://{}/name", f.listen)).output().unwrap();
+        let text = String::from_utf8_lossy(&out.stdout).to_string();
+        let (body, version) = text.rsplit_once('\n').unwrap_or((&text, ""));
+        (body.to_string(), version.to_string())
+    };
+    assert_eq!(get(&["-H", "x-pool: api"]), ("api".to_string(), "2".to_string()), "the route's pool");
+    let with_jar = ["-b", jar.to_str().unwrap(), "-c", jar.to_str().unwrap()];
+    let (first, version) = get(&with_jar);
+    assert_eq!(version, "2");
+    let names: std::collections::BTreeSet<String> = (0..10).map(|_| get(&with_jar).0).collect();
+    assert_eq!(names.into_iter().collect::<Vec<_>>(), vec![first.clone()], "one server for the session");
+    let jar_text = std::fs::read_to_string(&jar).unwrap();
+    assert!(jar_text.contains(&format!("SERVERID\t{first}")), "{jar_text}");
+    let fresh: std::collections::BTreeSet<String> = (0..4).map(|_| get(&[]).0).collect();
+    assert_eq!(fresh.len(), 2, "fresh clients are spread: {fresh:?}");
 }

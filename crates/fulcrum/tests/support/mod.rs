@@ -135,14 +135,7 @@ http {{
             dir = dir.display(),
             root = root.display(),
         );
-        std::fs::write(dir.join("nginx.conf"), conf).unwrap();
-        let child = Command::new("nginx")
-            .args(["-p", dir.to_str().unwrap(), "-c", dir.join("nginx.conf").to_str().unwrap()])
-            .stdout(Stdio::null())
-            .stderr(Stdio::null())
-            .spawn()
-            .expect("nginx must be installed (scripts/test installs it)");
-        wait_until(&format!("nginx {name} on {addr}"), Duration::from_secs(10), || listening(addr));
+        let child = run_nginx(&dir, &conf, addr, &format!("nginx {name}"));
         Nginx { name: name.into(), addr, dir, child: Some(child) }
     }
 
@@ -161,16 +154,23 @@ http {{
     /// Starts again on the same address (after `stop`).
     pub fn restart(&mut self) {
         assert!(self.child.is_none());
-        let child = Command::new("nginx")
-            .args(["-p", self.dir.to_str().unwrap(), "-c", self.dir.join("nginx.conf").to_str().unwrap()])
-            .stdout(Stdio::null())
-            .stderr(Stdio::null())
-            .spawn()
-            .unwrap();
-        self.child = Some(child);
-        let addr = self.addr;
-        wait_until("nginx restart", Duration::from_secs(10), || listening(addr));
+        let conf = std::fs::read_to_string(self.dir.join("nginx.conf")).unwrap();
+        self.child = Some(run_nginx(&self.dir, &conf, self.addr, &format!("nginx {} restarted", self.name)));
     }
+}
+
+/// Starts nginx with `conf` written into `dir` (its prefix), and waits until it listens on
+/// `addr`. The config includes the modules it needs; scripts/test installs them.
+pub fn run_nginx(dir: &Path, conf: &str, addr: SocketAddr, what: &str) -> Child {
+    std::fs::write(dir.join("nginx.conf"), conf).unwrap();
+    let child = Command::new("nginx")
+        .args(["-p", dir.to_str().unwrap(), "-c", dir.join("nginx.conf").to_str().unwrap()])
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .spawn()
+        .expect("nginx must be installed (scripts/test installs it)");
+    wait_until(&format!("{what} on {addr}"), Duration::from_secs(10), || listening(addr));
+    child
 }
 
 impl Drop for Nginx {
