@@ -1,7 +1,8 @@
-//! Health checking: active checks (`tcp`, `http`, `grpc`, `ftp`) on a schedule, and the rise/fall state machine
-//! that turns samples into transitions. Passive checking (`failure_limit` consecutive connect
-//! failures) is counted on the data path in `runtime::ServerState` and ended here by the next
-//! passing check. Only transitions are logged, once each, with the reason.
+//! Health checking: active checks (`tcp`, `http`, `grpc`, `ftp`) on a schedule, and the
+//! rise/fall state machine that turns samples into transitions. Passive checking
+//! (`failure_limit` consecutive connect failures) is counted on the data path in
+//! `runtime::ServerState` and ended here by the next passing check. Only transitions are
+//! logged, once each, with the reason.
 
 mod error;
 mod ftp;

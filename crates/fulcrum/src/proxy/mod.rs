@@ -113,8 +113,8 @@ fn start(client: TcpStream, peer: SocketAddr, service: Arc<Service>, counted: (S
 }
 
 /// Finds and connects a server of `pool` for `client` of `service`, and sends it the PROXY
-/// protocol header when the server, its pool or the service asks for one, then `first` (what was read of the client
-/// before the server was chosen); a refusal is counted and logged.
+/// protocol header when the server, its pool or the service asks for one, then `first` (what
+/// was read of the client before the server was chosen); a refusal is counted and logged.
 async fn connect_server(service: &Service, pool: &Pool, client: &TcpStream, peer: SocketAddr, first: &[u8], shutdown: &Shutdown) -> Option<(dispatch::Place, TcpStream)> {
     let cfg = service.config();
     let (place, mut server) = tokio::select! {

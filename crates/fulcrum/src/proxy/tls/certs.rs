@@ -1,6 +1,8 @@
 //! Reading a certificate chain and its key from PEM files: the chain must parse, the key must be
 //! one the ring provider signs with and must match the leaf, and the leaf must not have expired.
-//! Also what the stats and the SNI choice need from the leaf: its DNS names and its expiry.
+//! Also what the stats and the SNI choice need from the leaf: its DNS names and its expiry, and
+//! the CA files that client certificates (`client_ca`) and servers (`server_tls.ca`) are
+//! verified against.
 
 use std::path::Path;
 use std::sync::Arc;
@@ -37,6 +39,22 @@ impl CertInfo {
         let now = now.duration_since(SystemTime::UNIX_EPOCH).unwrap_or_default().as_secs() as i64;
         Duration::from_secs(self.not_after.saturating_sub(now).max(0) as u64)
     }
+}
+
+/// The CA certificates of the PEM file `ca`: every one must parse and be usable as a root, and
+/// there must be at least one.
+pub fn ca_roots(ca: &str) -> Result<rustls::RootCertStore, TlsError> {
+    let fail = |reason: String| TlsError { file: ca.to_string(), reason };
+    let mut roots = rustls::RootCertStore::empty();
+    let certs = CertificateDer::pem_file_iter(Path::new(ca)).map_err(|e| fail(format!("cannot read the CA file: {e}")))?;
+    for cert in certs {
+        let cert = cert.map_err(|e| fail(format!("not a PEM certificate: {e}")))?;
+        roots.add(cert).map_err(|e| fail(format!("not a CA certificate: {e}")))?;
+    }
+    if roots.is_empty() {
+        return Err(fail("holds no certificate".into()));
+    }
+    Ok(roots)
 }
 
 /// Loads `cert` (the PEM chain, leaf first) and `key` (PKCS#8, PKCS#1 or SEC1 PEM).

@@ -21,8 +21,6 @@ use std::time::{Duration, SystemTime};
 
 use rustls::ServerConfig;
 use rustls::server::{ProducesTickets, WebPkiClientVerifier};
-use rustls_pki_types::CertificateDer;
-use rustls_pki_types::pem::PemObject;
 use tokio::net::TcpStream;
 use tokio_rustls::TlsAcceptor;
 use tokio_rustls::server::TlsStream;
@@ -66,15 +64,7 @@ impl Terminator {
             .map_err(|e| fail("[service.tls]", e.to_string()))?;
         let builder = match &tls.client_ca {
             Some(ca) => {
-                let mut roots = rustls::RootCertStore::empty();
-                let certs = CertificateDer::pem_file_iter(ca).map_err(|e| fail(ca, format!("cannot read the CA file: {e}")))?;
-                for cert in certs {
-                    let cert = cert.map_err(|e| fail(ca, format!("not a PEM certificate: {e}")))?;
-                    roots.add(cert).map_err(|e| fail(ca, format!("not a CA certificate: {e}")))?;
-                }
-                if roots.is_empty() {
-                    return Err(fail(ca, "holds no certificate".into()));
-                }
+                let roots = certs::ca_roots(ca)?;
                 let verifier = WebPkiClientVerifier::builder_with_provider(Arc::new(roots), provider.clone()).build().map_err(|e| fail(ca, e.to_string()))?;
                 builder.with_client_cert_verifier(verifier)
             }

@@ -7,8 +7,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use rustls::ClientConfig;
-use rustls_pki_types::pem::PemObject;
-use rustls_pki_types::{CertificateDer, ServerName};
+use rustls_pki_types::ServerName;
 use tokio::net::TcpStream;
 use tokio_rustls::TlsConnector;
 use tokio_rustls::client::TlsStream;
@@ -24,11 +23,12 @@ pub struct Originator {
 }
 
 impl Originator {
-    /// Reads the CA file of `tls` (or the system's roots) and builds the client config; `h2` offers HTTP/2 by ALPN (and
-    /// only it), else HTTP/1.1 for an HTTP pool (`http`), nothing for TCP.
+    /// Reads the CA file of `tls` (or the system's roots) and builds the client config; `h2`
+    /// offers HTTP/2 by ALPN (and only it), else HTTP/1.1 for an HTTP pool (`http`), nothing
+    /// for TCP.
     pub fn load(tls: &config::ServerTls, http: bool, h2: bool) -> Result<Originator, TlsError> {
         let roots = match &tls.ca {
-            Some(ca) => roots_from(ca)?,
+            Some(ca) => super::certs::ca_roots(ca)?,
             None => system_roots()?,
         };
         let sni = tls.sni.as_deref().map(name).transpose()?;
@@ -63,21 +63,6 @@ impl Originator {
 /// An `sni` setting as the name to send and verify: a DNS name or an IP address.
 pub fn name(sni: &str) -> Result<ServerName<'static>, TlsError> {
     ServerName::try_from(sni.to_string()).map_err(|e| TlsError { file: "sni".into(), reason: format!("{sni:?}: {e}") })
-}
-
-/// The CA certificates of the PEM file `ca`.
-fn roots_from(ca: &str) -> Result<rustls::RootCertStore, TlsError> {
-    let fail = |reason: String| TlsError { file: ca.to_string(), reason };
-    let mut roots = rustls::RootCertStore::empty();
-    let certs = CertificateDer::pem_file_iter(ca).map_err(|e| fail(format!("cannot read it: {e}")))?;
-    for cert in certs {
-        let cert = cert.map_err(|e| fail(format!("not a PEM file of certificates: {e}")))?;
-        roots.add(cert).map_err(|e| fail(format!("a certificate that cannot be a root: {e}")))?;
-    }
-    if roots.is_empty() {
-        return Err(fail("no certificate in it".into()));
-    }
-    Ok(roots)
 }
 
 /// The system's roots. A store with some unreadable entries still serves with the rest (as
