@@ -6,7 +6,6 @@
 mod support;
 
 use std::net::IpAddr;
-use std::process::Command;
 
 use support::*;
 
@@ -41,17 +40,14 @@ fn nginx_sees_each_clients_address_through_both_versions() {
 #[test]
 fn http_mode_refuses_proxy_protocol_on_a_service_a_pool_and_a_server() {
     let dir = scratch("pp-check");
-    let path = dir.join("c.toml");
     let service = "[[service]]\nname = \"a\"\nlisten = \"127.0.0.1:1000\"\nmode = \"http\"\n";
     let pool = "[[service.pool]]\nname = \"p\"\n";
     for (config, at) in [
-        (format!("{service}proxy_protocol = \"v2\"\n[[service.server]]\naddress = \"127.0.0.1:1001\"\n"), "c.toml:5:"),
-        (format!("{service}[[service.server]]\naddress = \"127.0.0.1:1001\"\n{pool}proxy_protocol = \"v1\"\n[[service.pool.server]]\naddress = \"127.0.0.1:1002\"\n"), "c.toml:9:"),
-        (format!("{service}[[service.server]]\naddress = \"127.0.0.1:1001\"\nproxy_protocol = \"v2\"\n"), "c.toml:7:"),
+        (format!("{service}proxy_protocol = \"v2\"\n[[service.server]]\naddress = \"127.0.0.1:1001\"\n"), "check.toml:5:"),
+        (format!("{service}[[service.server]]\naddress = \"127.0.0.1:1001\"\n{pool}proxy_protocol = \"v1\"\n[[service.pool.server]]\naddress = \"127.0.0.1:1002\"\n"), "check.toml:9:"),
+        (format!("{service}[[service.server]]\naddress = \"127.0.0.1:1001\"\nproxy_protocol = \"v2\"\n"), "check.toml:7:"),
     ] {
-        std::fs::write(&path, config).unwrap();
-        let out = Command::new(env!("CARGO_BIN_EXE_fulcrum")).args(["check", path.to_str().unwrap()]).output().unwrap();
-        let text = format!("{}{}", String::from_utf8_lossy(&out.stdout), String::from_utf8_lossy(&out.stderr));
-        assert!(!out.status.success() && text.contains("proxy_protocol is for mode = \"tcp\"") && text.contains(at), "{text}");
+        let (ok, text) = check_config(&config, &dir);
+        assert!(!ok && text.contains("proxy_protocol is for mode = \"tcp\"") && text.contains(at), "{text}");
     }
 }

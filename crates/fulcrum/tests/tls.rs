@@ -220,13 +220,6 @@ fn the_cipher_suite_is_the_servers_choice_among_the_clients() {
     }
 }
 
-fn check(config: &str, dir: &Path) -> (bool, String) {
-    let path = dir.join("check.toml");
-    std::fs::write(&path, config).unwrap();
-    let out = Command::new(env!("CARGO_BIN_EXE_fulcrum")).args(["check", path.to_str().unwrap()]).output().unwrap();
-    (out.status.success(), format!("{}{}", String::from_utf8_lossy(&out.stdout), String::from_utf8_lossy(&out.stderr)))
-}
-
 #[test]
 fn a_certificate_that_does_not_load_is_refused_by_check_by_reload_and_by_the_api_and_the_old_one_serves_on() {
     let dir = scratch("tls-refuse");
@@ -250,13 +243,13 @@ fn a_certificate_that_does_not_load_is_refused_by_check_by_reload_and_by_the_api
         )
     };
     let concrete = |certs: &[&Pem]| config(certs).replace("{LISTEN}", "127.0.0.1:1");
-    assert!(check(&concrete(&[&a]), &dir).0);
+    assert!(check_config(&concrete(&[&a]), &dir).0);
     for (certs, file, reason) in [
         (&[&missing][..], missing.cert.display().to_string(), "cannot read the certificate"),
         (&[&a, &mismatched][..], b.key.display().to_string(), "does not match"),
         (&[&old][..], old.cert.display().to_string(), "expired"),
     ] {
-        let (ok, out) = check(&concrete(certs), &dir);
+        let (ok, out) = check_config(&concrete(certs), &dir);
         assert!(!ok && out.contains(&file) && out.contains(reason), "expected a refusal naming {file} ({reason}):\n{out}");
     }
 
@@ -530,7 +523,7 @@ fn server_tls_verifies_the_servers_and_carries_http_and_tcp_to_them() {
     // check refuses what cannot work, naming the file or the key.
     let bad_ca = dir.join("not-a-ca.pem");
     std::fs::write(&bad_ca, "not pem").unwrap();
-    let (ok, out) = check(&config("http", &bad_ca, ""), &dir);
+    let (ok, out) = check_config(&config("http", &bad_ca, ""), &dir);
     assert!(!ok && out.contains("not-a-ca.pem"), "{out}");
 
     // HTTP health checks go in TLS too: verified, they pass; with the wrong CA, the server is
@@ -559,6 +552,6 @@ fn server_tls_verifies_the_servers_and_carries_http_and_tcp_to_them() {
     f.wait_all_up();
     let names = tally(f.listen, 4);
     assert_eq!((names.get("s1"), names.get("s2")), (Some(&2), Some(&2)), "{names:?}");
-    let (ok, out) = check(&pair.replace(&format!("[service.server_tls]\nca = \"{}\"\n", both.display()), ""), &dir);
+    let (ok, out) = check_config(&pair.replace(&format!("[service.server_tls]\nca = \"{}\"\n", both.display()), ""), &dir);
     assert!(!ok && out.contains("its pool has no server_tls"), "{out}");
 }

@@ -159,6 +159,15 @@ http {{
     }
 }
 
+/// `fulcrum check` of `config` written to `dir/check.toml`: whether it passed, and what it
+/// printed.
+pub fn check_config(config: &str, dir: &Path) -> (bool, String) {
+    let path = dir.join("check.toml");
+    std::fs::write(&path, config).unwrap();
+    let out = Command::new(env!("CARGO_BIN_EXE_fulcrum")).args(["check", path.to_str().unwrap()]).output().unwrap();
+    (out.status.success(), format!("{}{}", String::from_utf8_lossy(&out.stdout), String::from_utf8_lossy(&out.stderr)))
+}
+
 /// Starts nginx with `conf` written into `dir` (its prefix), and waits until it listens on
 /// `addr`. The config includes the modules it needs; scripts/test installs them.
 pub fn run_nginx(dir: &Path, conf: &str, addr: SocketAddr, what: &str) -> Child {
