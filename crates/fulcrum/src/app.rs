@@ -21,6 +21,7 @@ use tracing::{error, info, warn};
 use crate::config::{self, Config};
 use crate::live::{Generation, Live};
 use crate::shutdown::Shutdown;
+use crate::fleet::Fleet;
 use crate::{admin, health, proxy, stats};
 
 pub use error::{ControlError, StartError};
@@ -40,12 +41,15 @@ pub struct App {
     pub admin_addr: Option<SocketAddr>,
     pub auth: admin::Auth,
     pub history: stats::history::History,
+    /// The fleet this instance runs in; its services come from there.
+    pub fleet: Option<Arc<Fleet>>,
 }
 
 impl App {
     /// Starts everything `config` describes: first health round, listeners, admin.
     pub async fn start(config: Config, path: Option<PathBuf>, shutdown: Shutdown) -> Result<Arc<App>, StartError> {
         let admin_cfg = config.admin.clone();
+        let fleet = Fleet::new(&config);
         let first_round = config.services.iter().flat_map(|s| std::iter::once(s.health.timeout).chain(s.pools.iter().map(|p| p.health.timeout))).max().unwrap_or_default();
         // The sockmap program loads here, once, on a blocking thread with the first generation.
         let live = Arc::new(
@@ -79,6 +83,7 @@ impl App {
             admin_addr,
             auth,
             history: stats::history::History::default(),
+            fleet: fleet.clone(),
         });
         tokio::spawn(record_history(Arc::downgrade(&app)));
         let generation = live.current();
@@ -94,6 +99,9 @@ impl App {
             info!(%addr, "admin API listening");
             tokio::spawn(admin::serve(listener, app.clone()));
         }
+        if let Some(fleet) = fleet {
+            tokio::spawn(fleet.run(app.clone()));
+        }
         Ok(app)
     }
 
@@ -101,14 +109,20 @@ impl App {
     pub async fn reload(&self) -> Result<String, ControlError> {
         let Some(path) = self.path.clone() else { return Err(ControlError::NothingToReload) };
         let loaded = tokio::task::spawn_blocking(move || config::load(&path)).await?;
-        match loaded {
-            Ok(l) => self.apply(l.config).await,
-            Err(d) => Err(ControlError::Refused(d)),
+        match (loaded, &self.fleet) {
+            (Ok(l), None) if l.config.fleet.is_some() => Err(ControlError::JoinsFleet),
+            (Ok(l), None) => self.apply(l.config).await,
+            (Ok(l), Some(fleet)) => Ok(fleet.reload(self, l.config).await?),
+            (Err(d), _) => Err(ControlError::Refused(d)),
         }
     }
 
-    /// Applies one change to the running config, validated as a file would be.
-    pub async fn change(&self, change: config::Change) -> Result<String, ControlError> {
+    /// Applies one change to the running config, validated as a file would be; in a fleet, it is
+    /// written to etcd on behalf of `who` and applied from there.
+    pub async fn change(&self, change: config::Change, who: String) -> Result<String, ControlError> {
+        if let Some(fleet) = &self.fleet {
+            return Ok(fleet.change(self, change, &who).await?);
+        }
         let _one_at_a_time = self.changing.lock().await;
         let mut next = self.live.current().config.clone();
         change.apply(&mut next)?;
@@ -119,6 +133,9 @@ impl App {
     /// Writes the running config to its file, keeping the previous file as `FILE.bak`.
     pub async fn save(&self) -> Result<String, ControlError> {
         let Some(path) = self.path.clone() else { return Err(ControlError::NoFileToSave) };
+        if self.fleet.is_some() {
+            return Err(ControlError::FleetSave);
+        }
         let _one_at_a_time = self.changing.lock().await;
         let text = format!("# Written by fulcrum from its running config.\n\n{}", config::to_toml(&self.live.current().config));
         tokio::task::spawn_blocking(move || {
@@ -277,8 +294,15 @@ impl admin::Control for App {
     fn stopping(&self) -> CancellationToken {
         self.shutdown.stopping().clone()
     }
-    fn change(&self, change: config::Change) -> impl Future<Output = Result<String, ControlError>> + Send {
-        App::change(self, change)
+    fn ready(&self) -> bool {
+        let listening = self.listeners.lock().is_ok_and(|l| !l.is_empty());
+        listening && !self.live.current().config.services.is_empty()
+    }
+    fn fleet(&self) -> Option<crate::fleet::Status> {
+        self.fleet.as_ref().map(|f| f.status())
+    }
+    fn change(&self, change: config::Change, who: String) -> impl Future<Output = Result<String, ControlError>> + Send {
+        App::change(self, change, who)
     }
     fn reload(&self) -> impl Future<Output = Result<String, ControlError>> + Send {
         App::reload(self)

@@ -1,4 +1,4 @@
-//! Subcommands: `run`, `check`, `demo`, `lab`, `backend`, `hash-password`.
+//! Subcommands: `run`, `check`, `demo`, `lab`, `backend`, `hash-password`, `fleet`.
 
 use std::path::PathBuf;
 use std::process::ExitCode;
@@ -43,6 +43,8 @@ pub enum Command {
     Backend(BackendArgs),
     /// Read a password on standard input and print its Argon2 hash for `[admin] password_hash`.
     HashPassword,
+    /// The fleet's config in etcd: import a config file's services, export them.
+    Fleet(crate::fleet::cli::FleetArgs),
 }
 
 pub fn main() -> ExitCode {
@@ -56,6 +58,7 @@ pub fn main() -> ExitCode {
             runtime(0).and_then(|rt| rt.block_on(crate::demo::run(args)))
         }
         Command::HashPassword => hash_password(),
+        Command::Fleet(args) => runtime(1).and_then(|rt| rt.block_on(crate::fleet::cli::run(args))),
         Command::Lab { args } => lab(&args),
         Command::Backend(args) => runtime(1).and_then(|rt| rt.block_on(realserver::serve(args, ctrl_c()))),
     };

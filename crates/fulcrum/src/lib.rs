@@ -28,6 +28,9 @@
 //!   `admin::Control` handle.
 //! - [`app`]: the running process, the one path every config change takes, and the admin's
 //!   `Control` over it.
+//! - [`fleet`]: several instances as one load balancer: the services in etcd, followed by a
+//!   watch, edits written with a compare on their revision, membership under a lease, `fulcrum
+//!   fleet import/export`.
 //! - [`demo`]: the embedded default: four real servers of the `realserver` crate, a service
 //!   over them, light traffic and the dashboard.
 //! - [`cli`]: the subcommands; `fulcrum lab` runs the `fulcrum-lab` binary of this workspace.
@@ -46,6 +49,7 @@ pub mod cli;
 pub mod config;
 pub mod demo;
 pub mod error;
+pub mod fleet;
 #[doc(hidden)]
 pub mod fuzzing;
 pub mod health;

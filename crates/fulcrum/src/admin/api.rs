@@ -3,7 +3,7 @@
 use std::fmt::Display;
 use std::sync::Arc;
 
-use axum::extract::{FromRequest, Path, Query, Request, State};
+use axum::extract::{Extension, FromRequest, Path, Query, Request, State};
 use axum::http::{StatusCode, header};
 use axum::response::{IntoResponse, Response};
 use axum::routing::{get, post};
@@ -11,7 +11,7 @@ use axum::{Json, Router};
 use serde::Deserialize;
 use serde_json::json;
 
-use super::{Control, refuse};
+use super::{Actor, Control, refuse};
 use crate::config::{self, Algorithm, Change, Diagnostics, Health, ServerAdmin, ServiceSettings};
 use crate::stats;
 
@@ -19,6 +19,7 @@ pub fn routes<C: Control>() -> Router<Arc<C>> {
     Router::new()
         .route("/api/stats", get(get_stats::<C>))
         .route("/api/stats.csv", get(get_csv::<C>))
+        .route("/api/fleet", get(fleet::<C>))
         .route("/metrics", get(metrics::<C>))
         .route("/api/history", get(history::<C>))
         .route("/api/config", get(get_config::<C>).post(put_config::<C>))
@@ -59,8 +60,27 @@ fn answer(result: Result<String, impl Display>) -> Response {
     }
 }
 
-async fn get_stats<C: Control>(State(control): State<Arc<C>>) -> Json<stats::Snapshot> {
-    Json(stats::snapshot(&control.current()))
+async fn get_stats<C: Control>(State(control): State<Arc<C>>) -> Response {
+    let mut snapshot = serde_json::to_value(stats::snapshot(&control.current())).unwrap_or_default();
+    if let (Some(fleet), Some(map)) = (control.fleet(), snapshot.as_object_mut()) {
+        map.insert("fleet".into(), json!(fleet));
+    }
+    Json(snapshot).into_response()
+}
+
+/// The fleet as this instance sees it: its connection to etcd, the revision it runs, and the
+/// registered instances, each marked when it runs another config.
+async fn fleet<C: Control>(State(control): State<Arc<C>>) -> Response {
+    match control.fleet() {
+        Some(status) => Json(status).into_response(),
+        None => refuse(StatusCode::NOT_FOUND, "this instance is not in a fleet (no [fleet] in its config)"),
+    }
+}
+
+/// 200 when this instance can take traffic, else 503: what keepalived's `track_script` and
+/// other load balancers' checks ask.
+pub async fn ready<C: Control>(State(control): State<Arc<C>>) -> Response {
+    if control.ready() { (StatusCode::OK, "ready\n").into_response() } else { (StatusCode::SERVICE_UNAVAILABLE, "not ready: no config with a listener up\n").into_response() }
 }
 
 async fn get_csv<C: Control>(State(control): State<Arc<C>>) -> Response {
@@ -114,9 +134,9 @@ async fn validate_config(Body(body): Body<ConfigBody>) -> Response {
     answer(parse_body(body).await.map(|c| format!("valid: {} services", c.services.len())))
 }
 
-async fn put_config<C: Control>(State(control): State<Arc<C>>, Body(body): Body<ConfigBody>) -> Response {
+async fn put_config<C: Control>(State(control): State<Arc<C>>, Extension(actor): Extension<Actor>, Body(body): Body<ConfigBody>) -> Response {
     match parse_body(body).await {
-        Ok(c) => answer(control.change(Change::Replace(Box::new(c))).await),
+        Ok(c) => answer(control.change(Change::Replace(Box::new(c)), actor.0).await),
         Err(e) => answer(Err::<String, _>(e)),
     }
 }
@@ -134,8 +154,8 @@ struct StateBody {
     state: ServerAdmin,
 }
 
-async fn server_state<C: Control>(State(control): State<Arc<C>>, Path((service, address)): Path<(String, String)>, Body(b): Body<StateBody>) -> Response {
-    answer(control.change(Change::ServerState { service, address, state: b.state }).await)
+async fn server_state<C: Control>(State(control): State<Arc<C>>, Extension(actor): Extension<Actor>, Path((service, address)): Path<(String, String)>, Body(b): Body<StateBody>) -> Response {
+    answer(control.change(Change::ServerState { service, address, state: b.state }, actor.0).await)
 }
 
 #[derive(Deserialize)]
@@ -143,16 +163,16 @@ struct WeightBody {
     weight: u32,
 }
 
-async fn weight<C: Control>(State(control): State<Arc<C>>, Path((service, address)): Path<(String, String)>, Body(b): Body<WeightBody>) -> Response {
-    answer(control.change(Change::Weight { service, address, weight: b.weight }).await)
+async fn weight<C: Control>(State(control): State<Arc<C>>, Extension(actor): Extension<Actor>, Path((service, address)): Path<(String, String)>, Body(b): Body<WeightBody>) -> Response {
+    answer(control.change(Change::Weight { service, address, weight: b.weight }, actor.0).await)
 }
 
-async fn add_server<C: Control>(State(control): State<Arc<C>>, Path(service): Path<String>, Body(server): Body<config::Server>) -> Response {
-    answer(control.change(Change::AddServer { service, server }).await)
+async fn add_server<C: Control>(State(control): State<Arc<C>>, Extension(actor): Extension<Actor>, Path(service): Path<String>, Body(server): Body<config::Server>) -> Response {
+    answer(control.change(Change::AddServer { service, server }, actor.0).await)
 }
 
-async fn remove_server<C: Control>(State(control): State<Arc<C>>, Path((service, address)): Path<(String, String)>) -> Response {
-    answer(control.change(Change::RemoveServer { service, address }).await)
+async fn remove_server<C: Control>(State(control): State<Arc<C>>, Extension(actor): Extension<Actor>, Path((service, address)): Path<(String, String)>) -> Response {
+    answer(control.change(Change::RemoveServer { service, address }, actor.0).await)
 }
 
 #[derive(Deserialize)]
@@ -160,22 +180,22 @@ struct AlgorithmBody {
     algorithm: Algorithm,
 }
 
-async fn algorithm<C: Control>(State(control): State<Arc<C>>, Path(service): Path<String>, Body(b): Body<AlgorithmBody>) -> Response {
-    answer(control.change(Change::Algorithm { service, algorithm: b.algorithm }).await)
+async fn algorithm<C: Control>(State(control): State<Arc<C>>, Extension(actor): Extension<Actor>, Path(service): Path<String>, Body(b): Body<AlgorithmBody>) -> Response {
+    answer(control.change(Change::Algorithm { service, algorithm: b.algorithm }, actor.0).await)
 }
 
-async fn health<C: Control>(State(control): State<Arc<C>>, Path(service): Path<String>, Body(health): Body<Health>) -> Response {
-    answer(control.change(Change::Health { service, health }).await)
+async fn health<C: Control>(State(control): State<Arc<C>>, Extension(actor): Extension<Actor>, Path(service): Path<String>, Body(health): Body<Health>) -> Response {
+    answer(control.change(Change::Health { service, health }, actor.0).await)
 }
 
-async fn settings<C: Control>(State(control): State<Arc<C>>, Path(service): Path<String>, Body(settings): Body<ServiceSettings>) -> Response {
-    answer(control.change(Change::Settings { service, settings }).await)
+async fn settings<C: Control>(State(control): State<Arc<C>>, Extension(actor): Extension<Actor>, Path(service): Path<String>, Body(settings): Body<ServiceSettings>) -> Response {
+    answer(control.change(Change::Settings { service, settings }, actor.0).await)
 }
 
-async fn start<C: Control>(State(control): State<Arc<C>>, Path(service): Path<String>) -> Response {
-    answer(control.change(Change::ServiceEnabled { service, enabled: true }).await)
+async fn start<C: Control>(State(control): State<Arc<C>>, Extension(actor): Extension<Actor>, Path(service): Path<String>) -> Response {
+    answer(control.change(Change::ServiceEnabled { service, enabled: true }, actor.0).await)
 }
 
-async fn stop<C: Control>(State(control): State<Arc<C>>, Path(service): Path<String>) -> Response {
-    answer(control.change(Change::ServiceEnabled { service, enabled: false }).await)
+async fn stop<C: Control>(State(control): State<Arc<C>>, Extension(actor): Extension<Actor>, Path(service): Path<String>) -> Response {
+    answer(control.change(Change::ServiceEnabled { service, enabled: false }, actor.0).await)
 }

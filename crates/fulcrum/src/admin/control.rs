@@ -25,8 +25,14 @@ pub trait Control: Send + Sync + 'static {
     /// Cancelled when the process begins to shut down; the admin listener stops then.
     fn stopping(&self) -> CancellationToken;
 
-    /// Applies one change to the running config; `Ok` says what was applied.
-    fn change(&self, change: Change) -> impl Future<Output = Result<String, Self::Error>> + Send;
+    /// Whether this instance can take traffic: it has a config with services and at least one
+    /// listener up (`/ready`).
+    fn ready(&self) -> bool;
+    /// The fleet as this instance sees it; `None` when it runs alone.
+    fn fleet(&self) -> Option<crate::fleet::Status>;
+
+    /// Applies one change to the running config on behalf of `who`; `Ok` says what was applied.
+    fn change(&self, change: Change, who: String) -> impl Future<Output = Result<String, Self::Error>> + Send;
     /// Re-reads the config file and applies it.
     fn reload(&self) -> impl Future<Output = Result<String, Self::Error>> + Send;
     /// Writes the running config to its file.
@@ -69,7 +75,13 @@ mod tests {
         fn stopping(&self) -> CancellationToken {
             self.stop.clone()
         }
-        async fn change(&self, change: Change) -> Result<String, String> {
+        fn ready(&self) -> bool {
+            false
+        }
+        fn fleet(&self) -> Option<crate::fleet::Status> {
+            None
+        }
+        async fn change(&self, change: Change, _who: String) -> Result<String, String> {
             if let Ok(mut c) = self.changes.lock() {
                 c.push(change);
             }

@@ -31,6 +31,11 @@ use serde_json::json;
 
 use auth::Verdict;
 pub use auth::{Auth, AuthError, hash_password};
+
+/// Who made a request, as the guard authenticated it (an extension of every request it lets
+/// through): the fleet's audit records it with each change.
+#[derive(Debug, Clone)]
+pub struct Actor(pub String);
 pub use control::Control;
 use listener::CONNECTIONS;
 
@@ -39,6 +44,9 @@ pub fn router<C: Control>(control: Arc<C>) -> Router {
         .merge(assets::routes())
         .layer(middleware::from_fn_with_state(control.clone(), guard::<C>))
         .layer(middleware::from_fn(one_host))
+        // Readiness answers a load balancer's or keepalived's probe, which carries no
+        // credentials; it says 200 or 503 and nothing else.
+        .route("/ready", axum::routing::get(api::ready::<C>))
         .with_state(control)
 }
 
@@ -74,8 +82,8 @@ async fn guard<C: Control>(State(control): State<Arc<C>>, req: Request, next: Ne
     let authorization = req.headers().get(header::AUTHORIZATION).and_then(|v| v.to_str().ok());
     // Served without connection info (a router in a test), every client is one address.
     let client = req.extensions().get::<ConnectInfo<listener::Peer>>().map_or(IpAddr::V4(Ipv4Addr::UNSPECIFIED), |c| c.0.0.ip());
-    match control.auth().check(authorization, client).await {
-        Verdict::Accepted => {}
+    let who = match control.auth().check(authorization, client).await {
+        Verdict::Accepted => auth::who(authorization, client),
         Verdict::Refused => {
             let mut r = refuse(StatusCode::UNAUTHORIZED, "authentication required");
             r.headers_mut().insert(header::WWW_AUTHENTICATE, HeaderValue::from_static("Basic realm=\"fulcrum\""));
@@ -86,7 +94,7 @@ async fn guard<C: Control>(State(control): State<Arc<C>>, req: Request, next: Ne
             return retry_later(StatusCode::TOO_MANY_REQUESTS, secs, format!("too many failed passwords from this address: the next one is checked in {secs} s"));
         }
         Verdict::Busy => return retry_later(StatusCode::SERVICE_UNAVAILABLE, 1, "too many passwords are being checked: retry in 1 s".to_string()),
-    }
+    };
     // Without authentication, a web page could still reach a loopback listener through a name
     // its own DNS points at 127.0.0.1 (DNS rebinding); such a request names that host.
     if !control.auth().required() && !host_is_local(req.headers()) {
@@ -103,6 +111,8 @@ async fn guard<C: Control>(State(control): State<Arc<C>>, req: Request, next: Ne
             return refuse(StatusCode::UNSUPPORTED_MEDIA_TYPE, "changes must be sent as application/json");
         }
     }
+    let mut req = req;
+    req.extensions_mut().insert(Actor(who));
     next.run(req).await
 }
 

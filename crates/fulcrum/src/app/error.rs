@@ -54,6 +54,12 @@ pub enum ControlError {
     Save { file: PathBuf, cause: std::io::Error },
     #[error("listener table poisoned")]
     Poisoned,
+    #[error(transparent)]
+    Fleet(#[from] crate::fleet::FleetError),
+    #[error("the reloaded file has [fleet]: joining a fleet takes a restart; the running config stays")]
+    JoinsFleet,
+    #[error("a fleet's services live in etcd, not in this file: `fulcrum fleet export` writes them to one")]
+    FleetSave,
     /// Blocking work (reading, validating, building) did not finish (it panicked, or the runtime
     /// is shutting down).
     #[error(transparent)]

@@ -46,6 +46,21 @@ pub enum Change {
 }
 
 impl Change {
+    /// What the change does, in a few words: an audit record's "what".
+    pub fn summary(&self) -> String {
+        match self {
+            Change::ServerState { service, address, state } => format!("{state:?} server {address} of {service}").to_lowercase(),
+            Change::Weight { service, address, weight } => format!("weight {weight} for server {address} of {service}"),
+            Change::AddServer { service, server } => format!("add server {} to {service}", server.address),
+            Change::RemoveServer { service, address } => format!("remove server {address} from {service}"),
+            Change::Algorithm { service, algorithm } => format!("algorithm {algorithm:?} for {service}"),
+            Change::Health { service, health } => format!("health check {:?} for {service}", health.kind),
+            Change::Settings { service, .. } => format!("settings of {service}"),
+            Change::ServiceEnabled { service, enabled } => format!("{} {service}", if *enabled { "start" } else { "stop" }),
+            Change::Replace(c) => format!("replace the config ({} services)", c.services.len()),
+        }
+    }
+
     /// Applies the change to `config`; an error names what was not found.
     pub fn apply(self, config: &mut Config) -> Result<(), ChangeError> {
         match self {

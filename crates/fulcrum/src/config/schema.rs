@@ -26,8 +26,41 @@ pub struct Config {
     pub maxconn: Option<u32>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub admin: Option<Admin>,
+    /// Run as one instance of a fleet: the services come from etcd, not from this file.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub fleet: Option<Fleet>,
     #[serde(default, rename = "service")]
     pub services: Vec<Service>,
+}
+
+/// The fleet: where the shared services live in etcd, and what is this instance's own.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct Fleet {
+    /// etcd's client URLs, `http://host:port` or `https://host:port`.
+    pub endpoints: Vec<String>,
+    /// The key prefix of this fleet's keys; several fleets can share one etcd.
+    #[serde(default = "defaults::fleet_prefix")]
+    pub prefix: String,
+    /// This instance's name in the fleet (letters, digits, '-', '_', '.'); the host name when unset.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub name: Option<String>,
+    /// etcd authentication: the user name, with `password_file`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub user: Option<String>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub password_file: Option<String>,
+    /// A PEM file of the CA that signed etcd's certificates, for `https` endpoints; the system's
+    /// roots when unset.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub ca: Option<String>,
+    /// How long this instance stays listed after it stops renewing its registration, 2s to 1min.
+    #[serde(default = "defaults::fleet_lease", with = "duration")]
+    pub lease: Duration,
+    /// Per service, settings that are this instance's own (`listen` most often): merged over the
+    /// service from etcd here, never written back to it.
+    #[serde(default, rename = "override", skip_serializing_if = "std::collections::BTreeMap::is_empty")]
+    pub overrides: std::collections::BTreeMap<String, toml::Table>,
 }
 
 /// The admin listener: JSON API and (later) the dashboard.
@@ -720,6 +753,12 @@ pub const MAX_WEIGHT: u32 = 256;
 
 pub(crate) mod defaults {
     use super::*;
+    pub fn fleet_prefix() -> String {
+        "/fulcrum".into()
+    }
+    pub fn fleet_lease() -> Duration {
+        Duration::from_secs(10)
+    }
     pub fn yes() -> bool {
         true
     }

@@ -10,7 +10,7 @@ use super::diagnostic::{Diagnostic, Diagnostics, line_col};
 use super::error::AddressError;
 use super::Resolve;
 use super::range::{self, Range, Shown};
-use super::schema::{Algorithm, Config, FastPath, HealthKind, Mode, Server, Service, Tls};
+use super::schema::{Algorithm, Config, FastPath, Fleet, HealthKind, Mode, Server, Service, Tls};
 
 /// One step of a path into the document: a key, or an index into an array of tables.
 #[derive(Debug, Clone, Copy)]
@@ -83,6 +83,70 @@ impl Report<'_> {
     }
 }
 
+/// `[fleet]`: where etcd is, and what this instance keeps for itself. The services come from etcd,
+/// so a file with both is refused rather than one of them ignored.
+fn validate_fleet(report: &mut Report<'_>, config: &Config, fleet: &Fleet) {
+    let at = |key| [Seg::Key("fleet"), Seg::Key(key)];
+    if let Some(first) = config.services.first() {
+        report.error(
+            &[Seg::Key("service"), Seg::Index(0), Seg::Key("name")],
+            format!("service {:?} is in a file with [fleet]: a fleet's services come from etcd", first.name),
+            "move them there with `fulcrum fleet import FILE`, and keep only per-instance settings here ([fleet.override.NAME])",
+        );
+    }
+    if fleet.endpoints.is_empty() {
+        report.error(&at("endpoints"), "fleet endpoints is empty".into(), "list etcd's client URLs, e.g. [\"http://127.0.0.1:2379\"]");
+    }
+    for e in &fleet.endpoints {
+        let Some(rest) = e.strip_prefix("http://").or_else(|| e.strip_prefix("https://")) else {
+            report.error(&at("endpoints"), format!("fleet endpoint {e:?} is not an http:// or https:// URL"), "write etcd's client URL, e.g. \"http://10.0.0.5:2379\"");
+            continue;
+        };
+        let authority = rest.trim_end_matches('/');
+        let port = authority.rsplit_once(':').and_then(|(_, p)| p.parse::<u16>().ok());
+        if authority.is_empty() || authority.contains('/') || port.is_none_or(|p| p == 0) {
+            report.error(&at("endpoints"), format!("fleet endpoint {e:?} does not name a host and port"), "write scheme://host:port, e.g. \"http://10.0.0.5:2379\"");
+        }
+    }
+    if !fleet.prefix.starts_with('/') || fleet.prefix.ends_with('/') || fleet.prefix.contains("//") {
+        report.error(&at("prefix"), format!("fleet prefix {:?} must start with '/' and not end with one", fleet.prefix), "e.g. \"/fulcrum/prod\"");
+    }
+    if let Some(name) = &fleet.name
+        && !plain_name(name)
+    {
+        report.error(&at("name"), format!("fleet name {name:?} is not a plain name"), "use letters, digits, '-', '_' and '.'");
+    }
+    if fleet.user.is_some() != fleet.password_file.is_some() {
+        report.error(&at("user"), "fleet user and password_file go together".into(), "set both for etcd's authentication, or neither");
+    }
+    for (key, file) in [("password_file", &fleet.password_file), ("ca", &fleet.ca)] {
+        if let Some(file) = file
+            && let Err(e) = std::fs::metadata(file)
+        {
+            report.error(&at(key), format!("cannot read fleet {key} {file}: {e}"), "check the path and its permissions");
+        }
+    }
+    if fleet.ca.is_some() && !fleet.endpoints.iter().any(|e| e.starts_with("https://")) {
+        report.error(&at("ca"), "fleet ca is set but no endpoint is https://".into(), "use https:// endpoints, or leave ca out");
+    }
+    report.range(&at("lease"), "lease", fleet.lease, &range::FLEET_LEASE);
+    for (service, table) in &fleet.overrides {
+        for key in table.keys() {
+            if matches!(key.as_str(), "name" | "server" | "pool" | "route") {
+                report.error(
+                    &[Seg::Key("fleet"), Seg::Key("override"), Seg::Key(service), Seg::Key(key)],
+                    format!("{key} of service {service:?} cannot be overridden per instance"),
+                    "an override holds settings such as listen; servers, pools and routes are the fleet's",
+                );
+            }
+        }
+    }
+}
+
+fn plain_name(name: &str) -> bool {
+    !name.is_empty() && name.chars().all(|c| c.is_ascii_alphanumeric() || "-_.".contains(c))
+}
+
 /// Every problem in `config` beyond its types; `text` is the file it was parsed from.
 pub fn validate(config: &Config, text: &str, file: &str, resolve: Resolve) -> Diagnostics {
     let mut report = Report { file, locator: Locator::new(text), out: Vec::new(), resolve };
@@ -116,6 +180,9 @@ pub fn validate(config: &Config, text: &str, file: &str, resolve: Resolve) -> Di
             }
         }
     }
+    if let Some(fleet) = &config.fleet {
+        validate_fleet(&mut report, config, fleet);
+    }
     report.range(&[Seg::Key("workers")], "workers", config.workers, &range::WORKERS);
     if let Some(maxconn) = config.maxconn {
         report.range(&[Seg::Key("maxconn")], "maxconn", maxconn, &range::PROCESS_MAXCONN);
@@ -125,7 +192,7 @@ pub fn validate(config: &Config, text: &str, file: &str, resolve: Resolve) -> Di
     let mut listens: HashMap<SocketAddr, usize> = HashMap::new();
     for (i, service) in config.services.iter().enumerate() {
         let at = |key| [Seg::Key("service"), Seg::Index(i), Seg::Key(key)];
-        if service.name.is_empty() || !service.name.chars().all(|c| c.is_ascii_alphanumeric() || "-_.".contains(c)) {
+        if !plain_name(&service.name) {
             report.error(&at("name"), format!("service name {:?} is not a plain name", service.name), "use letters, digits, '-', '_' and '.'");
         }
         if let Some(first) = names.insert(&service.name, i) {

@@ -155,6 +155,18 @@ fn verdict(accepted: bool) -> Verdict {
     if accepted { Verdict::Accepted } else { Verdict::Refused }
 }
 
+/// Who sent an accepted request, for the fleet's audit: the basic user, or how it
+/// authenticated, at its address. Only called after `check` accepted the header.
+pub fn who(header: Option<&str>, client: IpAddr) -> String {
+    let (scheme, credentials) = header.map(|v| v.trim().split_once(' ').unwrap_or((v, ""))).unwrap_or_default();
+    if scheme.eq_ignore_ascii_case("basic")
+        && let Some((user, _)) = basic_credentials(credentials)
+    {
+        return format!("{user}@{client}");
+    }
+    if scheme.eq_ignore_ascii_case("bearer") { format!("token@{client}") } else { client.to_string() }
+}
+
 /// User and password from the base64 part of a basic `Authorization` header.
 fn basic_credentials(b64: &str) -> Option<(String, String)> {
     let raw = base64::engine::general_purpose::STANDARD.decode(b64.trim()).ok()?;

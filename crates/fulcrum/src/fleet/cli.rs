@@ -1,0 +1,93 @@
+//! `fulcrum fleet import FILE` and `fulcrum fleet export`: a config file into and out of etcd.
+
+use std::path::PathBuf;
+use std::time::{SystemTime, UNIX_EPOCH};
+
+use anyhow::Context;
+use etcd_client::{DeleteOptions, GetOptions, Txn, TxnOp};
+use serde_json::json;
+
+use super::connect;
+use super::snapshot::{Keys, Snapshot};
+use crate::config::{self, Resolve};
+
+#[derive(Debug, clap::Args)]
+pub struct FleetArgs {
+    /// An instance's config file: its [fleet] says where etcd is and which prefix.
+    #[arg(long, global = true)]
+    pub config: Option<PathBuf>,
+    /// etcd's client URLs, comma separated (instead of --config).
+    #[arg(long, global = true, value_delimiter = ',')]
+    pub endpoints: Vec<String>,
+    /// The fleet's key prefix (with --endpoints).
+    #[arg(long, global = true, default_value = "/fulcrum")]
+    pub prefix: String,
+    #[command(subcommand)]
+    pub command: FleetCommand,
+}
+
+#[derive(Debug, clap::Subcommand)]
+pub enum FleetCommand {
+    /// Replace the fleet's services with those of a config file (validated first); every
+    /// instance applies them from its watch.
+    Import { file: PathBuf },
+    /// Print the fleet's services as a config file.
+    Export,
+}
+
+pub async fn run(args: FleetArgs) -> anyhow::Result<()> {
+    let fleet = settings(&args)?;
+    let keys = Keys::new(&fleet.prefix);
+    let mut client = connect(&fleet).await.with_context(|| format!("cannot connect to etcd at {}", fleet.endpoints.join(",")))?;
+    match args.command {
+        FleetCommand::Import { file } => {
+            let path = file.clone();
+            let loaded = tokio::task::spawn_blocking(move || config::load(&path)).await?.map_err(|d| anyhow::anyhow!("{d}\n{}: not imported", file.display()))?;
+            anyhow::ensure!(loaded.config.fleet.is_none(), "{} has [fleet]: import a file of services", file.display());
+            let mut ops = vec![TxnOp::delete(keys.services(), Some(DeleteOptions::new().with_prefix()))];
+            for s in &loaded.config.services {
+                let mut table = toml::Table::try_from(s).with_context(|| format!("cannot write service {} as TOML", s.name))?;
+                table.remove("name");
+                ops.push(TxnOp::put(keys.service(&s.name), toml::to_string_pretty(&table)?, None));
+            }
+            let now = SystemTime::now().duration_since(UNIX_EPOCH).unwrap_or_default();
+            let who = std::env::var("USER").unwrap_or_else(|_| "fulcrum fleet import".into());
+            let what = format!("import {} ({} services)", file.display(), loaded.config.services.len());
+            let audit = json!({ "who": who, "instance": "fulcrum fleet import", "unix_ms": now.as_millis() as u64, "what": what });
+            ops.push(TxnOp::put(keys.marker(), "fulcrum fleet import", None));
+            ops.push(TxnOp::put(keys.audit(now.as_millis(), "import"), audit.to_string(), None));
+            let response = client.txn(Txn::new().and_then(ops)).await.context("the import was not written")?;
+            let revision = response.header().map_or(0, |h| h.revision());
+            println!("imported {} services from {} into {} at etcd revision {revision}", loaded.config.services.len(), file.display(), fleet.prefix);
+            let per_instance = loaded.config.admin.is_some() || loaded.config.workers != 0 || loaded.config.maxconn.is_some();
+            if per_instance {
+                println!("note: [admin], workers and maxconn are per instance: they stay in each instance's own file");
+            }
+        }
+        FleetCommand::Export => {
+            let read = client.get(keys.services(), Some(GetOptions::new().with_prefix())).await?;
+            let revision = read.header().map_or(0, |h| h.revision());
+            let mut snapshot = Snapshot { revision, ..Snapshot::default() };
+            for kv in read.kvs() {
+                snapshot.set(&keys, &String::from_utf8_lossy(kv.key()), Some(kv.value()), kv.mod_revision());
+            }
+            let empty = config::parse_with("", "export", Resolve::No).map_err(|d| anyhow::anyhow!("{d}"))?;
+            let composed = tokio::task::spawn_blocking(move || snapshot.compose(&empty)).await?.map_err(|d| anyhow::anyhow!("the fleet's services do not validate:\n{d}"))?;
+            println!("# The services of fleet {} at etcd revision {revision}.\n", fleet.prefix);
+            print!("{}", config::to_toml(&composed));
+        }
+    }
+    Ok(())
+}
+
+/// Where etcd is: from an instance's file, or from the command line.
+fn settings(args: &FleetArgs) -> anyhow::Result<config::Fleet> {
+    if let Some(path) = &args.config {
+        let loaded = config::load(path).map_err(|d| anyhow::anyhow!("{d}"))?;
+        return loaded.config.fleet.with_context(|| format!("{} has no [fleet]", path.display()));
+    }
+    anyhow::ensure!(!args.endpoints.is_empty(), "say where etcd is: --config FILE (with [fleet]) or --endpoints URL[,URL...]");
+    let text = toml::to_string(&json!({ "fleet": { "endpoints": args.endpoints, "prefix": args.prefix } }))?;
+    let config = config::parse_with(&text, "command line", Resolve::No).map_err(|d| anyhow::anyhow!("{d}"))?;
+    config.fleet.context("no [fleet]")
+}
