@@ -118,10 +118,10 @@ impl App {
     }
 
     /// Applies one change to the running config, validated as a file would be; in a fleet, it is
-    /// written to etcd on behalf of `who` and applied from there.
-    pub async fn change(&self, change: config::Change, who: String) -> Result<String, ControlError> {
+    /// written to etcd on behalf of `by` and applied from there.
+    pub async fn change(&self, change: config::Change, by: admin::Editor) -> Result<String, ControlError> {
         if let Some(fleet) = &self.fleet {
-            return Ok(fleet.change(self, change, &who).await?);
+            return Ok(fleet.change(self, change, &by).await?);
         }
         let _one_at_a_time = self.changing.lock().await;
         let mut next = self.live.current().config.clone();
@@ -301,8 +301,8 @@ impl admin::Control for App {
     fn fleet(&self) -> Option<crate::fleet::Status> {
         self.fleet.as_ref().map(|f| f.status())
     }
-    fn change(&self, change: config::Change, who: String) -> impl Future<Output = Result<String, ControlError>> + Send {
-        App::change(self, change, who)
+    fn change(&self, change: config::Change, by: admin::Editor) -> impl Future<Output = Result<String, ControlError>> + Send {
+        App::change(self, change, by)
     }
     fn reload(&self) -> impl Future<Output = Result<String, ControlError>> + Send {
         App::reload(self)

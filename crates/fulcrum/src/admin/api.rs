@@ -11,7 +11,7 @@ use axum::{Json, Router};
 use serde::Deserialize;
 use serde_json::json;
 
-use super::{Actor, Control, refuse};
+use super::{Control, Editor, refuse};
 use crate::config::{self, Algorithm, Change, Diagnostics, Health, ServerAdmin, ServiceSettings};
 use crate::stats;
 
@@ -134,9 +134,9 @@ async fn validate_config(Body(body): Body<ConfigBody>) -> Response {
     answer(parse_body(body).await.map(|c| format!("valid: {} services", c.services.len())))
 }
 
-async fn put_config<C: Control>(State(control): State<Arc<C>>, Extension(actor): Extension<Actor>, Body(body): Body<ConfigBody>) -> Response {
+async fn put_config<C: Control>(State(control): State<Arc<C>>, Extension(editor): Extension<Editor>, Body(body): Body<ConfigBody>) -> Response {
     match parse_body(body).await {
-        Ok(c) => answer(control.change(Change::Replace(Box::new(c)), actor.0).await),
+        Ok(c) => answer(control.change(Change::Replace(Box::new(c)), editor).await),
         Err(e) => answer(Err::<String, _>(e)),
     }
 }
@@ -154,8 +154,8 @@ struct StateBody {
     state: ServerAdmin,
 }
 
-async fn server_state<C: Control>(State(control): State<Arc<C>>, Extension(actor): Extension<Actor>, Path((service, address)): Path<(String, String)>, Body(b): Body<StateBody>) -> Response {
-    answer(control.change(Change::ServerState { service, address, state: b.state }, actor.0).await)
+async fn server_state<C: Control>(State(control): State<Arc<C>>, Extension(editor): Extension<Editor>, Path((service, address)): Path<(String, String)>, Body(b): Body<StateBody>) -> Response {
+    answer(control.change(Change::ServerState { service, address, state: b.state }, editor).await)
 }
 
 #[derive(Deserialize)]
@@ -163,16 +163,16 @@ struct WeightBody {
     weight: u32,
 }
 
-async fn weight<C: Control>(State(control): State<Arc<C>>, Extension(actor): Extension<Actor>, Path((service, address)): Path<(String, String)>, Body(b): Body<WeightBody>) -> Response {
-    answer(control.change(Change::Weight { service, address, weight: b.weight }, actor.0).await)
+async fn weight<C: Control>(State(control): State<Arc<C>>, Extension(editor): Extension<Editor>, Path((service, address)): Path<(String, String)>, Body(b): Body<WeightBody>) -> Response {
+    answer(control.change(Change::Weight { service, address, weight: b.weight }, editor).await)
 }
 
-async fn add_server<C: Control>(State(control): State<Arc<C>>, Extension(actor): Extension<Actor>, Path(service): Path<String>, Body(server): Body<config::Server>) -> Response {
-    answer(control.change(Change::AddServer { service, server }, actor.0).await)
+async fn add_server<C: Control>(State(control): State<Arc<C>>, Extension(editor): Extension<Editor>, Path(service): Path<String>, Body(server): Body<config::Server>) -> Response {
+    answer(control.change(Change::AddServer { service, server }, editor).await)
 }
 
-async fn remove_server<C: Control>(State(control): State<Arc<C>>, Extension(actor): Extension<Actor>, Path((service, address)): Path<(String, String)>) -> Response {
-    answer(control.change(Change::RemoveServer { service, address }, actor.0).await)
+async fn remove_server<C: Control>(State(control): State<Arc<C>>, Extension(editor): Extension<Editor>, Path((service, address)): Path<(String, String)>) -> Response {
+    answer(control.change(Change::RemoveServer { service, address }, editor).await)
 }
 
 #[derive(Deserialize)]
@@ -180,22 +180,22 @@ struct AlgorithmBody {
     algorithm: Algorithm,
 }
 
-async fn algorithm<C: Control>(State(control): State<Arc<C>>, Extension(actor): Extension<Actor>, Path(service): Path<String>, Body(b): Body<AlgorithmBody>) -> Response {
-    answer(control.change(Change::Algorithm { service, algorithm: b.algorithm }, actor.0).await)
+async fn algorithm<C: Control>(State(control): State<Arc<C>>, Extension(editor): Extension<Editor>, Path(service): Path<String>, Body(b): Body<AlgorithmBody>) -> Response {
+    answer(control.change(Change::Algorithm { service, algorithm: b.algorithm }, editor).await)
 }
 
-async fn health<C: Control>(State(control): State<Arc<C>>, Extension(actor): Extension<Actor>, Path(service): Path<String>, Body(health): Body<Health>) -> Response {
-    answer(control.change(Change::Health { service, health }, actor.0).await)
+async fn health<C: Control>(State(control): State<Arc<C>>, Extension(editor): Extension<Editor>, Path(service): Path<String>, Body(health): Body<Health>) -> Response {
+    answer(control.change(Change::Health { service, health }, editor).await)
 }
 
-async fn settings<C: Control>(State(control): State<Arc<C>>, Extension(actor): Extension<Actor>, Path(service): Path<String>, Body(settings): Body<ServiceSettings>) -> Response {
-    answer(control.change(Change::Settings { service, settings }, actor.0).await)
+async fn settings<C: Control>(State(control): State<Arc<C>>, Extension(editor): Extension<Editor>, Path(service): Path<String>, Body(settings): Body<ServiceSettings>) -> Response {
+    answer(control.change(Change::Settings { service, settings }, editor).await)
 }
 
-async fn start<C: Control>(State(control): State<Arc<C>>, Extension(actor): Extension<Actor>, Path(service): Path<String>) -> Response {
-    answer(control.change(Change::ServiceEnabled { service, enabled: true }, actor.0).await)
+async fn start<C: Control>(State(control): State<Arc<C>>, Extension(editor): Extension<Editor>, Path(service): Path<String>) -> Response {
+    answer(control.change(Change::ServiceEnabled { service, enabled: true }, editor).await)
 }
 
-async fn stop<C: Control>(State(control): State<Arc<C>>, Extension(actor): Extension<Actor>, Path(service): Path<String>) -> Response {
-    answer(control.change(Change::ServiceEnabled { service, enabled: false }, actor.0).await)
+async fn stop<C: Control>(State(control): State<Arc<C>>, Extension(editor): Extension<Editor>, Path(service): Path<String>) -> Response {
+    answer(control.change(Change::ServiceEnabled { service, enabled: false }, editor).await)
 }

@@ -7,7 +7,7 @@ use std::sync::Arc;
 
 use tokio_util::sync::CancellationToken;
 
-use super::Auth;
+use super::{Auth, Editor};
 use crate::config::Change;
 use crate::live::Generation;
 use crate::stats::history::History;
@@ -31,8 +31,8 @@ pub trait Control: Send + Sync + 'static {
     /// The fleet as this instance sees it; `None` when it runs alone.
     fn fleet(&self) -> Option<crate::fleet::Status>;
 
-    /// Applies one change to the running config on behalf of `who`; `Ok` says what was applied.
-    fn change(&self, change: Change, who: String) -> impl Future<Output = Result<String, Self::Error>> + Send;
+    /// Applies one change to the running config on behalf of `by`; `Ok` says what was applied.
+    fn change(&self, change: Change, by: Editor) -> impl Future<Output = Result<String, Self::Error>> + Send;
     /// Re-reads the config file and applies it.
     fn reload(&self) -> impl Future<Output = Result<String, Self::Error>> + Send;
     /// Writes the running config to its file.
@@ -81,7 +81,7 @@ mod tests {
         fn fleet(&self) -> Option<crate::fleet::Status> {
             None
         }
-        async fn change(&self, change: Change, _who: String) -> Result<String, String> {
+        async fn change(&self, change: Change, _by: Editor) -> Result<String, String> {
             if let Ok(mut c) = self.changes.lock() {
                 c.push(change);
             }

@@ -32,10 +32,15 @@ use serde_json::json;
 use auth::Verdict;
 pub use auth::{Auth, AuthError, hash_password};
 
-/// Who made a request, as the guard authenticated it (an extension of every request it lets
-/// through): the fleet's audit records it with each change.
-#[derive(Debug, Clone)]
-pub struct Actor(pub String);
+/// Who sends a change, as the guard authenticated it, and the config revision the sender saw
+/// (`If-Match: "REVISION"`, as `/api/stats` reports `fleet.revision`): an extension of every
+/// request the guard lets through. In a fleet, the audit records `who`, and an edit based on a
+/// revision older than the fleet's newest is refused.
+#[derive(Debug, Clone, Default, PartialEq)]
+pub struct Editor {
+    pub who: String,
+    pub based_on: Option<i64>,
+}
 pub use control::Control;
 use listener::CONNECTIONS;
 
@@ -112,7 +117,8 @@ async fn guard<C: Control>(State(control): State<Arc<C>>, req: Request, next: Ne
         }
     }
     let mut req = req;
-    req.extensions_mut().insert(Actor(who));
+    let based_on = req.headers().get(header::IF_MATCH).and_then(|v| v.to_str().ok()).and_then(|v| v.trim().trim_start_matches("W/").trim_matches('"').parse().ok());
+    req.extensions_mut().insert(Editor { who, based_on });
     next.run(req).await
 }
 

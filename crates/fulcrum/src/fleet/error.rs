@@ -4,7 +4,7 @@ use crate::config::{ChangeError, Diagnostics};
 
 #[derive(Debug, thiserror::Error)]
 pub enum FleetError {
-    #[error("etcd: {0}")]
+    #[error("etcd: {}", brief(.0))]
     Etcd(#[from] etcd_client::Error),
     #[error("etcd did not answer in time")]
     Timeout,
@@ -42,4 +42,13 @@ pub enum FleetError {
     Poisoned,
     #[error(transparent)]
     Task(#[from] tokio::task::JoinError),
+}
+
+/// An etcd error in a line: gRPC's status in words and etcd's message, not the transport's
+/// nested debug output.
+fn brief(e: &etcd_client::Error) -> String {
+    match e {
+        etcd_client::Error::GRpcStatus(status) => format!("{} ({})", status.message(), status.code().description().to_lowercase()),
+        other => other.to_string(),
+    }
 }

@@ -45,6 +45,8 @@ pub struct Fleet {
     /// One write at a time from this instance, so two API edits cannot race each other here.
     writing: tokio::sync::Mutex<()>,
     started: u64,
+    /// Whether this outage's first failed connection was logged.
+    unreachable_said: std::sync::atomic::AtomicBool,
 }
 
 #[derive(Default)]
@@ -70,7 +72,7 @@ pub struct Status {
     pub connected: bool,
     /// Unix seconds of the last connection or disconnection.
     pub since: u64,
-    /// The etcd revision of the config applied here, and its digest.
+    /// The etcd revision of the config applied here (its newest change), and its digest.
     pub revision: i64,
     pub digest: String,
     /// Why etcd cannot be reached, while it cannot.
@@ -103,6 +105,7 @@ impl Fleet {
             applied,
             writing: tokio::sync::Mutex::new(()),
             started: unix_now(),
+            unreachable_said: Default::default(),
         }))
     }
 
@@ -153,7 +156,7 @@ impl Fleet {
             let local = self.local.lock().map_err(|_| FleetError::Poisoned)?;
             (state.snapshot.clone(), local.clone())
         };
-        let revision = snapshot.revision;
+        let revision = snapshot.config_revision;
         let composed = tokio::task::spawn_blocking(move || snapshot.compose(&local).map(|c| (c, snapshot.digest()))).await?;
         let result = match composed {
             Ok((config, digest)) => match app.apply(config).await {
@@ -198,10 +201,14 @@ impl Fleet {
                     s.lost = Some(e.to_string());
                     was
                 });
+                // Said once per outage; each retry after that only at debug level.
                 if fresh.unwrap_or(false) {
+                    pause = Duration::from_millis(250);
                     warn!("fleet: disconnected from etcd ({e}); serving the config of revision {revision} until it is back");
+                } else if !self.unreachable_said.swap(true, std::sync::atomic::Ordering::Relaxed) {
+                    warn!("fleet: cannot reach etcd ({e}); serving revision {revision}, retrying");
                 } else {
-                    warn!("fleet: cannot reach etcd ({e}); serving revision {revision}, retrying in {}", humantime::format_duration(pause));
+                    tracing::debug!("fleet: cannot reach etcd ({e}); retrying in {}", humantime::format_duration(pause));
                 }
                 tokio::select! {
                     () = tokio::time::sleep(pause) => {}
@@ -232,7 +239,7 @@ impl Fleet {
             let _ = self.install(app).await;
         } else {
             // Nothing changed while away: what runs is the newest.
-            self.applied.send_replace(revision);
+            self.applied.send_replace(self.state.lock().map_or(0, |s| s.snapshot.config_revision));
         }
         let lease = client.lease_grant(self.lease.as_secs().max(1) as i64, None).await?.id();
         let (mut keeper, mut acks) = client.lease_keep_alive(lease).await?;
@@ -242,6 +249,7 @@ impl Fleet {
             state.since = unix_now();
             state.lost = None;
         }
+        self.unreachable_said.store(false, std::sync::atomic::Ordering::Relaxed);
         info!(instance = %self.name, revision, "fleet: connected to etcd");
         let mut watch = client.watch(self.keys.all(), Some(WatchOptions::new().with_prefix().with_start_revision(revision + 1))).await?;
         let mut renew = tokio::time::interval(self.lease / 3);

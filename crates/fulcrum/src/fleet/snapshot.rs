@@ -122,6 +122,9 @@ fn one() -> u32 {
 pub struct Snapshot {
     /// The etcd revision this snapshot is as of.
     pub revision: i64,
+    /// The newest revision at which the config (services, discovered servers, the marker)
+    /// changed: the revision an instance running this snapshot reports and an edit compares.
+    pub config_revision: i64,
     pub services: BTreeMap<String, Stored>,
     /// Per service, per address.
     pub discovered: BTreeMap<String, BTreeMap<String, Discovered>>,
@@ -132,8 +135,17 @@ pub struct Snapshot {
 }
 
 impl Snapshot {
-    /// Takes one key's new value (`None`: deleted); says whether the services changed.
+    /// Takes one key's new value (`None`: deleted, at `mod_revision`); says whether the config
+    /// changed.
     pub fn set(&mut self, keys: &Keys, key: &str, value: Option<&[u8]>, mod_revision: i64) -> bool {
+        let config = self.take(keys, key, value, mod_revision);
+        if config {
+            self.config_revision = self.config_revision.max(mod_revision);
+        }
+        config
+    }
+
+    fn take(&mut self, keys: &Keys, key: &str, value: Option<&[u8]>, mod_revision: i64) -> bool {
         match keys.classify(key) {
             Key::Service(name) => {
                 match value {

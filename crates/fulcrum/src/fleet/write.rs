@@ -16,6 +16,7 @@ use serde_json::json;
 
 use super::snapshot::{Discovered, Stored};
 use super::{Fleet, FleetError};
+use crate::admin::Editor;
 use crate::app::App;
 use crate::config::{self, Change, Service};
 
@@ -23,8 +24,8 @@ use crate::config::{self, Change, Service};
 const APPLIED_WITHIN: Duration = Duration::from_secs(5);
 
 impl Fleet {
-    /// Writes `change` to the fleet on behalf of `who` and waits until it runs here.
-    pub async fn change(&self, app: &App, change: Change, who: &str) -> Result<String, FleetError> {
+    /// Writes `change` to the fleet on behalf of `by` and waits until it runs here.
+    pub async fn change(&self, app: &App, change: Change, by: &Editor) -> Result<String, FleetError> {
         let _one_at_a_time = self.writing.lock().await;
         let (mut client, snapshot) = {
             let state = self.state.lock().map_err(|_| FleetError::Poisoned)?;
@@ -34,8 +35,9 @@ impl Fleet {
             (client, state.snapshot.clone())
         };
         // The revision first, then the config: a config newer than its revision only makes the
-        // compare stricter.
-        let based_on = *self.applied.borrow();
+        // compare stricter. A sender that says what it saw is held to that.
+        let applied = *self.applied.borrow();
+        let based_on = by.based_on.map_or(applied, |seen| seen.min(applied));
         let before = app.live.current().config.clone();
         let what = change.summary();
         let mut next = before.clone();
@@ -67,7 +69,7 @@ impl Fleet {
         }
         let written = ops.len();
         let now = SystemTime::now().duration_since(UNIX_EPOCH).unwrap_or_default();
-        let audit = json!({ "who": who, "instance": self.name, "unix_ms": now.as_millis() as u64, "what": what, "based_on": based_on, "services": written });
+        let audit = json!({ "who": by.who, "instance": self.name, "unix_ms": now.as_millis() as u64, "what": what, "based_on": based_on, "services": written });
         ops.push(TxnOp::put(marker.clone(), self.name.clone(), None));
         ops.push(TxnOp::put(self.keys.audit(now.as_millis(), &self.name), audit.to_string(), None));
         let response = client.txn(Txn::new().when(compares).and_then(ops)).await?;

@@ -2,6 +2,7 @@
 //! Every process is killed when its handle drops, so a failing test leaves nothing behind.
 #![allow(dead_code)]
 
+pub mod etcd;
 pub mod fast;
 
 use std::io::{Read, Write};

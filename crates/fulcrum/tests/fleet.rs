@@ -1,0 +1,161 @@
+//! The fleet against a real three-member etcd cluster: three Fulcrum instances that take their
+//! services from it, an edit through one that reaches the others, a stale edit refused, members
+//! lost one by one and all at once, catching up, and a server that joins under its own lease.
+
+mod support;
+
+use std::net::SocketAddr;
+use std::process::Command;
+use std::time::{Duration, Instant};
+
+use support::etcd::Etcd;
+use support::*;
+
+const PREFIX: &str = "/fleet-test";
+
+fn fleet_cli(etcd: &Etcd, args: &[&str]) -> String {
+    let out = Command::new(env!("CARGO_BIN_EXE_fulcrum")).arg("fleet").args(args).args(["--endpoints", &etcd.endpoints(), "--prefix", PREFIX]).output().unwrap();
+    assert!(out.status.success(), "fulcrum fleet {args:?}: {}", String::from_utf8_lossy(&out.stderr));
+    String::from_utf8_lossy(&out.stdout).into_owned()
+}
+
+fn import(etcd: &Etcd, servers: &[SocketAddr]) -> String {
+    let dir = scratch("fleet-import");
+    let mut text = "[[service]]\nname = \"web\"\nlisten = \"127.0.0.1:80\"\nmode = \"http\"\n[service.health]\nkind = \"http\"\ninterval = \"200ms\"\nrise = 1\npath = \"/name\"\n".to_string();
+    for s in servers {
+        text.push_str(&format!("[[service.server]]\naddress = \"{s}\"\n"));
+    }
+    let file = dir.join("services.toml");
+    std::fs::write(&file, text).unwrap();
+    fleet_cli(etcd, &["import", file.to_str().unwrap()])
+}
+
+/// An instance's own file: where etcd is, its name, and its own listen address for `web`.
+fn instance(etcd: &Etcd, name: &str) -> String {
+    format!("[fleet]\nendpoints = {}\nprefix = \"{PREFIX}\"\nname = \"{name}\"\nlease = \"3s\"\n\n[fleet.override.web]\nlisten = \"{{LISTEN}}\"\n", etcd.endpoints_toml())
+}
+
+fn servers(lb: &Fulcrum) -> Vec<(String, u64)> {
+    let stats = lb.stats();
+    stats["services"][0]["servers"].as_array().map(|s| s.iter().map(|v| (v["address"].as_str().unwrap_or_default().to_string(), v["weight"].as_u64().unwrap_or(0))).collect()).unwrap_or_default()
+}
+
+fn connected(lb: &Fulcrum) -> bool {
+    lb.stats()["fleet"]["connected"] == true
+}
+
+fn post(lb: &Fulcrum, path: &str, body: serde_json::Value, headers: &[&str]) -> (u16, String) {
+    let mut h = vec!["Content-Type: application/json".to_string()];
+    h.extend(headers.iter().map(|s| s.to_string()));
+    curl(lb.admin, "POST", path, &h, Some(&body.to_string()))
+}
+
+#[test]
+fn three_instances_run_one_config_from_etcd_and_keep_serving_without_it() {
+    let mut etcd = Etcd::start(3);
+    let (a, b, c) = (Backend::start("a"), Backend::start("b"), Backend::start("c"));
+    let out = import(&etcd, &[a.addr]);
+    assert!(out.contains("imported 1 services"), "{out}");
+
+    // Each instance has no service of its own: it listens once etcd's arrives.
+    let lbs: Vec<Fulcrum> = ["lb-1", "lb-2", "lb-3"].iter().map(|n| Fulcrum::start(&instance(&etcd, n))).collect();
+    for lb in &lbs {
+        assert_eq!(curl(lb.admin, "GET", "/ready", &[], None).0, 200);
+        lb.wait_all_up();
+        assert_eq!(http_get(lb.listen, "/name"), (200, "a".to_string()));
+    }
+    wait_until("three members registered", Duration::from_secs(10), || {
+        let (_, fleet) = lbs[0].api("GET", "/api/fleet", None);
+        fleet["members"].as_array().is_some_and(|m| m.len() == 3 && m.iter().all(|m| m["lagging"] == false))
+    });
+
+    // An edit through lb-1 runs on lb-2 and lb-3 within a second.
+    let sent = Instant::now();
+    let (status, body) = post(&lbs[0], "/api/services/web/servers", serde_json::json!({ "address": b.addr.to_string() }), &[]);
+    assert_eq!(status, 200, "{body}");
+    assert!(body.contains("written to the fleet") && body.contains("applied here"), "{body}");
+    let has_b = |lb: &Fulcrum| servers(lb).iter().any(|(s, _)| s == &b.addr.to_string());
+    wait_until("the new server on every instance", Duration::from_secs(1), || lbs[1..].iter().all(has_b));
+    eprintln!("an edit through lb-1 ran on lb-2 and lb-3 {} ms after it was sent", sent.elapsed().as_millis());
+
+    // An edit based on a revision that is no longer the newest is refused, and says by whom.
+    let seen = lbs[1].stats()["fleet"]["revision"].as_i64().unwrap();
+    let weight = |w: u32| serde_json::json!({ "weight": w });
+    let path = format!("/api/services/web/servers/{}/weight", b.addr);
+    assert_eq!(post(&lbs[0], &path, weight(2), &[]).0, 200);
+    let (status, body) = post(&lbs[1], &path, weight(5), &[&format!("If-Match: \"{seen}\"")]);
+    assert_eq!(status, 422, "{body}");
+    assert!(body.contains(&format!("after revision {seen} this edit was based on")) && body.contains("(by lb-1)"), "{body}");
+    let audit = etcd.ctl(&["get", "--prefix", &format!("{PREFIX}/audit/"), "--print-value-only"]);
+    assert!(audit.contains(&format!("add server {} to web", b.addr)) && audit.contains("\"instance\":\"lb-1\""), "{audit}");
+    assert!(!audit.contains("weight 5"), "{audit}");
+    // This instance's own listen address is not the fleet's to change.
+    let (status, body) = post(&lbs[1], "/api/services/web/settings", serde_json::json!({ "listen": "127.0.0.1:1" }), &[]);
+    assert_eq!(status, 422, "{body}");
+    assert!(body.contains("listen of service \\\"web\\\" is this instance's own"), "{body}");
+
+    // One member down: edits still apply everywhere (an instance that was on it reconnects).
+    etcd.stop_member(0);
+    wait_until("an edit with one etcd member down", Duration::from_secs(20), || post(&lbs[2], &path, weight(3), &[]).0 == 200);
+    wait_until("weight 3 everywhere", Duration::from_secs(5), || lbs.iter().all(|lb| servers(lb).contains(&(b.addr.to_string(), 3))));
+
+    // Every member down: traffic goes on, the stats say so, edits are refused, /ready stays 200.
+    etcd.stop_member(1);
+    etcd.stop_member(2);
+    wait_until("every instance disconnected", Duration::from_secs(15), || lbs.iter().all(|lb| !connected(lb)));
+    for lb in &lbs {
+        let stats = lb.stats();
+        assert!(stats["fleet"]["lost"].as_str().is_some_and(|l| !l.is_empty()), "{}", stats["fleet"]);
+        for _ in 0..4 {
+            assert_eq!(http_get(lb.listen, "/name").0, 200);
+        }
+        assert_eq!(curl(lb.admin, "GET", "/ready", &[], None).0, 200);
+    }
+    let (status, body) = post(&lbs[0], &path, weight(4), &[]);
+    assert_eq!(status, 422, "{body}");
+    assert!(body.contains("not connected to etcd"), "{body}");
+
+    // etcd back, and a config imported before the instances reconnect: each catches up.
+    for i in 0..3 {
+        etcd.start_member(i);
+    }
+    etcd.wait_healthy();
+    import(&etcd, &[c.addr]);
+    let only_c = vec![(c.addr.to_string(), 1)];
+    wait_until("every instance caught up", Duration::from_secs(20), || lbs.iter().all(|lb| connected(lb) && servers(lb) == only_c));
+    for lb in &lbs {
+        lb.wait_all_up();
+        assert_eq!(http_get(lb.listen, "/name"), (200, "c".to_string()));
+    }
+
+    // A server that registers itself under a lease gets traffic, and leaves when the lease ends.
+    let granted = etcd.ctl(&["lease", "grant", "2"]);
+    let lease = granted.split_whitespace().nth(1).unwrap_or_else(|| panic!("{granted}")).to_string();
+    etcd.ctl(&["put", "--lease", &lease, &format!("{PREFIX}/discovery/web/{}", a.addr), r#"{"weight": 1}"#]);
+    let has_a = |lb: &Fulcrum| servers(lb).iter().any(|(s, _)| s == &a.addr.to_string());
+    wait_until("the discovered server everywhere", Duration::from_secs(5), || lbs.iter().all(has_a));
+    lbs[0].wait_all_up();
+    let seen = tally(lbs[0].listen, 6);
+    assert_eq!((seen.get("a"), seen.get("c")), (Some(&3), Some(&3)), "{seen:?}");
+    wait_until("the discovered server gone with its lease", Duration::from_secs(10), || lbs.iter().all(|lb| !has_a(lb)));
+}
+
+#[test]
+fn a_file_with_fleet_and_services_is_refused_and_import_validates_first() {
+    let dir = scratch("fleet-check");
+    let file = dir.join("both.toml");
+    std::fs::write(&file, "[fleet]\nendpoints = [\"http://127.0.0.1:2379\", \"127.0.0.1:2379\"]\nprefix = \"fleet/\"\n\n[[service]]\nname = \"web\"\nlisten = \"127.0.0.1:8080\"\n[[service.server]]\naddress = \"127.0.0.1:9000\"\n").unwrap();
+    let out = Command::new(env!("CARGO_BIN_EXE_fulcrum")).arg("check").arg(&file).output().unwrap();
+    let text = String::from_utf8_lossy(&out.stderr);
+    assert!(!out.status.success(), "{text}");
+    assert!(text.contains("a fleet's services come from etcd") && text.contains("fulcrum fleet import"), "{text}");
+    assert!(text.contains("\"127.0.0.1:2379\" is not an http:// or https:// URL"), "{text}");
+    assert!(text.contains("must start with '/'"), "{text}");
+
+    // A file that does not validate is not imported; etcd is not even asked.
+    let bad = dir.join("bad.toml");
+    std::fs::write(&bad, "[[service]]\nname = \"web\"\nlisten = \"127.0.0.1:8080\"\n").unwrap();
+    let out = Command::new(env!("CARGO_BIN_EXE_fulcrum")).args(["fleet", "import"]).arg(&bad).args(["--endpoints", "http://127.0.0.1:1"]).output().unwrap();
+    let text = String::from_utf8_lossy(&out.stderr);
+    assert!(!out.status.success() && text.contains("not imported"), "{text}");
+}
