@@ -13,15 +13,25 @@ use support::*;
 
 const PREFIX: &str = "/fleet-test";
 
-fn fleet_cli(etcd: &Etcd, args: &[&str]) -> String {
+/// `fulcrum fleet ARGS` against the test's etcd: whether it succeeded, and what it printed.
+fn try_fleet_cli(etcd: &Etcd, args: &[&str]) -> (bool, String) {
     let out = Command::new(env!("CARGO_BIN_EXE_fulcrum")).arg("fleet").args(args).args(["--endpoints", &etcd.endpoints(), "--prefix", PREFIX]).output().unwrap();
-    assert!(out.status.success(), "fulcrum fleet {args:?}: {}", String::from_utf8_lossy(&out.stderr));
-    String::from_utf8_lossy(&out.stdout).into_owned()
+    (out.status.success(), format!("{}{}", String::from_utf8_lossy(&out.stdout), String::from_utf8_lossy(&out.stderr)))
+}
+
+fn fleet_cli(etcd: &Etcd, args: &[&str]) -> String {
+    let (ok, out) = try_fleet_cli(etcd, args);
+    assert!(ok, "fulcrum fleet {args:?}: {out}");
+    out
 }
 
 fn import(etcd: &Etcd, servers: &[SocketAddr]) -> String {
+    import_with(etcd, "round-robin", servers)
+}
+
+fn import_with(etcd: &Etcd, algorithm: &str, servers: &[SocketAddr]) -> String {
     let dir = scratch("fleet-import");
-    let mut text = "[[service]]\nname = \"web\"\nlisten = \"127.0.0.1:80\"\nmode = \"http\"\n[service.health]\nkind = \"http\"\ninterval = \"200ms\"\nrise = 1\npath = \"/name\"\n".to_string();
+    let mut text = format!("[[service]]\nname = \"web\"\nlisten = \"127.0.0.1:80\"\nmode = \"http\"\nalgorithm = \"{algorithm}\"\n[service.health]\nkind = \"http\"\ninterval = \"200ms\"\nrise = 1\npath = \"/name\"\n");
     for s in servers {
         text.push_str(&format!("[[service.server]]\naddress = \"{s}\"\n"));
     }
@@ -32,7 +42,17 @@ fn import(etcd: &Etcd, servers: &[SocketAddr]) -> String {
 
 /// An instance's own file: where etcd is, its name, and its own listen address for `web`.
 fn instance(etcd: &Etcd, name: &str) -> String {
-    format!("[fleet]\nendpoints = {}\nprefix = \"{PREFIX}\"\nname = \"{name}\"\nlease = \"3s\"\n\n[fleet.override.web]\nlisten = \"{{LISTEN}}\"\n", etcd.endpoints_toml())
+    instance_with(etcd, name, "")
+}
+
+/// Like `instance`, with more of the instance's own settings for `web`.
+fn instance_with(etcd: &Etcd, name: &str, overrides: &str) -> String {
+    format!("[fleet]\nendpoints = {}\nprefix = \"{PREFIX}\"\nname = \"{name}\"\nlease = \"3s\"\n\n[fleet.override.web]\nlisten = \"{{LISTEN}}\"\n{overrides}", etcd.endpoints_toml())
+}
+
+fn registered(lb: &Fulcrum, n: usize) -> bool {
+    let (_, fleet) = lb.api("GET", "/api/fleet", None);
+    fleet["members"].as_array().is_some_and(|m| m.len() == n && m.iter().all(|m| m["lagging"] == false))
 }
 
 fn servers(lb: &Fulcrum) -> Vec<(String, u64)> {
@@ -64,10 +84,7 @@ fn three_instances_run_one_config_from_etcd_and_keep_serving_without_it() {
         lb.wait_all_up();
         assert_eq!(http_get(lb.listen, "/name"), (200, "a".to_string()));
     }
-    wait_until("three members registered", Duration::from_secs(10), || {
-        let (_, fleet) = lbs[0].api("GET", "/api/fleet", None);
-        fleet["members"].as_array().is_some_and(|m| m.len() == 3 && m.iter().all(|m| m["lagging"] == false))
-    });
+    wait_until("three members registered", Duration::from_secs(10), || registered(&lbs[0], 3));
 
     // An edit through lb-1 runs on lb-2 and lb-3 within a second.
     let sent = Instant::now();
@@ -158,4 +175,29 @@ fn a_file_with_fleet_and_services_is_refused_and_import_validates_first() {
     let out = Command::new(env!("CARGO_BIN_EXE_fulcrum")).args(["fleet", "import"]).arg(&bad).args(["--endpoints", "http://127.0.0.1:1"]).output().unwrap();
     let text = String::from_utf8_lossy(&out.stderr);
     assert!(!out.status.success() && text.contains("not imported"), "{text}");
+}
+
+#[test]
+fn fleet_check_passes_on_an_agreeing_fleet_and_names_the_instance_that_differs() {
+    let etcd = Etcd::start(1);
+    let (a, b) = (Backend::start("a"), Backend::start("b"));
+    import_with(&etcd, "source-hash", &[a.addr, b.addr]);
+    let lbs: Vec<Fulcrum> = ["lb-1", "lb-2"].iter().map(|n| Fulcrum::start(&instance(&etcd, n))).collect();
+    for lb in &lbs {
+        lb.wait_all_up();
+    }
+    wait_until("two members registered", Duration::from_secs(10), || registered(&lbs[0], 2));
+    let (ok, out) = try_fleet_cli(&etcd, &["check"]);
+    assert!(ok && out.contains("2 instances agree"), "{out}");
+    assert!(out.contains("lb-1: admin") && out.contains("lb-2: admin"), "{out}");
+
+    // An instance whose own file balances `web` another way is named, with what it does.
+    let odd = Fulcrum::start(&instance_with(&etcd, "lb-3", "algorithm = \"round-robin\"\n"));
+    odd.wait_all_up();
+    wait_until("three members registered", Duration::from_secs(10), || registered(&lbs[0], 3));
+    let (ok, out) = try_fleet_cli(&etcd, &["check"]);
+    assert!(!ok, "{out}");
+    assert!(out.contains("lb-3 differs in service web: algorithm: \"round-robin\", where lb-1, lb-2 have \"source-hash\""), "{out}");
+    assert!(out.contains("lb-3 differs in service web: table digest: \"none\""), "{out}");
+    assert!(!out.contains("lb-1 differs") && !out.contains("lb-2 differs"), "{out}");
 }

@@ -90,6 +90,17 @@ impl Maglev {
         (0..m).map(|k| self.table[(start + k) % m] as usize).find(|&i| usable(i))
     }
 
+    /// A digest of the table with each slot named by its server's key, so it does not depend on
+    /// the order the servers are listed in.
+    pub fn digest(&self, keys: &[(String, u32)]) -> u64 {
+        let mut h = xxhash_rust::xxh3::Xxh3::new();
+        for &i in &self.table {
+            h.update(keys.get(i as usize).map_or("", |(k, _)| k.as_str()).as_bytes());
+            h.update(&[0]);
+        }
+        h.digest()
+    }
+
     /// Slots per server index, for spread checks.
     pub fn slots(&self, servers: usize) -> Vec<usize> {
         let mut out = vec![0; servers];

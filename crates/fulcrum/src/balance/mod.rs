@@ -86,6 +86,12 @@ pub trait Balancer: Send + Sync {
     fn update(&self, _view: &dyn ServerView) {}
 
     /// What this algorithm measures of server `i`, if anything.
+    /// A digest of the lookup table this balancer built, for algorithms whose picks follow one
+    /// (the hashing ones): two instances with the same digest send every key to the same
+    /// server. `fulcrum fleet check` compares it across a fleet.
+    fn table_digest(&self) -> Option<u64> {
+        None
+    }
     fn metrics(&self, _i: usize) -> Option<AlgorithmMetrics> {
         None
     }

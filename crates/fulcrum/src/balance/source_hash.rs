@@ -59,6 +59,11 @@ impl Balancer for SourceHash {
         let maglev = Maglev::build(&refs);
         self.table.store(Arc::new(Table { servers, maglev }));
     }
+
+    fn table_digest(&self) -> Option<u64> {
+        let table = self.table.load();
+        Some(table.maglev.digest(&table.servers))
+    }
 }
 
 #[cfg(test)]

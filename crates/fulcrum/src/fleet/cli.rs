@@ -1,4 +1,5 @@
-//! `fulcrum fleet import FILE` and `fulcrum fleet export`: a config file into and out of etcd.
+//! `fulcrum fleet import FILE` and `fulcrum fleet export`: a config file into and out of etcd;
+//! `fulcrum fleet check`: whether the instances agree ([`agreement`]).
 
 use std::path::PathBuf;
 use std::time::{SystemTime, UNIX_EPOCH};
@@ -8,7 +9,8 @@ use etcd_client::{Compare, CompareOp, GetOptions, Txn, TxnOp};
 use serde_json::json;
 
 use super::connect;
-use super::snapshot::{Key, Keys, Snapshot};
+use super::agreement;
+use super::snapshot::{Key, Keys, Member, Snapshot};
 use crate::config::{self, Resolve};
 
 #[derive(Debug, clap::Args)]
@@ -33,6 +35,13 @@ pub enum FleetCommand {
     Import { file: PathBuf },
     /// Print the fleet's services as a config file.
     Export,
+    /// Ask every registered instance what it runs and balances; exit 1, naming the instance and
+    /// what differs, unless all agree.
+    Check {
+        /// A file holding the admin API's bearer token, when the instances require one.
+        #[arg(long)]
+        token_file: Option<PathBuf>,
+    },
 }
 
 pub async fn run(args: FleetArgs) -> anyhow::Result<()> {
@@ -92,6 +101,34 @@ pub async fn run(args: FleetArgs) -> anyhow::Result<()> {
             let composed = tokio::task::spawn_blocking(move || snapshot.compose(&empty)).await?.map_err(|d| anyhow::anyhow!("the fleet's services do not validate:\n{d}"))?;
             println!("# The services of fleet {} at etcd revision {revision}.\n", fleet.prefix);
             print!("{}", config::to_toml(&composed));
+        }
+        FleetCommand::Check { token_file } => {
+            let authorization = match token_file {
+                Some(f) => Some(format!("Bearer {}", std::fs::read_to_string(&f).with_context(|| format!("cannot read {}", f.display()))?.trim())),
+                None => None,
+            };
+            let mut client = connect().await?;
+            let read = client.get(keys.members(), Some(GetOptions::new().with_prefix())).await?;
+            let members: Vec<Member> = read.kvs().iter().filter_map(|kv| serde_json::from_slice(kv.value()).ok()).collect();
+            anyhow::ensure!(!members.is_empty(), "no instance is registered under {}", fleet.prefix);
+            let mut seen = Vec::new();
+            let mut unreachable = Vec::new();
+            for m in &members {
+                match agreement::ask(m, authorization.as_deref()).await {
+                    Ok(s) => {
+                        let revision = s.facts.get("config revision").cloned().unwrap_or_default();
+                        println!("{}: admin {}, config revision {revision}, {} services", m.name, m.admin.as_deref().unwrap_or("-"), s.facts.keys().filter(|k| k.ends_with(": algorithm")).count());
+                        seen.push(s);
+                    }
+                    Err(e) => unreachable.push(format!("{} cannot be asked: {e:#}", m.name)),
+                }
+            }
+            let differences = agreement::disagreements(&seen);
+            for line in unreachable.iter().chain(&differences) {
+                println!("{line}");
+            }
+            anyhow::ensure!(unreachable.is_empty() && differences.is_empty(), "the fleet does not agree ({} instances)", members.len());
+            println!("{} instances agree", members.len());
         }
     }
     Ok(())

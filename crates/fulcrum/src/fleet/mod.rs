@@ -12,6 +12,7 @@
 //! refuses edits, and reads everything again when etcd is back. There is no consensus here;
 //! etcd's is the fleet's.
 
+mod agreement;
 mod connect;
 mod error;
 pub mod cli;

@@ -53,6 +53,9 @@ impl Keys {
     pub fn marker(&self) -> String {
         format!("{}/revision", self.prefix)
     }
+    pub fn members(&self) -> String {
+        format!("{}/members/", self.prefix)
+    }
     pub fn member(&self, name: &str) -> String {
         format!("{}/members/{name}", self.prefix)
     }

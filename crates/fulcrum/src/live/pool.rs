@@ -47,6 +47,11 @@ impl Tier {
         self.picker.balancer.metrics(i)
     }
 
+    /// The digest of the balancer's lookup table, when its algorithm has one.
+    pub fn table_digest(&self) -> Option<u64> {
+        self.picker.balancer.table_digest()
+    }
+
     pub fn pick(&self, client: IpAddr, hash: Option<u64>, avoid: &[usize]) -> Option<usize> {
         self.picker.balancer.pick(&Pick { client, avoid, hash }, &self.picker.view)
     }

@@ -37,6 +37,10 @@ pub struct ServiceStats {
     pub listen: String,
     pub mode: &'static str,
     pub algorithm: &'static str,
+    /// The digest of the primary servers' lookup table (hashing algorithms only): equal on
+    /// every instance of a fleet that sends each key to the same server.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub table_digest: Option<String>,
     pub current: u64,
     pub max: u64,
     pub total: u64,
@@ -155,6 +159,7 @@ pub fn snapshot(generation: &Generation) -> Snapshot {
             listen: service.listen.to_string(),
             mode: s.config.mode.as_str(),
             algorithm: s.config.algorithm.as_str(),
+            table_digest: s.primary.table_digest().map(|d| format!("{d:016x}")),
             current: s.state.current.load(Relaxed),
             max: s.state.max.load(Relaxed),
             total: s.state.total.load(Relaxed),
