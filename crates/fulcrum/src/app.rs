@@ -295,6 +295,11 @@ impl admin::Control for App {
         self.shutdown.stopping().clone()
     }
     fn ready(&self) -> bool {
+        // A draining instance says so at once, so a VRRP peer takes the address while the
+        // connections in flight finish here.
+        if self.shutdown.stopping().is_cancelled() {
+            return false;
+        }
         let listening = self.listeners.lock().is_ok_and(|l| !l.is_empty());
         listening && !self.live.current().config.services.is_empty()
     }
