@@ -3,7 +3,7 @@
 "use strict";
 
 const $ = (sel) => document.querySelector(sel);
-const ui = { service: null, stats: null, config: null, file: null, tab: "lb", graphsAt: 0 };
+const ui = { service: null, stats: null, config: null, file: null, tab: "lb", graphsAt: 0, revision: null };
 
 // ---- API ------------------------------------------------------------------------------------
 
@@ -13,6 +13,9 @@ async function api(method, path, body) {
     // Changes must be JSON: the server refuses anything else, which stops cross-site forms.
     init.headers["Content-Type"] = "application/json";
     init.body = JSON.stringify(body ?? {});
+    // In a fleet, an edit is based on the config as this page read it: one another instance
+    // changed since is refused, not written over.
+    if (ui.revision !== null) init.headers["If-Match"] = `"${ui.revision}"`;
   }
   const response = await fetch(path, init);
   const type = response.headers.get("Content-Type") || "";
@@ -40,6 +43,8 @@ async function change(method, path, body) {
     return true;
   } catch (e) {
     say(e.message, false);
+    // A refused edit may have been based on an old config: show the one that runs now.
+    if (ui.revision !== null) await loadConfig().catch(() => {});
     return false;
   }
 }
@@ -62,7 +67,11 @@ async function loadConfig() {
   const data = await api("GET", "/api/config");
   ui.config = data.config;
   ui.file = data.file;
-  $("#file").textContent = data.file ? `config: ${data.file}` : "embedded config (Save is off)";
+  ui.revision = data.fleet ? data.fleet.revision : null;
+  $("#file").textContent = data.fleet
+    ? `fleet ${data.fleet.prefix}, instance ${data.fleet.name}, revision ${data.fleet.revision}`
+    : data.file ? `config: ${data.file}` : "embedded config (Save is off)";
+  $("#save").hidden = Boolean(data.fleet);
   $("#save").disabled = !data.file;
   $("#config-reload").disabled = !data.file;
   const select = $("#service");
@@ -110,6 +119,7 @@ async function poll() {
   renderServers();
   renderAlgorithm();
   renderStats();
+  renderFleet();
   if (ui.tab === "graphs" && Date.now() - ui.graphsAt > 10000) loadGraphs();
 }
 
@@ -299,6 +309,30 @@ async function loadGraphs() {
     ], windowSecs)));
   if (figures.length === 0) figures.push(el("p", { class: "muted" }, "No history yet: the first point comes 10 seconds after start."));
   $("#graphs").replaceChildren(...figures);
+}
+
+function clock(unixSecs) {
+  return new Date(unixSecs * 1000).toLocaleString();
+}
+
+// The fleet, when this instance is in one: a banner while etcd cannot be reached or the newest
+// config does not run here, and the Fleet tab's list of instances.
+function renderFleet() {
+  const f = ui.stats?.fleet;
+  $("#tabs button[data-tab=fleet]").hidden = !f;
+  const banner = $("#fleet-banner");
+  const problems = [];
+  if (f && !f.connected) problems.push(`fleet: disconnected from etcd since ${clock(f.since)} (${f.lost ?? "not connected yet"}); serving the config of revision ${f.revision}, edits are refused`);
+  if (f?.refused) problems.push(`fleet: ${f.refused}`);
+  banner.hidden = problems.length === 0;
+  banner.textContent = problems.join("\n");
+  if (!f) return;
+  $("#fleet-summary").textContent = `This instance: ${f.name}, running revision ${f.revision} (digest ${f.digest || "none"}), ${f.connected ? `connected to etcd since ${clock(f.since)}` : "disconnected"}.`;
+  const rows = f.members.map((m) => el("tr", { class: m.lagging ? "state-down" : "" },
+    el("td", {}, m.name), el("td", {}, m.admin ?? "-"), el("td", {}, m.revision), el("td", {}, m.digest),
+    el("td", {}, m.version), el("td", {}, clock(m.started)),
+    el("td", {}, el("span", { class: `badge ${m.lagging ? "down" : "up"}` }, m.lagging ? "lags" : "current"))));
+  $("#fleet-table tbody").replaceChildren(...rows);
 }
 
 // ---- Wiring ---------------------------------------------------------------------------------

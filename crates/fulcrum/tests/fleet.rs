@@ -131,6 +131,12 @@ fn three_instances_run_one_config_from_etcd_and_keep_serving_without_it() {
     let (status, body) = post(&lbs[0], &path, weight(4), &[]);
     assert_eq!(status, 422, "{body}");
     assert!(body.contains("not connected to etcd"), "{body}");
+    // The dashboard says the same, in Chromium.
+    let browser = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/browser");
+    assert!(browser.join("node_modules/playwright-core").exists(), "scripts/test installs playwright-core in tests/browser");
+    let out = Command::new("node").arg(browser.join("fleet.mjs")).env("DASHBOARD_URL", format!("http://{}/", lbs[0].admin)).output().expect("node must be installed");
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    assert!(out.status.success() && stdout.contains("all checks passed"), "{stdout}\n{}", String::from_utf8_lossy(&out.stderr));
 
     // etcd back, and a config imported before the instances reconnect: each catches up.
     for i in 0..3 {

@@ -107,7 +107,7 @@ async fn history<C: Control>(State(control): State<Arc<C>>, Query(q): Query<Hist
 
 async fn get_config<C: Control>(State(control): State<Arc<C>>) -> Response {
     let config = control.current().config.clone();
-    Json(json!({ "toml": config::to_toml(&config), "config": config, "file": control.file().map(|p| p.display().to_string()) })).into_response()
+    Json(json!({ "toml": config::to_toml(&config), "config": config, "file": control.file().map(|p| p.display().to_string()), "fleet": control.fleet() })).into_response()
 }
 
 #[derive(Deserialize)]
