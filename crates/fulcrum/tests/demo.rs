@@ -69,3 +69,35 @@ fn demo_with_tls_serves_https_with_the_certificate_it_made() {
     assert_eq!(names.len(), 4, "{names:?}");
     assert!(child.wait().unwrap().success());
 }
+
+#[test]
+fn the_fleet_demo_runs_two_instances_over_etcd_and_a_change_in_one_reaches_the_other() {
+    let (p1, a1) = loop {
+        let (p, a) = (free_port(), free_port());
+        let next_free = |port: u16| std::net::TcpListener::bind(("127.0.0.1", port + 1)).is_ok();
+        if next_free(p) && next_free(a) {
+            break (p, a);
+        }
+    };
+    let child = Command::new(env!("CARGO_BIN_EXE_fulcrum"))
+        .args(["demo", "--fleet", "--listen", &format!("127.0.0.1:{p1}"), "--admin", &format!("127.0.0.1:{a1}"), "--rate", "0", "--seconds", "12"])
+        .stdout(Stdio::piped())
+        .stderr(Stdio::null())
+        .spawn()
+        .unwrap();
+    let (lb1, lb2): (std::net::SocketAddr, std::net::SocketAddr) = (format!("127.0.0.1:{a1}").parse().unwrap(), format!("127.0.0.1:{}", a1 + 1).parse().unwrap());
+    let service2 = format!("127.0.0.1:{}", p1 + 1).parse().unwrap();
+    wait_until("the second instance's service", Duration::from_secs(30), || http_get_from(None, service2, "/name").is_ok());
+    let stats = |admin| -> serde_json::Value { serde_json::from_str(&http_get(admin, "/api/stats").1).unwrap() };
+    let server = stats(lb1)["services"][0]["servers"][0]["address"].as_str().unwrap().to_string();
+    let headers = ["Content-Type: application/json".to_string()];
+    let (status, body) = curl(lb1, "POST", &format!("/api/services/http/servers/{server}/weight"), &headers, Some(r#"{"weight": 4}"#));
+    assert_eq!(status, 200, "{body}");
+    wait_until("the weight on the other instance", Duration::from_secs(2), || stats(lb2)["services"][0]["servers"][0]["weight"] == 4);
+    assert_eq!(stats(lb2)["fleet"]["name"], "lb-2");
+    let out = child.wait_with_output().unwrap();
+    assert!(out.status.success());
+    let text = String::from_utf8_lossy(&out.stdout);
+    assert!(text.contains(&format!("lb-1: dashboard http://{lb1}/")) && text.contains(&format!("lb-2: dashboard http://{lb2}/")), "{text}");
+    assert!(text.contains("etcdctl --endpoints http://127.0.0.1:"), "{text}");
+}

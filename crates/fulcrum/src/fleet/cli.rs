@@ -2,15 +2,15 @@
 //! `fulcrum fleet check`: whether the instances agree ([`agreement`]).
 
 use std::path::PathBuf;
-use std::time::{SystemTime, UNIX_EPOCH};
 
 use anyhow::Context;
-use etcd_client::{Compare, CompareOp, GetOptions, Txn, TxnOp};
+use etcd_client::GetOptions;
 use serde_json::json;
 
 use super::connect;
 use super::agreement;
-use super::snapshot::{Key, Keys, Member, Snapshot};
+use super::snapshot::{Keys, Member, Snapshot};
+use super::write::replace_services;
 use crate::config::{self, Resolve};
 
 #[derive(Debug, clap::Args)]
@@ -55,34 +55,9 @@ pub async fn run(args: FleetArgs) -> anyhow::Result<()> {
             let loaded = tokio::task::spawn_blocking(move || config::load(&path)).await?.map_err(|d| anyhow::anyhow!("{d}\n{}: not imported", file.display()))?;
             anyhow::ensure!(loaded.config.fleet.is_none(), "{} has [fleet]: import a file of services", file.display());
             let mut client = connect().await?;
-            // etcd refuses a put and a delete of one key in a transaction, so the services to
-            // drop are read and deleted one by one; the compare makes the read and the write one.
-            let read = client.get(keys.services(), Some(GetOptions::new().with_prefix().with_keys_only())).await?;
-            let based_on = read.header().map_or(0, |h| h.revision());
-            let mut ops = Vec::new();
-            for kv in read.kvs() {
-                let key = String::from_utf8_lossy(kv.key());
-                if let Key::Service(name) = keys.classify(&key)
-                    && !loaded.config.services.iter().any(|s| s.name == name)
-                {
-                    ops.push(TxnOp::delete(kv.key(), None));
-                }
-            }
-            for s in &loaded.config.services {
-                let mut table = toml::Table::try_from(s).with_context(|| format!("cannot write service {} as TOML", s.name))?;
-                table.remove("name");
-                ops.push(TxnOp::put(keys.service(&s.name), toml::to_string_pretty(&table)?, None));
-            }
-            let now = SystemTime::now().duration_since(UNIX_EPOCH).unwrap_or_default();
             let who = std::env::var("USER").unwrap_or_else(|_| "fulcrum fleet import".into());
             let what = format!("import {} ({} services)", file.display(), loaded.config.services.len());
-            let audit = json!({ "who": who, "instance": "fulcrum fleet import", "unix_ms": now.as_millis() as u64, "what": what });
-            ops.push(TxnOp::put(keys.marker(), "fulcrum fleet import", None));
-            ops.push(TxnOp::put(keys.audit(now.as_millis(), "import"), audit.to_string(), None));
-            let unchanged = Compare::mod_revision(keys.services(), CompareOp::Less, based_on + 1).with_prefix();
-            let response = client.txn(Txn::new().when([unchanged]).and_then(ops)).await.context("the import was not written")?;
-            anyhow::ensure!(response.succeeded(), "the fleet's services changed while they were being replaced: nothing was imported; run the import again");
-            let revision = response.header().map_or(0, |h| h.revision());
+            let revision = replace_services(&mut client, &keys, &loaded.config.services, &who, &what).await?;
             println!("imported {} services from {} into {} at etcd revision {revision}", loaded.config.services.len(), file.display(), fleet.prefix);
             let per_instance = loaded.config.admin.is_some() || loaded.config.workers != 0 || loaded.config.maxconn.is_some();
             if per_instance {

@@ -31,6 +31,7 @@ use crate::app::App;
 use crate::config::Config;
 pub use connect::connect;
 pub use error::FleetError;
+pub use write::replace_services;
 use snapshot::{Keys, Member, Snapshot};
 
 /// One instance's part in the fleet.

@@ -11,10 +11,10 @@
 use std::collections::BTreeMap;
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
-use etcd_client::{Compare, CompareOp, Txn, TxnOp};
+use etcd_client::{Client, Compare, CompareOp, GetOptions, Txn, TxnOp};
 use serde_json::json;
 
-use super::snapshot::{Discovered, Stored};
+use super::snapshot::{Discovered, Key, Keys, Stored};
 use super::{Fleet, FleetError};
 use crate::admin::Editor;
 use crate::app::App;
@@ -89,6 +89,41 @@ impl Fleet {
             }
         })
     }
+}
+
+/// Replaces the fleet's services with `services` in one transaction, with an audit entry naming
+/// `who` and `what`; returns the etcd revision written. etcd refuses a put and a delete of one key
+/// in a transaction, so the services to drop are read and deleted one by one, and a compare makes
+/// the read and the write one: a service written in between fails the import, which can be run
+/// again.
+pub async fn replace_services(client: &mut Client, keys: &Keys, services: &[Service], who: &str, what: &str) -> Result<i64, FleetError> {
+    let read = client.get(keys.services(), Some(GetOptions::new().with_prefix().with_keys_only())).await?;
+    let based_on = read.header().map_or(0, |h| h.revision());
+    let mut ops = Vec::new();
+    for kv in read.kvs() {
+        let key = String::from_utf8_lossy(kv.key());
+        if let Key::Service(name) = keys.classify(&key)
+            && !services.iter().any(|s| s.name == name)
+        {
+            ops.push(TxnOp::delete(kv.key(), None));
+        }
+    }
+    for s in services {
+        let mut table = toml::Table::try_from(s).map_err(|e| FleetError::Encode { service: s.name.clone(), cause: e.to_string() })?;
+        table.remove("name");
+        let text = toml::to_string_pretty(&table).map_err(|e| FleetError::Encode { service: s.name.clone(), cause: e.to_string() })?;
+        ops.push(TxnOp::put(keys.service(&s.name), text, None));
+    }
+    let now = SystemTime::now().duration_since(UNIX_EPOCH).unwrap_or_default();
+    let audit = json!({ "who": who, "instance": "fulcrum fleet import", "unix_ms": now.as_millis() as u64, "what": what });
+    ops.push(TxnOp::put(keys.marker(), "fulcrum fleet import", None));
+    ops.push(TxnOp::put(keys.audit(now.as_millis(), "import"), audit.to_string(), None));
+    let unchanged = Compare::mod_revision(keys.services(), CompareOp::Less, based_on + 1).with_prefix();
+    let response = client.txn(Txn::new().when([unchanged]).and_then(ops)).await?;
+    if !response.succeeded() {
+        return Err(FleetError::Stale { based_on, now: based_on + 1, by: "another writer, while the services were being replaced".into() });
+    }
+    Ok(response.header().map_or(0, |h| h.revision()))
 }
 
 /// A service as the fleet holds it: as edited here, without this instance's overrides and

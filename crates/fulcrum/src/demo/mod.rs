@@ -1,6 +1,9 @@
 //! `fulcrum demo`: the embedded default. Four built-in real servers, the paper's `http` rule over
 //! them (`examples/demo.toml`), light traffic, the dashboard on the admin address, and a line every
-//! few seconds of what each server got.
+//! few seconds of what each server got. With `--fleet`, the rule lives in a local etcd and two
+//! instances run it ([`fleet`]).
+
+mod fleet;
 
 use std::net::SocketAddr;
 use std::time::Duration;
@@ -20,7 +23,7 @@ use crate::shutdown::Shutdown;
 /// How often the demo prints what each server got.
 const REPORT_EVERY: Duration = Duration::from_secs(5);
 
-const TEMPLATE: &str = include_str!("../../../examples/demo.toml");
+const TEMPLATE: &str = include_str!("../../../../examples/demo.toml");
 
 #[derive(Debug, Clone, clap::Args)]
 pub struct DemoArgs {
@@ -41,6 +44,11 @@ pub struct DemoArgs {
     /// The HTTPS service's address (with --tls).
     #[arg(long, default_value = "127.0.0.1:8443")]
     pub tls_listen: SocketAddr,
+    /// Run the demo as a fleet: a local etcd (Debian's etcd-server) holds the service, and two
+    /// instances run it, the second on the next port after --listen and --admin. A change in one
+    /// dashboard shows in the other.
+    #[arg(long, conflicts_with = "tls")]
+    pub fleet: bool,
     /// Stop after this many seconds (0: run until Ctrl-C).
     #[arg(long, default_value_t = 0)]
     pub seconds: u64,
@@ -70,6 +78,11 @@ pub async fn run(args: DemoArgs) -> anyhow::Result<()> {
     // demo as they would in production.
     let dir = std::env::temp_dir().join(format!("fulcrum-demo-{}", std::process::id()));
     std::fs::create_dir_all(&dir).with_context(|| format!("creating {}", dir.display()))?;
+    if args.fleet {
+        let result = run_fleet(&args, &text, &dir).await;
+        let _ = std::fs::remove_dir_all(&dir);
+        return result;
+    }
     let certificate = if args.tls { Some(https_service(&mut text, &dir, args.tls_listen)?) } else { None };
     let config = config::parse(&text, "demo.toml").map_err(|d| anyhow::anyhow!("embedded demo config is invalid:\n{d}"))?;
     let path = dir.join("demo.toml");
@@ -91,18 +104,62 @@ pub async fn run(args: DemoArgs) -> anyhow::Result<()> {
         tokio::spawn(traffic(args.listen, args.rate));
     }
     let report = tokio::spawn(report(app.clone()));
-    let wait = async {
-        if args.seconds > 0 {
-            tokio::time::sleep(Duration::from_secs(args.seconds)).await;
-        } else {
-            let _ = tokio::signal::ctrl_c().await;
-        }
-    };
-    wait.await;
+    wait(args.seconds).await;
     report.abort();
     app.stop().await;
     let _ = std::fs::remove_dir_all(&dir);
     Ok(())
+}
+
+/// Until `seconds` have passed, or Ctrl-C when 0.
+async fn wait(seconds: u64) {
+    if seconds > 0 {
+        tokio::time::sleep(Duration::from_secs(seconds)).await;
+    } else {
+        let _ = tokio::signal::ctrl_c().await;
+    }
+}
+
+async fn run_fleet(args: &DemoArgs, text: &str, dir: &std::path::Path) -> anyhow::Result<()> {
+    println!("Fulcrum fleet demo");
+    let (etcd, instances) = fleet::start(text, dir, args.listen, args.admin).await?;
+    for (name, _, listen, admin) in &instances {
+        println!("  {name}: dashboard http://{admin}/   service http://{listen}/");
+    }
+    println!("  change a weight in one dashboard and watch the other's Real Servers tab follow;");
+    println!("  the audit: etcdctl --endpoints {} get --prefix /fulcrum-demo/audit/ --print-value-only", etcd.endpoint);
+    println!("  press Ctrl-C to stop");
+    let mut reports = Vec::new();
+    for (name, app, listen, _) in &instances {
+        if args.rate > 0 {
+            tokio::spawn(traffic(*listen, args.rate));
+        }
+        reports.push(tokio::spawn(fleet_report(name.clone(), app.clone())));
+    }
+    wait(args.seconds).await;
+    for r in reports {
+        r.abort();
+    }
+    for (_, app, _, _) in &instances {
+        app.stop().await;
+    }
+    drop(etcd);
+    Ok(())
+}
+
+/// Every five seconds, what one instance runs: the fleet's revision and each server's weight.
+async fn fleet_report(name: String, app: std::sync::Arc<App>) {
+    let mut tick = tokio::time::interval(REPORT_EVERY);
+    tick.tick().await;
+    loop {
+        tick.tick().await;
+        let revision = app.fleet.as_ref().map(|f| f.status()).map_or_else(|| "-".to_string(), |s| if s.connected { s.revision.to_string() } else { format!("{} (disconnected)", s.revision) });
+        let snap = crate::stats::snapshot(&app.current());
+        for s in &snap.services {
+            let servers: Vec<String> = s.servers.iter().map(|v| format!("{} weight {} {} connections", v.address, v.weight, v.total)).collect();
+            println!("  {name} revision {revision} {}: {}", s.name, servers.join(" | "));
+        }
+    }
 }
 
 /// Adds the `https` service to the demo's config `text`: the same four servers in HTTP mode behind
