@@ -328,10 +328,11 @@ function renderFleet() {
   banner.textContent = problems.join("\n");
   if (!f) return;
   $("#fleet-summary").textContent = `This instance: ${f.name}, running revision ${f.revision} (digest ${f.digest || "none"}), ${f.connected ? `connected to etcd since ${clock(f.since)}` : "disconnected"}.`;
-  const rows = f.members.map((m) => el("tr", { class: m.lagging ? "state-down" : "" },
+  const state = (m) => (m.gone_since ? ["disabled", `gone since ${clock(m.gone_since)}`] : m.lagging ? ["down", "lags"] : ["up", "current"]);
+  const rows = f.members.map((m) => el("tr", { class: m.lagging || m.gone_since ? "state-down" : "" },
     el("td", {}, m.name), el("td", {}, m.admin ?? "-"), el("td", {}, m.revision), el("td", {}, m.digest),
     el("td", {}, m.version), el("td", {}, clock(m.started)),
-    el("td", {}, el("span", { class: `badge ${m.lagging ? "down" : "up"}` }, m.lagging ? "lags" : "current"))));
+    el("td", {}, el("span", { class: `badge ${state(m)[0]}` }, state(m)[1]))));
   $("#fleet-table tbody").replaceChildren(...rows);
 }
 

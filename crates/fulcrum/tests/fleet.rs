@@ -52,7 +52,7 @@ fn instance_with(etcd: &Etcd, name: &str, overrides: &str) -> String {
 
 fn registered(lb: &Fulcrum, n: usize) -> bool {
     let (_, fleet) = lb.api("GET", "/api/fleet", None);
-    fleet["members"].as_array().is_some_and(|m| m.len() == n && m.iter().all(|m| m["lagging"] == false))
+    fleet["members"].as_array().is_some_and(|m| m.len() == n && m.iter().all(|m| m["lagging"] == false && m["gone_since"].is_null()))
 }
 
 fn servers(lb: &Fulcrum) -> Vec<(String, u64)> {
@@ -115,6 +115,8 @@ fn three_instances_run_one_config_from_etcd_and_keep_serving_without_it() {
     etcd.stop_member(0);
     wait_until("an edit with one etcd member down", Duration::from_secs(20), || post(&lbs[2], &path, weight(3), &[]).0 == 200);
     wait_until("weight 3 everywhere", Duration::from_secs(5), || lbs.iter().all(|lb| servers(lb).contains(&(b.addr.to_string(), 3))));
+    // Each instance registers what it runs after applying it; lb-1 sees all three current.
+    wait_until("every instance registered as current", Duration::from_secs(10), || registered(&lbs[0], 3));
 
     // Every member down: traffic goes on, the stats say so, edits are refused, /ready stays 200.
     etcd.stop_member(1);
@@ -206,4 +208,11 @@ fn fleet_check_passes_on_an_agreeing_fleet_and_names_the_instance_that_differs()
     assert!(out.contains("lb-3 differs in service web: algorithm: \"round-robin\", where lb-1, lb-2 have \"source-hash\""), "{out}");
     assert!(out.contains("lb-3 differs in service web: table digest: \"none\""), "{out}");
     assert!(!out.contains("lb-1 differs") && !out.contains("lb-2 differs"), "{out}");
+
+    // An instance that stops is listed as gone by the others (its registration revoked on the way out).
+    odd.signal(libc_sig::TERM);
+    wait_until("lb-3 listed as gone", Duration::from_secs(5), || {
+        let (_, fleet) = lbs[0].api("GET", "/api/fleet", None);
+        fleet["members"].as_array().is_some_and(|m| m.iter().any(|m| m["name"] == "lb-3" && m["gone_since"].is_u64()))
+    });
 }

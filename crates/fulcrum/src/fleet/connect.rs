@@ -1,5 +1,6 @@
 //! The connection to etcd, as `[fleet]` describes it: endpoints, TLS, authentication.
 
+use std::sync::atomic::{AtomicUsize, Ordering};
 use std::time::Duration;
 
 use etcd_client::{Certificate, Client, ConnectOptions, TlsOptions};
@@ -7,9 +8,34 @@ use etcd_client::{Certificate, Client, ConnectOptions, TlsOptions};
 use super::FleetError;
 use crate::config::Fleet;
 
-/// Connects to the fleet's etcd. The files it names are read here, on the task that connects,
-/// never on a thread that moves traffic.
+/// Connects to one member of the fleet's etcd that can answer for the cluster: the endpoints are
+/// tried in turn, from a different one each call, and the first whose linearizable read succeeds
+/// (so it is in the quorum) is used. One member per connection, because a channel balanced over
+/// all of them sends some of a session's streams (watch, lease renewal) to a member that is down
+/// and fails them. The files `[fleet]` names are read here, on the task that connects, never on a
+/// thread that moves traffic.
 pub async fn connect(fleet: &Fleet) -> Result<Client, FleetError> {
+    static NEXT: AtomicUsize = AtomicUsize::new(0);
+    let options = options(fleet).await?;
+    let first = NEXT.fetch_add(1, Ordering::Relaxed);
+    let mut last = None;
+    for k in 0..fleet.endpoints.len() {
+        let endpoint = &fleet.endpoints[(first + k) % fleet.endpoints.len()];
+        let attempt = async {
+            let mut client = Client::connect([endpoint], Some(options.clone())).await?;
+            client.get("/", Some(etcd_client::GetOptions::new().with_keys_only().with_limit(1))).await?;
+            Ok::<_, FleetError>(client)
+        };
+        match tokio::time::timeout(Duration::from_secs(3), attempt).await {
+            Ok(Ok(client)) => return Ok(client),
+            Ok(Err(e)) => last = Some(FleetError::Member { endpoint: endpoint.clone(), cause: e.to_string() }),
+            Err(_) => last = Some(FleetError::Member { endpoint: endpoint.clone(), cause: "no answer within 3 s".into() }),
+        }
+    }
+    Err(last.unwrap_or(FleetError::WatchEnded("no etcd endpoint".into())))
+}
+
+async fn options(fleet: &Fleet) -> Result<ConnectOptions, FleetError> {
     let mut options = ConnectOptions::new()
         .with_connect_timeout(Duration::from_secs(2))
         .with_timeout(Duration::from_secs(5))
@@ -29,5 +55,5 @@ pub async fn connect(fleet: &Fleet) -> Result<Client, FleetError> {
         };
         options = options.with_tls(tls);
     }
-    Ok(Client::connect(&fleet.endpoints, Some(options)).await?)
+    Ok(options)
 }

@@ -6,6 +6,8 @@ use crate::config::{ChangeError, Diagnostics};
 pub enum FleetError {
     #[error("etcd: {}", brief(.0))]
     Etcd(#[from] etcd_client::Error),
+    #[error("{endpoint}: {cause}")]
+    Member { endpoint: String, cause: String },
     #[error("etcd did not answer in time")]
     Timeout,
     #[error("this instance's registration lease expired")]

@@ -56,6 +56,8 @@ struct State {
     snapshot: Snapshot,
     /// The connection of the session in progress, for writes; `None` while disconnected.
     client: Option<Client>,
+    /// This instance's registration lease in that session.
+    lease: Option<i64>,
     /// When the connection was last made or lost (unix seconds).
     since: u64,
     /// Why the last connection ended or could not be made.
@@ -90,6 +92,8 @@ pub struct MemberStatus {
     pub member: Member,
     /// It runs another config than the newest one this instance has read.
     pub lagging: bool,
+    /// When its registration ended (unix seconds), if it has: it stopped, or lost etcd.
+    pub gone_since: Option<u64>,
 }
 
 impl Fleet {
@@ -121,7 +125,10 @@ impl Fleet {
             return Status { name: self.name.clone(), prefix, connected: false, since: 0, revision: 0, digest: String::new(), lost: None, refused: Some("state poisoned".into()), members: Vec::new() };
         };
         let newest = state.snapshot.digest();
-        let members = state.snapshot.members.values().map(|m| MemberStatus { member: m.clone(), lagging: m.digest != newest }).collect();
+        let live = state.snapshot.members.values().map(|m| MemberStatus { member: m.clone(), lagging: m.digest != newest, gone_since: None });
+        let gone = state.snapshot.gone.values().map(|(m, at)| MemberStatus { member: m.clone(), lagging: false, gone_since: Some(*at) });
+        let mut members: Vec<MemberStatus> = live.chain(gone).collect();
+        members.sort_by(|a, b| a.member.name.cmp(&b.member.name));
         Status {
             name: self.name.clone(),
             prefix,
@@ -191,11 +198,15 @@ impl Fleet {
         loop {
             let ended = tokio::select! {
                 ended = self.session(&app) => ended,
-                () = stopping.cancelled() => return,
+                () = stopping.cancelled() => {
+                    self.leave().await;
+                    return;
+                }
             };
             if let Err(e) = ended {
                 let revision = *self.applied.borrow();
                 let fresh = self.state.lock().map(|mut s| {
+                    s.lease = None;
                     let was = s.client.take().is_some();
                     if was {
                         s.since = unix_now();
@@ -248,6 +259,7 @@ impl Fleet {
         self.register(&mut client, lease, app).await?;
         if let Ok(mut state) = self.state.lock() {
             state.client = Some(client.clone());
+            state.lease = Some(lease);
             state.since = unix_now();
             state.lost = None;
         }
@@ -296,6 +308,15 @@ impl Fleet {
                     }
                 }
             }
+        }
+    }
+
+    /// Ends this instance's registration at once on a clean stop, so the others list it as gone
+    /// now rather than when its lease runs out.
+    async fn leave(&self) {
+        let Some((mut client, lease)) = self.state.lock().ok().and_then(|s| Some((s.client.clone()?, s.lease?))) else { return };
+        if tokio::time::timeout(Duration::from_secs(1), client.lease_revoke(lease)).await.is_ok() {
+            info!(instance = %self.name, "fleet: left (registration revoked)");
         }
     }
 

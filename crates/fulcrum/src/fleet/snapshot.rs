@@ -132,6 +132,9 @@ pub struct Snapshot {
     /// Per service, per address.
     pub discovered: BTreeMap<String, BTreeMap<String, Discovered>>,
     pub members: BTreeMap<String, Member>,
+    /// Members whose registration ended while this instance watched (lease expired or revoked),
+    /// with when (unix seconds): shown as gone until they register again.
+    pub gone: BTreeMap<String, (Member, u64)>,
     /// Keys that did not read (a member or discovery value that is not JSON): named in the log
     /// once, left out of everything else.
     pub unreadable: Vec<String>,
@@ -185,11 +188,15 @@ impl Snapshot {
             Key::Member(name) => {
                 match value.map(serde_json::from_slice::<Member>) {
                     Some(Ok(m)) => {
+                        self.gone.remove(name);
                         self.members.insert(name.to_string(), m);
                     }
                     Some(Err(_)) => self.unreadable.push(key.to_string()),
                     None => {
-                        self.members.remove(name);
+                        if let Some(m) = self.members.remove(name) {
+                            let now = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map_or(0, |d| d.as_secs());
+                            self.gone.insert(name.to_string(), (m, now));
+                        }
                     }
                 }
                 false
