@@ -8,7 +8,7 @@ use std::net::SocketAddr;
 use std::process::Command;
 use std::time::{Duration, Instant};
 
-use support::etcd::Etcd;
+use support::etcd::{Etcd, Tls};
 use support::*;
 
 const PREFIX: &str = "/fleet-test";
@@ -215,4 +215,72 @@ fn fleet_check_passes_on_an_agreeing_fleet_and_names_the_instance_that_differs()
         let (_, fleet) = lbs[0].api("GET", "/api/fleet", None);
         fleet["members"].as_array().is_some_and(|m| m.iter().any(|m| m["name"] == "lb-3" && m["gone_since"].is_u64()))
     });
+}
+
+/// A CA and a certificate it signed for 127.0.0.1, written into `dir`, as etcd serves TLS.
+fn etcd_tls(dir: &std::path::Path) -> Tls {
+    use rcgen::{BasicConstraints, CertificateParams, IsCa, Issuer, KeyPair};
+    let ca_key = KeyPair::generate().unwrap();
+    let mut ca_params = CertificateParams::new(vec!["Fleet test CA".to_string()]).unwrap();
+    ca_params.is_ca = IsCa::Ca(BasicConstraints::Unconstrained);
+    let ca_cert = ca_params.self_signed(&ca_key).unwrap();
+    let issuer = Issuer::new(ca_params, ca_key);
+    let key = KeyPair::generate().unwrap();
+    let cert = CertificateParams::new(vec!["127.0.0.1".to_string()]).unwrap().signed_by(&key, &issuer).unwrap();
+    let tls = Tls { cert: dir.join("etcd.pem"), key: dir.join("etcd.key"), ca: dir.join("ca.pem") };
+    std::fs::write(&tls.cert, cert.pem()).unwrap();
+    std::fs::write(&tls.key, key.serialize_pem()).unwrap();
+    std::fs::write(&tls.ca, ca_cert.pem()).unwrap();
+    tls
+}
+
+#[test]
+fn an_instance_reaches_etcd_over_tls_as_a_user_allowed_only_its_prefix() {
+    let dir = scratch("fleet-tls");
+    let tls = etcd_tls(&dir);
+    let mut etcd = Etcd::start_with(1, Some(tls.clone()));
+    for args in [
+        &["user", "add", "root:root-password"][..],
+        &["user", "add", "fulcrum:fleet-password"],
+        &["role", "add", "fleet"],
+        &["role", "grant-permission", "fleet", "--prefix=true", "readwrite", &format!("{PREFIX}/")],
+        &["user", "grant-role", "fulcrum", "fleet"],
+        &["auth", "enable"],
+    ] {
+        etcd.ctl(args);
+    }
+    etcd.root = Some("root:root-password".into());
+    let backend = Backend::start("a");
+    let password = dir.join("password");
+    std::fs::write(&password, "fleet-password\n").unwrap();
+    let local = |password: &std::path::Path| {
+        format!(
+            "[fleet]\nendpoints = {}\nprefix = \"{PREFIX}\"\nname = \"lb-tls\"\nlease = \"3s\"\nuser = \"fulcrum\"\npassword_file = \"{}\"\nca = \"{}\"\n\n[fleet.override.web]\nlisten = \"{{LISTEN}}\"\n",
+            etcd.endpoints_toml(),
+            password.display(),
+            tls.ca.display()
+        )
+    };
+    // The import and the instance both read [fleet] from an instance's file.
+    let file = dir.join("lb.toml");
+    std::fs::write(&file, local(&password).replace("{LISTEN}", "127.0.0.1:1")).unwrap();
+    let services = dir.join("services.toml");
+    std::fs::write(&services, format!("[[service]]\nname = \"web\"\nlisten = \"127.0.0.1:80\"\nmode = \"http\"\n[[service.server]]\naddress = \"{}\"\n", backend.addr)).unwrap();
+    let import = Command::new(env!("CARGO_BIN_EXE_fulcrum")).args(["fleet", "import"]).arg(&services).arg("--config").arg(&file).output().unwrap();
+    assert!(import.status.success(), "{}", String::from_utf8_lossy(&import.stderr));
+
+    let lb = Fulcrum::start(&local(&password));
+    lb.wait_all_up();
+    assert_eq!(http_get(lb.listen, "/name"), (200, "a".to_string()));
+    assert!(connected(&lb));
+    let members = etcd.ctl(&["get", "--prefix", &format!("{PREFIX}/members/"), "--print-value-only"]);
+    assert!(members.contains("\"name\":\"lb-tls\""), "{members}");
+
+    // A wrong password is etcd's refusal, said as such.
+    let wrong = dir.join("wrong");
+    std::fs::write(&wrong, "not-it\n").unwrap();
+    std::fs::write(&file, local(&wrong).replace("{LISTEN}", "127.0.0.1:1")).unwrap();
+    let export = Command::new(env!("CARGO_BIN_EXE_fulcrum")).args(["fleet", "export", "--config"]).arg(&file).output().unwrap();
+    let text = String::from_utf8_lossy(&export.stderr);
+    assert!(!export.status.success() && text.contains("authentication failed"), "{text}");
 }

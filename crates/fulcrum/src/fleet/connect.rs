@@ -6,6 +6,7 @@ use std::time::Duration;
 use etcd_client::{Certificate, Client, ConnectOptions, TlsOptions};
 
 use super::FleetError;
+use super::snapshot::Keys;
 use crate::config::Fleet;
 
 /// Connects to one member of the fleet's etcd that can answer for the cluster: the endpoints are
@@ -23,7 +24,8 @@ pub async fn connect(fleet: &Fleet) -> Result<Client, FleetError> {
         let endpoint = &fleet.endpoints[(first + k) % fleet.endpoints.len()];
         let attempt = async {
             let mut client = Client::connect([endpoint], Some(options.clone())).await?;
-            client.get("/", Some(etcd_client::GetOptions::new().with_keys_only().with_limit(1))).await?;
+            // A key of the fleet's own: with etcd's authentication, a user may read nothing else.
+            client.get(Keys::new(&fleet.prefix).marker(), Some(etcd_client::GetOptions::new().with_keys_only())).await?;
             Ok::<_, FleetError>(client)
         };
         match tokio::time::timeout(Duration::from_secs(3), attempt).await {
