@@ -8,6 +8,7 @@
 //! The admin listener reaches the process only through the [`admin::Control`] it implements.
 
 mod error;
+mod resolve;
 
 use std::collections::HashMap;
 use std::net::SocketAddr;
@@ -86,6 +87,7 @@ impl App {
             fleet: fleet.clone(),
         });
         tokio::spawn(record_history(Arc::downgrade(&app)));
+        tokio::spawn(resolve::run(Arc::downgrade(&app)));
         let generation = live.current();
         app.restart_health();
         health::wait_first_round(&generation, first_round + Duration::from_millis(200)).await;

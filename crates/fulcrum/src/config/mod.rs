@@ -20,7 +20,7 @@ pub use diagnostic::{Diagnostic, Diagnostics};
 pub use error::{AddressError, ChangeError, PortRangeError};
 pub use network::Network;
 pub use schema::*;
-pub use validate::{resolve_server, validate};
+pub use validate::{resolve_address, resolve_server, validate};
 
 /// A parsed, validated config and where it came from.
 #[derive(Debug, Clone)]

@@ -20,6 +20,10 @@ pub struct Config {
     /// How long SIGTERM waits for connections in flight before it closes them, 0s to 1 day.
     #[serde(default = "defaults::shutdown_grace", with = "duration")]
     pub shutdown_grace: Duration,
+    /// How often server host names are resolved again, 1s to 1 day; `0s` resolves them only when
+    /// a config is applied. An address that changed is taken like a reload.
+    #[serde(default = "defaults::resolve_interval", with = "duration")]
+    pub resolve_interval: Duration,
     /// Client connections the whole process serves at once (1 to 1,000,000); more wait in the
     /// listen backlog. Unset: what the descriptor limit carries (`proxy::budget`).
     #[serde(default, skip_serializing_if = "Option::is_none")]
@@ -753,6 +757,9 @@ pub const MAX_WEIGHT: u32 = 256;
 
 pub(crate) mod defaults {
     use super::*;
+    pub fn resolve_interval() -> Duration {
+        Duration::from_secs(30)
+    }
     pub fn fleet_prefix() -> String {
         "/fulcrum".into()
     }

@@ -257,3 +257,20 @@ fn the_grpc_example_is_valid_and_h2_servers_need_http_mode() {
     let d = first_error(&text.replace("grpc_service = \"\"", &format!("grpc_service = \"{}\"", "x".repeat(201))));
     assert!(d.message.contains("grpc_service is at most 200"), "{d}");
 }
+
+#[test]
+fn a_fleet_file_is_checked_for_what_only_it_has() {
+    let ok = "[fleet]\nendpoints = [\"http://10.0.0.1:2379\", \"https://etcd.example:2379\"]\nprefix = \"/fulcrum/prod\"\nname = \"lb-1\"\n[fleet.override.web]\nlisten = \"10.0.0.21:80\"\n";
+    let c = parse_with(ok, "lb.toml", Resolve::No).unwrap();
+    let f = c.fleet.as_ref().unwrap();
+    assert_eq!((f.lease, f.overrides["web"]["listen"].as_str()), (std::time::Duration::from_secs(10), Some("10.0.0.21:80")));
+    assert_eq!(revalidate(&c).unwrap(), c, "[fleet] is written back as read");
+    let e = errors(&ok.replace("lease", "x").replace("name = \"lb-1\"", "name = \"lb 1\"\nlease = \"1s\""));
+    assert!(e.contains("fleet name \"lb 1\" is not a plain name") && e.contains("lease = 1s is out of range: use 2s to 1m"), "{e}");
+    let e = errors(&ok.replace("[fleet.override.web]", "[fleet.override.web]\nserver = []"));
+    assert!(e.contains("server of service \"web\" cannot be overridden per instance"), "{e}");
+    let e = errors(&ok.replace("prefix = \"/fulcrum/prod\"", "prefix = \"/fulcrum/\"\nuser = \"u\""));
+    assert!(e.contains("must start with '/' and not end with one") && e.contains("user and password_file go together"), "{e}");
+    let e = errors(&ok.replace("http://10.0.0.1:2379", "http://10.0.0.1"));
+    assert!(e.contains("does not name a host and port"), "{e}");
+}

@@ -188,6 +188,9 @@ pub fn validate(config: &Config, text: &str, file: &str, resolve: Resolve) -> Di
         report.range(&[Seg::Key("maxconn")], "maxconn", maxconn, &range::PROCESS_MAXCONN);
     }
     report.range(&[Seg::Key("shutdown_grace")], "shutdown_grace", config.shutdown_grace, &range::SHUTDOWN_GRACE);
+    if !config.resolve_interval.is_zero() {
+        report.range(&[Seg::Key("resolve_interval")], "resolve_interval", config.resolve_interval, &range::RESOLVE_INTERVAL);
+    }
     let mut names: HashMap<&str, usize> = HashMap::new();
     let mut listens: HashMap<SocketAddr, usize> = HashMap::new();
     for (i, service) in config.services.iter().enumerate() {
@@ -533,11 +536,15 @@ fn path<'a>(prefix: &[Seg<'a>], rest: &[Seg<'a>]) -> Vec<Seg<'a>> {
 
 /// Resolves a server's `host:port` to the first address the system resolver gives.
 pub fn resolve_server(server: &Server) -> Result<SocketAddr, AddressError> {
-    let address = &server.address;
+    resolve_address(&server.address)
+}
+
+/// Resolves `host:port` to the first address the system resolver gives.
+pub fn resolve_address(address: &str) -> Result<SocketAddr, AddressError> {
     split_host_port(address)?;
     match address.to_socket_addrs() {
-        Ok(mut addrs) => addrs.next().ok_or_else(|| AddressError::NoAddress { address: address.clone() }),
-        Err(cause) => Err(AddressError::Resolve { address: address.clone(), cause }),
+        Ok(mut addrs) => addrs.next().ok_or_else(|| AddressError::NoAddress { address: address.into() }),
+        Err(cause) => Err(AddressError::Resolve { address: address.into(), cause }),
     }
 }
 

@@ -52,6 +52,7 @@ fn settings() -> Vec<Setting> {
         count("", "workers", &WORKERS),
         count("", "maxconn", &PROCESS_MAXCONN),
         time("", "shutdown_grace", &SHUTDOWN_GRACE),
+        time("", "resolve_interval", &RESOLVE_INTERVAL),
         time("service", "connect_timeout", &CONNECT_TIMEOUT),
         time("service", "client_timeout", &IDLE_TIMEOUT),
         time("service", "server_timeout", &IDLE_TIMEOUT),

@@ -1,0 +1,80 @@
+//! Server host names, resolved again every `resolve_interval`.
+//!
+//! A generation resolves each server's host name once, when it is built. A name whose address
+//! moves (a cloud instance replaced, a DNS failover) would keep its old address until the next
+//! reload, so this task asks the system's resolver again on a blocking thread, never on the
+//! traffic's. When any server's first address differs from the one running, the running config
+//! is applied again, which resolves every name anew; server state is kept by configured address,
+//! so counters and health carry over. Names whose lookup fails keep their address (a resolver
+//! outage must not take servers away) and are logged once per change of outcome.
+//!
+//! TTLs are the system resolver's to honour (nscd, systemd-resolved or the upstream's cache):
+//! Fulcrum keeps no cache of its own and asks no more often than every `resolve_interval`.
+
+use std::collections::HashMap;
+use std::net::SocketAddr;
+use std::sync::Weak;
+use std::time::Duration;
+
+use tracing::{info, warn};
+
+use super::App;
+use crate::config;
+
+/// Re-resolves until the app is gone or stops; the interval is read from the running config
+/// each round, so a reload that changes it takes effect at the next round.
+pub async fn run(app: Weak<App>) {
+    let mut failing: HashMap<String, String> = HashMap::new();
+    loop {
+        let interval = match app.upgrade() {
+            Some(a) if !a.shutdown.stopping().is_cancelled() => a.live.current().config.resolve_interval,
+            _ => return,
+        };
+        tokio::time::sleep(if interval.is_zero() { Duration::from_secs(1) } else { interval }).await;
+        let Some(app) = app.upgrade() else { return };
+        if interval.is_zero() || app.shutdown.stopping().is_cancelled() {
+            continue;
+        }
+        let generation = app.live.current();
+        // (configured address, the address running now) of every server named by host name.
+        let named: Vec<(String, SocketAddr)> = generation
+            .pools()
+            .flat_map(|(_, p)| p.servers().filter(|e| !is_ip(&e.state.key.address)).map(|e| (e.state.key.address.clone(), e.addr)).collect::<Vec<_>>())
+            .collect();
+        if named.is_empty() {
+            continue;
+        }
+        let lookups = tokio::task::spawn_blocking(move || named.into_iter().map(|(address, running)| (config::resolve_address(&address).map_err(|e| e.to_string()), address, running)).collect::<Vec<_>>()).await;
+        let Ok(lookups) = lookups else { continue };
+        let mut moved = Vec::new();
+        for (found, address, running) in lookups {
+            match found {
+                Ok(now) => {
+                    if failing.remove(&address).is_some() {
+                        info!(server = %address, "resolves again");
+                    }
+                    if now != running {
+                        moved.push(format!("{address}: {running} -> {now}"));
+                    }
+                }
+                Err(e) => {
+                    if failing.insert(address.clone(), e.clone()).as_ref() != Some(&e) {
+                        warn!(server = %address, "cannot resolve, keeping {running}: {e}");
+                    }
+                }
+            }
+        }
+        if moved.is_empty() {
+            continue;
+        }
+        moved.dedup();
+        info!("server addresses changed in DNS ({}); applying the config again", moved.join(", "));
+        if let Err(e) = app.apply(generation.config.clone()).await {
+            warn!("the config with the new addresses was not applied: {e}");
+        }
+    }
+}
+
+fn is_ip(address: &str) -> bool {
+    address.parse::<SocketAddr>().is_ok()
+}
