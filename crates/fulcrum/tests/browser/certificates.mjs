@@ -1,12 +1,9 @@
 // The Stats tab in real headless Chromium shows a TLS service's certificates with their expiry,
 // the one within 14 days of it marked, and the handshakes. Run by tests/dashboard.rs.
-import { chromium } from "playwright-core";
+import { launch } from "./chromium.mjs";
 import assert from "node:assert/strict";
 
-const browser = await chromium.launch({
-  executablePath: process.env.CHROMIUM || "/usr/bin/chromium",
-  args: ["--headless", "--no-sandbox", "--disable-gpu", "--disable-dev-shm-usage", "--disable-background-networking", "--no-first-run"],
-});
+const browser = await launch();
 const page = await browser.newPage();
 const errors = [];
 page.on("pageerror", (e) => errors.push(e.message));

@@ -2,7 +2,7 @@
 // disable one and watch its state and traffic change, switch the algorithm, edit the health check's
 // expected text, save, and find the change in the config file. Screenshots of every tab go to
 // $ARTIFACTS. Run by tests/dashboard.rs, which starts Fulcrum, the real servers and the traffic.
-import { chromium } from "playwright-core";
+import { launch } from "./chromium.mjs";
 import { readFileSync, mkdirSync } from "node:fs";
 import assert from "node:assert/strict";
 
@@ -11,10 +11,7 @@ const configPath = process.env.CONFIG_PATH;
 const artifacts = process.env.ARTIFACTS;
 mkdirSync(artifacts, { recursive: true });
 
-const browser = await chromium.launch({
-  executablePath: process.env.CHROMIUM || "/usr/bin/chromium",
-  args: ["--headless", "--no-sandbox", "--disable-gpu", "--disable-dev-shm-usage", "--disable-background-networking", "--no-first-run"],
-});
+const browser = await launch();
 const page = await browser.newPage({ viewport: { width: 1440, height: 900 } });
 const errors = [];
 page.on("pageerror", (e) => errors.push(e.message));

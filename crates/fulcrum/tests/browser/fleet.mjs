@@ -1,13 +1,10 @@
 // A fleet instance's dashboard in real headless Chromium while etcd is down: the banner says
 // so, the Fleet tab lists every instance, and an edit is refused with the reason. Run by
 // tests/fleet.rs.
-import { chromium } from "playwright-core";
+import { launch } from "./chromium.mjs";
 import assert from "node:assert/strict";
 
-const browser = await chromium.launch({
-  executablePath: process.env.CHROMIUM || "/usr/bin/chromium",
-  args: ["--headless", "--no-sandbox", "--disable-gpu", "--disable-dev-shm-usage", "--disable-background-networking", "--no-first-run"],
-});
+const browser = await launch();
 const page = await browser.newPage();
 const errors = [];
 page.on("pageerror", (e) => errors.push(e.message));
