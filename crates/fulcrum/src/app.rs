@@ -1,5 +1,9 @@
 //! The running process: live state, listeners, health checks and admin, and the one path every
-//! config change takes (start, SIGHUP, `POST /api/reload`).
+//! config change takes (start, SIGHUP, `POST /api/reload`, the fleet's watch, a server address
+//! that moved in DNS: `app::resolve`).
+//!
+//! In a fleet, the services come from etcd: [`Fleet`] composes them with the local file and
+//! applies the result here, and an API change is written to etcd instead of applied directly.
 //!
 //! `apply` binds every new listen address before it swaps the generation, so a config whose port
 //! is taken is refused whole and the old one keeps running; then it stops the listeners the config

@@ -32,7 +32,7 @@
 //!   watch, edits written with a compare on their revision, membership under a lease, `fulcrum
 //!   fleet import/export`.
 //! - [`demo`]: the embedded default: four real servers of the `realserver` crate, a service
-//!   over them, light traffic and the dashboard.
+//!   over them, light traffic and the dashboard; with `--fleet`, a local etcd and two instances.
 //! - [`cli`]: the subcommands; `fulcrum lab` runs the `fulcrum-lab` binary of this workspace.
 //! - `fuzzing` (hidden): one entry point per fuzz target of `fuzz/`, shared with the test that
 //!   replays their corpora.

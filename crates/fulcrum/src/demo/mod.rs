@@ -1,7 +1,7 @@
 //! `fulcrum demo`: the embedded default. Four built-in real servers, the paper's `http` rule over
 //! them (`examples/demo.toml`), light traffic, the dashboard on the admin address, and a line every
 //! few seconds of what each server got. With `--fleet`, the rule lives in a local etcd and two
-//! instances run it ([`fleet`]).
+//! instances run it (`demo::fleet`).
 
 mod fleet;
 

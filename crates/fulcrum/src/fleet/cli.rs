@@ -1,5 +1,5 @@
 //! `fulcrum fleet import FILE` and `fulcrum fleet export`: a config file into and out of etcd;
-//! `fulcrum fleet check`: whether the instances agree ([`agreement`]).
+//! `fulcrum fleet check`: whether the instances agree (`fleet::agreement`).
 
 use std::path::PathBuf;
 
@@ -15,7 +15,7 @@ use crate::config::{self, Resolve};
 
 #[derive(Debug, clap::Args)]
 pub struct FleetArgs {
-    /// An instance's config file: its [fleet] says where etcd is and which prefix.
+    /// An instance's config file: its `[fleet]` says where etcd is and which prefix.
     #[arg(long, global = true)]
     pub config: Option<PathBuf>,
     /// etcd's client URLs, comma separated (instead of --config).

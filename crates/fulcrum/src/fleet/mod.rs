@@ -4,7 +4,7 @@
 //! names the keys): it reads them once, then follows etcd's watch, and every snapshot is
 //! composed with the local file ([`Snapshot::compose`]) and applied through the same path as a
 //! reload. An edit made through any instance's API is written to etcd with a compare on the
-//! revision it was based on ([`write`]) and reaches this instance, like every other, through the
+//! revision it was based on (`fleet::write`) and reaches this instance, like every other, through the
 //! watch. Each instance registers itself under a lease, renewed every third of it.
 //!
 //! etcd is never on the traffic's path: when it cannot be reached, the instance keeps serving the
