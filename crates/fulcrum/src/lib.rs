@@ -15,6 +15,7 @@
 //! - [`balance`]: the `Balancer` trait (pick, and update on every server event), the `Load`
 //!   metrics apart from the rules, and one file per algorithm.
 //! - [`health`]: active checks and the rise/fall state machine.
+//! - [`dns`]: DNS SRV records as a server source (hickory's resolver, off the traffic's threads).
 //! - [`error`]: the data path's error: kind, side (server or local), retryable.
 //! - [`shutdown`]: one shutdown signal and one drain.
 //! - [`proxy`]: listeners; `dispatch`, the one path to a server for every mode (pick, maxconn
@@ -48,6 +49,7 @@ pub mod balance;
 pub mod cli;
 pub mod config;
 pub mod demo;
+pub mod dns;
 pub mod error;
 pub mod fleet;
 #[doc(hidden)]

@@ -1,4 +1,5 @@
-//! A server given by host name follows its address when DNS moves it: `resolve_interval`.
+//! Servers follow DNS: a server given by host name follows its address when DNS moves it, and a
+//! service's `srv` name gives its servers and follows its records (`resolve_interval`).
 //!
 //! The name lives in the hosts file of a network namespace this test creates (`ip netns exec`
 //! puts `/etc/netns/NAME/hosts` over `/etc/hosts` for what it runs), so the system resolver that
@@ -12,7 +13,7 @@ use std::path::PathBuf;
 use std::process::{Child, Command, Stdio};
 use std::time::Duration;
 
-use support::{scratch, wait_until};
+use support::*;
 
 struct Namespace {
     name: String,
@@ -96,4 +97,77 @@ fn a_server_named_by_host_follows_its_address_when_dns_moves_it() {
     }
     let log = std::fs::read_to_string(dir.join("fulcrum.log")).unwrap_or_default();
     assert_eq!(log.matches("cannot resolve, keeping 127.0.0.3:9001").count(), 1, "{log}");
+}
+
+/// dnsmasq answering `_http._tcp.web.test` with `records` (target, port, priority, weight), each
+/// target at 127.0.0.1; killed on drop.
+struct Dnsmasq(Child);
+
+impl Dnsmasq {
+    fn start(port: u16, records: &[(&str, u16, u16, u16)]) -> Dnsmasq {
+        let mut c = Command::new("/usr/sbin/dnsmasq");
+        c.args(["--keep-in-foreground", "--listen-address=127.0.0.1", "--bind-interfaces", "--no-resolv", "--no-hosts", "--conf-file=/dev/null", "--pid-file="]);
+        c.arg(format!("--port={port}"));
+        if Command::new("id").arg("-u").output().ok().is_some_and(|o| o.stdout.starts_with(b"0\n")) {
+            c.arg("--user=nobody");
+        }
+        for (target, p, priority, weight) in records {
+            c.arg(format!("--srv-host=_http._tcp.web.test,{target},{p},{priority},{weight}"));
+            c.arg(format!("--host-record={target},127.0.0.1"));
+        }
+        let child = c.stdout(Stdio::null()).stderr(Stdio::null()).spawn().expect("dnsmasq runs (Debian's dnsmasq-base; scripts/test installs it)");
+        std::thread::sleep(Duration::from_millis(300));
+        Dnsmasq(child)
+    }
+}
+
+impl Drop for Dnsmasq {
+    fn drop(&mut self) {
+        let _ = self.0.kill();
+        let _ = self.0.wait();
+    }
+}
+
+fn srv_servers(f: &Fulcrum) -> Vec<(String, u64, bool)> {
+    let stats = f.stats();
+    let mut v: Vec<_> = stats["services"][0]["servers"].as_array().unwrap().iter().map(|s| (s["address"].as_str().unwrap().to_string(), s["weight"].as_u64().unwrap(), s["backup"] == true)).collect();
+    v.sort();
+    v
+}
+
+#[test]
+fn a_services_servers_come_from_its_srv_records_and_follow_them() {
+    let (a, b) = (Backend::start("a"), Backend::start("b"));
+    let port = free_port();
+    let mut dns = Dnsmasq::start(port, &[("a.web.test", a.addr.port(), 0, 1), ("b.web.test", b.addr.port(), 0, 3)]);
+    let config = |interval: &str| {
+        format!("resolve_interval = \"1s\"\n\n[dns]\nnameservers = [\"127.0.0.1:{port}\"]\n\n[[service]]\nname = \"web\"\nlisten = \"{{LISTEN}}\"\nmode = \"http\"\nsrv = \"_http._tcp.web.test\"\n[service.health]\ninterval = \"{interval}\"\n")
+    };
+    let f = Fulcrum::start(&config("200ms"));
+    let (at_a, at_b) = (format!("a.web.test:{}", a.addr.port()), format!("b.web.test:{}", b.addr.port()));
+    assert_eq!(srv_servers(&f), [(at_a.clone(), 1, false), (at_b.clone(), 3, false)]);
+    f.wait_all_up();
+    let seen = tally(f.listen, 8);
+    assert_eq!((seen.get("a"), seen.get("b")), (Some(&2), Some(&6)), "weights 1:3 from the records: {seen:?}");
+
+    // The records change: a moves to a higher priority (a backup), b's weight to 2.
+    drop(dns);
+    dns = Dnsmasq::start(port, &[("a.web.test", a.addr.port(), 10, 1), ("b.web.test", b.addr.port(), 0, 2)]);
+    wait_until("the new records in the stats", Duration::from_secs(10), || srv_servers(&f) == [(at_a.clone(), 1, true), (at_b.clone(), 2, false)]);
+    f.wait_all_up();
+    assert_eq!(tally(f.listen, 4).get("b"), Some(&4));
+
+    // The nameserver stops answering: the servers stay, and the log says so once.
+    drop(dns);
+    std::thread::sleep(Duration::from_secs(8));
+    assert_eq!(srv_servers(&f), [(at_a.clone(), 1, true), (at_b.clone(), 2, false)]);
+    assert_eq!(tally(f.listen, 2).get("b"), Some(&2));
+    assert_eq!(f.log().matches("keeping the servers it named").count(), 1, "{}", f.log());
+
+    // A reload while it is away applies, with the servers the records last named.
+    f.reload(&config("300ms"));
+    wait_until("the reload applied", Duration::from_secs(10), || f.log().matches("config applied").count() >= 2);
+    assert_eq!(f.api("GET", "/api/config", None).1["config"]["service"][0]["health"]["interval"], "300ms", "the reload's own change");
+    assert_eq!(srv_servers(&f), [(at_a, 1, true), (at_b, 2, false)]);
+    assert_eq!(tally(f.listen, 2).get("b"), Some(&2));
 }

@@ -30,11 +30,22 @@ pub struct Config {
     pub maxconn: Option<u32>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub admin: Option<Admin>,
+    /// Where DNS questions of Fulcrum's own go (SRV records); the system's resolver otherwise.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub dns: Option<Dns>,
     /// Run as one instance of a fleet: the services come from etcd, not from this file.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub fleet: Option<Fleet>,
     #[serde(default, rename = "service")]
     pub services: Vec<Service>,
+}
+
+/// `[dns]`: the nameservers SRV lookups ask (host names of servers are the system resolver's).
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct Dns {
+    /// `ip:port` of each nameserver, asked over UDP then TCP; at most 8.
+    pub nameservers: Vec<String>,
 }
 
 /// The fleet: where the shared services live in etcd, and what is this instance's own.
@@ -304,6 +315,11 @@ pub struct Service {
     pub p2c: P2c,
     #[serde(default, rename = "server")]
     pub servers: Vec<Server>,
+    /// Servers from the DNS SRV records of this name (e.g. `_http._tcp.web.example`), beside
+    /// `server`: each record's target and port, its weight (1 to 256), and the lowest priority as
+    /// primaries, the others as backups. Asked again every `resolve_interval`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub srv: Option<String>,
     /// Further pools of servers that routes send requests (HTTP mode) or TLS connections by
     /// their server name (TCP mode, pass-through) to.
     #[serde(default, rename = "pool", skip_serializing_if = "Vec::is_empty")]
@@ -336,6 +352,7 @@ impl Service {
             passive: pool.passive.clone(),
             p2c: pool.p2c.clone(),
             servers: pool.servers.clone(),
+            srv: None,
             pools: Vec::new(),
             routes: Vec::new(),
             default_pool: None,

@@ -274,3 +274,15 @@ fn a_fleet_file_is_checked_for_what_only_it_has() {
     let e = errors(&ok.replace("http://10.0.0.1:2379", "http://10.0.0.1"));
     assert!(e.contains("does not name a host and port"), "{e}");
 }
+
+#[test]
+fn a_service_may_take_its_servers_from_srv_records_asked_of_its_nameservers() {
+    let ok = "[dns]\nnameservers = [\"127.0.0.1:5353\", \"[::1]:53\"]\n\n[[service]]\nname = \"web\"\nlisten = \"127.0.0.1:1000\"\nsrv = \"_http._tcp.web.example\"\n";
+    let c = parse_with(ok, "t", Resolve::No).unwrap();
+    assert_eq!((c.services[0].srv.as_deref(), c.dns.as_ref().unwrap().nameservers.len()), (Some("_http._tcp.web.example"), 2));
+    assert_eq!(revalidate(&c).unwrap(), c, "srv and [dns] are written back as read");
+    let e = errors(&ok.replace("_http._tcp.web.example", "_http._tcp..example").replace("\"[::1]:53\"", "\"ns.example:53\""));
+    assert!(e.contains("srv \"_http._tcp..example\" is not a DNS name") && e.contains("nameserver \"ns.example:53\" is not ip:port"), "{e}");
+    let e = errors(&ok.replace("nameservers = [\"127.0.0.1:5353\", \"[::1]:53\"]", "nameservers = []").replace("srv = \"_http._tcp.web.example\"\n", ""));
+    assert!(e.contains("dns nameservers has 0 entries") && e.contains("service \"web\" has no servers"), "{e}");
+}

@@ -183,6 +183,15 @@ pub fn validate(config: &Config, text: &str, file: &str, resolve: Resolve) -> Di
     if let Some(fleet) = &config.fleet {
         validate_fleet(&mut report, config, fleet);
     }
+    if let Some(dns) = &config.dns {
+        let at = [Seg::Key("dns"), Seg::Key("nameservers")];
+        if dns.nameservers.is_empty() || dns.nameservers.len() > 8 {
+            report.error(&at, format!("dns nameservers has {} entries", dns.nameservers.len()), "list 1 to 8 nameservers as \"ip:port\", or leave [dns] out for the system's");
+        }
+        for ns in dns.nameservers.iter().filter(|ns| ns.parse::<SocketAddr>().is_err()) {
+            report.error(&at, format!("nameserver {ns:?} is not ip:port"), "e.g. \"10.0.0.2:53\"");
+        }
+    }
     report.range(&[Seg::Key("workers")], "workers", config.workers, &range::WORKERS);
     if let Some(maxconn) = config.maxconn {
         report.range(&[Seg::Key("maxconn")], "maxconn", maxconn, &range::PROCESS_MAXCONN);
@@ -275,8 +284,13 @@ fn validate_service(service: &Service, prefix: &[Seg<'_>], report: &mut Report<'
     if health.kind == HealthKind::Ftp && service.mode != Mode::Ftp {
         report.error(&hat("kind"), "kind = \"ftp\" checks an FTP server, but the service is not mode = \"ftp\"".into(), "use kind = \"tcp\" or \"http\"");
     }
-    if service.servers.is_empty() && service.default_pool.is_none() {
-        report.error(&at("name"), format!("service {:?} has no servers", service.name), "add at least one [[service.server]] with an address");
+    if let Some(name) = &service.srv
+        && (name.is_empty() || name.len() > 253 || !name.split('.').all(|l| !l.is_empty() && l.len() <= 63 && l.bytes().all(|b| b.is_ascii_alphanumeric() || b == b'-' || b == b'_')))
+    {
+        report.error(&at("srv"), format!("srv {name:?} is not a DNS name"), "e.g. \"_http._tcp.web.example\"");
+    }
+    if service.servers.is_empty() && service.default_pool.is_none() && service.srv.is_none() {
+        report.error(&at("name"), format!("service {:?} has no servers", service.name), "add at least one [[service.server]] with an address, or srv");
     }
     for (j, server) in service.servers.iter().enumerate() {
         let sat = |key| path(prefix, &[Seg::Key("server"), Seg::Index(j), Seg::Key(key)]);

@@ -84,6 +84,8 @@ pub enum BuildError {
     Server { service: String, cause: config::AddressError },
     #[error("service {service}: TLS: {cause}")]
     Tls { service: String, cause: crate::proxy::tls::TlsError },
+    #[error("service {service}: {cause}")]
+    Srv { service: String, cause: String },
     #[error("runtime registry poisoned")]
     Poisoned,
 }
@@ -100,7 +102,7 @@ impl Live {
     pub fn new(config: Config) -> Result<Self, BuildError> {
         let mut registry = Registry::default();
         let budget = Budget::new(0);
-        let generation = build(config, &mut registry, &budget)?;
+        let generation = build(config, &mut registry, &budget, None)?;
         budget.set_max(generation.maxconn());
         Ok(Live { current: ArcSwap::from_pointee(generation), registry: Mutex::new(registry), budget })
     }
@@ -121,7 +123,7 @@ impl Live {
     pub fn apply(&self, config: Config) -> Result<Applied, BuildError> {
         let mut registry = self.registry.lock().map_err(|_| BuildError::Poisoned)?;
         let old = self.current();
-        let new = build(config, &mut registry, &self.budget)?;
+        let new = build(config, &mut registry, &self.budget, Some(&old))?;
         let mut applied = Applied::default();
         for (_, pool) in old.pools() {
             let next = new.pool(&pool.config.name);
@@ -154,13 +156,15 @@ impl Live {
     }
 }
 
-fn build(config: Config, registry: &mut Registry, budget: &Arc<Budget>) -> Result<Generation, BuildError> {
+/// Builds a generation; `previous`, the running one, lends a service the servers its SRV records
+/// gave when they cannot be asked now (a nameserver outage must not fail a reload or empty a pool).
+fn build(config: Config, registry: &mut Registry, budget: &Arc<Budget>, previous: Option<&Generation>) -> Result<Generation, BuildError> {
     let services = config
         .services
         .iter()
         .map(|sc| {
             let listen: SocketAddr = sc.listen.parse().map_err(|_| BuildError::ListenAddress { service: sc.name.clone(), listen: sc.listen.clone() })?;
-            let pools = sc.pools.iter().map(|p| build_pool(&sc.pool_settings(p), registry).map(Arc::new)).collect::<Result<_, _>>()?;
+            let pools = sc.pools.iter().map(|p| build_pool(&sc.pool_settings(p), &[], registry).map(Arc::new)).collect::<Result<_, _>>()?;
             // Reads the certificate files: `build` runs on a blocking thread.
             let tls = sc.tls.as_ref().map(|t| crate::proxy::tls::Terminator::load(t, sc.mode, sc.http.http2).map(Arc::new)).transpose().map_err(|cause| BuildError::Tls { service: sc.name.clone(), cause })?;
             if let Some(t) = &tls {
@@ -168,7 +172,21 @@ fn build(config: Config, registry: &mut Registry, budget: &Arc<Budget>) -> Resul
                     tracing::warn!(service = %sc.name, file = %cert.file, "TLS certificate expires in {} (at {})", humantime::format_duration(std::time::Duration::from_secs(left.as_secs() / 3600 * 3600)), crate::proxy::tls::unix_to_text(cert.not_after));
                 }
             }
-            Ok(Arc::new(Service { listen, pool: Arc::new(build_pool(sc, registry)?), pools, tls }))
+            // Servers from DNS SRV records join the service's own (`dns` asks them on a thread of its own).
+            let found = match &sc.srv {
+                Some(name) => match crate::dns::srv(name, config.dns.as_ref()) {
+                    Ok(found) => found,
+                    Err(cause) => match previous.and_then(|g| g.services.iter().find(|s| s.config().name == sc.name && s.config().srv.as_ref() == Some(name))) {
+                        Some(running) => {
+                            tracing::warn!(service = %sc.name, "{cause}; keeping the servers it named");
+                            running.from_srv()
+                        }
+                        None => return Err(BuildError::Srv { service: sc.name.clone(), cause }),
+                    },
+                },
+                None => Vec::new(),
+            };
+            Ok(Arc::new(Service { listen, pool: Arc::new(build_pool(sc, &found, registry)?), pools, tls }))
         })
         .collect::<Result<_, BuildError>>()?;
     Ok(Generation { config, services, budget: budget.clone() })
@@ -176,14 +194,20 @@ fn build(config: Config, registry: &mut Registry, budget: &Arc<Budget>) -> Resul
 
 /// A pool from `sc` (a service, or a routed pool's `pool_settings`), its servers' state found or
 /// made by stable key.
-fn build_pool(sc: &config::Service, registry: &mut Registry) -> Result<Pool, BuildError> {
+fn build_pool(sc: &config::Service, found: &[crate::dns::SrvServer], registry: &mut Registry) -> Result<Pool, BuildError> {
     let shared = registry.services.entry(sc.name.clone()).or_default().clone();
     let events = shared.events.clone();
     let checked = sc.health.kind != HealthKind::None;
     let mut primary = Vec::new();
     let mut backup = Vec::new();
-    for server in &sc.servers {
-        let addr = config::resolve_server(server).map_err(|cause| BuildError::Server { service: sc.name.clone(), cause })?;
+    let from_srv = found.iter().map(|f| {
+        let server = config::Server { address: f.address.clone(), weight: f.weight, backup: f.backup, enabled: true, drain: false, maxconn: 0, id: None, proxy_protocol: None, sni: None };
+        (server, Ok(f.addr))
+    });
+    let configured = sc.servers.iter().map(|s| (s.clone(), config::resolve_server(s)));
+    for (server, addr) in configured.chain(from_srv) {
+        let server = &server;
+        let addr = addr.map_err(|cause| BuildError::Server { service: sc.name.clone(), cause })?;
         let key = ServerKey { service: sc.name.clone(), address: server.address.clone() };
         let state = registry
             .servers

@@ -33,6 +33,16 @@ impl Service {
         &self.pool.state
     }
 
+    /// The servers its `srv` records gave (the running servers that are not configured ones).
+    pub fn from_srv(&self) -> Vec<crate::dns::SrvServer> {
+        let p = &self.pool;
+        let running = p.primary.servers.iter().map(|e| (e, false)).chain(p.backup.servers.iter().map(|e| (e, true)));
+        running
+            .filter(|(e, _)| !p.config.servers.iter().any(|c| c.address == e.state.key.address))
+            .map(|(e, backup)| crate::dns::SrvServer { address: e.state.key.address.clone(), addr: e.addr, weight: e.state.weight(), backup })
+            .collect()
+    }
+
     /// A routed pool of this service by its name in the config.
     pub fn routed(&self, name: &str) -> Option<&Arc<Pool>> {
         self.config().pools.iter().position(|p| p.name == name).and_then(|i| self.pools.get(i))
