@@ -161,6 +161,13 @@ function renderHeader(s) {
   $("#stop").disabled = !s.enabled;
 }
 
+// How a server is coming back: its slow-start ramp, or why flap damping keeps it out.
+function recovery(v) {
+  if (v.suppressed) return el("span", { class: "recovery suppressed" }, ` suppressed: ${v.suppressed}`);
+  if (v.ramp_percent !== undefined) return el("span", { class: "recovery ramp" }, ` slow start ${v.ramp_percent}% (weight ${v.effective_weight.toFixed(2)} of ${v.weight})`);
+  return "";
+}
+
 function renderServers() {
   const s = serviceStats();
   const body = $("#servers-table tbody");
@@ -177,7 +184,7 @@ function renderServers() {
     return el("tr", { "data-server": v.address },
       el("td", {}, v.address + (v.backup ? " (backup)" : "")),
       el("td", { class: "muted" }, v.resolved),
-      el("td", {}, el("span", { class: `badge state ${v.state}` }, v.state)),
+      el("td", {}, el("span", { class: `badge state ${v.state}` }, v.state), recovery(v)),
       el("td", {}, weight),
       el("td", { class: "num current" }, v.current),
       el("td", { class: "num total" }, v.total),
@@ -229,9 +236,9 @@ function renderStats() {
         el("td", { class: "num" }, v.connect_failures), el("td", { class: "num" }, v.transfer_errors),
         // Fulcrum never retries the server that failed: every retry is a redispatch.
         el("td", { class: "num" }, "-"), el("td", { class: "num" }, v.redispatches),
-        el("td", {}, el("span", { class: `badge state ${v.state}` }, v.state)),
+        el("td", {}, el("span", { class: `badge state ${v.state}` }, v.state), recovery(v)),
         el("td", { class: "muted", title: v.last_check }, `${v.last_check.split(":")[0]} (${v.last_check_ms} ms)`),
-        el("td", { class: "num" }, v.weight), el("td", {}, v.backup ? "Y" : "-"), el("td", { class: "num" }, duration(v.downtime_secs))));
+        el("td", { class: "num", title: `effective weight ${v.effective_weight.toFixed(2)}` }, v.ramp_percent === undefined ? v.weight : `${v.effective_weight.toFixed(2)}/${v.weight}`), el("td", {}, v.backup ? "Y" : "-"), el("td", { class: "num" }, duration(v.downtime_secs))));
     }
     rows.push(el("tr", { class: "total-row" },
       el("td", {}, "Total"),

@@ -11,6 +11,7 @@ use xxhash_rust::xxh3::xxh3_64_with_seed;
 pub const KEY_SEED: u64 = 0x6675_6c63_7275_6d31; // "fulcrum1"
 pub const OFFSET_SEED: u64 = 0x6d61_676c_6576_6f66; // "maglevof"
 pub const SKIP_SEED: u64 = 0x6d61_676c_6576_736b; // "maglevsk"
+pub const RAMP_SEED: u64 = 0x736c_6f77_7374_7274; // "slowstrt"
 
 /// The source-hash key: the client's address. An IPv4-mapped IPv6 address hashes as its IPv4 form,
 /// so a dual-stack listener keeps a client on one server whichever way it arrives.
@@ -22,6 +23,13 @@ pub fn client_ip(ip: IpAddr) -> u64 {
             None => hash_bytes(&v6.octets()),
         },
     }
+}
+
+/// Whether a key is among the `ramp` thousandths of keys a slow-starting server takes: the same
+/// answer for the same key in every process, and a key admitted at one ramp is admitted at every
+/// higher one, so keys move to a returning server gradually and never back and forth.
+pub fn admitted(hash: u64, ramp: u32) -> bool {
+    ramp >= super::RAMP_FULL || xxh3_64_with_seed(&hash.to_le_bytes(), RAMP_SEED) % u64::from(super::RAMP_FULL) < u64::from(ramp)
 }
 
 pub fn hash_bytes(bytes: &[u8]) -> u64 {

@@ -1,8 +1,8 @@
 //! Balancing algorithms: one file per algorithm behind the one small [`Balancer`] trait.
 //!
 //! A balancer sees its servers only through [`ServerView`]: configured and effective weights (the
-//! effective one is 0 for a server that is down, disabled or draining), connections in flight,
-//! and a stable key per server. It never sees health checks, config or sockets, so each algorithm
+//! effective one is 0 for a server that is down, suppressed, disabled or draining), the slow-start
+//! ramp of a server that came back, connections in flight, and a stable key per server. It never sees health checks, config or sockets, so each algorithm
 //! is testable on its own. It hears of state changes through [`Balancer::update`] (wired by
 //! `events.rs`), where it rebuilds what it precomputes, so [`Balancer::pick`] only reads. What to
 //! hash (`key.rs`) is apart from how to map it (`maglev.rs`), and what load is (`load.rs`) is apart
@@ -48,6 +48,17 @@ pub trait ServerView {
     /// Weight now: the configured weight while the server is up, 0 while it is down, disabled or
     /// draining. What a pick may use.
     fn effective_weight(&self, i: usize) -> u32;
+    /// The share of its effective weight a server takes while slow start ramps it up, in
+    /// thousandths: [`RAMP_FULL`] once the ramp is over (or without slow start), never 0 while
+    /// the server is usable.
+    fn ramp(&self, _i: usize) -> u32 {
+        RAMP_FULL
+    }
+    /// The weight a pick spreads traffic by: the effective weight scaled by the ramp, in
+    /// thousandths of a unit of weight (a weight-1 server still ramps in fine steps).
+    fn share(&self, i: usize) -> u64 {
+        u64::from(self.effective_weight(i)) * u64::from(self.ramp(i))
+    }
     /// Connections to this server in flight.
     fn active(&self, i: usize) -> u64;
     /// A stable identity (the configured address) for hashing algorithms: two processes with the
@@ -58,6 +69,9 @@ pub trait ServerView {
         load::Sample::default()
     }
 }
+
+/// [`ServerView::ramp`] of a server that takes all of its weight.
+pub const RAMP_FULL: u32 = 1000;
 
 /// What an algorithm measures of a server beyond the shared counters, for stats.
 #[derive(Debug, Clone, Copy, Default, PartialEq, serde::Serialize)]

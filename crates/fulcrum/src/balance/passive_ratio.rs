@@ -239,7 +239,8 @@ impl PassiveRatio {
         let mut total = 0.0;
         let mut best: Option<usize> = None;
         for i in 0..view.len() {
-            let w = st.controller.ratios[i];
+            // Slow start scales a returning server's ratio; the controller's own ratios stay.
+            let w = st.controller.ratios[i] * f64::from(view.ramp(i)) / f64::from(super::RAMP_FULL);
             if w <= 0.0 || !pick.usable(view, i) {
                 st.current[i] = 0.0;
                 continue;

@@ -17,7 +17,7 @@ impl Random {
 
 impl Balancer for Random {
     fn pick(&self, pick: &Pick<'_>, view: &dyn ServerView) -> Option<usize> {
-        let usable = |i: usize| if pick.avoids(i) { 0 } else { view.effective_weight(i) as u64 };
+        let usable = |i: usize| if pick.avoids(i) { 0 } else { view.share(i) };
         let total: u64 = (0..view.len()).map(usable).sum();
         if total == 0 {
             return None;

@@ -3,8 +3,8 @@
 //! Every pick adds each usable server's weight to its running score, takes the highest, and
 //! subtracts the total from the winner. With weights 5,1,1 the order is a a b a c a a rather than
 //! a a a a a b c, so a heavy server never gets a burst; with equal weights it is plain rotation.
-//! Weights are read at every pick, so a server going down or a weight change takes effect at once
-//! and `update` has nothing to rebuild: it only sizes the scores, so a pick never allocates.
+//! Weights (ramped by slow start: `ServerView::share`) are read at every pick, so a server going
+//! down, a weight change or a ramp's progress takes effect at once and `update` has nothing to rebuild: it only sizes the scores, so a pick never allocates.
 
 use std::sync::Mutex;
 
@@ -32,7 +32,7 @@ impl Balancer for RoundRobin {
         let mut total = 0i64;
         let mut best: Option<usize> = None;
         for i in 0..view.len() {
-            let w = view.effective_weight(i) as i64;
+            let w = view.share(i) as i64;
             if w == 0 || pick.avoids(i) {
                 // A server out of rotation starts afresh when it returns.
                 current[i] = 0;

@@ -3,6 +3,9 @@
 //! client reaches the same server for as long as the configured set is unchanged, and two Fulcrum
 //! processes with the same servers agree.
 //!
+//! A server that slow start ramps takes a growing share of its keys ([`key::admitted`]), the
+//! rest staying where they were while it was away.
+//!
 //! A server that goes down, is disabled or drains is skipped at lookup: its keys go to the next
 //! server of their slot walk, and the table is not rebuilt, so no other server's keys move on a
 //! health flip and the server gets exactly its keys back when it returns. Only a change of the
@@ -38,15 +41,19 @@ pub struct SourceHash {
 
 impl Balancer for SourceHash {
     fn pick(&self, pick: &Pick<'_>, view: &dyn ServerView) -> Option<usize> {
-        let usable = |i: usize| pick.usable(view, i);
         // With no server usable the slot walk would visit the whole table on every pick (as
         // while every primary is down and backups take the traffic); one pass over the servers
         // answers first.
-        if !(0..view.len()).any(usable) {
+        if !(0..view.len()).any(|i| pick.usable(view, i)) {
             return None;
         }
         let hash = pick.hash.unwrap_or_else(|| key::client_ip(pick.client));
-        self.table.load().maglev.lookup_usable(hash, usable)
+        // A server slow start ramps takes only its share of the keys whose slot it owns: the
+        // others walk on to the server they had while it was away.
+        let taken = |i: usize| pick.usable(view, i) && key::admitted(hash, view.ramp(i));
+        let table = self.table.load();
+        // Every usable server ramping and none admitting the key: the ramp yields.
+        table.maglev.lookup_usable(hash, taken).or_else(|| table.maglev.lookup_usable(hash, |i| pick.usable(view, i)))
     }
 
     fn update(&self, view: &dyn ServerView) {

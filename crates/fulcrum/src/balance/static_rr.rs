@@ -1,6 +1,6 @@
 //! `static-rr`: HAProxy's static weighted round robin (`lb_map.c`). The order of one cycle (a
-//! smooth weighted sequence, as long as the sum of the effective weights) is computed in `update`
-//! whenever an effective weight changes, as HAProxy recomputes its map on every server state
+//! smooth weighted sequence, as long as the sum of the effective weights over their common
+//! divisor) is computed in `update` whenever an effective weight or a slow-start ramp changes, as HAProxy recomputes its map on every server state
 //! change, and published behind an `ArcSwap`; a lock-free cursor walks it, so a pick costs an
 //! atomic add and a load. A server that goes down leaves the next cycle and the others share its
 //! turns by weight. Servers are skipped in place only when a connection already failed on them
@@ -26,6 +26,26 @@ pub struct StaticRr {
     /// Serialises rebuilds, so the last to store read the state left by every change before it.
     rebuild: Mutex<()>,
     cursor: AtomicUsize,
+}
+
+/// A ramped weight (`ServerView::share`, thousandths) in sixteenths of a unit, as HAProxy scales
+/// its weights for slow start: fine enough to ramp a weight-1 server in steps, and a cycle stays
+/// short once [`reduced`] divides the common factor out. A usable server keeps at least 1.
+fn sixteenths(share: u64) -> u32 {
+    let full = u64::from(super::RAMP_FULL);
+    if share == 0 { 0 } else { (share * 16).div_ceil(full).max(1) as u32 }
+}
+
+/// Weights divided by their greatest common divisor: the same proportions in the shortest cycle.
+fn reduced(weights: &[u32]) -> Vec<u32> {
+    let gcd = weights.iter().fold(0u32, |a, &b| {
+        let (mut a, mut b) = (a, b);
+        while b != 0 {
+            (a, b) = (b, a % b);
+        }
+        a
+    });
+    weights.iter().map(|&w| if gcd > 1 { w / gcd } else { w }).collect()
 }
 
 /// The smooth weighted order of one full cycle.
@@ -65,15 +85,11 @@ impl Balancer for StaticRr {
 
     fn update(&self, view: &dyn ServerView) {
         let _one_at_a_time = self.rebuild.lock().unwrap_or_else(|p| p.into_inner());
-        let unchanged = {
-            let seq = self.sequence.load();
-            seq.weights.len() == view.len() && seq.weights.iter().enumerate().all(|(i, &w)| view.effective_weight(i) == w)
-        };
-        if unchanged {
+        let weights: Vec<u32> = (0..view.len()).map(|i| sixteenths(view.share(i))).collect();
+        if self.sequence.load().weights == weights {
             return;
         }
-        let weights: Vec<u32> = (0..view.len()).map(|i| view.effective_weight(i)).collect();
-        self.sequence.store(Arc::new(Sequence { order: build(&weights), weights }));
+        self.sequence.store(Arc::new(Sequence { order: build(&reduced(&weights)), weights }));
     }
 }
 

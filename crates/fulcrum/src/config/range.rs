@@ -95,6 +95,12 @@ pub const DELTA: Range<f64> = Range::new(0.001, 1.0, "a share of the worst serve
 pub const SLOT: Range<Duration> = Range::new(Duration::from_millis(10), HOUR, "the paper uses \"20s\"; the default is \"2s\"");
 pub const WINDOW_SLOTS: Range<usize> = Range::new(1, 1000, "the paper uses 10");
 pub const MIN_SAMPLES: Range<u64> = Range::new(1, 1_000_000, "SYNs per window; 20 is the default");
+pub const SLOW_START: Range<Duration> = Range::new(Duration::ZERO, HOUR, "\"0s\" is off; HAProxy users often set \"30s\"");
+
+// `[service.damping]`.
+pub const HALF_LIFE: Range<Duration> = Range::new(Duration::from_secs(1), DAY, "how fast a flapping server's penalty is forgiven; \"1m\" is the default");
+pub const SUPPRESS: Range<u32> = Range::new(0, 100_000, "each flap adds 1000; 0 turns damping off, 2000 is the default");
+pub const REUSE: Range<u32> = Range::new(1, 100_000, "below suppress; 750 is the default");
 pub const DECAY: Range<Duration> = Range::new(Duration::from_millis(10), HOUR, "the time constant of the latency average; \"10s\" is the default");
 
 // `[service.http]`.

@@ -313,6 +313,17 @@ pub struct Service {
     /// Tuning of `p2c-ewma`.
     #[serde(default)]
     pub p2c: P2c,
+    /// A server that comes up (from down, disabled or drain, or added while running) starts at
+    /// a small share of its weight and ramps to all of it over this period, 0s to 1 hour; 0s: at
+    /// once. HAProxy's `slowstart`.
+    #[serde(default, with = "duration", skip_serializing_if = "Duration::is_zero")]
+    pub slow_start: Duration,
+    /// Flap damping: a server that keeps going down and up is kept out for a while.
+    #[serde(default, skip_serializing_if = "Damping::is_default")]
+    pub damping: Damping,
+    /// What happens while no server of the pool is usable (all down, suppressed or full).
+    #[serde(default, skip_serializing_if = "AllDown::is_fail")]
+    pub all_down: AllDown,
     #[serde(default, rename = "server")]
     pub servers: Vec<Server>,
     /// Servers from the DNS SRV records of this name (e.g. `_http._tcp.web.example`), beside
@@ -351,6 +362,9 @@ impl Service {
             health: pool.health.clone(),
             passive: pool.passive.clone(),
             p2c: pool.p2c.clone(),
+            slow_start: pool.slow_start.unwrap_or(self.slow_start),
+            damping: pool.damping.clone().unwrap_or_else(|| self.damping.clone()),
+            all_down: pool.all_down.unwrap_or(self.all_down),
             servers: pool.servers.clone(),
             srv: None,
             pools: Vec::new(),
@@ -455,8 +469,69 @@ pub struct Pool {
     pub passive: Passive,
     #[serde(default)]
     pub p2c: P2c,
+    /// Unset: the service's.
+    #[serde(default, with = "optional_duration", skip_serializing_if = "Option::is_none")]
+    pub slow_start: Option<Duration>,
+    /// Unset: the service's.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub damping: Option<Damping>,
+    /// Unset: the service's.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub all_down: Option<AllDown>,
     #[serde(default, rename = "server")]
     pub servers: Vec<Server>,
+}
+
+/// `[service.damping]`: route flap damping as BGP does it (RFC 2439). Each time a server goes
+/// from up to down it earns [`Damping::PENALTY`]; the penalty halves every `half_life`. Above
+/// `suppress` the server stays out even while its checks pass, until the penalty has decayed
+/// below `reuse`. The defaults leave a server that fails once or twice alone: three flaps within
+/// about a minute suppress it, for about two minutes.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct Damping {
+    /// 1s to 1 day.
+    #[serde(default = "defaults::half_life", with = "duration")]
+    pub half_life: Duration,
+    /// 0 to 100,000; 0 turns damping off.
+    #[serde(default = "defaults::suppress")]
+    pub suppress: u32,
+    /// 1 to 100,000, below `suppress`.
+    #[serde(default = "defaults::reuse")]
+    pub reuse: u32,
+}
+
+impl Damping {
+    /// What one flap adds to the penalty.
+    pub const PENALTY: f64 = 1000.0;
+
+    pub fn is_default(&self) -> bool {
+        *self == Damping::default()
+    }
+}
+
+impl Default for Damping {
+    fn default() -> Self {
+        Damping { half_life: defaults::half_life(), suppress: defaults::suppress(), reuse: defaults::reuse() }
+    }
+}
+
+/// `all_down`: a pool with no usable server.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum AllDown {
+    /// Refuse: HTTP answers 503, TCP and FTP close the connection.
+    #[default]
+    Fail,
+    /// Envoy's panic mode: ignore health (and damping) and spread over every enabled server
+    /// that is not draining, since some may answer.
+    UseAll,
+}
+
+impl AllDown {
+    pub fn is_fail(&self) -> bool {
+        *self == AllDown::Fail
+    }
 }
 
 /// `[[service.route]]`: which requests go to `pool`. Every condition given must hold; a list
@@ -889,6 +964,15 @@ pub(crate) mod defaults {
     }
     pub fn decay() -> Duration {
         Duration::from_secs(10)
+    }
+    pub fn half_life() -> Duration {
+        Duration::from_secs(60)
+    }
+    pub fn suppress() -> u32 {
+        2000
+    }
+    pub fn reuse() -> u32 {
+        750
     }
 }
 

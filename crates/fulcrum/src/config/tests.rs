@@ -286,3 +286,22 @@ fn a_service_may_take_its_servers_from_srv_records_asked_of_its_nameservers() {
     let e = errors(&ok.replace("nameservers = [\"127.0.0.1:5353\", \"[::1]:53\"]", "nameservers = []").replace("srv = \"_http._tcp.web.example\"\n", ""));
     assert!(e.contains("dns nameservers has 0 entries") && e.contains("service \"web\" has no servers"), "{e}");
 }
+
+#[test]
+fn slow_start_damping_and_all_down_are_a_services_and_a_pool_may_set_its_own() {
+    let text = "[[service]]\nname = \"web\"\nlisten = \"127.0.0.1:1000\"\nmode = \"http\"\nslow_start = \"30s\"\nall_down = \"use-all\"\n[service.damping]\nhalf_life = \"2m\"\n\
+                [[service.server]]\naddress = \"127.0.0.1:1001\"\n\
+                [[service.pool]]\nname = \"p\"\n[[service.pool.server]]\naddress = \"127.0.0.1:1002\"\n\
+                [[service.pool]]\nname = \"q\"\nslow_start = \"0s\"\nall_down = \"fail\"\n[service.pool.damping]\nsuppress = 0\n[[service.pool.server]]\naddress = \"127.0.0.1:1003\"\n";
+    let c = parse_with(text, "t", Resolve::No).unwrap();
+    let s = &c.services[0];
+    let (p, q) = (s.pool_settings(&s.pools[0]), s.pool_settings(&s.pools[1]));
+    assert_eq!((s.slow_start, s.all_down, s.damping.half_life, s.damping.suppress), (Duration::from_secs(30), AllDown::UseAll, Duration::from_secs(120), 2000));
+    assert_eq!((p.slow_start, p.all_down, &p.damping), (s.slow_start, s.all_down, &s.damping), "a pool that sets nothing has the service's");
+    assert_eq!((q.slow_start, q.all_down, q.damping.suppress, q.damping.reuse), (Duration::ZERO, AllDown::Fail, 0, 750));
+    assert_eq!(revalidate(&c).unwrap(), c);
+    let e = errors(&text.replace("half_life = \"2m\"", "reuse = 2000"));
+    assert!(e.contains("reuse = 2000 is not below suppress = 2000"), "{e}");
+    let e = errors(&text.replace("slow_start = \"0s\"", "slow_start = \"2h\""));
+    assert_eq!(e.matches("slow_start = 2h is out of range: use 0s to 1h").count(), 1, "{e}");
+}

@@ -2,6 +2,7 @@
 
 use std::collections::HashMap;
 use std::net::{SocketAddr, ToSocketAddrs};
+use std::time::Duration;
 
 use toml::Spanned;
 use toml::de::{DeTable, DeValue};
@@ -10,7 +11,7 @@ use super::diagnostic::{Diagnostic, Diagnostics, line_col};
 use super::error::AddressError;
 use super::Resolve;
 use super::range::{self, Range, Shown};
-use super::schema::{Algorithm, Config, FastPath, Fleet, HealthKind, Mode, Server, Service, Tls};
+use super::schema::{Algorithm, Config, Damping, FastPath, Fleet, HealthKind, Mode, Server, Service, Tls};
 
 /// One step of a path into the document: a key, or an index into an array of tables.
 #[derive(Debug, Clone, Copy)]
@@ -415,6 +416,7 @@ fn validate_tls(service: &Service, tls: &Tls, prefix: &[Seg<'_>], report: &mut R
 /// break the day the setting starts to matter.
 fn validate_service_numbers(service: &Service, prefix: &[Seg<'_>], report: &mut Report<'_>) {
     let at = |keys: &[&'static str]| path(prefix, &keys.iter().map(|k| Seg::Key(k)).collect::<Vec<_>>());
+    validate_recovery(Some(service.slow_start), Some(&service.damping), prefix, report);
     report.range(&at(&["connect_timeout"]), "connect_timeout", service.connect_timeout, &range::CONNECT_TIMEOUT);
     report.range(&at(&["client_timeout"]), "client_timeout", service.client_timeout, &range::IDLE_TIMEOUT);
     report.range(&at(&["server_timeout"]), "server_timeout", service.server_timeout, &range::IDLE_TIMEOUT);
@@ -463,6 +465,21 @@ fn validate_pool_numbers(service: &Service, prefix: &[Seg<'_>], report: &mut Rep
     }
 }
 
+/// How a server comes back: `slow_start` and `[damping]` of a service, or the ones a pool sets.
+fn validate_recovery(slow_start: Option<Duration>, damping: Option<&Damping>, prefix: &[Seg<'_>], report: &mut Report<'_>) {
+    let at = |keys: &[&'static str]| path(prefix, &keys.iter().map(|k| Seg::Key(k)).collect::<Vec<_>>());
+    if let Some(slow_start) = slow_start {
+        report.range(&at(&["slow_start"]), "slow_start", slow_start, &range::SLOW_START);
+    }
+    let Some(damping) = damping else { return };
+    report.range(&at(&["damping", "half_life"]), "half_life", damping.half_life, &range::HALF_LIFE);
+    report.range(&at(&["damping", "suppress"]), "suppress", damping.suppress, &range::SUPPRESS);
+    report.range(&at(&["damping", "reuse"]), "reuse", damping.reuse, &range::REUSE);
+    if damping.suppress > 0 && damping.reuse >= damping.suppress {
+        report.error(&at(&["damping", "reuse"]), format!("reuse = {} is not below suppress = {}", damping.reuse, damping.suppress), "a suppressed server returns once its penalty falls below reuse, so reuse must be the lower");
+    }
+}
+
 /// Pools are validated as the services they run as; routes must name a pool and say what they
 /// match: the request in HTTP mode, the TLS server name (pass-through) in TCP mode.
 fn validate_routing(service: &Service, i: usize, report: &mut Report<'_>) {
@@ -500,7 +517,10 @@ fn validate_routing(service: &Service, i: usize, report: &mut Report<'_>) {
         if pool.proxy_protocol.is_some() && service.mode == Mode::Http {
             proxy_protocol_in_http(&at(&[Seg::Key("pool"), Seg::Index(k), Seg::Key("proxy_protocol")]), report);
         }
-        validate_service(&service.pool_settings(pool), &[Seg::Key("service"), Seg::Index(i), Seg::Key("pool"), Seg::Index(k)], report);
+        let pool_at = [Seg::Key("service"), Seg::Index(i), Seg::Key("pool"), Seg::Index(k)];
+        // What a pool leaves unset is the service's, checked once there.
+        validate_recovery(pool.slow_start, pool.damping.as_ref(), &pool_at, report);
+        validate_service(&service.pool_settings(pool), &pool_at, report);
     }
     let known = |name: &str| names.contains_key(name);
     let pool_names = || service.pools.iter().map(|p| p.name.as_str()).collect::<Vec<_>>().join(", ");

@@ -11,6 +11,8 @@ mod pool;
 mod rate;
 mod server;
 mod service;
+#[cfg(test)]
+mod recovery_tests;
 
 use std::collections::HashMap;
 use std::net::SocketAddr;
@@ -22,7 +24,7 @@ use crate::config::{self, Config, HealthKind};
 
 pub use budget::{Budget, Slot};
 pub use rate::Rate;
-pub use server::{ConnGuard, ServerEntry, ServerKey, ServerState, State, unix_ms};
+pub use server::{ConnGuard, DampingNow, ServerEntry, ServerKey, ServerState, State, clock_ms, unix_ms};
 pub use pool::{Avoid, Pool, Role, Tier};
 pub use service::{Service, ServiceGuard, ServiceState};
 
@@ -164,7 +166,7 @@ fn build(config: Config, registry: &mut Registry, budget: &Arc<Budget>, previous
         .iter()
         .map(|sc| {
             let listen: SocketAddr = sc.listen.parse().map_err(|_| BuildError::ListenAddress { service: sc.name.clone(), listen: sc.listen.clone() })?;
-            let pools = sc.pools.iter().map(|p| build_pool(&sc.pool_settings(p), &[], registry).map(Arc::new)).collect::<Result<_, _>>()?;
+            let pools = sc.pools.iter().map(|p| build_pool(&sc.pool_settings(p), &[], registry, previous.is_some()).map(Arc::new)).collect::<Result<_, _>>()?;
             // Reads the certificate files: `build` runs on a blocking thread.
             let tls = sc.tls.as_ref().map(|t| crate::proxy::tls::Terminator::load(t, sc.mode, sc.http.http2).map(Arc::new)).transpose().map_err(|cause| BuildError::Tls { service: sc.name.clone(), cause })?;
             if let Some(t) = &tls {
@@ -186,15 +188,15 @@ fn build(config: Config, registry: &mut Registry, budget: &Arc<Budget>, previous
                 },
                 None => Vec::new(),
             };
-            Ok(Arc::new(Service { listen, pool: Arc::new(build_pool(sc, &found, registry)?), pools, tls }))
+            Ok(Arc::new(Service { listen, pool: Arc::new(build_pool(sc, &found, registry, previous.is_some())?), pools, tls }))
         })
         .collect::<Result<_, BuildError>>()?;
     Ok(Generation { config, services, budget: budget.clone() })
 }
 
 /// A pool from `sc` (a service, or a routed pool's `pool_settings`), its servers' state found or
-/// made by stable key.
-fn build_pool(sc: &config::Service, found: &[crate::dns::SrvServer], registry: &mut Registry) -> Result<Pool, BuildError> {
+/// made by stable key. `running`: the process serves already, so a server new to it slow-starts.
+fn build_pool(sc: &config::Service, found: &[crate::dns::SrvServer], registry: &mut Registry, running: bool) -> Result<Pool, BuildError> {
     let shared = registry.services.entry(sc.name.clone()).or_default().clone();
     let events = shared.events.clone();
     let checked = sc.health.kind != HealthKind::None;
@@ -209,15 +211,17 @@ fn build_pool(sc: &config::Service, found: &[crate::dns::SrvServer], registry: &
         let server = &server;
         let addr = addr.map_err(|cause| BuildError::Server { service: sc.name.clone(), cause })?;
         let key = ServerKey { service: sc.name.clone(), address: server.address.clone() };
+        let joined = running && !registry.servers.contains_key(&key);
         let state = registry
             .servers
             .entry(key.clone())
-            .or_insert_with(|| Arc::new(ServerState::new(key, events.clone(), server.weight, server.enabled, checked)))
+            .or_insert_with(|| ServerState::new(key, events.clone(), server.weight, server.enabled, checked))
             .clone();
         state.measure.set_decay(sc.p2c.decay);
         state.set_weight(server.weight);
         state.set_enabled(server.enabled);
         state.set_draining(server.drain);
+        state.configure(sc.slow_start, &sc.damping, joined);
         let proxy_protocol = server.proxy_protocol.or(sc.proxy_protocol);
         let sni = server.sni.as_deref().map(crate::proxy::tls::origin::name).transpose().map_err(|cause| BuildError::Tls { service: sc.name.clone(), cause })?;
         let entry = Arc::new(ServerEntry { addr, state, id: server.cookie_id(), maxconn: server.maxconn, proxy_protocol, sni });

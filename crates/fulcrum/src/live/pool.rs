@@ -55,6 +55,40 @@ impl Tier {
     pub fn pick(&self, client: IpAddr, hash: Option<u64>, avoid: &[usize]) -> Option<usize> {
         self.picker.balancer.pick(&Pick { client, avoid, hash }, &self.picker.view)
     }
+
+    /// `all_down = "use-all"`: a pick over every server in rotation, health ignored. The
+    /// algorithm picks where it can (a hashing one keeps its table, so keys stay put); one whose
+    /// precomputed order holds only usable servers (static-rr) hands over to a weighted random.
+    fn pick_any(&self, client: IpAddr, hash: Option<u64>, avoid: &[usize]) -> Option<usize> {
+        let all = InRotation(&self.picker.view);
+        let pick = Pick { client, avoid, hash };
+        self.picker.balancer.pick(&pick, &all).or_else(|| balance::random::Random::default().pick(&pick, &all))
+    }
+}
+
+/// A pool's servers as `all_down = "use-all"` sees them: every enabled one that is not
+/// draining, at its whole weight.
+struct InRotation<'a>(&'a Servers);
+
+impl ServerView for InRotation<'_> {
+    fn len(&self) -> usize {
+        self.0.len()
+    }
+    fn weight(&self, i: usize) -> u32 {
+        self.0.weight(i)
+    }
+    fn effective_weight(&self, i: usize) -> u32 {
+        if self.0.0[i].state.in_rotation() { self.0.weight(i) } else { 0 }
+    }
+    fn active(&self, i: usize) -> u64 {
+        self.0.active(i)
+    }
+    fn key(&self, i: usize) -> &str {
+        self.0.key(i)
+    }
+    fn sample(&self, i: usize) -> balance::load::Sample {
+        self.0.sample(i)
+    }
 }
 
 impl Listener for Picker {
@@ -72,6 +106,9 @@ impl ServerView for Servers {
     }
     fn effective_weight(&self, i: usize) -> u32 {
         self.0[i].state.effective_weight()
+    }
+    fn ramp(&self, i: usize) -> u32 {
+        self.0[i].state.ramp()
     }
     fn active(&self, i: usize) -> u64 {
         self.0[i].state.counters.current.load(Relaxed)
@@ -122,13 +159,27 @@ pub struct Pool {
 }
 
 impl Pool {
-    /// Picks a primary server, or a backup while no primary is usable.
+    /// Picks a primary server, or a backup while no primary is usable; with `all_down =
+    /// "use-all"`, any server in rotation while none at all is usable.
     pub fn pick(&self, client: IpAddr, hash: Option<u64>, avoid: &Avoid) -> Option<(Role, Arc<ServerEntry>, usize)> {
+        // Asked first: a pick over no usable server would start a rotation afresh each time.
+        if self.panicking() {
+            if let Some(i) = self.primary.pick_any(client, hash, &avoid.primary) {
+                return Some((Role::Primary, self.primary.servers[i].clone(), i));
+            }
+            let i = self.backup.pick_any(client, hash, &avoid.backup)?;
+            return Some((Role::Backup, self.backup.servers[i].clone(), i));
+        }
         if let Some(i) = self.primary.pick(client, hash, &avoid.primary) {
             return Some((Role::Primary, self.primary.servers[i].clone(), i));
         }
         let i = self.backup.pick(client, hash, &avoid.backup)?;
         Some((Role::Backup, self.backup.servers[i].clone(), i))
+    }
+
+    /// Whether `all_down = "use-all"` is in force now: the policy is set and no server is usable.
+    pub fn panicking(&self) -> bool {
+        self.config.all_down == config::AllDown::UseAll && !self.servers().any(|e| e.state.effective_weight() > 0)
     }
 
     /// The usable server named `id` (the `cookie` algorithm's affinity), with its place.

@@ -3,16 +3,17 @@
 //! and outlives config generations, so a reload neither resets counters nor forgets health.
 
 use std::net::SocketAddr;
-use std::sync::Mutex;
 use std::sync::atomic::{AtomicBool, AtomicU32, AtomicU64, Ordering::Relaxed};
-use std::sync::Arc;
-use std::time::{SystemTime, UNIX_EPOCH};
+use std::sync::{Arc, Mutex, Weak};
+use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
 use serde::Serialize;
 
 use super::rate::Rate;
+use crate::balance::RAMP_FULL;
 use crate::balance::events::Subscribers;
 use crate::balance::load::Measure;
+use crate::config::Damping;
 use tokio_util::sync::CancellationToken;
 
 /// What a user sees as a server's state.
@@ -24,6 +25,8 @@ pub enum State {
     /// Takes no new connections; open ones continue and checks go on.
     Drain,
     Disabled,
+    /// Checks pass, but flap damping keeps it out until its penalty has decayed.
+    Suppressed,
 }
 
 /// Identity of a server across reloads.
@@ -36,6 +39,8 @@ pub struct ServerKey {
 #[derive(Debug)]
 pub struct ServerState {
     pub key: ServerKey,
+    /// Itself, for the timers that end a ramp or a suppression.
+    me: Weak<ServerState>,
     /// The service's balancers, told of every change of this server's state or weight.
     events: Arc<Subscribers>,
     weight: AtomicU32,
@@ -56,6 +61,20 @@ pub struct ServerState {
     /// Unix ms since when the server is down (0: not down), and the downtime before that.
     down_since_ms: AtomicU64,
     downtime_ms: AtomicU64,
+    /// Slow start: its period in ms (0: off) and the [`clock_ms`] its ramp began at (0: none).
+    slow_start_ms: AtomicU64,
+    ramp_from: AtomicU64,
+    /// Whether coming up ramps: not on the first up of a checked server the process started
+    /// with (its weight is whole at once, as HAProxy's slowstart never applies at start), on
+    /// every later one, and on the first after an operator disabled or drained it.
+    ramps: AtomicBool,
+    /// `state() == Up`, and the health signal (checks passing, no passive hold), at the last
+    /// change: a ramp starts on the first's rising edge, a flap is the second's falling edge.
+    was_up: AtomicBool,
+    was_healthy: AtomicBool,
+    /// Flap damping's settings and penalty; `suppressed` is the flag the data path reads.
+    flaps: Mutex<Flaps>,
+    suppressed: AtomicBool,
     pub counters: Counters,
     /// Connect measurements for the load-aware algorithms.
     pub measure: Measure,
@@ -88,10 +107,64 @@ pub struct Counters {
     pub rate: Rate,
 }
 
+/// A server's flap penalty as of `at` (a [`clock_ms`]), under its service's damping settings.
+#[derive(Debug, Default)]
+struct Flaps {
+    damping: Damping,
+    penalty: f64,
+    at: u64,
+}
+
+impl Flaps {
+    /// The penalty decayed to `now`: halved every half-life.
+    fn penalty(&self, now: u64) -> f64 {
+        let half_life = self.damping.half_life.as_millis().max(1) as f64;
+        self.penalty * 0.5f64.powf(now.saturating_sub(self.at) as f64 / half_life)
+    }
+
+    /// How long until the penalty decays below `reuse`.
+    fn back_in(&self, now: u64) -> Duration {
+        let p = self.penalty(now);
+        let reuse = f64::from(self.damping.reuse.max(1));
+        if p < reuse { Duration::ZERO } else { Duration::from_millis((self.damping.half_life.as_millis() as f64 * (p / reuse).log2()).ceil() as u64 + 1) }
+    }
+}
+
+/// What flap damping says of a server now, for stats.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct DampingNow {
+    pub penalty: f64,
+    /// While suppressed: the time left until it may return.
+    pub back_in: Option<Duration>,
+}
+
+/// Milliseconds on the runtime's clock (tokio's, so a test with a paused clock moves it), from a
+/// base an hour before the first call, so 0 is never a reading and means "not set".
+pub fn clock_ms() -> u64 {
+    static BASE: std::sync::LazyLock<std::time::Instant> = std::sync::LazyLock::new(|| {
+        let now = std::time::Instant::now();
+        now.checked_sub(Duration::from_secs(3600)).unwrap_or(now)
+    });
+    tokio::time::Instant::now().into_std().saturating_duration_since(*BASE).as_millis() as u64
+}
+
+/// Runs `then` on the server after `delay`, if the runtime is there and the server still is.
+fn after(me: &Weak<ServerState>, delay: Duration, then: impl FnOnce(&ServerState) + Send + 'static) {
+    let Ok(rt) = tokio::runtime::Handle::try_current() else { return };
+    let me = me.clone();
+    rt.spawn(async move {
+        tokio::time::sleep(delay).await;
+        if let Some(s) = me.upgrade() {
+            then(&s);
+        }
+    });
+}
+
 impl ServerState {
-    pub fn new(key: ServerKey, events: Arc<Subscribers>, weight: u32, enabled: bool, checked: bool) -> Self {
-        ServerState {
+    pub fn new(key: ServerKey, events: Arc<Subscribers>, weight: u32, enabled: bool, checked: bool) -> Arc<Self> {
+        Arc::new_cyclic(|me| ServerState {
             key,
+            me: me.clone(),
             events,
             weight: AtomicU32::new(weight),
             enabled: AtomicBool::new(enabled),
@@ -106,15 +179,35 @@ impl ServerState {
             last_check_ms: AtomicU64::new(0),
             down_since_ms: AtomicU64::new(0),
             downtime_ms: AtomicU64::new(0),
+            slow_start_ms: AtomicU64::new(0),
+            ramp_from: AtomicU64::new(0),
+            ramps: AtomicBool::new(!checked),
+            was_up: AtomicBool::new(enabled && !checked),
+            was_healthy: AtomicBool::new(!checked),
+            flaps: Mutex::new(Flaps::default()),
+            suppressed: AtomicBool::new(false),
             last_check: Mutex::new(if checked { "not checked yet".into() } else { "no check".into() }),
             counters: Counters::default(),
             measure: Measure::new(crate::config::P2c::default().decay),
             idle: Arc::default(),
             h2: Default::default(),
+        })
+    }
+
+    /// Takes a generation's slow start and damping settings. `joined` says the server was added
+    /// to a running process: it ramps from its first up (or from now, if it is up already).
+    pub fn configure(&self, slow_start: Duration, damping: &Damping, joined: bool) {
+        self.slow_start_ms.store(slow_start.as_millis() as u64, Relaxed);
+        if let Ok(mut f) = self.flaps.lock() {
+            f.damping = damping.clone();
+        }
+        if joined && !self.ramps.swap(true, Relaxed) && self.state() == State::Up {
+            self.begin_ramp();
         }
     }
 
-    /// Weight the balancer uses now: 0 unless enabled, up and not held down by connect failures.
+    /// Weight the balancer uses now: 0 unless enabled, up and not held down by connect failures
+    /// or flap damping.
     pub fn effective_weight(&self) -> u32 {
         if self.state() == State::Up { self.weight.load(Relaxed) } else { 0 }
     }
@@ -124,10 +217,103 @@ impl ServerState {
             State::Disabled
         } else if self.draining.load(Relaxed) {
             State::Drain
-        } else if self.health_up.load(Relaxed) && !self.passive_down.load(Relaxed) {
-            State::Up
-        } else {
+        } else if !self.health_up.load(Relaxed) || self.passive_down.load(Relaxed) {
             State::Down
+        } else if self.suppressed.load(Relaxed) {
+            State::Suppressed
+        } else {
+            State::Up
+        }
+    }
+
+    /// Whether `all_down = "use-all"` may send it traffic while no server of its pool is usable:
+    /// enabled and not draining, whatever its checks say.
+    pub fn in_rotation(&self) -> bool {
+        self.enabled.load(Relaxed) && !self.draining.load(Relaxed)
+    }
+
+    /// The share of its weight the server takes now, in thousandths ([`RAMP_FULL`]: all).
+    pub fn ramp(&self) -> u32 {
+        let from = self.ramp_from.load(Relaxed);
+        if from == 0 { RAMP_FULL } else { self.ramp_at(from, clock_ms()) }
+    }
+
+    /// The ramp at `now` of one that began at `from`: linear from 1% to all over the period.
+    fn ramp_at(&self, from: u64, now: u64) -> u32 {
+        let period = self.slow_start_ms.load(Relaxed);
+        let elapsed = now.saturating_sub(from);
+        if period == 0 || elapsed >= period {
+            return RAMP_FULL;
+        }
+        ((elapsed * u64::from(RAMP_FULL) / period) as u32).max(RAMP_FULL / 100)
+    }
+
+    /// Starts a ramp now, and a timer that tells the balancers as it goes (those that build a
+    /// table from the weights rebuild it) and ends it.
+    fn begin_ramp(&self) {
+        let period = self.slow_start_ms.load(Relaxed);
+        if period == 0 {
+            return;
+        }
+        let from = clock_ms();
+        self.ramp_from.store(from, Relaxed);
+        // Twenty steps, none shorter than 100ms.
+        let step = Duration::from_millis((period / 20).max(100));
+        fn tick(s: &ServerState, from: u64, step: Duration) {
+            if s.ramp_from.load(Relaxed) != from {
+                return; // another ramp began, or the server left
+            }
+            if s.ramp_at(from, clock_ms()) >= RAMP_FULL {
+                let _ = s.ramp_from.compare_exchange(from, 0, Relaxed, Relaxed);
+            } else {
+                after(&s.me, step, move |s| tick(s, from, step));
+            }
+            s.events.notify();
+        }
+        after(&self.me, step, move |s| tick(s, from, step));
+    }
+
+    /// A flap: the penalty grows, and past `suppress` the server is kept out until it decays
+    /// below `reuse`.
+    fn flap(&self) {
+        let now = clock_ms();
+        let Ok(mut f) = self.flaps.lock() else { return };
+        if f.damping.suppress == 0 {
+            return;
+        }
+        f.penalty = f.penalty(now) + Damping::PENALTY;
+        f.at = now;
+        if f.penalty > f64::from(f.damping.suppress) && !self.suppressed.swap(true, Relaxed) {
+            let back_in = f.back_in(now);
+            tracing::warn!(service = %self.key.service, server = %self.key.address, "suppressed: flapping (penalty {:.0}, back in ~{})", f.penalty, humantime::format_duration(Duration::from_secs(back_in.as_secs().max(1))));
+            after(&self.me, back_in, ServerState::reconsider);
+        }
+    }
+
+    /// Ends a suppression once the penalty is below `reuse`; otherwise waits for the rest.
+    fn reconsider(&self) {
+        let now = clock_ms();
+        let left = match self.flaps.lock() {
+            Ok(f) => f.back_in(now),
+            Err(_) => Duration::ZERO,
+        };
+        if !left.is_zero() {
+            after(&self.me, left, ServerState::reconsider);
+            return;
+        }
+        if self.suppressed.swap(false, Relaxed) {
+            let penalty = self.damping().penalty;
+            tracing::info!(service = %self.key.service, server = %self.key.address, "no longer suppressed: flap penalty {penalty:.0} is below reuse");
+            self.bump();
+        }
+    }
+
+    /// Flap damping's penalty now, and the time left while suppressed.
+    pub fn damping(&self) -> DampingNow {
+        let now = clock_ms();
+        match self.flaps.lock() {
+            Ok(f) => DampingNow { penalty: f.penalty(now), back_in: self.suppressed.load(Relaxed).then(|| f.back_in(now)) },
+            Err(_) => DampingNow { penalty: 0.0, back_in: None },
         }
     }
 
@@ -139,8 +325,21 @@ impl ServerState {
     /// downtime clock starts or stops, and the service's balancers hear of it last, once the new
     /// state is in place for them to read.
     fn bump(&self) {
+        let healthy = self.health_up.load(Relaxed) && !self.passive_down.load(Relaxed);
+        if self.was_healthy.swap(healthy, Relaxed) && !healthy && self.enabled.load(Relaxed) {
+            self.flap();
+        }
+        let up = self.state() == State::Up;
+        if up && !self.was_up.swap(true, Relaxed) {
+            if self.ramps.swap(true, Relaxed) {
+                self.begin_ramp();
+            }
+        } else if !up {
+            self.was_up.store(false, Relaxed);
+            self.ramp_from.store(0, Relaxed);
+        }
         let now = unix_ms();
-        if self.state() == State::Down {
+        if matches!(self.state(), State::Down | State::Suppressed) {
             let _ = self.down_since_ms.compare_exchange(0, now, Relaxed, Relaxed);
         } else {
             let since = self.down_since_ms.swap(0, Relaxed);
@@ -151,7 +350,8 @@ impl ServerState {
         self.events.notify();
     }
 
-    /// Total time spent down (checks failing or held by connect failures), in ms up to `now`.
+    /// Total time spent down (checks failing, held by connect failures or suppressed), in ms up
+    /// to `now`.
     pub fn downtime_ms(&self, now: u64) -> u64 {
         let since = self.down_since_ms.load(Relaxed);
         self.downtime_ms.load(Relaxed) + if since > 0 { now.saturating_sub(since) } else { 0 }
@@ -167,6 +367,7 @@ impl ServerState {
     pub fn set_enabled(&self, on: bool) -> bool {
         let changed = self.enabled.swap(on, Relaxed) != on;
         if changed {
+            self.ramps.store(true, Relaxed);
             self.bump();
         }
         changed
@@ -174,6 +375,7 @@ impl ServerState {
 
     pub fn set_draining(&self, on: bool) {
         if self.draining.swap(on, Relaxed) != on {
+            self.ramps.store(true, Relaxed);
             self.bump();
         }
     }
@@ -334,7 +536,7 @@ mod tests {
     #[test]
     fn reservations_never_go_past_the_limit_under_contention() {
         let key = ServerKey { service: "web".into(), address: "127.0.0.1:1".into() };
-        let state = Arc::new(ServerState::new(key, Arc::default(), 1, true, false));
+        let state = ServerState::new(key, Arc::default(), 1, true, false);
         let threads: Vec<_> = (0..8)
             .map(|_| {
                 let state = state.clone();

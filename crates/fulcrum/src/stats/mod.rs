@@ -5,10 +5,11 @@ pub mod prometheus;
 
 use std::sync::Arc;
 use std::sync::atomic::Ordering::Relaxed;
+use std::time::Duration;
 
 use serde::Serialize;
 
-use crate::balance::AlgorithmMetrics;
+use crate::balance::{AlgorithmMetrics, RAMP_FULL};
 use crate::live::{Generation, ServerEntry, State, unix_ms};
 
 #[derive(Debug, Serialize)]
@@ -41,6 +42,9 @@ pub struct ServiceStats {
     /// every instance of a fleet that sends each key to the same server.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub table_digest: Option<String>,
+    /// `all_down = "use-all"` in force: no server is usable, so every server in rotation gets
+    /// traffic whatever its checks say.
+    pub panic: bool,
     pub current: u64,
     pub max: u64,
     pub total: u64,
@@ -91,6 +95,17 @@ pub struct ServerStats {
     pub backup: bool,
     pub state: State,
     pub weight: u32,
+    /// The weight it takes traffic by now: 0 unless up, the configured weight scaled by the
+    /// slow-start ramp while one runs.
+    pub effective_weight: f64,
+    /// Slow start: the percentage of its weight reached, while a ramp runs.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub ramp_percent: Option<u32>,
+    /// Flap damping's penalty now (each flap adds 1000; it halves every `half_life`).
+    pub flap_penalty: u32,
+    /// While suppressed: "flapping (penalty P, back in ~T)".
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub suppressed: Option<String>,
     /// Active health check result held up or down (rise/fall applied).
     pub check_up: bool,
     /// Held down by `failure_limit` consecutive connect failures.
@@ -160,6 +175,7 @@ pub fn snapshot(generation: &Generation) -> Snapshot {
             mode: s.config.mode.as_str(),
             algorithm: s.config.algorithm.as_str(),
             table_digest: s.primary.table_digest().map(|d| format!("{d:016x}")),
+            panic: s.panicking(),
             current: s.state.current.load(Relaxed),
             max: s.state.max.load(Relaxed),
             total: s.state.total.load(Relaxed),
@@ -193,12 +209,17 @@ fn server(e: &ServerEntry, backup: bool, now: u64, algorithm: Option<AlgorithmMe
     let c = &st.counters;
     let m = st.measure.sample();
     let last = c.last_use_ms.load(Relaxed);
+    let (ramp, damping) = (st.ramp(), st.damping());
     ServerStats {
         address: st.key.address.clone(),
         resolved: e.addr.to_string(),
         backup,
         state: st.state(),
         weight: st.weight(),
+        effective_weight: f64::from(st.effective_weight()) * f64::from(ramp) / f64::from(RAMP_FULL),
+        ramp_percent: (ramp < RAMP_FULL && st.effective_weight() > 0).then_some(ramp / 10),
+        flap_penalty: damping.penalty.round() as u32,
+        suppressed: damping.back_in.map(|left| format!("flapping (penalty {:.0}, back in ~{})", damping.penalty, humantime::format_duration(Duration::from_secs(left.as_secs().max(1))))),
         check_up: st.health_up(),
         passive_down: st.passive_down(),
         last_check: st.last_check(),

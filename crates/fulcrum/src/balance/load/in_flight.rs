@@ -13,7 +13,9 @@ pub struct InFlight;
 #[derive(Debug, Clone, Copy)]
 pub struct PerWeight {
     pub count: u64,
-    pub weight: u32,
+    /// The ramped weight (`ServerView::share`), so a server slow start is ramping is compared
+    /// against the share it may take now.
+    pub weight: u64,
 }
 
 impl PartialEq for PerWeight {
@@ -34,7 +36,7 @@ impl Load for InFlight {
     type Metric = PerWeight;
 
     fn load(&self, view: &dyn ServerView, i: usize) -> PerWeight {
-        PerWeight { count: view.active(i), weight: view.effective_weight(i) }
+        PerWeight { count: view.active(i), weight: view.share(i) }
     }
 }
 

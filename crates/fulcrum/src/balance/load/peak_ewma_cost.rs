@@ -14,6 +14,6 @@ impl Load for PeakEwmaCost {
     /// A server never measured costs as much as a 1 µs connect, so it is tried and measured.
     fn load(&self, view: &dyn ServerView, i: usize) -> f64 {
         let latency = view.sample(i).ewma_us.max(1.0);
-        latency * (view.active(i) as f64 + 1.0) / view.effective_weight(i).max(1) as f64
+        latency * (view.active(i) as f64 + 1.0) / (view.share(i).max(1) as f64 / f64::from(crate::balance::RAMP_FULL))
     }
 }

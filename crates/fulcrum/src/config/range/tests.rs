@@ -70,9 +70,9 @@ fn settings() -> Vec<Setting> {
         count("service.http", "max_streams", &MAX_STREAMS),
         Setting { section: "ftp", key: "data_ports", kind: Kind::Ports { min: DATA_PORT.min, max: DATA_PORT.max }, range: DATA_PORT.to_string() },
     ];
-    for (health, passive, p2c, server) in [
-        ("service.health", "service.passive", "service.p2c", "service.server"),
-        ("service.pool.health", "service.pool.passive", "service.pool.p2c", "service.pool.server"),
+    for (pool, health, passive, p2c, damping, server) in [
+        ("service", "service.health", "service.passive", "service.p2c", "service.damping", "service.server"),
+        ("service.pool", "service.pool.health", "service.pool.passive", "service.pool.p2c", "service.pool.damping", "service.pool.server"),
     ] {
         all.extend([
             time(health, "interval", &HEALTH_INTERVAL),
@@ -85,6 +85,10 @@ fn settings() -> Vec<Setting> {
             count(passive, "window_slots", &WINDOW_SLOTS),
             count(passive, "min_samples", &MIN_SAMPLES),
             time(p2c, "decay", &DECAY),
+            time(pool, "slow_start", &SLOW_START),
+            time(damping, "half_life", &HALF_LIFE),
+            count(damping, "suppress", &SUPPRESS),
+            count(damping, "reuse", &REUSE),
             count(server, "weight", &WEIGHT),
             count(server, "maxconn", &MAXCONN),
         ]);
@@ -100,12 +104,14 @@ const SECTIONS: &[(&str, &str)] = &[
     ("service.health", "[service.health]\nkind = \"http\"\npath = \"/\"\n"),
     ("service.passive", "[service.passive]\n"),
     ("service.p2c", "[service.p2c]\n"),
+    ("service.damping", "[service.damping]\n"),
     ("service.http", "[service.http]\n"),
     ("service.server", "[[service.server]]\naddress = \"127.0.0.1:1001\"\n"),
     ("service.pool", "[[service.pool]]\nname = \"p\"\nalgorithm = \"p2c-ewma\"\n"),
     ("service.pool.health", "[service.pool.health]\nkind = \"http\"\n"),
     ("service.pool.passive", "[service.pool.passive]\n"),
     ("service.pool.p2c", "[service.pool.p2c]\n"),
+    ("service.pool.damping", "[service.pool.damping]\n"),
     ("service.pool.server", "[[service.pool.server]]\naddress = \"127.0.0.1:1002\"\n"),
     ("service.route", "[[service.route]]\npool = \"p\"\npath_prefix = [\"/p\"]\n"),
     ("ftp", "[[service]]\nname = \"files\"\nlisten = \"127.0.0.1:1003\"\nmode = \"ftp\"\n"),
@@ -194,7 +200,7 @@ fn run(config: &Config) {
         }
     });
     let durations = config.services.iter().flat_map(|s| {
-        let own = [s.connect_timeout, s.client_timeout, s.server_timeout, s.queue_timeout(), s.http.head_timeout, s.http.response_timeout, s.http.keepalive_idle];
+        let own = [s.connect_timeout, s.client_timeout, s.server_timeout, s.queue_timeout(), s.http.head_timeout, s.http.response_timeout, s.http.keepalive_idle, s.slow_start, s.damping.half_life];
         let pooled = std::iter::once((&s.health, &s.passive, &s.p2c)).chain(s.pools.iter().map(|p| (&p.health, &p.passive, &p.p2c)));
         own.into_iter().chain(pooled.flat_map(|(h, p, c)| [h.interval, h.timeout, p.slot, c.decay]))
     });
@@ -302,13 +308,30 @@ proptest! {
     #![proptest_config(ProptestConfig::with_cases(48))]
 
     #[test]
-    fn any_config_within_the_ranges_is_accepted_and_runs(values in settings().into_iter().map(|s| in_range(s.kind)).collect::<Vec<_>>()) {
+    fn any_config_within_the_ranges_is_accepted_and_runs(mut values in settings().into_iter().map(|s| in_range(s.kind)).collect::<Vec<_>>()) {
         let settings = settings();
+        below_suppress(&settings, &mut values);
         let (text, _) = config_text(&settings, &values);
         let config = parse(&text, "t.toml").map_err(|d| TestCaseError::fail(format!("{d}\n{text}")))?;
         let read_back = crate::config::revalidate(&config).map_err(|d| TestCaseError::fail(format!("written back: {d}")))?;
         prop_assert_eq!(&read_back, &config);
         run(&config);
+    }
+}
+
+/// `reuse` must be below `suppress` (or damping off), a rule between two values that each
+/// range alone does not state: a drawn `reuse` is lowered to fit.
+fn below_suppress(settings: &[Setting], values: &mut [String]) {
+    for section in ["service.damping", "service.pool.damping"] {
+        let at = |key| settings.iter().position(|s| s.section == section && s.key == key).unwrap();
+        let (suppress, reuse) = (at("suppress"), at("reuse"));
+        let (s, r): (u64, u64) = (values[suppress].parse().unwrap(), values[reuse].parse().unwrap());
+        if s > 0 && r >= s {
+            match s - 1 {
+                0 => values[suppress] = "0".into(),
+                fit => values[reuse] = fit.to_string(),
+            }
+        }
     }
 }
 
