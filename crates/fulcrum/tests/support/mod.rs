@@ -479,6 +479,11 @@ impl Backend {
     /// A backend with extra `fulcrum backend` options (degradations).
     pub fn start_with(name: &str, extra: &[&str]) -> Backend {
         let addr: SocketAddr = format!("127.0.0.1:{}", free_port()).parse().unwrap();
+        Self::start_at(name, addr, extra)
+    }
+
+    /// A backend on `addr`: one started again where an earlier one was stopped.
+    pub fn start_at(name: &str, addr: SocketAddr, extra: &[&str]) -> Backend {
         let child = Command::new(env!("CARGO_BIN_EXE_fulcrum"))
             .args(["backend", "--listen", &addr.to_string(), "--name", name])
             .args(extra)
