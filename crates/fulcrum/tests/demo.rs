@@ -41,25 +41,31 @@ fn demo_serves_four_real_servers_and_exits_cleanly() {
 
 #[test]
 fn demo_with_tls_serves_https_with_the_certificate_it_made() {
-    let listen = format!("127.0.0.1:{}", free_port());
-    let admin = format!("127.0.0.1:{}", free_port());
-    let tls_port = free_port();
-    let mut child = Command::new(env!("CARGO_BIN_EXE_fulcrum"))
-        .args(["demo", "--tls", "--listen", &listen, "--admin", &admin, "--tls-listen", &format!("127.0.0.1:{tls_port}"), "--rate", "0", "--seconds", "6"])
-        .stdout(Stdio::piped())
-        .stderr(Stdio::null())
-        .spawn()
-        .unwrap();
-    let mut stdout = std::io::BufReader::new(child.stdout.take().unwrap());
-    let mut cert = None;
-    let mut line = String::new();
-    while cert.is_none() && std::io::BufRead::read_line(&mut stdout, &mut line).unwrap() > 0 {
-        if let Some(path) = line.trim().strip_prefix("its certificate (made now, for localhost):") {
-            cert = Some(path.trim().to_string());
-        }
-        line.clear();
-    }
-    let cert = cert.expect("the demo names its certificate");
+    // Ports picked free can be taken by another test before the demo binds them (the fleet
+    // demo beside this one binds the port after each of its own): a demo that could not bind
+    // exits before naming its certificate, and is started again on other ports.
+    let (mut child, cert, tls_port) = (0..3)
+        .find_map(|_| {
+            let (listen, admin, tls_port) = (format!("127.0.0.1:{}", free_port()), format!("127.0.0.1:{}", free_port()), free_port());
+            let mut child = Command::new(env!("CARGO_BIN_EXE_fulcrum"))
+                .args(["demo", "--tls", "--listen", &listen, "--admin", &admin, "--tls-listen", &format!("127.0.0.1:{tls_port}"), "--rate", "0", "--seconds", "6"])
+                .stdout(Stdio::piped())
+                .stderr(Stdio::null())
+                .spawn()
+                .unwrap();
+            let mut stdout = std::io::BufReader::new(child.stdout.take().unwrap());
+            let mut line = String::new();
+            while std::io::BufRead::read_line(&mut stdout, &mut line).unwrap() > 0 {
+                if let Some(path) = line.trim().strip_prefix("its certificate (made now, for localhost):") {
+                    std::thread::spawn(move || std::io::copy(&mut stdout, &mut std::io::sink()));
+                    return Some((child, path.trim().to_string(), tls_port));
+                }
+                line.clear();
+            }
+            let _ = child.wait();
+            None
+        })
+        .expect("the demo names its certificate");
     let get = || {
         let out = Command::new("curl").args(["-s", "--max-time", "5", "--cacert", &cert, &format!("https://localhost:{tls_port}/name")]).output().unwrap();
         String::from_utf8_lossy(&out.stdout).to_string()
