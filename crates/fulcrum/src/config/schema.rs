@@ -540,8 +540,16 @@ impl AllDown {
 #[serde(deny_unknown_fields)]
 pub struct Route {
     pub pool: String,
+    /// Whole path segments: `/static` takes `/static` and `/static/x`, not `/staticfoo`.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub path_prefix: Vec<String>,
+    /// HAProxy's `path_beg`: any path that starts with the text, `/staticfoo` for `/static` too.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub path_beg: Vec<String>,
+    /// Compare `path_prefix`, `path_beg`, `path_suffix` and `header_value` without regard to
+    /// ASCII case (HAProxy's `-i`); host names always are.
+    #[serde(default, skip_serializing_if = "is_false")]
+    pub ignore_case: bool,
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub path_suffix: Vec<String>,
     /// Host names, compared without the port and case-insensitively.
@@ -692,6 +700,10 @@ pub enum AccessLog {
 pub struct Http {
     #[serde(default = "defaults::forwarded_headers")]
     pub forwarded_headers: Vec<ForwardedHeader>,
+    /// Clients in these networks are not named in `X-Forwarded-For` or `Forwarded` (HAProxy's
+    /// `forwardfor except`): a local proxy in front that names its own clients.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub forwarded_except: Vec<super::Network>,
     /// Time to receive a whole request head, counted from when Fulcrum starts waiting for it, so
     /// it also ends idle keep-alive connections and stops slowloris. 1ms to 1 hour.
     #[serde(default = "defaults::head_timeout", with = "duration")]
@@ -762,6 +774,7 @@ impl Default for Http {
     fn default() -> Self {
         Http {
             forwarded_headers: defaults::forwarded_headers(),
+            forwarded_except: Vec::new(),
             head_timeout: defaults::head_timeout(),
             response_timeout: defaults::response_timeout(),
             keepalive_idle: defaults::keepalive_idle(),

@@ -532,7 +532,7 @@ fn validate_routing(service: &Service, i: usize, report: &mut Report<'_>) {
         if !known(&route.pool) {
             report.error(&rat("pool"), format!("route to {:?}, which is not a pool of this service", route.pool), &format!("pools: {}", pool_names()));
         }
-        let reads_request = !route.path_prefix.is_empty() || !route.path_suffix.is_empty() || !route.host.is_empty() || route.header.is_some();
+        let reads_request = !route.path_prefix.is_empty() || !route.path_beg.is_empty() || !route.path_suffix.is_empty() || !route.host.is_empty() || route.header.is_some();
         if tcp {
             if reads_request {
                 report.error(&rat("pool"), "a route in mode = \"tcp\" matches only the TLS server name".into(), "give sni, or set mode = \"http\" to route by path, host or header");
@@ -546,6 +546,9 @@ fn validate_routing(service: &Service, i: usize, report: &mut Report<'_>) {
         }
         if let Some(name) = route.sni.iter().find(|n| !is_server_name(n)) {
             report.error(&rat("sni"), format!("sni {name:?} is not a DNS name"), "e.g. \"api.example.com\" or \"*.example.com\" (one label)");
+        }
+        if let Some(p) = route.path_beg.iter().find(|p| !p.starts_with('/')) {
+            report.error(&rat("path_beg"), format!("path_beg {p:?} does not start with /"), "e.g. \"/static\"");
         }
         if let Some(p) = route.path_prefix.iter().find(|p| !p.starts_with('/')) {
             report.error(&rat("path_prefix"), format!("path_prefix {p:?} does not start with /"), "e.g. \"/static\"");

@@ -74,6 +74,9 @@ pub fn strip_hop_by_hop(headers: &mut HeaderMap, upgrade: bool) {
 /// kept-alive connection then add them without formatting an address each time.
 #[derive(Debug, Clone)]
 pub struct ClientNode {
+    client: IpAddr,
+    /// Named in `X-Forwarded-For` and `Forwarded`: not a client of `forwarded_except`.
+    named: bool,
     x_forwarded_for: HeaderValue,
     forwarded: HeaderValue,
     /// `http`, or `https` for a client whose TLS Fulcrum terminated.
@@ -83,6 +86,12 @@ pub struct ClientNode {
 }
 
 impl ClientNode {
+    /// Leaves the client out of `X-Forwarded-For` and `Forwarded` when `except` holds it.
+    pub fn unless_in(mut self, except: &[crate::config::Network]) -> ClientNode {
+        self.named = !except.iter().any(|n| n.contains(self.client));
+        self
+    }
+
     /// Whether the client's requests came over TLS Fulcrum terminated.
     pub fn is_https(&self) -> bool {
         self.proto == "https"
@@ -105,6 +114,8 @@ impl ClientNode {
         };
         // An address always makes a valid value; "unknown" is RFC 7239's word for the impossible.
         ClientNode {
+            client,
+            named: true,
             x_forwarded_for: HeaderValue::from_str(&addr).unwrap_or(HeaderValue::from_static("unknown")),
             forwarded: HeaderValue::from_str(&format!("for={node};proto={scheme}")).unwrap_or(HeaderValue::from_static("for=unknown")),
             proto: HeaderValue::from_static(scheme),
@@ -117,11 +128,12 @@ impl ClientNode {
 pub fn add_forwarded(headers: &mut HeaderMap, client: &ClientNode, which: &[ForwardedHeader]) {
     for h in which {
         match h {
-            ForwardedHeader::XForwardedFor => append_list(headers, &X_FORWARDED_FOR, &client.x_forwarded_for),
+            ForwardedHeader::XForwardedFor if client.named => append_list(headers, &X_FORWARDED_FOR, &client.x_forwarded_for),
             ForwardedHeader::XForwardedProto => {
                 headers.insert(&X_FORWARDED_PROTO, client.proto.clone());
             }
-            ForwardedHeader::Forwarded => append_list(headers, &header::FORWARDED, &client.forwarded),
+            ForwardedHeader::Forwarded if client.named => append_list(headers, &header::FORWARDED, &client.forwarded),
+            ForwardedHeader::XForwardedFor | ForwardedHeader::Forwarded => {}
         }
     }
 }
@@ -213,5 +225,13 @@ mod tests {
         add_forwarded(&mut h, &ClientNode::with_scheme("127.0.0.12".parse().unwrap(), None, "https"), &[ForwardedHeader::XForwardedProto, ForwardedHeader::Forwarded]);
         assert_eq!(h.get("x-forwarded-proto").unwrap(), "https");
         assert_eq!(h.get("forwarded").unwrap(), "for=127.0.0.12;proto=https");
+        let all = [ForwardedHeader::XForwardedFor, ForwardedHeader::XForwardedProto, ForwardedHeader::Forwarded];
+        let local: Vec<crate::config::Network> = vec!["127.0.0.0/8".parse().unwrap()];
+        let mut quiet = HeaderMap::new();
+        add_forwarded(&mut quiet, &ClientNode::with_scheme("127.0.0.13".parse().unwrap(), None, "http").unless_in(&local), &all);
+        assert!(!quiet.contains_key(&X_FORWARDED_FOR) && !quiet.contains_key(header::FORWARDED) && quiet[&X_FORWARDED_PROTO] == "http", "forwarded_except: {quiet:?}");
+        let mut named = HeaderMap::new();
+        add_forwarded(&mut named, &ClientNode::with_scheme("192.0.2.1".parse().unwrap(), None, "http").unless_in(&local), &all);
+        assert_eq!(named[&X_FORWARDED_FOR], "192.0.2.1");
     }
 }

@@ -116,7 +116,7 @@ fn requests<S: ClientIo>(
 ) -> impl hyper::service::Service<Request<Incoming>, Response = Response<park::Answer>, Error = std::convert::Infallible, Future: Send + 'static> + Clone + Send + 'static {
     let http = &service.config().http;
     let service = service.clone();
-    let node = Arc::new(headers::ClientNode::with_scheme(peer.ip(), local, S::SCHEME));
+    let node = Arc::new(headers::ClientNode::with_scheme(peer.ip(), local, S::SCHEME).unless_in(&http.forwarded_except));
     // RFC 6797: Strict-Transport-Security only over a secure transport.
     let hsts = http.hsts.filter(|_| node.is_https()).and_then(|age| HeaderValue::from_str(&format!("max-age={}", age.as_secs())).ok());
     hyper::service::service_fn(move |req| {

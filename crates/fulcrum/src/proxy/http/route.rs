@@ -17,22 +17,38 @@ pub fn choose<'a>(service: &'a Service, path: &str, headers: &HeaderMap, authori
 }
 
 pub fn matches(route: &Route, path: &str, host: Option<&str>, headers: &HeaderMap) -> bool {
-    (route.path_prefix.is_empty() || route.path_prefix.iter().any(|p| prefix_matches(path, p)))
-        && (route.path_suffix.is_empty() || route.path_suffix.iter().any(|s| path.ends_with(s.as_str())))
+    let ic = route.ignore_case;
+    (route.path_prefix.is_empty() || route.path_prefix.iter().any(|p| prefix_matches(path, p, ic)))
+        && (route.path_beg.is_empty() || route.path_beg.iter().any(|p| begins(path, p, ic).is_some()))
+        && (route.path_suffix.is_empty() || route.path_suffix.iter().any(|s| ends(path, s, ic)))
         && (route.host.is_empty() || host.is_some_and(|h| route.host.iter().any(|r| r.eq_ignore_ascii_case(h))))
         && route.header.as_ref().is_none_or(|name| {
             let mut values = headers.get_all(name.as_str()).iter();
             match &route.header_value {
                 None => values.next().is_some(),
-                Some(want) => values.any(|v| v.as_bytes() == want.as_bytes()),
+                Some(want) => values.any(|v| same(v.as_bytes(), want.as_bytes(), ic)),
             }
         })
 }
 
+fn same(a: &[u8], b: &[u8], ignore_case: bool) -> bool {
+    if ignore_case { a.eq_ignore_ascii_case(b) } else { a == b }
+}
+
+/// The rest of `path` after `text`, when it starts with it (HAProxy's `path_beg`).
+fn begins<'a>(path: &'a str, text: &str, ignore_case: bool) -> Option<&'a str> {
+    let head = path.get(..text.len())?;
+    same(head.as_bytes(), text.as_bytes(), ignore_case).then(|| &path[text.len()..])
+}
+
+fn ends(path: &str, text: &str, ignore_case: bool) -> bool {
+    path.len() >= text.len() && path.is_char_boundary(path.len() - text.len()) && same(&path.as_bytes()[path.len() - text.len()..], text.as_bytes(), ignore_case)
+}
+
 /// `/static` takes `/static`, `/static/x` and `/static?q`, not `/staticfoo`; `/static/` takes
 /// what starts with it.
-fn prefix_matches(path: &str, prefix: &str) -> bool {
-    match path.strip_prefix(prefix) {
+fn prefix_matches(path: &str, prefix: &str, ignore_case: bool) -> bool {
+    match begins(path, prefix, ignore_case) {
         Some(rest) => prefix.ends_with('/') || rest.is_empty() || rest.starts_with('/'),
         None => false,
     }
@@ -70,6 +86,24 @@ mod tests {
             assert_eq!(matches(&by_dir, path, None, &h), dir, "{path}");
             assert_eq!(matches(&by_ext, path, None, &h), ext, "{path}");
         }
+    }
+
+    #[test]
+    fn path_beg_is_haproxys_and_ignore_case_is_its_dash_i() {
+        let h = HeaderMap::new();
+        let beg = route("path_beg = [\"/static\"]");
+        assert!(matches(&beg, "/staticfoo", None, &h) && matches(&beg, "/static/a", None, &h) && !matches(&beg, "/Static/a", None, &h));
+        let prefix = route("path_prefix = [\"/static\"]");
+        assert!(!matches(&prefix, "/staticfoo", None, &h), "path_prefix keeps whole segments");
+        let ic = route("path_prefix = [\"/static\"]\npath_suffix = [\".JPG\"]\nignore_case = true");
+        assert!(matches(&ic, "/STATIC/a.jpg", None, &h) && !matches(&ic, "/STATICfoo/a.jpg", None, &h));
+        assert!(!matches(&route("path_suffix = [\".JPG\"]"), "/a.jpg", None, &h));
+        let mut v = HeaderMap::new();
+        v.insert("x-beta", "YES".parse().unwrap());
+        assert!(matches(&route("header = \"x-beta\"\nheader_value = \"yes\"\nignore_case = true"), "/", None, &v));
+        assert!(!matches(&route("header = \"x-beta\"\nheader_value = \"yes\""), "/", None, &v));
+        assert!(!matches(&route("path_beg = [\"/é\"]"), "/\u{e8}x", None, &h), "no panic inside a character");
+        assert!(!ends("/\u{e9}", "\u{a9}", false));
     }
 
     #[test]
