@@ -228,9 +228,10 @@ function renderStats() {
       bin += v.bytes_in; bout += v.bytes_out; cerr += v.connect_failures; resp += v.transfer_errors; redis += v.redispatches;
       rows.push(el("tr", { "data-server": v.address, class: `state-${v.state}` },
         el("td", {}, v.address),
-        el("td", { class: "num" }, ""), el("td", { class: "num" }, ""), el("td", { class: "num" }, ""),
+        // Every mode queues per pool, not per server: the Total row holds the queue.
+        ...[0, 1, 2].map(() => el("td", { class: "num muted", title: "requests wait in the pool's queue (Total row)" }, "-")),
         el("td", { class: "num" }, v.rate), el("td", { class: "num" }, v.rate_max), el("td", { class: "num" }, ""),
-        el("td", { class: "num" }, v.current), el("td", { class: "num" }, v.max), el("td", { class: "num" }, ""),
+        el("td", { class: "num" }, v.current), el("td", { class: "num" }, v.max), el("td", { class: "num server-limit" }, v.maxconn || "-"),
         el("td", { class: "num total" }, v.total), el("td", { class: "num" }, v.lb_total), el("td", { class: "num" }, duration(v.last_use_secs)),
         el("td", { class: "num" }, bytes(v.bytes_in)), el("td", { class: "num" }, bytes(v.bytes_out)),
         el("td", { class: "num" }, v.connect_failures), el("td", { class: "num" }, v.transfer_errors),

@@ -22,8 +22,9 @@ fn a_user_drives_the_dashboard_in_chromium() {
     );
     let servers: Vec<Backend> = (1..=4).map(|i| Backend::start(&format!("b{i}"))).collect();
     let mut config = format!("[[service]]\nname = \"web\"\nlisten = \"{{LISTEN}}\"\nalgorithm = \"round-robin\"\n\n[service.health]\n{HTTP_CHECK}\n");
-    for b in &servers {
-        config.push_str(&format!("\n[[service.server]]\naddress = \"{}\"\n", b.addr));
+    for (i, b) in servers.iter().enumerate() {
+        // One server with a maxconn, for the stats table's Limit cell.
+        config.push_str(&format!("\n[[service.server]]\naddress = \"{}\"\n{}", b.addr, if i == 0 { "maxconn = 50\n" } else { "" }));
     }
     let f = Fulcrum::start(&config);
     f.wait_all_up();

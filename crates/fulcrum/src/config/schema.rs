@@ -741,6 +741,9 @@ pub struct Http {
     pub cookie: String,
     #[serde(default = "defaults::cookie_mode")]
     pub cookie_mode: CookieMode,
+    /// `cookie`: how a client without the cookie gets its server.
+    #[serde(default, skip_serializing_if = "CookieNew::is_round_robin")]
+    pub cookie_new: CookieNew,
     /// A plain-HTTP service answers every request with a 308 to the same URL over https.
     #[serde(default, skip_serializing_if = "is_false")]
     pub redirect_https: bool,
@@ -770,6 +773,23 @@ pub enum CookieMode {
     Jserv,
 }
 
+/// Where the `cookie` algorithm places a client that has no affinity yet.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum CookieNew {
+    /// In turn, by weight (smooth weighted round robin).
+    #[default]
+    RoundRobin,
+    /// At random, by weight, as Apache's mod_jserv placed new sessions.
+    Random,
+}
+
+impl CookieNew {
+    pub fn is_round_robin(&self) -> bool {
+        *self == CookieNew::RoundRobin
+    }
+}
+
 impl Default for Http {
     fn default() -> Self {
         Http {
@@ -787,6 +807,7 @@ impl Default for Http {
             hash_header: None,
             cookie: defaults::cookie_name(),
             cookie_mode: defaults::cookie_mode(),
+            cookie_new: CookieNew::RoundRobin,
             redirect_https: false,
             hsts: None,
             http2: true,

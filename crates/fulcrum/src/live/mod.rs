@@ -295,6 +295,21 @@ mod tests {
     }
 
     #[test]
+    fn the_cookie_algorithm_places_new_clients_in_turn_or_at_random() {
+        let placed = |extra: &str| {
+            let text = format!("[[service]]\nname = \"web\"\nlisten = \"127.0.0.1:1000\"\nmode = \"http\"\nalgorithm = \"cookie\"\n[service.health]\nkind = \"none\"\n[service.http]\n{extra}\n[[service.server]]\naddress = \"127.0.0.1:1001\"\n[[service.server]]\naddress = \"127.0.0.1:1002\"\n");
+            let rt = Live::new(config::parse(&text, "t.toml").unwrap()).unwrap();
+            let primary = &rt.current().services[0].pool.primary;
+            (0..200).map(|_| primary.pick(IpAddr::from([127, 0, 0, 1]), None, &[]).unwrap()).collect::<Vec<_>>()
+        };
+        let in_turn = placed("");
+        assert!(in_turn.windows(2).all(|w| w[0] != w[1]), "round robin alternates");
+        let random = placed("cookie_new = \"random\"");
+        let repeats = random.windows(2).filter(|w| w[0] == w[1]).count();
+        assert!((50..=150).contains(&repeats), "random repeats about half the time: {repeats}");
+    }
+
+    #[test]
     fn a_servers_proxy_protocol_is_its_own_else_its_pools_else_its_services() {
         let text = "[[service]]\nname = \"edge\"\nlisten = \"127.0.0.1:1000\"\nproxy_protocol = \"v1\"\n\
                     [[service.server]]\naddress = \"127.0.0.1:1001\"\n[[service.server]]\naddress = \"127.0.0.1:1002\"\nproxy_protocol = \"v2\"\n\

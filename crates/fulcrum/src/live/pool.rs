@@ -35,7 +35,12 @@ impl Tier {
     pub fn new(servers: Vec<Arc<ServerEntry>>, service: &config::Service, events: &Subscribers) -> Self {
         let p = &service.passive;
         let tuning = balance::passive_ratio::Tuning { delta: p.delta, slot: p.slot, window_slots: p.window_slots, min_samples: p.min_samples };
-        let picker = Arc::new(Picker { view: Servers(servers.clone()), balancer: balance::build(service.algorithm, tuning) });
+        // The cookie algorithm places clients without affinity by its `cookie_new`.
+        let algorithm = match (service.algorithm, service.http.cookie_new) {
+            (config::Algorithm::Cookie, config::CookieNew::Random) => config::Algorithm::Random,
+            (algorithm, _) => algorithm,
+        };
+        let picker = Arc::new(Picker { view: Servers(servers.clone()), balancer: balance::build(algorithm, tuning) });
         // Subscribed before the first update, so a change that lands between the two is heard.
         events.subscribe(&picker);
         picker.server_changed();

@@ -117,6 +117,9 @@ pub struct ServerStats {
     pub downtime_secs: u64,
     pub current: u64,
     pub max: u64,
+    /// `maxconn`: connections (HTTP: requests) it takes at once, 0 for no limit; more wait in
+    /// the pool's queue.
+    pub maxconn: u32,
     pub total: u64,
     /// Times the balancer picked this server (LbTot), failed connects included.
     pub lb_total: u64,
@@ -227,6 +230,7 @@ fn server(e: &ServerEntry, backup: bool, now: u64, algorithm: Option<AlgorithmMe
         downtime_secs: st.downtime_ms(now) / 1000,
         current: c.current.load(Relaxed),
         max: c.max.load(Relaxed),
+        maxconn: e.maxconn,
         total: c.total.load(Relaxed),
         lb_total: c.lb_total.load(Relaxed),
         rate: c.rate.current(now / 1000),

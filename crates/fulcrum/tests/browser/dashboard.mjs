@@ -98,6 +98,8 @@ try {
   await tab("stats");
   const statsRows = await page.$$eval("#stats-table tbody tr[data-server]", (r) => r.length);
   assert.equal(statsRows, 4);
+  const limits = await page.$$eval("#stats-table td.server-limit", (c) => c.map((e) => e.textContent).sort());
+  assert.deepEqual(limits, ["-", "-", "-", "50"], "each server's session limit is its maxconn");
   await shot("stats");
   await tab("graphs");
   await page.waitForSelector("#graphs svg.graph polygon", { state: "attached", timeout: 20000 });
