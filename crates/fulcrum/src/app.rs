@@ -13,6 +13,7 @@
 
 mod error;
 mod resolve;
+pub mod systemd;
 
 use std::collections::HashMap;
 use std::net::SocketAddr;
@@ -255,8 +256,13 @@ impl App {
             tokio::select! {
                 _ = hup.recv() => {
                     info!("SIGHUP: reloading {}", self.path.as_ref().map(|p| p.display().to_string()).unwrap_or_default());
-                    if let Err(e) = self.reload().await {
-                        error!("reload refused: {e}");
+                    systemd::reloading();
+                    match self.reload().await {
+                        Ok(done) => systemd::ready(&done),
+                        Err(e) => {
+                            error!("reload refused: {e}");
+                            systemd::ready(&format!("reload refused, the running config stays: {e}"));
+                        }
                     }
                 }
                 _ = term.recv() => break,
@@ -270,6 +276,7 @@ impl App {
     /// Stops accepting, drains connections up to the grace period, and stops health checks.
     pub async fn stop(&self) {
         let grace = self.live.current().config.shutdown_grace;
+        systemd::stopping();
         info!("shutting down: draining connections for up to {}", humantime::format_duration(grace));
         if let Ok(h) = self.health.lock() {
             h.cancel();

@@ -17,8 +17,17 @@ pub struct Cli {
     /// Log filter (error, warn, info, debug, trace, or a tracing filter); RUST_LOG overrides it.
     #[arg(long, global = true, default_value = "info")]
     pub log: String,
+    /// `text` (coloured only on a terminal) or `json` (one object per line, for a log shipper).
+    #[arg(long, global = true, value_enum, default_value = "text")]
+    pub log_format: LogFormat,
     #[command(subcommand)]
     pub command: Command,
+}
+
+#[derive(Debug, Clone, Copy, clap::ValueEnum)]
+pub enum LogFormat {
+    Text,
+    Json,
 }
 
 #[derive(Debug, Subcommand)]
@@ -49,7 +58,7 @@ pub enum Command {
 
 pub fn main() -> ExitCode {
     let cli = Cli::parse();
-    init_tracing(&cli.log);
+    init_tracing(&cli.log, cli.log_format);
     let result = match cli.command {
         Command::Check { configs } => return check(&configs),
         Command::Run { config } => run(config),
@@ -71,19 +80,28 @@ pub fn main() -> ExitCode {
     }
 }
 
-fn init_tracing(level: &str) {
+fn init_tracing(level: &str, format: LogFormat) {
+    use std::io::IsTerminal;
     use tracing_subscriber::EnvFilter;
     let filter = EnvFilter::try_from_default_env()
         .or_else(|_| EnvFilter::try_new(level))
         .unwrap_or_else(|_| EnvFilter::new("info"));
-    tracing_subscriber::fmt().with_env_filter(filter).with_writer(std::io::stderr).init();
+    let fmt = tracing_subscriber::fmt().with_env_filter(filter).with_writer(std::io::stderr);
+    match format {
+        // Colour codes only where a terminal shows them: not in journald, a file or a pipe.
+        LogFormat::Text => fmt.with_ansi(std::io::stderr().is_terminal()).init(),
+        LogFormat::Json => fmt.json().flatten_event(true).init(),
+    }
 }
 
 fn check(paths: &[PathBuf]) -> ExitCode {
     let mut failed = false;
     for path in paths {
         match config::load(path) {
-            Ok(l) => println!("{}: ok ({} services)", path.display(), l.config.services.len()),
+            Ok(l) => {
+                let n = l.config.services.len();
+                println!("{}: ok ({n} service{})", path.display(), if n == 1 { "" } else { "s" });
+            }
             Err(d) => {
                 failed = true;
                 eprintln!("{d}");
@@ -115,6 +133,8 @@ fn run(path: PathBuf) -> anyhow::Result<()> {
     let rt = runtime(loaded.config.workers)?;
     rt.block_on(async move {
         let app = App::start(loaded.config, Some(path), Shutdown::new()).await?;
+        let services = app.live.current().services.len();
+        crate::app::systemd::ready(&format!("serving {services} service{}", if services == 1 { "" } else { "s" }));
         app.run_until_signal().await?;
         Ok(())
     })

@@ -141,3 +141,44 @@ fn a_service_at_the_top_of_every_range_answers_and_one_past_is_refused_on_reload
     fulcrum.wait_log("max_headers = 1001 is out of range: use 1 to 1000");
     assert_eq!(request(&fulcrum, "GET /name HTTP/1.0\r\nHost: t\r\n\r\n"), (200, "top".to_string()), "the running config stays");
 }
+
+/// Every file in `examples/` is a config a user can copy and run: `check` passes each one as it
+/// is, with only what its header says to make (the HTTPS example's certificate, by the header's
+/// own openssl command). `check` says how many services it found, in words.
+#[test]
+fn every_example_passes_check() {
+    let examples = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../../examples");
+    let dir = support::scratch("examples");
+    let mut checked = 0;
+    for entry in std::fs::read_dir(&examples).unwrap() {
+        let path = entry.unwrap().path();
+        std::fs::copy(&path, dir.join(path.file_name().unwrap())).unwrap();
+        let text = std::fs::read_to_string(&path).unwrap();
+        // A header's `openssl req` command (with its continuation lines) runs as written.
+        let header: Vec<&str> = text.lines().take_while(|l| l.starts_with('#')).map(|l| l.trim_start_matches('#').trim()).collect();
+        if let Some(at) = header.iter().position(|l| l.starts_with("openssl req")) {
+            let mut command = String::new();
+            for line in &header[at..] {
+                command.push_str(line);
+                command.push('\n');
+                if !line.ends_with('\\') {
+                    break;
+                }
+            }
+            let out = Command::new("sh").args(["-c", &command]).current_dir(&dir).output().unwrap();
+            assert!(out.status.success(), "{}: {command}: {}", path.display(), String::from_utf8_lossy(&out.stderr));
+        }
+    }
+    for entry in std::fs::read_dir(&dir).unwrap() {
+        let path = entry.unwrap().path();
+        if path.extension().is_none_or(|e| e != "toml") {
+            continue;
+        }
+        let out = Command::new(env!("CARGO_BIN_EXE_fulcrum")).arg("check").arg(path.file_name().unwrap()).current_dir(&dir).output().unwrap();
+        let said = String::from_utf8_lossy(&out.stdout);
+        assert!(out.status.success(), "{}: {said}{}", path.display(), String::from_utf8_lossy(&out.stderr));
+        assert!(said.trim_end().ends_with("ok (1 service)") || said.contains(" services)"), "{said}");
+        checked += 1;
+    }
+    assert!(checked >= 5, "{checked} examples");
+}

@@ -1,5 +1,5 @@
 //! `fulcrum demo`: the embedded default. Four built-in real servers, the paper's `http` rule over
-//! them (`examples/demo.toml`), light traffic, the dashboard on the admin address, and a line every
+//! them (`demo.toml` beside this file), light traffic, the dashboard on the admin address, and a line every
 //! few seconds of what each server got. With `--fleet`, the rule lives in a local etcd and two
 //! instances run it (`demo::fleet`).
 
@@ -23,7 +23,7 @@ use crate::shutdown::Shutdown;
 /// How often the demo prints what each server got.
 const REPORT_EVERY: Duration = Duration::from_secs(5);
 
-const TEMPLATE: &str = include_str!("../../../../examples/demo.toml");
+const TEMPLATE: &str = include_str!("demo.toml");
 
 #[derive(Debug, Clone, clap::Args)]
 pub struct DemoArgs {
