@@ -142,6 +142,12 @@ fn a_service_at_the_top_of_every_range_answers_and_one_past_is_refused_on_reload
     assert_eq!(request(&fulcrum, "GET /name HTTP/1.0\r\nHost: t\r\n\r\n"), (200, "top".to_string()), "the running config stays");
 }
 
+#[test]
+fn a_misspelt_key_gets_the_nearest_one_as_a_hint() {
+    let (ok, err) = check("unknown-key.toml");
+    assert!(!ok && err.contains("hint: did you mean `half_close`?"), "{err}");
+}
+
 /// Every file in `examples/` is a config a user can copy and run: `check` passes each one as it
 /// is, with only what its header says to make (the HTTPS example's certificate, by the header's
 /// own openssl command). `check` says how many services it found, in words.

@@ -76,9 +76,15 @@ fn floor_char_boundary(text: &str, mut i: usize) -> usize {
 /// A hint for the errors serde and toml give, which state the problem but not the fix.
 pub fn hint_for_parse_error(message: &str) -> Option<String> {
     if message.starts_with("unknown field") {
-        Some("remove the key or fix its spelling; the expected keys are listed above".into())
+        Some(match nearest(message) {
+            Some(key) => format!("did you mean `{key}`? Otherwise remove the key; the expected keys are listed above"),
+            None => "remove the key or fix its spelling; the expected keys are listed above".into(),
+        })
     } else if message.starts_with("unknown variant") {
-        Some("use one of the values listed above".into())
+        Some(match nearest(message) {
+            Some(value) => format!("did you mean \"{value}\"? The values it takes are listed above"),
+            None => "use one of the values listed above".into(),
+        })
     } else if message.starts_with("missing field") {
         Some("add the key to this table".into())
     } else if message.contains("invalid duration") {
@@ -90,5 +96,45 @@ pub fn hint_for_parse_error(message: &str) -> Option<String> {
         Some("check the value's type: strings are quoted, numbers and booleans are not".into())
     } else {
         None
+    }
+}
+
+/// serde's "unknown field `x`, expected one of `a`, `b`": the expected name closest to `x`, when
+/// it is close enough to be a typo (at most a third of its letters differ).
+fn nearest(message: &str) -> Option<&str> {
+    let mut quoted = message.split('`').skip(1).step_by(2);
+    let given = quoted.next()?;
+    let (best, distance) = quoted.map(|c| (c, edit_distance(given, c))).min_by_key(|&(_, d)| d)?;
+    (distance > 0 && distance <= given.chars().count().max(3) / 3).then_some(best)
+}
+
+/// Levenshtein distance: insertions, deletions and substitutions of characters.
+fn edit_distance(a: &str, b: &str) -> usize {
+    let b: Vec<char> = b.chars().collect();
+    let mut row: Vec<usize> = (0..=b.len()).collect();
+    for (i, ca) in a.chars().enumerate() {
+        let mut diagonal = row[0];
+        row[0] = i + 1;
+        for (j, &cb) in b.iter().enumerate() {
+            let next = (diagonal + usize::from(ca != cb)).min(row[j] + 1).min(row[j + 1] + 1);
+            diagonal = row[j + 1];
+            row[j + 1] = next;
+        }
+    }
+    row[b.len()]
+}
+
+#[cfg(test)]
+mod suggestion_tests {
+    use super::*;
+
+    #[test]
+    fn a_typo_gets_the_nearest_key_and_a_stranger_gets_none() {
+        let hint = |m: &str| hint_for_parse_error(m).unwrap();
+        assert!(hint("unknown field `half_closed`, expected one of `name`, `half_close`, `health`").starts_with("did you mean `half_close`?"));
+        assert!(hint("unknown field `intervall`, expected one of `kind`, `interval`, `timeout`").starts_with("did you mean `interval`?"));
+        assert!(hint("unknown field `colour`, expected one of `name`, `listen`").starts_with("remove the key"));
+        assert!(hint("unknown variant `round-robbin`, expected one of `round-robin`, `random`").starts_with("did you mean \"round-robin\"?"));
+        assert_eq!((edit_distance("", "ab"), edit_distance("kitten", "sitting")), (2, 3));
     }
 }
