@@ -107,3 +107,23 @@ fn the_fleet_demo_runs_two_instances_over_etcd_and_a_change_in_one_reaches_the_o
     assert!(text.contains(&format!("lb-1: dashboard http://{lb1}/")) && text.contains(&format!("lb-2: dashboard http://{lb2}/")), "{text}");
     assert!(text.contains("etcdctl --endpoints http://127.0.0.1:"), "{text}");
 }
+
+#[test]
+fn a_demo_whose_port_is_taken_names_the_flag_and_leaves_nothing_behind() {
+    for flag in ["--listen", "--admin"] {
+        let taken = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+        let other = format!("127.0.0.1:{}", free_port());
+        let (listen, admin) = if flag == "--listen" { (taken.local_addr().unwrap().to_string(), other) } else { (other, taken.local_addr().unwrap().to_string()) };
+        let child = Command::new(env!("CARGO_BIN_EXE_fulcrum"))
+            .args(["demo", "--listen", &listen, "--admin", &admin, "--rate", "0", "--seconds", "5"])
+            .stdout(Stdio::null())
+            .stderr(Stdio::piped())
+            .spawn()
+            .unwrap();
+        let pid = child.id();
+        let out = child.wait_with_output().unwrap();
+        let err = String::from_utf8_lossy(&out.stderr);
+        assert!(!out.status.success() && err.contains(&format!("choose another with {flag}")), "{flag}: {err}");
+        assert!(!std::env::temp_dir().join(format!("fulcrum-demo-{pid}")).exists(), "{flag}: the demo's directory is gone");
+    }
+}

@@ -78,12 +78,25 @@ pub async fn run(args: DemoArgs) -> anyhow::Result<()> {
     // demo as they would in production.
     let dir = std::env::temp_dir().join(format!("fulcrum-demo-{}", std::process::id()));
     std::fs::create_dir_all(&dir).with_context(|| format!("creating {}", dir.display()))?;
-    if args.fleet {
-        let result = run_fleet(&args, &text, &dir).await;
-        let _ = std::fs::remove_dir_all(&dir);
-        return result;
-    }
-    let certificate = if args.tls { Some(https_service(&mut text, &dir, args.tls_listen)?) } else { None };
+    // The directory goes whichever way the demo ends, a port already taken included.
+    let result = if args.fleet { run_fleet(&args, &text, &dir).await } else { serve(&args, text, &dir).await };
+    let _ = std::fs::remove_dir_all(&dir);
+    result.map_err(|e| name_the_flag(e, &args))
+}
+
+/// A busy address's error names the flag that moves it.
+fn name_the_flag(e: anyhow::Error, args: &DemoArgs) -> anyhow::Error {
+    let flag = match e.downcast_ref::<crate::app::StartError>() {
+        Some(crate::app::StartError::AdminBind { .. }) => "--admin",
+        Some(crate::app::StartError::Bind { address, .. }) if *address == args.tls_listen => "--tls-listen",
+        Some(crate::app::StartError::Bind { .. }) => "--listen",
+        _ => return e,
+    };
+    e.context(format!("the address is taken (another demo running?): choose another with {flag}"))
+}
+
+async fn serve(args: &DemoArgs, mut text: String, dir: &std::path::Path) -> anyhow::Result<()> {
+    let certificate = if args.tls { Some(https_service(&mut text, dir, args.tls_listen)?) } else { None };
     let config = config::parse(&text, "demo.toml").map_err(|d| anyhow::anyhow!("embedded demo config is invalid:\n{d}"))?;
     let path = dir.join("demo.toml");
     std::fs::write(&path, &text).with_context(|| format!("writing {}", path.display()))?;
@@ -107,7 +120,6 @@ pub async fn run(args: DemoArgs) -> anyhow::Result<()> {
     wait(args.seconds).await;
     report.abort();
     app.stop().await;
-    let _ = std::fs::remove_dir_all(&dir);
     Ok(())
 }
 
