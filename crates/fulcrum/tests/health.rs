@@ -115,4 +115,19 @@ fn with_no_server_at_all_the_client_is_closed_at_once_and_the_reason_logged() {
     assert!(started.elapsed() < Duration::from_secs(5));
     f.wait_log("no server is up");
     assert_eq!(f.stats()["services"][0]["refused"].as_u64().unwrap(), refused + 1);
+    assert!(f.log().contains("the next health check is due within 200ms, and 2 passing in a row bring a server up"), "{}", f.log());
+
+    // A crowd of clients in the same second is one line, with the count held back.
+    std::thread::sleep(Duration::from_millis(1100));
+    let lines = || f.log().matches("closing client").count();
+    let before = lines();
+    for _ in 0..30 {
+        let _ = http_get_from(None, f.listen, "/name");
+    }
+    assert_eq!(f.stats()["services"][0]["refused"].as_u64().unwrap(), refused + 31);
+    assert!(lines() - before <= 2, "{}", f.log());
+    wait_until("the count of the held lines", Duration::from_secs(5), || {
+        let _ = http_get_from(None, f.listen, "/name");
+        f.log().lines().any(|l| l.contains("closing client") && !l.contains("held=0"))
+    });
 }

@@ -129,7 +129,23 @@ async fn connect_server(service: &Service, pool: &Pool, client: &TcpStream, peer
                         warn!(service = %cfg.name, client = %peer, held, "closing client: {e}");
                     }
                 } else {
-                    warn!(service = %cfg.name, client = %peer, "closing client: {e}");
+                    // Every client meets the same pool: one line a second with the count, and
+                    // when no server is up, when that may change.
+                    static NO_SERVER: Throttle = Throttle::new();
+                    static SERVER_FAILED: Throttle = Throttle::new();
+                    let health = &pool.config.health;
+                    if e.kind != crate::error::Kind::NoServer {
+                        if let Some(held) = SERVER_FAILED.ready() {
+                            warn!(service = %cfg.name, client = %peer, held, "closing client: {e}");
+                        }
+                    } else if let Some(held) = NO_SERVER.ready() {
+                        if health.kind == crate::config::HealthKind::None {
+                            warn!(service = %cfg.name, client = %peer, held, "closing client: {e}");
+                        } else {
+                            let every = humantime::format_duration(health.interval);
+                            warn!(service = %cfg.name, client = %peer, held, "closing client: {e}; the next health check is due within {every}, and {} passing in a row bring a server up", health.rise);
+                        }
+                    }
                 }
                 return None;
             }
