@@ -22,6 +22,7 @@ pub fn routes<C: Control>() -> Router<Arc<C>> {
         .route("/api/fleet", get(fleet::<C>))
         .route("/metrics", get(metrics::<C>))
         .route("/api/history", get(history::<C>))
+        .route("/api/explain", get(explain::<C>))
         .route("/api/config", get(get_config::<C>).post(put_config::<C>))
         .route("/api/config/validate", post(validate_config))
         .route("/api/save", post(save::<C>))
@@ -91,6 +92,32 @@ async fn get_csv<C: Control>(State(control): State<Arc<C>>) -> Response {
 async fn metrics<C: Control>(State(control): State<Arc<C>>) -> Response {
     let body = stats::prometheus::render(&stats::snapshot(&control.current()));
     ([(header::CONTENT_TYPE, "text/plain; version=0.0.4; charset=utf-8")], body).into_response()
+}
+
+#[derive(Deserialize)]
+struct ExplainQuery {
+    service: String,
+    client: Option<String>,
+    path: Option<String>,
+    host: Option<String>,
+    cookie: Option<String>,
+}
+
+/// What Fulcrum would do now for a request from `client` (and `path`, `host`, `cookie`), and why.
+async fn explain<C: Control>(State(control): State<Arc<C>>, Query(q): Query<ExplainQuery>) -> Response {
+    let generation = control.current();
+    let Some(service) = generation.services.iter().find(|s| s.config().name == q.service) else {
+        return refuse(StatusCode::NOT_FOUND, format!("no service {:?}", q.service));
+    };
+    let client = match q.client.as_deref().map(str::parse::<std::net::IpAddr>).transpose() {
+        Ok(c) => c,
+        Err(_) => return refuse(StatusCode::BAD_REQUEST, format!("client {:?} is not an IP address", q.client.unwrap_or_default())),
+    };
+    let question = crate::proxy::explain::Question { client, path: q.path, host: q.host, cookie: q.cookie };
+    match crate::proxy::explain::explain(service, &question) {
+        Ok(e) => Json(e).into_response(),
+        Err(why) => refuse(StatusCode::BAD_REQUEST, why),
+    }
 }
 
 #[derive(Deserialize)]

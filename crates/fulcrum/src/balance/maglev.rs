@@ -79,6 +79,15 @@ impl Maglev {
         Some(self.table[(hash % self.table.len() as u64) as usize] as usize)
     }
 
+    /// The slot a hash lands on and the server that owns it, for `/api/explain`.
+    pub fn slot(&self, hash: u64) -> Option<(usize, usize)> {
+        let m = self.table.len();
+        (m > 0).then(|| {
+            let slot = (hash % m as u64) as usize;
+            (slot, self.table[slot] as usize)
+        })
+    }
+
     /// Like `lookup`, but walks forward from the hashed slot to the first server `usable` accepts
     /// (redispatch): the walk is deterministic, so a retried client lands on the same fallback.
     pub fn lookup_usable(&self, hash: u64, usable: impl Fn(usize) -> bool) -> Option<usize> {

@@ -109,6 +109,10 @@ pub trait Balancer: Send + Sync {
     fn metrics(&self, _i: usize) -> Option<AlgorithmMetrics> {
         None
     }
+    /// For the hashing algorithms: the table slot `hash` lands on and the server owning it.
+    fn slot(&self, _hash: u64) -> Option<(usize, usize)> {
+        None
+    }
 }
 
 /// The balancer for an algorithm named in the config.

@@ -67,6 +67,10 @@ impl Balancer for SourceHash {
         self.table.store(Arc::new(Table { servers, maglev }));
     }
 
+    fn slot(&self, hash: u64) -> Option<(usize, usize)> {
+        self.table.load().maglev.slot(hash)
+    }
+
     fn table_digest(&self) -> Option<u64> {
         let table = self.table.load();
         Some(table.maglev.digest(&table.servers))

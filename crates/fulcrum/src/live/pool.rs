@@ -52,6 +52,11 @@ impl Tier {
         self.picker.balancer.metrics(i)
     }
 
+    /// The table slot `hash` lands on and its owner, when the algorithm hashes.
+    pub fn slot(&self, hash: u64) -> Option<(usize, usize)> {
+        self.picker.balancer.slot(hash)
+    }
+
     /// The digest of the balancer's lookup table, when its algorithm has one.
     pub fn table_digest(&self) -> Option<u64> {
         self.picker.balancer.table_digest()

@@ -4,6 +4,7 @@
 pub mod connect;
 pub mod copy;
 pub mod dispatch;
+pub mod explain;
 pub mod ftp;
 pub mod http;
 pub mod listener;

@@ -12,7 +12,7 @@
 //! `head_timeout`; 501 for CONNECT (Fulcrum does not tunnel).
 
 mod access;
-mod affinity;
+pub(crate) mod affinity;
 mod body;
 pub(crate) mod guard;
 mod h2;
@@ -20,7 +20,7 @@ mod headers;
 mod idle;
 mod park;
 mod replay;
-mod route;
+pub(crate) mod route;
 mod upstream;
 
 use std::net::SocketAddr;

@@ -16,6 +16,31 @@ pub fn choose<'a>(service: &'a Service, path: &str, headers: &HeaderMap, authori
     service.pool_for(cfg.routes.iter().find(|r| matches(r, path, host, headers)).map(|r| r.pool.as_str()))
 }
 
+/// Why `route` does not take the request (the first condition that fails), or `None` when it does.
+pub fn mismatch(route: &Route, path: &str, host: Option<&str>, headers: &HeaderMap) -> Option<String> {
+    let ic = route.ignore_case;
+    if !route.path_prefix.is_empty() && !route.path_prefix.iter().any(|p| prefix_matches(path, p, ic)) {
+        return Some(format!("path {path} is under none of path_prefix {:?}", route.path_prefix));
+    }
+    if !route.path_beg.is_empty() && !route.path_beg.iter().any(|p| begins(path, p, ic).is_some()) {
+        return Some(format!("path {path} begins with none of path_beg {:?}", route.path_beg));
+    }
+    if !route.path_suffix.is_empty() && !route.path_suffix.iter().any(|s| ends(path, s, ic)) {
+        return Some(format!("path {path} ends with none of path_suffix {:?}", route.path_suffix));
+    }
+    if !route.host.is_empty() && !host.is_some_and(|h| route.host.iter().any(|r| r.eq_ignore_ascii_case(h))) {
+        return Some(format!("host {} is none of {:?}", host.unwrap_or("(none)"), route.host));
+    }
+    if !matches(route, path, host, headers) {
+        let name = route.header.as_deref().unwrap_or_default();
+        return Some(match &route.header_value {
+            Some(v) => format!("header {name} is not {v:?}"),
+            None => format!("no header {name}"),
+        });
+    }
+    None
+}
+
 pub fn matches(route: &Route, path: &str, host: Option<&str>, headers: &HeaderMap) -> bool {
     let ic = route.ignore_case;
     (route.path_prefix.is_empty() || route.path_prefix.iter().any(|p| prefix_matches(path, p, ic)))
@@ -54,7 +79,7 @@ fn prefix_matches(path: &str, prefix: &str, ignore_case: bool) -> bool {
     }
 }
 
-fn strip_port(host: &str) -> &str {
+pub fn strip_port(host: &str) -> &str {
     if host.starts_with('[') {
         return host.split_once(']').map(|(h, _)| &h[1..]).unwrap_or(host);
     }

@@ -1,0 +1,226 @@
+//! "Why this server?": what Fulcrum would do right now for a request from a given client (and
+//! path, host and cookie in HTTP mode), and why: the routes tried, the pool, the algorithm's
+//! inputs (weights, ramps, loads, ratios, the hash key and its table slot, the affinity cookie),
+//! every server skipped with its reason, and the pick. `GET /api/explain` serves it.
+//!
+//! The pick is the algorithm's own, made as for a request: a rotating algorithm (round robin,
+//! static-rr) moves on by one turn, as the request would have moved it; nothing is counted and no
+//! connection is made.
+
+use std::net::IpAddr;
+
+use hyper::header::{self, HeaderMap, HeaderValue};
+use serde::Serialize;
+
+use crate::balance::RAMP_FULL;
+use crate::config::{Algorithm, Mode};
+use crate::live::{Avoid, Pool, Service, State};
+
+use super::http::{affinity, route};
+
+/// The request to explain.
+#[derive(Debug, Clone, Default)]
+pub struct Question {
+    pub client: Option<IpAddr>,
+    pub path: Option<String>,
+    pub host: Option<String>,
+    /// The `Cookie` header the client would send.
+    pub cookie: Option<String>,
+}
+
+#[derive(Debug, Serialize)]
+pub struct Explanation {
+    pub service: String,
+    pub client: IpAddr,
+    /// HTTP mode: each route in order, whether it took the request and, if not, why.
+    pub routes: Vec<RouteCheck>,
+    /// The pool that serves it: `default` for the service's own servers.
+    pub pool: String,
+    pub algorithm: &'static str,
+    /// Hashing algorithms: what was hashed, and where it landed.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub key: Option<HashKey>,
+    /// `cookie`: the server the client's cookie names, if any.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub affinity: Option<AffinityCheck>,
+    pub candidates: Vec<Candidate>,
+    /// `all_down = "use-all"` in force: health is ignored for this pick.
+    pub panic: bool,
+    pub pick: Option<String>,
+    pub why: String,
+}
+
+#[derive(Debug, Serialize)]
+pub struct RouteCheck {
+    pub pool: String,
+    pub taken: bool,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub why_not: Option<String>,
+}
+
+#[derive(Debug, Serialize)]
+pub struct HashKey {
+    /// What was hashed, e.g. `client 127.0.0.9` or `path /a`.
+    pub of: String,
+    pub hash: String,
+    pub slot: usize,
+    /// The primary server that owns the slot (the pick walks on when it is skipped).
+    pub owner: String,
+}
+
+#[derive(Debug, Serialize)]
+pub struct AffinityCheck {
+    pub cookie: Option<String>,
+    /// The server whose id the cookie carries, when one of the pool's has it.
+    pub server: Option<String>,
+    pub usable: bool,
+}
+
+#[derive(Debug, Serialize)]
+pub struct Candidate {
+    pub address: String,
+    pub backup: bool,
+    pub state: State,
+    pub weight: u32,
+    /// The weight it takes traffic by now (slow start ramps it).
+    pub effective_weight: f64,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub ramp_percent: Option<u32>,
+    /// Connections (HTTP: requests) in flight, and its `maxconn` (0: none).
+    pub active: u64,
+    pub maxconn: u32,
+    /// Why the pick passes it over; `None` for a server it may take.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub skipped: Option<String>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub ratio: Option<f64>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub r: Option<f64>,
+    pub ewma_connect_ms: f64,
+}
+
+/// Explains the request `q` to `service` as the data path would decide it now.
+pub fn explain(service: &Service, q: &Question) -> Result<Explanation, String> {
+    let cfg = service.config();
+    let client = q.client.ok_or("client: give the client's IP address, e.g. client=203.0.113.9")?;
+    let path = q.path.clone().unwrap_or_else(|| "/".into());
+    let uri: hyper::Uri = path.parse().map_err(|_| format!("path {path:?} is not a request target"))?;
+    let mut headers = HeaderMap::new();
+    for (name, value) in [(header::HOST, &q.host), (header::COOKIE, &q.cookie)] {
+        if let Some(v) = value {
+            headers.insert(name.clone(), HeaderValue::from_str(v).map_err(|_| format!("{name}: {v:?} is not a header value"))?);
+        }
+    }
+    let host = q.host.as_deref().map(route::strip_port);
+    let http = cfg.mode == Mode::Http;
+    let routes: Vec<RouteCheck> = if http {
+        let mut taken = false;
+        cfg.routes
+            .iter()
+            .map(|r| {
+                let why_not = if taken { Some("an earlier route took the request".into()) } else { route::mismatch(r, uri.path(), host, &headers) };
+                taken |= why_not.is_none();
+                RouteCheck { pool: r.pool.clone(), taken: why_not.is_none(), why_not }
+            })
+            .collect()
+    } else {
+        Vec::new()
+    };
+    let taken = routes.iter().find(|r| r.taken).map(|r| r.pool.clone());
+    let (pool, pool_name) = service.pool_for(taken.as_deref());
+    let pc = &pool.config;
+    let steer = if http { affinity::steer(pc, &uri, &headers) } else { affinity::Affinity::default() };
+    let hash = match pc.algorithm {
+        Algorithm::SourceHash => Some((format!("client {client}"), crate::balance::key::client_ip(client))),
+        Algorithm::UriHash if http => steer.hash.map(|h| (format!("path {}", if pc.http.hash_query { uri.path_and_query().map(|p| p.as_str()).unwrap_or("/") } else { uri.path() }), h)),
+        Algorithm::HeaderHash if http => match steer.hash {
+            Some(h) => Some((format!("header {}", pc.http.hash_header.as_deref().unwrap_or_default()), h)),
+            None => Some((format!("client {client} (no {} header)", pc.http.hash_header.as_deref().unwrap_or_default()), crate::balance::key::client_ip(client))),
+        },
+        _ => None,
+    };
+    let key = hash.as_ref().and_then(|(of, h)| {
+        let (slot, owner) = pool.primary.slot(*h)?;
+        Some(HashKey { of: of.clone(), hash: format!("{h:016x}"), slot, owner: pool.primary.servers.get(owner)?.state.key.address.clone() })
+    });
+    let busy = pool.avoid_full(&Avoid::default());
+    let named = steer.prefer.as_deref().and_then(|id| pool.by_id(id, &busy));
+    let affinity = (pc.algorithm == Algorithm::Cookie).then(|| AffinityCheck {
+        cookie: steer.cookie.clone(),
+        server: steer.prefer.as_deref().and_then(|id| pool.servers().find(|e| e.id == id)).map(|e| e.state.key.address.clone()),
+        usable: named.is_some(),
+    });
+    let panic = pool.panicking();
+    let candidates = candidates(pool, panic);
+    let picked = named.clone().or_else(|| pool.pick(client, steer.hash.or(hash.as_ref().map(|(_, h)| *h)), &busy));
+    let pick = picked.as_ref().map(|(_, e, _)| e.state.key.address.clone());
+    let why = match (&picked, &named, &key) {
+        (None, _, _) if candidates.iter().any(|c| c.skipped.as_deref().is_some_and(|s| s.starts_with("full"))) => "every usable server is at its maxconn: the request would wait in the queue".to_string(),
+        (None, _, _) => format!("no server is usable{}", if pc.all_down.is_fail() { " (all_down = \"fail\": 503 or close)" } else { "" }),
+        (Some((_, e, _)), Some(_), _) => format!("the affinity cookie names {}, which is usable", e.state.key.address),
+        (Some((_, e, _)), None, Some(k)) if k.owner == e.state.key.address => format!("{} lands on slot {}, which {} owns", k.of, k.slot, k.owner),
+        (Some((_, e, _)), None, Some(k)) => format!("{} lands on slot {}, owned by {}, which is passed over (or ramping); the table walk goes on to {}", k.of, k.slot, k.owner, e.state.key.address),
+        (Some((role, e, _)), None, None) => {
+            let usable = candidates.iter().filter(|c| c.skipped.is_none()).count();
+            let tier = if *role == crate::live::Role::Backup { "no primary is usable, so a backup: " } else { "" };
+            let how = match pc.algorithm {
+                Algorithm::RoundRobin | Algorithm::Cookie => "its turn in the smooth weighted rotation",
+                Algorithm::StaticRr => "its turn in the static weighted cycle",
+                Algorithm::Random => "a weighted random draw",
+                Algorithm::LeastConn => "the fewest connections in flight per unit of weight",
+                Algorithm::P2cEwma => "the lower cost of two random choices (EWMA connect time x requests in flight / weight)",
+                Algorithm::PassiveRatio => "its turn by the traffic ratios",
+                _ => "the algorithm's choice",
+            };
+            let panicked = if panic { " (panic mode: health ignored)" } else { "" };
+            format!("{tier}{} by {how}, among {usable} usable{panicked}", e.state.key.address)
+        }
+    };
+    let pool_name = pool_name.to_string();
+    Ok(Explanation { service: cfg.name.clone(), client, routes, pool: pool_name, algorithm: pc.algorithm.as_str(), key, affinity, candidates, panic, pick, why })
+}
+
+/// Every server of `pool` with what the pick sees of it, and the reason it passes it over.
+fn candidates(pool: &Pool, panic: bool) -> Vec<Candidate> {
+    let primary_usable = pool.primary.servers.iter().any(|e| e.state.effective_weight() > 0);
+    let tiers = [(&pool.primary, false), (&pool.backup, true)];
+    tiers
+        .into_iter()
+        .flat_map(|(tier, backup)| tier.servers.iter().enumerate().map(move |(i, e)| (tier, backup, i, e)))
+        .map(|(tier, backup, i, e)| {
+            let st = &e.state;
+            let active = st.counters.current.load(std::sync::atomic::Ordering::Relaxed);
+            let ramp = st.ramp();
+            let effective = st.effective_weight();
+            let metrics = tier.metrics(i).unwrap_or_default();
+            let skipped = match st.state() {
+                State::Disabled => Some("disabled".to_string()),
+                State::Drain => Some("draining: no new connections".to_string()),
+                _ if panic => None,
+                State::Down if st.passive_down() => Some("down: held by failure_limit connect failures until a check passes".to_string()),
+                State::Down => Some(format!("down: {}", st.last_check())),
+                State::Suppressed => {
+                    let d = st.damping();
+                    Some(format!("suppressed: flapping (penalty {:.0}, back in ~{}s)", d.penalty, d.back_in.unwrap_or_default().as_secs().max(1)))
+                }
+                State::Up if e.maxconn > 0 && active >= u64::from(e.maxconn) => Some(format!("full: {active} of maxconn {}", e.maxconn)),
+                State::Up if backup && primary_usable => Some("a backup: used only while no primary is usable".to_string()),
+                State::Up => None,
+            };
+            Candidate {
+                address: st.key.address.clone(),
+                backup,
+                state: st.state(),
+                weight: st.weight(),
+                effective_weight: f64::from(effective) * f64::from(ramp) / f64::from(RAMP_FULL),
+                ramp_percent: (ramp < RAMP_FULL && effective > 0).then_some(ramp / 10),
+                active,
+                maxconn: e.maxconn,
+                skipped,
+                ratio: metrics.ratio,
+                r: metrics.r.filter(|r| r.is_finite()),
+                ewma_connect_ms: st.measure.sample().ewma_us / 1000.0,
+            }
+        })
+        .collect()
+}
