@@ -57,6 +57,7 @@ pub enum Command {
 }
 
 pub fn main() -> ExitCode {
+    crate::stats::process::mark_start();
     let cli = Cli::parse();
     init_tracing(&cli.log, cli.log_format);
     let result = match cli.command {

@@ -284,6 +284,11 @@ families = {f.name: f for f in text_string_to_metric_families(sys.stdin.read())}
 conns = {s.labels["server"]: s.value for s in families["fulcrum_server_connections"].samples if s.name == "fulcrum_server_connections_total"}
 assert families["fulcrum_server_connections"].type == "counter"
 assert families["fulcrum_server_current_connections"].type == "gauge"
+# The process's own families, as the client libraries name them.
+assert families["process_cpu_seconds"].type == "counter" and families["process_cpu_seconds"].samples[0].value > 0
+assert families["process_resident_memory_bytes"].samples[0].value > 1e6
+assert 3 <= families["process_open_fds"].samples[0].value <= families["process_max_fds"].samples[0].value
+assert families["process_start_time_seconds"].samples[0].value > 1.6e9
 print(len(families), sum(conns.values()), families["fulcrum_server_traffic_ratio"].type, len(families["fulcrum_server_up"].samples))
 "#;
     use std::io::Write;
@@ -303,6 +308,9 @@ print(len(families), sum(conns.values()), families["fulcrum_server_traffic_ratio
     assert!(fields[1].parse::<f64>().unwrap() >= 10.0, "the connections counted: {fields:?}");
     assert_eq!(fields[2], "gauge");
     assert_eq!(fields[3], "2");
+    let p = &f.stats()["process"];
+    assert!(p["cpu_seconds_total"].as_f64().unwrap() > 0.0 && p["resident_memory_bytes"].as_u64().unwrap() > 1 << 20 && p["open_fds"].as_u64().unwrap() >= 3, "the same figures in /api/stats: {p}");
+    assert!(p["uptime_seconds"].as_f64().unwrap() >= 0.0 && p["max_fds"].as_u64() == p["descriptors"].as_u64(), "{p}");
 }
 
 fn b64(s: &str) -> String {

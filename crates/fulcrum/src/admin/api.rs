@@ -61,8 +61,15 @@ fn answer(result: Result<String, impl Display>) -> Response {
     }
 }
 
+/// The snapshot with the process's own figures, read off the traffic's threads.
+async fn snapshot_with_process<C: Control>(control: &C) -> stats::Snapshot {
+    let mut snapshot = stats::snapshot(&control.current());
+    snapshot.process.figures = Some(stats::process::read_blocking().await);
+    snapshot
+}
+
 async fn get_stats<C: Control>(State(control): State<Arc<C>>) -> Response {
-    let mut snapshot = serde_json::to_value(stats::snapshot(&control.current())).unwrap_or_default();
+    let mut snapshot = serde_json::to_value(snapshot_with_process(&*control).await).unwrap_or_default();
     if let (Some(fleet), Some(map)) = (control.fleet(), snapshot.as_object_mut()) {
         map.insert("fleet".into(), json!(fleet));
     }
@@ -90,7 +97,7 @@ async fn get_csv<C: Control>(State(control): State<Arc<C>>) -> Response {
 }
 
 async fn metrics<C: Control>(State(control): State<Arc<C>>) -> Response {
-    let body = stats::prometheus::render(&stats::snapshot(&control.current()));
+    let body = stats::prometheus::render(&snapshot_with_process(&*control).await);
     ([(header::CONTENT_TYPE, "text/plain; version=0.0.4; charset=utf-8")], body).into_response()
 }
 

@@ -1,6 +1,7 @@
 //! Read-only views over the live counters, for `GET /api/stats` and `GET /metrics`.
 
 pub mod history;
+pub mod process;
 pub mod prometheus;
 
 use std::sync::Arc;
@@ -28,6 +29,10 @@ pub struct ProcessStats {
     pub waits: u64,
     /// The soft descriptor limit in force.
     pub descriptors: u64,
+    /// CPU, memory, descriptors open and uptime: filled by the admin handlers (`process::read`
+    /// reads `/proc`, kept off the snapshot, which the data path's callers take too).
+    #[serde(flatten, skip_serializing_if = "Option::is_none")]
+    pub figures: Option<process::ProcessFigures>,
 }
 
 #[derive(Debug, Serialize)]
@@ -203,7 +208,7 @@ pub fn snapshot(generation: &Generation) -> Snapshot {
         })
         .collect();
     let b = &generation.budget;
-    let process = ProcessStats { maxconn: b.max(), current: b.current(), peak: b.peak(), waits: b.waits(), descriptors: crate::live::budget::descriptor_limit() };
+    let process = ProcessStats { maxconn: b.max(), current: b.current(), peak: b.peak(), waits: b.waits(), descriptors: crate::live::budget::descriptor_limit(), figures: None };
     Snapshot { process, services }
 }
 

@@ -41,6 +41,18 @@ const SERVER_FAMILIES: &[Family] = &[
 /// Renders `snap` as Prometheus text.
 pub fn render(snap: &Snapshot) -> String {
     let mut out = String::with_capacity(4096);
+    // The process, under the names every Prometheus client library gives these.
+    if let Some(p) = &snap.process.figures {
+        for (name, kind, help, value) in [
+            ("process_cpu_seconds_total", "counter", "Total user and system CPU time spent in seconds.", p.cpu_seconds_total),
+            ("process_resident_memory_bytes", "gauge", "Resident memory size in bytes.", p.resident_memory_bytes as f64),
+            ("process_open_fds", "gauge", "Number of open file descriptors.", p.open_fds as f64),
+            ("process_max_fds", "gauge", "Maximum number of open file descriptors.", p.max_fds as f64),
+            ("process_start_time_seconds", "gauge", "Start time of the process since unix epoch in seconds.", p.start_time_seconds),
+        ] {
+            let _ = writeln!(out, "# HELP {name} {help}\n# TYPE {name} {kind}\n{name} {value}");
+        }
+    }
     service_family(&mut out, snap, "fulcrum_service_current_connections", "gauge", "Client connections in flight", |s| s.current);
     service_family(&mut out, snap, "fulcrum_service_connections_total", "counter", "Client connections accepted", |s| s.total);
     service_family(&mut out, snap, "fulcrum_service_queue", "gauge", "Clients waiting in the accept queue while the service is at maxconn", |s| s.queue);
