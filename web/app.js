@@ -1,9 +1,13 @@
-// Fulcrum's dashboard: live stats by polling the JSON API once a second, traffic graphs from the
-// 10 s history, and every change through the same API a script would use. No libraries, no build.
+// Fulcrum's dashboard: live stats by polling the JSON API once a second (the Overview's charts
+// keep the last 5 minutes of those polls, drawn with the vendored uPlot), traffic graphs from the
+// 10 s history, and every change through the same API a script would use. No build step.
 "use strict";
 
 const $ = (sel) => document.querySelector(sel);
-const ui = { service: null, stats: null, config: null, file: null, tab: "lb", graphsAt: 0, revision: null };
+const ui = { service: null, stats: null, config: null, file: null, tab: "overview", graphsAt: 0, revision: null, live: {}, charts: {}, cpu: null };
+
+// The Overview's window: one point per poll, 5 minutes of them.
+const LIVE_POINTS = 300;
 
 // ---- API ------------------------------------------------------------------------------------
 
@@ -94,6 +98,8 @@ function fillForms() {
   $("#lb-maxconn").value = s.maxconn;
   $("#lb-half-close").checked = s.half_close;
   $("#lb-terminate").checked = s.terminate_on_disable;
+  // The HTTP-only algorithms are offered to HTTP services only.
+  for (const o of document.querySelectorAll("#algorithm option[data-http]")) o.hidden = s.mode !== "http";
   $("#algorithm").value = s.algorithm;
   $("#algorithm-current").textContent = `Running: ${s.algorithm}`;
   const h = s.health;
@@ -116,6 +122,8 @@ async function poll() {
     say(`cannot read stats: ${e.message}`, false);
     return;
   }
+  recordLive();
+  if (ui.tab === "overview") renderOverview();
   renderServers();
   renderAlgorithm();
   renderStats();
@@ -344,6 +352,103 @@ function renderFleet() {
   $("#fleet-table tbody").replaceChildren(...rows);
 }
 
+// ---- Overview -------------------------------------------------------------------------------
+
+// Each poll adds a point per service: requests (connections) and errors per second since the
+// last poll, and each server's picks (LbTot), so the tiles show shares over the window.
+function recordLive() {
+  const now = Date.now() / 1000;
+  for (const s of ui.stats.services) {
+    const errors = s.refused + s.servers.reduce((n, v) => n + v.connect_failures + v.transfer_errors, 0);
+    const l = (ui.live[s.name] ??= { t: [], req: [], err: [], last: null, picks: [] });
+    if (l.last) {
+      const dt = Math.max(now - l.last.t, 0.001);
+      l.t.push(now);
+      l.req.push(Math.max(s.total - l.last.total, 0) / dt);
+      l.err.push(Math.max(errors - l.last.errors, 0) / dt);
+    }
+    l.picks.push(Object.fromEntries(s.servers.map((v) => [v.address, v.lb_total])));
+    for (const k of ["t", "req", "err", "picks"]) if (l[k].length > LIVE_POINTS) l[k].shift();
+    l.last = { t: now, total: s.total, errors };
+  }
+}
+
+function renderProcess() {
+  const p = ui.stats.process;
+  if (p.cpu_seconds_total === undefined) return;
+  const now = Date.now() / 1000;
+  const cpu = ui.cpu && now > ui.cpu.t ? ((p.cpu_seconds_total - ui.cpu.cpu) / (now - ui.cpu.t)) * 100 : null;
+  ui.cpu = { t: now, cpu: p.cpu_seconds_total };
+  const figure = (label, value) => el("div", { class: "figure" }, el("span", { class: "muted" }, label), el("strong", {}, value));
+  $("#process").replaceChildren(
+    figure("uptime", duration(Math.round(p.uptime_seconds))),
+    figure("CPU", cpu === null ? "…" : `${cpu.toFixed(1)}%`),
+    figure("memory (RSS)", bytes(p.resident_memory_bytes)),
+    figure("descriptors", `${p.open_fds} of ${p.max_fds}`),
+    figure("connections", `${p.current} of ${p.maxconn}`));
+}
+
+function renderOverview() {
+  renderProcess();
+  const box = $("#overview");
+  for (const s of ui.stats.services) {
+    const id = `ov-${s.name.replace(/[^a-zA-Z0-9_-]/g, "_")}`;
+    let card = document.getElementById(id);
+    if (!card) {
+      card = el("div", { class: "service-card", id }, el("h3", {}), el("div", { class: "chart" }), el("div", { class: "tiles" }));
+      box.append(card);
+    }
+    const l = ui.live[s.name];
+    const rate = l.req.length ? l.req[l.req.length - 1] : 0;
+    card.querySelector("h3").textContent = `${s.name} — ${s.listen} — ${s.algorithm} — ${rate.toFixed(1)}/s${s.panic ? " — PANIC: no server up, using all" : ""}`;
+    const data = [l.t, l.req, l.err];
+    if (!ui.charts[s.name] && typeof uPlot === "function") {
+      const opts = {
+        width: Math.min(card.clientWidth || 640, 900), height: 160,
+        scales: { x: { time: true } },
+        series: [{}, { label: s.mode === "http" ? "requests/s" : "connections/s", stroke: "#1a7f37", width: 2 }, { label: "errors/s", stroke: "#cf222e", width: 2 }],
+      };
+      ui.charts[s.name] = new uPlot(opts, data, card.querySelector(".chart"));
+    } else if (ui.charts[s.name]) {
+      ui.charts[s.name].setData(data);
+    }
+    // Shares of the picks over the window, from the first and last LbTot seen.
+    const first = l.picks[0], last = l.picks[l.picks.length - 1];
+    const picked = (v) => Math.max((last[v.address] ?? 0) - (first[v.address] ?? 0), 0);
+    const sum = s.servers.reduce((n, v) => n + picked(v), 0);
+    card.querySelector(".tiles").replaceChildren(...s.servers.map((v) => el("div", { class: `tile ${v.state}`, "data-server": v.address, title: v.suppressed ? `suppressed: ${v.suppressed}` : v.last_check },
+      el("strong", {}, v.address), el("span", {}, v.state + (v.ramp_percent !== undefined ? ` (slow start ${v.ramp_percent}%)` : "")),
+      el("span", { class: "share" }, sum ? `${((100 * picked(v)) / sum).toFixed(0)}% of picks` : "no picks yet"))));
+  }
+}
+
+// ---- Why this server? -------------------------------------------------------------------------
+
+async function explain() {
+  const q = new URLSearchParams({ service: ui.service, client: $("#why-client").value.trim() });
+  for (const [k, id] of [["path", "#why-path"], ["host", "#why-host"], ["cookie", "#why-cookie"]]) if ($(id).value.trim()) q.set(k, $(id).value.trim());
+  let e;
+  try {
+    e = await api("GET", `/api/explain?${q}`);
+  } catch (err) {
+    say(err.message, false);
+    return;
+  }
+  const out = [el("p", { class: "why-pick" }, el("strong", {}, e.pick ? `→ ${e.pick}` : "→ no server"), ` — ${e.why}`),
+    el("p", { class: "muted" }, `pool ${e.pool}, ${e.algorithm}${e.panic ? ", panic mode" : ""}` + (e.key ? `; ${e.key.of} hashes to slot ${e.key.slot} (owner ${e.key.owner})` : "") +
+      (e.affinity ? `; cookie ${e.affinity.cookie ?? "none"}${e.affinity.server ? ` names ${e.affinity.server}${e.affinity.usable ? "" : " (not usable)"}` : ""}` : ""))];
+  if (e.routes.length) out.push(el("ul", { class: "why-routes" }, ...e.routes.map((r) => el("li", {}, `route to ${r.pool}: ${r.taken ? "taken" : `not taken: ${r.why_not}`}`))));
+  const f = (x, d = 2) => (x === undefined || x === null ? "" : Number(x).toFixed(d));
+  out.push(el("table", { id: "why-table" },
+    el("thead", {}, el("tr", {}, ...["Server", "State", "Weight", "Effective", "In flight", "Maxconn", "Ratio", "EWMA ms", "Passed over because"].map((h) => el("th", {}, h)))),
+    el("tbody", {}, ...e.candidates.map((c) => el("tr", { "data-server": c.address, class: c.address === e.pick ? "picked" : "" },
+      el("td", {}, c.address + (c.backup ? " (backup)" : "")), el("td", {}, el("span", { class: `badge state ${c.state}` }, c.state)),
+      el("td", { class: "num" }, c.weight), el("td", { class: "num" }, f(c.effective_weight) + (c.ramp_percent !== undefined ? ` (${c.ramp_percent}%)` : "")),
+      el("td", { class: "num" }, c.active), el("td", { class: "num" }, c.maxconn || "-"), el("td", { class: "num" }, f(c.ratio, 3)),
+      el("td", { class: "num" }, f(c.ewma_connect_ms)), el("td", { class: "muted" }, c.skipped ?? ""))))));
+  $("#why").replaceChildren(...out);
+}
+
 // ---- Wiring ---------------------------------------------------------------------------------
 
 function showTab(name) {
@@ -351,6 +456,7 @@ function showTab(name) {
   for (const b of document.querySelectorAll("#tabs button")) b.classList.toggle("active", b.dataset.tab === name);
   for (const t of document.querySelectorAll(".tab")) t.classList.toggle("active", t.id === `tab-${name}`);
   if (name === "graphs") loadGraphs();
+  if (name === "overview" && ui.stats) renderOverview();
 }
 
 const numberOrNull = (v) => (v === "" ? null : Number(v));
@@ -408,6 +514,7 @@ function wire() {
   });
   $("#config-apply").addEventListener("click", () => change("POST", "/api/config", toml()));
   $("#config-reload").addEventListener("click", () => change("POST", "/api/reload"));
+  $("#why-form").addEventListener("submit", (e) => { e.preventDefault(); explain(); });
 }
 
 async function main() {

@@ -69,7 +69,7 @@ fn a_user_drives_the_dashboard_in_chromium() {
     assert!(saved.contains("algorithm = \"least-conn\"") && saved.contains("expect_text = \"TARGET b\""), "{saved}");
     let check = Command::new(env!("CARGO_BIN_EXE_fulcrum")).args(["check", f.config_path.to_str().unwrap()]).output().unwrap();
     assert!(check.status.success(), "{}", String::from_utf8_lossy(&check.stderr));
-    for tab in ["real-servers", "real-servers-disabled", "algorithm", "keepalive", "server-lb", "stats", "graphs", "config"] {
+    for tab in ["overview", "real-servers", "real-servers-disabled", "algorithm", "keepalive", "server-lb", "stats", "graphs", "why", "config"] {
         assert!(artifacts.join(format!("{tab}.png")).exists(), "screenshot of {tab}");
     }
 }

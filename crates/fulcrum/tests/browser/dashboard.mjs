@@ -33,6 +33,19 @@ async function stateOf(server) {
 
 try {
   await page.goto(url);
+  // The Overview is the landing page: a live chart (uPlot's canvas) and a tile per server whose
+  // share of the picks shows once traffic has been seen.
+  await page.waitForSelector("#tab-overview.active .service-card .chart canvas", { timeout: 15000 });
+  await page.waitForFunction(() => [...document.querySelectorAll("#overview .tile .share")].filter((t) => t.textContent.endsWith("% of picks")).length === 4, null, { timeout: 15000 });
+  const shares = await page.$$eval("#overview .tile .share", (t) => t.map((e) => parseInt(e.textContent, 10)));
+  assert.ok(Math.abs(shares.reduce((a, b) => a + b, 0) - 100) <= 2 && shares.every((p) => p > 10), `round robin shares: ${shares}`);
+  const process = await page.textContent("#process");
+  assert.match(process, /uptime.*CPU.*memory \(RSS\).*descriptors\d+ of \d+/s);
+  await page.waitForTimeout(2500);
+  const points = await page.evaluate(() => Object.values(ui.live)[0].req.length);
+  assert.ok(points >= 3, `a point a second: ${points}`);
+  await shot("overview");
+  step(`overview: shares ${shares}, ${points} points`);
   await tab("servers");
   await page.waitForFunction(() => document.querySelectorAll("#servers-table tbody tr .state.up").length === 4, null, { timeout: 15000 });
   step("four servers up");
@@ -106,6 +119,17 @@ try {
   const graphs = await page.$$eval("#graphs .server-graphs", (g) => g.length);
   assert.equal(graphs, 4);
   await shot("graphs");
+  // Why this server? The explained pick is one of the servers in rotation, the disabled one is
+  // passed over with its reason.
+  await tab("why");
+  await page.fill("#why-client", "127.0.0.99");
+  await page.click("#why-form button[type=submit]");
+  await page.waitForSelector("#why-table tbody tr", { timeout: 5000 });
+  assert.equal(await page.$$eval("#why-table tbody tr", (r) => r.length), 4);
+  assert.match(await page.textContent(".why-pick"), /→ 127\.0\.0\.1:\d+ — .*fewest connections in flight/);
+  assert.equal(await page.textContent(`#why-table tr[data-server="${victim}"] td:last-child`), "disabled");
+  await shot("why");
+  step("why: the pick and the disabled server's reason");
   await tab("config");
   assert.match(await page.inputValue("#config-text"), /least-conn/);
   await shot("config");
