@@ -238,6 +238,13 @@ impl ServerState {
         if from == 0 { RAMP_FULL } else { self.ramp_at(from, clock_ms()) }
     }
 
+    /// The weight it takes traffic by now (0 unless up; scaled by the ramp while slow start runs)
+    /// and, while a ramp runs, the percentage of its weight reached: for stats and explanations.
+    pub fn ramped_weight(&self) -> (f64, Option<u32>) {
+        let (weight, ramp) = (self.effective_weight(), self.ramp());
+        (f64::from(weight) * f64::from(ramp) / f64::from(RAMP_FULL), (ramp < RAMP_FULL && weight > 0).then_some(ramp / 10))
+    }
+
     /// The ramp at `now` of one that began at `from`: linear from 1% to all over the period.
     fn ramp_at(&self, from: u64, now: u64) -> u32 {
         let period = self.slow_start_ms.load(Relaxed);

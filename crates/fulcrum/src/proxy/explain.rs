@@ -12,7 +12,6 @@ use std::net::IpAddr;
 use hyper::header::{self, HeaderMap, HeaderValue};
 use serde::Serialize;
 
-use crate::balance::RAMP_FULL;
 use crate::config::{Algorithm, Mode};
 use crate::live::{Avoid, Pool, Service, State};
 
@@ -190,8 +189,7 @@ fn candidates(pool: &Pool, panic: bool) -> Vec<Candidate> {
         .map(|(tier, backup, i, e)| {
             let st = &e.state;
             let active = st.counters.current.load(std::sync::atomic::Ordering::Relaxed);
-            let ramp = st.ramp();
-            let effective = st.effective_weight();
+            let (effective_weight, ramp_percent) = st.ramped_weight();
             let metrics = tier.metrics(i).unwrap_or_default();
             let skipped = match st.state() {
                 State::Disabled => Some("disabled".to_string()),
@@ -212,8 +210,8 @@ fn candidates(pool: &Pool, panic: bool) -> Vec<Candidate> {
                 backup,
                 state: st.state(),
                 weight: st.weight(),
-                effective_weight: f64::from(effective) * f64::from(ramp) / f64::from(RAMP_FULL),
-                ramp_percent: (ramp < RAMP_FULL && effective > 0).then_some(ramp / 10),
+                effective_weight,
+                ramp_percent,
                 active,
                 maxconn: e.maxconn,
                 skipped,

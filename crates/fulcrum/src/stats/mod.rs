@@ -10,7 +10,7 @@ use std::time::Duration;
 
 use serde::Serialize;
 
-use crate::balance::{AlgorithmMetrics, RAMP_FULL};
+use crate::balance::AlgorithmMetrics;
 use crate::live::{Generation, ServerEntry, State, unix_ms};
 
 #[derive(Debug, Serialize)]
@@ -217,15 +217,15 @@ fn server(e: &ServerEntry, backup: bool, now: u64, algorithm: Option<AlgorithmMe
     let c = &st.counters;
     let m = st.measure.sample();
     let last = c.last_use_ms.load(Relaxed);
-    let (ramp, damping) = (st.ramp(), st.damping());
+    let ((effective_weight, ramp_percent), damping) = (st.ramped_weight(), st.damping());
     ServerStats {
         address: st.key.address.clone(),
         resolved: e.addr.to_string(),
         backup,
         state: st.state(),
         weight: st.weight(),
-        effective_weight: f64::from(st.effective_weight()) * f64::from(ramp) / f64::from(RAMP_FULL),
-        ramp_percent: (ramp < RAMP_FULL && st.effective_weight() > 0).then_some(ramp / 10),
+        effective_weight,
+        ramp_percent,
         flap_penalty: damping.penalty.round() as u32,
         suppressed: damping.back_in.map(|left| format!("flapping (penalty {:.0}, back in ~{})", damping.penalty, humantime::format_duration(Duration::from_secs(left.as_secs().max(1))))),
         check_up: st.health_up(),
