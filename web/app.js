@@ -391,11 +391,19 @@ function renderProcess() {
 function renderOverview() {
   renderProcess();
   const box = $("#overview");
+  // A service that was deleted leaves with its chart.
+  for (const card of [...box.children]) {
+    if (!ui.stats.services.some((s) => card.dataset.service === s.name)) {
+      ui.charts[card.dataset.service]?.destroy();
+      delete ui.charts[card.dataset.service];
+      card.remove();
+    }
+  }
   for (const s of ui.stats.services) {
     const id = `ov-${s.name.replace(/[^a-zA-Z0-9_-]/g, "_")}`;
     let card = document.getElementById(id);
     if (!card) {
-      card = el("div", { class: "service-card", id }, el("h3", {}), el("div", { class: "chart" }), el("div", { class: "tiles" }));
+      card = el("div", { class: "service-card", id, "data-service": s.name }, el("h3", {}), el("div", { class: "chart" }), el("div", { class: "tiles" }));
       box.append(card);
     }
     const l = ui.live[s.name];
@@ -515,6 +523,36 @@ function wire() {
   $("#config-apply").addEventListener("click", () => change("POST", "/api/config", toml()));
   $("#config-reload").addEventListener("click", () => change("POST", "/api/reload"));
   $("#why-form").addEventListener("submit", (e) => { e.preventDefault(); explain(); });
+  $("#lb-delete").addEventListener("click", async () => {
+    if (!confirm(`Delete service ${ui.service}? Its listener closes.`)) return;
+    if (await change("DELETE", `/api/services/${encodeURIComponent(ui.service)}`)) ui.service = null;
+  });
+  $("#new-service").addEventListener("submit", async (e) => {
+    e.preventDefault();
+    const rule = {
+      name: $("#ns-name").value.trim(),
+      listen: $("#ns-listen").value.trim(),
+      mode: $("#ns-mode").value,
+      algorithm: $("#ns-algorithm").value,
+      half_close: $("#ns-half-close").checked,
+      terminate_on_disable: $("#ns-terminate").checked,
+      health: { kind: $("#ns-check").value },
+      server: $("#ns-servers").value.split(",").map((a) => a.trim()).filter(Boolean).map((address) => ({ address })),
+    };
+    if ($("#ns-connect-timeout").value.trim()) rule.connect_timeout = $("#ns-connect-timeout").value.trim();
+    if ($("#ns-failure-limit").value !== "") rule.failure_limit = Number($("#ns-failure-limit").value);
+    if (await change("POST", "/api/services", rule)) {
+      ui.service = rule.name;
+      await loadConfig();
+      $("#new-service").reset();
+    }
+  });
+  $("#config-upload").addEventListener("change", async (e) => {
+    const file = e.target.files[0];
+    if (!file) return;
+    $("#config-text").value = await file.text();
+    try { say(`${file.name}: ${(await api("POST", "/api/config/validate", toml())).message}`); } catch (err) { say(`${file.name}: ${err.message}`, false); }
+  });
 }
 
 async function main() {

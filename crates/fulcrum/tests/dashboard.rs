@@ -53,6 +53,9 @@ fn a_user_drives_the_dashboard_in_chromium() {
         .env("DASHBOARD_URL", format!("http://{}/", f.admin))
         .env("CONFIG_PATH", &f.config_path)
         .env("ARTIFACTS", &artifacts)
+        // For the service the browser creates (and deletes): its address and a real server.
+        .env("NEW_LISTEN", format!("127.0.0.1:{}", free_port()))
+        .env("NEW_SERVER", servers[1].addr.to_string())
         .output()
         .expect("node must be installed");
     stop.store(true, Ordering::Relaxed);

@@ -27,6 +27,8 @@ pub fn routes<C: Control>() -> Router<Arc<C>> {
         .route("/api/config/validate", post(validate_config))
         .route("/api/save", post(save::<C>))
         .route("/api/reload", post(reload::<C>))
+        .route("/api/services", post(add_service::<C>))
+        .route("/api/services/{service}", axum::routing::delete(remove_service::<C>))
         .route("/api/services/{service}/servers", post(add_server::<C>))
         .route("/api/services/{service}/servers/{address}", axum::routing::delete(remove_server::<C>))
         .route("/api/services/{service}/servers/{address}/state", post(server_state::<C>))
@@ -216,6 +218,16 @@ struct AlgorithmBody {
 
 async fn algorithm<C: Control>(State(control): State<Arc<C>>, Extension(editor): Extension<Editor>, Path(service): Path<String>, Body(b): Body<AlgorithmBody>) -> Response {
     answer(control.change(Change::Algorithm { service, algorithm: b.algorithm }, editor).await)
+}
+
+/// A new service: the whole rule as JSON, keyed as in the config file (what is left out takes
+/// its default), validated with the rest of the config before it starts.
+async fn add_service<C: Control>(State(control): State<Arc<C>>, Extension(editor): Extension<Editor>, Body(service): Body<config::Service>) -> Response {
+    answer(control.change(Change::AddService(Box::new(service)), editor).await)
+}
+
+async fn remove_service<C: Control>(State(control): State<Arc<C>>, Extension(editor): Extension<Editor>, Path(service): Path<String>) -> Response {
+    answer(control.change(Change::RemoveService { service }, editor).await)
 }
 
 async fn health<C: Control>(State(control): State<Arc<C>>, Extension(editor): Extension<Editor>, Path(service): Path<String>, Body(health): Body<Health>) -> Response {

@@ -42,6 +42,9 @@ pub enum Change {
     Settings { service: String, settings: ServiceSettings },
     /// Start (true) or stop (false) a service's listener.
     ServiceEnabled { service: String, enabled: bool },
+    /// A new service (a whole rule, as the config file writes one).
+    AddService(Box<Service>),
+    RemoveService { service: String },
     Replace(Box<Config>),
 }
 
@@ -58,6 +61,8 @@ impl Change {
             Change::Settings { service, .. } => format!("settings of {service}"),
             Change::ServiceEnabled { service, enabled } => format!("{} {service}", if *enabled { "start" } else { "stop" }),
             Change::Replace(c) => format!("replace the config ({} services)", c.services.len()),
+            Change::AddService(s) => format!("add service {} on {}", s.name, s.listen),
+            Change::RemoveService { service } => format!("remove service {service}"),
         }
     }
 
@@ -65,6 +70,16 @@ impl Change {
     pub fn apply(self, config: &mut Config) -> Result<(), ChangeError> {
         match self {
             Change::Replace(c) => *config = *c,
+            Change::AddService(s) => {
+                if config.services.iter().any(|x| x.name == s.name) {
+                    return Err(ChangeError::ServiceExists { service: s.name });
+                }
+                config.services.push(*s);
+            }
+            Change::RemoveService { service } => {
+                service_mut(config, &service)?;
+                config.services.retain(|s| s.name != service);
+            }
             Change::ServerState { service, address, state } => {
                 let s = server_mut(config, &service, &address)?;
                 s.enabled = state != ServerAdmin::Disable;
@@ -175,6 +190,21 @@ mod tests {
             crate::config::Resolve::No,
         )
         .unwrap()
+    }
+
+    #[test]
+    fn a_service_is_added_once_and_removed_by_name() {
+        let mut c = config();
+        let mut new = c.services[0].clone();
+        new.name = "api".into();
+        new.listen = "127.0.0.1:2000".into();
+        Change::AddService(Box::new(new.clone())).apply(&mut c).unwrap();
+        assert_eq!(c.services.iter().map(|s| s.name.as_str()).collect::<Vec<_>>(), ["web", "api"]);
+        let again = Change::AddService(Box::new(new)).apply(&mut c).unwrap_err();
+        assert_eq!(again.to_string(), "there is a service \"api\" already");
+        Change::RemoveService { service: "web".into() }.apply(&mut c).unwrap();
+        assert_eq!(c.services.len(), 1);
+        assert!(matches!(Change::RemoveService { service: "web".into() }.apply(&mut c), Err(ChangeError::NoService { .. })));
     }
 
     #[test]

@@ -20,6 +20,8 @@ pub enum ChangeError {
     NothingToRemove { service: String, address: String },
     #[error("service {service} already has server {address}")]
     ServerExists { service: String, address: String },
+    #[error("there is a service {service:?} already")]
+    ServiceExists { service: String },
 }
 
 /// Why a server's `host:port` is not an address to connect to.

@@ -39,8 +39,8 @@ try {
   await page.waitForFunction(() => [...document.querySelectorAll("#overview .tile .share")].filter((t) => t.textContent.endsWith("% of picks")).length === 4, null, { timeout: 15000 });
   const shares = await page.$$eval("#overview .tile .share", (t) => t.map((e) => parseInt(e.textContent, 10)));
   assert.ok(Math.abs(shares.reduce((a, b) => a + b, 0) - 100) <= 2 && shares.every((p) => p > 10), `round robin shares: ${shares}`);
-  const process = await page.textContent("#process");
-  assert.match(process, /uptime.*CPU.*memory \(RSS\).*descriptors\d+ of \d+/s);
+  const figures = await page.textContent("#process");
+  assert.match(figures, /uptime.*CPU.*memory \(RSS\).*descriptors\d+ of \d+/s);
   await page.waitForTimeout(2500);
   const points = await page.evaluate(() => Object.values(ui.live)[0].req.length);
   assert.ok(points >= 3, `a point a second: ${points}`);
@@ -119,6 +119,42 @@ try {
   const graphs = await page.$$eval("#graphs .server-graphs", (g) => g.length);
   assert.equal(graphs, 4);
   await shot("graphs");
+  // A new service from the Server LB tab: it serves, shows on the Overview, and is deleted again.
+  await tab("lb");
+  await page.fill("#ns-name", "api");
+  await page.fill("#ns-listen", process.env.NEW_LISTEN);
+  await page.selectOption("#ns-mode", "http");
+  await page.fill("#ns-servers", process.env.NEW_SERVER);
+  await page.selectOption("#ns-check", "none");
+  await page.click("#new-service button[type=submit]");
+  await page.waitForFunction(() => document.querySelector("#message").textContent.includes("config applied"), null, { timeout: 10000 });
+  assert.equal(await page.inputValue("#service"), "api");
+  const served = await page.evaluate(async (at) => (await fetch(`/api/explain?service=api&client=127.0.0.1`)).json(), process.env.NEW_LISTEN);
+  assert.equal(served.pick, process.env.NEW_SERVER);
+  await tab("overview");
+  await page.waitForSelector('#overview .service-card[data-service="api"] canvas', { timeout: 5000 });
+  await tab("lb");
+  page.once("dialog", (d) => d.accept());
+  await page.click("#lb-delete");
+  await page.waitForFunction(() => ![...document.querySelectorAll("#service option")].some((o) => o.value === "api"), null, { timeout: 10000 });
+  await tab("overview");
+  await page.waitForFunction(() => !document.querySelector('#overview .service-card[data-service="api"]'), null, { timeout: 5000 });
+  await page.selectOption("#service", "web");
+  await page.dispatchEvent("#service", "change");
+  step("a service created from the Server LB tab, seen on the Overview, deleted");
+
+  // Upload a config file: it is validated, and a broken one says where.
+  await tab("config");
+  const running = await page.inputValue("#config-text");
+  await page.setInputFiles("#config-upload", { name: "broken.toml", mimeType: "text/plain", buffer: Buffer.from(running.replace("least-conn", "fastest")) });
+  await page.waitForFunction(() => document.querySelector("#message").textContent.startsWith("broken.toml:"), null, { timeout: 5000 });
+  assert.match(await page.textContent("#message"), /broken\.toml: .*fastest/s);
+  assert.match(await page.inputValue("#config-text"), /fastest/);
+  await page.setInputFiles("#config-upload", { name: "good.toml", mimeType: "text/plain", buffer: Buffer.from(running) });
+  await page.waitForFunction(() => document.querySelector("#message").textContent.startsWith("good.toml:"), null, { timeout: 5000 });
+  assert.equal(await page.getAttribute("#message", "class"), "ok");
+  step("an uploaded config is validated: the broken one refused with its error, the good one passes");
+
   // Why this server? The explained pick is one of the servers in rotation, the disabled one is
   // passed over with its reason.
   await tab("why");
