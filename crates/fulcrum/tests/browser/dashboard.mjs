@@ -128,7 +128,8 @@ try {
   await page.selectOption("#ns-check", "none");
   await page.click("#new-service button[type=submit]");
   await page.waitForFunction(() => document.querySelector("#message").textContent.includes("config applied"), null, { timeout: 10000 });
-  assert.equal(await page.inputValue("#service"), "api");
+  // The page then selects the new service, once it has read the config again.
+  await page.waitForFunction(() => document.querySelector("#service").value === "api", null, { timeout: 5000 });
   const served = await page.evaluate(async (at) => (await fetch(`/api/explain?service=api&client=127.0.0.1`)).json(), process.env.NEW_LISTEN);
   assert.equal(served.pick, process.env.NEW_SERVER);
   await tab("overview");
