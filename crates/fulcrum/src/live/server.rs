@@ -138,6 +138,17 @@ pub struct DampingNow {
     pub back_in: Option<Duration>,
 }
 
+impl DampingNow {
+    /// While suppressed: "flapping (penalty P, back in ~T)", as the log, stats and explain say it.
+    pub fn suppression(&self) -> Option<String> {
+        self.back_in.map(|left| flapping(self.penalty, left))
+    }
+}
+
+fn flapping(penalty: f64, back_in: Duration) -> String {
+    format!("flapping (penalty {penalty:.0}, back in ~{})", humantime::format_duration(Duration::from_secs(back_in.as_secs().max(1))))
+}
+
 /// Milliseconds on the runtime's clock (tokio's, so a test with a paused clock moves it), from a
 /// base an hour before the first call, so 0 is never a reading and means "not set".
 pub fn clock_ms() -> u64 {
@@ -292,7 +303,7 @@ impl ServerState {
         f.at = now;
         if f.penalty > f64::from(f.damping.suppress) && !self.suppressed.swap(true, Relaxed) {
             let back_in = f.back_in(now);
-            tracing::warn!(service = %self.key.service, server = %self.key.address, "suppressed: flapping (penalty {:.0}, back in ~{})", f.penalty, humantime::format_duration(Duration::from_secs(back_in.as_secs().max(1))));
+            tracing::warn!(service = %self.key.service, server = %self.key.address, "suppressed: {}", flapping(f.penalty, back_in));
             after(&self.me, back_in, ServerState::reconsider);
         }
     }

@@ -131,7 +131,7 @@ pub fn explain(service: &Service, q: &Question) -> Result<Explanation, String> {
     let steer = if http { affinity::steer(pc, &uri, &headers) } else { affinity::Affinity::default() };
     let hash = match pc.algorithm {
         Algorithm::SourceHash => Some((format!("client {client}"), crate::balance::key::client_ip(client))),
-        Algorithm::UriHash if http => steer.hash.map(|h| (format!("path {}", if pc.http.hash_query { uri.path_and_query().map(|p| p.as_str()).unwrap_or("/") } else { uri.path() }), h)),
+        Algorithm::UriHash if http => steer.hash.map(|h| (format!("path {}", affinity::uri_key(pc, &uri)), h)),
         Algorithm::HeaderHash if http => match steer.hash {
             Some(h) => Some((format!("header {}", pc.http.hash_header.as_deref().unwrap_or_default()), h)),
             None => Some((format!("client {client} (no {} header)", pc.http.hash_header.as_deref().unwrap_or_default()), crate::balance::key::client_ip(client))),
@@ -197,10 +197,7 @@ fn candidates(pool: &Pool, panic: bool) -> Vec<Candidate> {
                 _ if panic => None,
                 State::Down if st.passive_down() => Some("down: held by failure_limit connect failures until a check passes".to_string()),
                 State::Down => Some(format!("down: {}", st.last_check())),
-                State::Suppressed => {
-                    let d = st.damping();
-                    Some(format!("suppressed: flapping (penalty {:.0}, back in ~{}s)", d.penalty, d.back_in.unwrap_or_default().as_secs().max(1)))
-                }
+                State::Suppressed => Some(format!("suppressed: {}", st.damping().suppression().unwrap_or_else(|| "flapping".into()))),
                 State::Up if e.maxconn > 0 && active >= u64::from(e.maxconn) => Some(format!("full: {active} of maxconn {}", e.maxconn)),
                 State::Up if backup && primary_usable => Some("a backup: used only while no primary is usable".to_string()),
                 State::Up => None,

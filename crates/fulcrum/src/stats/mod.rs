@@ -6,7 +6,6 @@ pub mod prometheus;
 
 use std::sync::Arc;
 use std::sync::atomic::Ordering::Relaxed;
-use std::time::Duration;
 
 use serde::Serialize;
 
@@ -227,7 +226,7 @@ fn server(e: &ServerEntry, backup: bool, now: u64, algorithm: Option<AlgorithmMe
         effective_weight,
         ramp_percent,
         flap_penalty: damping.penalty.round() as u32,
-        suppressed: damping.back_in.map(|left| format!("flapping (penalty {:.0}, back in ~{})", damping.penalty, humantime::format_duration(Duration::from_secs(left.as_secs().max(1))))),
+        suppressed: damping.suppression(),
         check_up: st.health_up(),
         passive_down: st.passive_down(),
         last_check: st.last_check(),

@@ -29,13 +29,15 @@ impl Affinity {
     }
 }
 
+/// What `uri-hash` hashes: the path, with the query when `hash_query` is set.
+pub fn uri_key<'a>(cfg: &Service, uri: &'a Uri) -> &'a str {
+    if cfg.http.hash_query { uri.path_and_query().map(|p| p.as_str()).unwrap_or("/") } else { uri.path() }
+}
+
 pub fn steer(cfg: &Service, uri: &Uri, headers: &HeaderMap) -> Affinity {
     let http = &cfg.http;
     match cfg.algorithm {
-        Algorithm::UriHash => {
-            let target = if http.hash_query { uri.path_and_query().map(|p| p.as_str()).unwrap_or("/") } else { uri.path() };
-            Affinity { hash: Some(key::hash_bytes(target.as_bytes())), ..Affinity::default() }
-        }
+        Algorithm::UriHash => Affinity { hash: Some(key::hash_bytes(uri_key(cfg, uri).as_bytes())), ..Affinity::default() },
         Algorithm::HeaderHash => {
             let value = http.hash_header.as_deref().and_then(|h| headers.get(h));
             Affinity { hash: value.map(|v| key::hash_bytes(v.as_bytes())), ..Affinity::default() }
