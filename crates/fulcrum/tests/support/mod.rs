@@ -41,9 +41,26 @@ fn remove_scratch_of_ended_runs() {
     }
 }
 
-/// A loopback port free right now.
+/// A loopback port free right now, below the kernel's ephemeral range (32768 and up).
+///
+/// A port the kernel hands out for `bind(0)` is also one it may give an outgoing connection
+/// as its source port before the server that was meant to take it binds; and a client that
+/// polls a port of that range until it answers can connect to itself (TCP simultaneous open)
+/// and believe a server is there. Ports below the range are never source ports, so neither can
+/// happen. Each process walks its own stretch of them (by pid), skipping ports that are taken.
 pub fn free_port() -> u16 {
-    TcpListener::bind("127.0.0.1:0").unwrap().local_addr().unwrap().port()
+    use std::sync::atomic::{AtomicU32, Ordering};
+    const FIRST: u32 = 20_000;
+    const COUNT: u32 = 12_000;
+    static NEXT: AtomicU32 = AtomicU32::new(u32::MAX);
+    let _ = NEXT.compare_exchange(u32::MAX, std::process::id().wrapping_mul(7919) % COUNT, Ordering::Relaxed, Ordering::Relaxed);
+    for _ in 0..COUNT {
+        let port = (FIRST + NEXT.fetch_add(1, Ordering::Relaxed) % COUNT) as u16;
+        if TcpListener::bind(("127.0.0.1", port)).is_ok() && std::net::UdpSocket::bind(("127.0.0.1", port)).is_ok() {
+            return port;
+        }
+    }
+    panic!("no free loopback port between {FIRST} and {}", FIRST + COUNT);
 }
 
 pub fn wait_until(what: &str, limit: Duration, mut f: impl FnMut() -> bool) {
@@ -58,7 +75,8 @@ pub fn wait_until(what: &str, limit: Duration, mut f: impl FnMut() -> bool) {
 }
 
 fn listening(addr: SocketAddr) -> bool {
-    TcpStream::connect_timeout(&addr, Duration::from_millis(200)).is_ok()
+    // A connection to itself (possible only in the ephemeral range) is nobody listening.
+    TcpStream::connect_timeout(&addr, Duration::from_millis(200)).is_ok_and(|s| s.local_addr().ok() != Some(addr))
 }
 
 /// One real nginx server whose replies name it: `/name` answers its name, `/index.html` its
