@@ -129,6 +129,7 @@ async function poll() {
   renderStats();
   renderFleet();
   if (ui.tab === "graphs" && Date.now() - ui.graphsAt > 10000) loadGraphs();
+  if (ui.tab === "why") loadRecent();
 }
 
 function serviceStats() {
@@ -434,7 +435,7 @@ function renderOverview() {
 
 async function explain() {
   const q = new URLSearchParams({ service: ui.service, client: $("#why-client").value.trim() });
-  for (const [k, id] of [["path", "#why-path"], ["host", "#why-host"], ["cookie", "#why-cookie"]]) if ($(id).value.trim()) q.set(k, $(id).value.trim());
+  for (const [k, id] of [["path", "#why-path"], ["host", "#why-host"], ["cookie", "#why-cookie"], ["sni", "#why-sni"]]) if ($(id).value.trim()) q.set(k, $(id).value.trim());
   let e;
   try {
     e = await api("GET", `/api/explain?${q}`);
@@ -457,6 +458,19 @@ async function explain() {
   $("#why").replaceChildren(...out);
 }
 
+// The data path's own last picks, with how each server was chosen (`/api/explain/recent`).
+async function loadRecent() {
+  let r;
+  try {
+    r = await api("GET", `/api/explain/recent?${new URLSearchParams({ service: ui.service, limit: 20 })}`);
+  } catch (err) {
+    say(err.message, false);
+    return;
+  }
+  $("#recent-table tbody").replaceChildren(...r.picks.reverse().map((p) => el("tr", { "data-server": p.server },
+    el("td", {}, p.time.slice(11, 23)), el("td", {}, p.client), el("td", {}, p.pool), el("td", {}, p.server), el("td", { class: "muted" }, p.why))));
+}
+
 // ---- Wiring ---------------------------------------------------------------------------------
 
 function showTab(name) {
@@ -464,6 +478,7 @@ function showTab(name) {
   for (const b of document.querySelectorAll("#tabs button")) b.classList.toggle("active", b.dataset.tab === name);
   for (const t of document.querySelectorAll(".tab")) t.classList.toggle("active", t.id === `tab-${name}`);
   if (name === "graphs") loadGraphs();
+  if (name === "why") loadRecent();
   if (name === "overview" && ui.stats) renderOverview();
 }
 

@@ -216,7 +216,7 @@ impl App {
         self.restart_health();
         let generation = self.live.current();
         let servers: usize = generation.pools().map(|(_, p)| p.servers().count()).sum();
-        let msg = format!("config applied: {} services, {servers} servers, {added} listeners added, {removed} removed", generation.config.services.len());
+        let msg = format!("config applied: {}, {servers} servers, {added} listeners added, {removed} removed", config::services(generation.config.services.len()));
         info!("{msg}");
         Ok(msg)
     }

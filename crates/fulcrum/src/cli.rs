@@ -101,7 +101,7 @@ fn check(paths: &[PathBuf]) -> ExitCode {
         match config::load(path) {
             Ok(l) => {
                 let n = l.config.services.len();
-                println!("{}: ok ({n} service{})", path.display(), if n == 1 { "" } else { "s" });
+                println!("{}: ok ({})", path.display(), crate::config::services(n));
             }
             Err(d) => {
                 failed = true;

@@ -99,7 +99,7 @@ fn the_fleet_demo_runs_two_instances_over_etcd_and_a_change_in_one_reaches_the_o
     let headers = ["Content-Type: application/json".to_string()];
     let (status, body) = curl(lb1, "POST", &format!("/api/services/http/servers/{server}/weight"), &headers, Some(r#"{"weight": 4}"#));
     assert_eq!(status, 200, "{body}");
-    wait_until("the weight on the other instance", Duration::from_secs(2), || stats(lb2)["services"][0]["servers"][0]["weight"] == 4);
+    wait_until("the weight on the other instance", Duration::from_secs(10), || stats(lb2)["services"][0]["servers"][0]["weight"] == 4);
     assert_eq!(stats(lb2)["fleet"]["name"], "lb-2");
     let out = child.wait_with_output().unwrap();
     assert!(out.status.success());

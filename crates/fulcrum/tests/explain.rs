@@ -82,3 +82,103 @@ fn explain_follows_the_affinity_cookie() {
     let (_, e) = f.api("GET", "/api/explain?service=app&client=127.0.0.5", None);
     assert!(e["affinity"]["cookie"].is_null() && e["why"].as_str().unwrap().contains("rotation"), "{e}");
 }
+
+/// `GET /path` from `from` with the extra header lines `extra`; the status.
+fn get_from(listen: std::net::SocketAddr, from: [u8; 4], path: &str, extra: &str) -> u16 {
+    use std::io::{Read, Write};
+    let mut s = connect_from(Some(std::net::IpAddr::from(from)), listen).unwrap();
+    s.set_read_timeout(Some(Duration::from_secs(10))).unwrap();
+    write!(s, "GET {path} HTTP/1.0\r\nHost: app\r\n{extra}\r\n").unwrap();
+    let mut raw = Vec::new();
+    s.read_to_end(&mut raw).unwrap();
+    parse_response(&raw).unwrap().0
+}
+
+/// What the data path did, told by itself: each request's access log line carries `why`, and
+/// `GET /api/explain/recent` lists the last picks, in the order they were made, with the same
+/// reasons; a hashed pick names the slot that explain predicts.
+#[test]
+fn the_access_log_and_the_recent_picks_say_how_each_server_was_chosen() {
+    let (a, b) = (Backend::start("a"), Backend::start("b"));
+    let (s1, s2) = (Backend::start("s1"), Backend::start("s2"));
+    let f = Fulcrum::start(&format!(
+        "[[service]]\nname = \"app\"\nlisten = \"{{LISTEN}}\"\nmode = \"http\"\nalgorithm = \"cookie\"\n[service.http]\naccess_log = \"json\"\naccess_log_why = true\n[service.health]\nkind = \"none\"\n\
+         [[service.server]]\naddress = \"{}\"\nid = \"one\"\n[[service.server]]\naddress = \"{}\"\nid = \"two\"\n\
+         [[service.pool]]\nname = \"static\"\nalgorithm = \"source-hash\"\n[service.pool.health]\nkind = \"none\"\n\
+         [[service.pool.server]]\naddress = \"{}\"\n[[service.pool.server]]\naddress = \"{}\"\n\
+         [[service.route]]\npool = \"static\"\npath_prefix = [\"/name\"]\n",
+        a.addr, b.addr, s1.addr, s2.addr
+    ));
+    assert_eq!(get_from(f.listen, [127, 0, 0, 21], "/index.html", "Cookie: SERVERID=two\r\n"), 200);
+    assert_eq!(get_from(f.listen, [127, 0, 0, 22], "/index.html", ""), 200);
+    assert_eq!(get_from(f.listen, [127, 0, 0, 77], "/name", ""), 200);
+    let (_, predicted) = f.api("GET", "/api/explain?service=app&client=127.0.0.77&path=/name", None);
+    let slot = predicted["key"]["slot"].as_u64().unwrap();
+
+    let (status, recent) = f.api("GET", "/api/explain/recent?service=app", None);
+    assert_eq!(status, 200, "{recent}");
+    let picks: Vec<(String, String, String, String)> = recent["picks"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|p| (p["client"].as_str().unwrap().to_string(), p["pool"].as_str().unwrap().to_string(), p["server"].as_str().unwrap().to_string(), p["why"].as_str().unwrap().to_string()))
+        .collect();
+    let expected = [
+        ("127.0.0.21".to_string(), "default".to_string(), b.addr.to_string(), "cookie affinity".to_string()),
+        ("127.0.0.22".into(), "default".into(), picks[1].2.clone(), "cookie new".into()),
+        ("127.0.0.77".into(), "static".into(), predicted["pick"].as_str().unwrap().to_string(), format!("source-hash slot={slot}")),
+    ];
+    assert_eq!(picks, expected, "{recent}");
+    assert!([a.addr.to_string(), b.addr.to_string()].contains(&picks[1].2), "{recent}");
+
+    // The access log says the same of each request.
+    for (client, _, _, why) in &expected {
+        let needle = format!("\"client\":\"{client}:");
+        wait_until(&format!("the access log line of {client}"), Duration::from_secs(5), || f.log().contains(&needle));
+        let log = f.log();
+        let line = log.lines().find(|l| l.contains(&needle)).unwrap();
+        let json: serde_json::Value = serde_json::from_str(&line[line.find('{').unwrap()..]).unwrap_or_else(|e| panic!("{e}: {line}"));
+        assert_eq!(json["why"].as_str(), Some(why.as_str()), "{line}");
+    }
+
+    // The latest N, and the bounds of N.
+    let (_, last) = f.api("GET", "/api/explain/recent?service=app&limit=1", None);
+    assert_eq!(last["picks"].as_array().unwrap().len(), 1);
+    assert_eq!(last["picks"][0]["client"], "127.0.0.77");
+    let (status, body) = f.api("GET", "/api/explain/recent?service=app&limit=0", None);
+    assert!(status == 400 && body.to_string().contains("from 1 to 128"), "{body}");
+    assert_eq!(f.api("GET", "/api/explain/recent?service=nope", None).0, 404);
+}
+
+/// TCP mode: explain routes by the TLS server name (`sni=`) as pass-through does, and the
+/// picks of a plain TCP service are kept with their reasons too.
+#[test]
+fn explain_routes_tcp_by_server_name_and_keeps_tcp_picks() {
+    let (a, b, api) = (Backend::start("a"), Backend::start("b"), Backend::start("api"));
+    let tls_listen = format!("127.0.0.1:{}", free_port());
+    let f = Fulcrum::start(&format!(
+        "[[service]]\nname = \"plain\"\nlisten = \"{{LISTEN}}\"\nalgorithm = \"source-hash\"\n[service.health]\nkind = \"none\"\n\
+         [[service.server]]\naddress = \"{0}\"\n[[service.server]]\naddress = \"{1}\"\n\
+         [[service]]\nname = \"passthrough\"\nlisten = \"{tls_listen}\"\n[service.health]\nkind = \"none\"\n\
+         [[service.server]]\naddress = \"{0}\"\n\
+         [[service.pool]]\nname = \"api\"\n[service.pool.health]\nkind = \"none\"\n[[service.pool.server]]\naddress = \"{2}\"\n\
+         [[service.route]]\npool = \"api\"\nsni = [\"api.test\"]\n",
+        a.addr, b.addr, api.addr
+    ));
+    let explain = |query: &str| f.api("GET", &format!("/api/explain?service=passthrough&client=127.0.0.5{query}"), None).1;
+    let e = explain("&sni=API.test");
+    assert_eq!((e["routes"][0]["taken"].as_bool(), e["pool"].as_str(), e["pick"].as_str()), (Some(true), Some("api"), Some(api.addr.to_string().as_str())), "{e}");
+    let e = explain("&sni=www.test");
+    assert_eq!((e["routes"][0]["taken"].as_bool(), e["pool"].as_str(), e["pick"].as_str()), (Some(false), Some("default"), Some(a.addr.to_string().as_str())), "{e}");
+    assert!(e["routes"][0]["why_not"].as_str().unwrap().contains("www.test is none of sni"), "{e}");
+    let e = explain("");
+    assert!(e["routes"][0]["why_not"].as_str().unwrap().contains("no server name"), "{e}");
+
+    let (_, predicted) = f.api("GET", "/api/explain?service=plain&client=127.0.0.9", None);
+    assert_eq!(http_get_from(Some([127, 0, 0, 9].into()), f.listen, "/index.html").unwrap().0, 200);
+    let (_, recent) = f.api("GET", "/api/explain/recent?service=plain", None);
+    // The harness's own probe of the listener was a pick too: the client's is the last.
+    let pick = recent["picks"].as_array().unwrap().last().unwrap();
+    assert_eq!((pick["client"].as_str(), pick["server"].as_str()), (Some("127.0.0.9"), predicted["pick"].as_str()), "{recent}");
+    assert_eq!(pick["why"].as_str().unwrap(), format!("source-hash slot={}", predicted["key"]["slot"]), "{recent}");
+}

@@ -75,7 +75,7 @@ fn three_instances_run_one_config_from_etcd_and_keep_serving_without_it() {
     let mut etcd = Etcd::start(3);
     let (a, b, c) = (Backend::start("a"), Backend::start("b"), Backend::start("c"));
     let out = import(&etcd, &[a.addr]);
-    assert!(out.contains("imported 1 services"), "{out}");
+    assert!(out.contains("imported 1 service from"), "{out}");
 
     // Each instance has no service of its own: it listens once etcd's arrives.
     let lbs: Vec<Fulcrum> = ["lb-1", "lb-2", "lb-3"].iter().map(|n| Fulcrum::start(&instance(&etcd, n))).collect();

@@ -23,6 +23,7 @@ pub fn routes<C: Control>() -> Router<Arc<C>> {
         .route("/metrics", get(metrics::<C>))
         .route("/api/history", get(history::<C>))
         .route("/api/explain", get(explain::<C>))
+        .route("/api/explain/recent", get(explain_recent::<C>))
         .route("/api/config", get(get_config::<C>).post(put_config::<C>))
         .route("/api/config/validate", post(validate_config))
         .route("/api/save", post(save::<C>))
@@ -110,6 +111,7 @@ struct ExplainQuery {
     path: Option<String>,
     host: Option<String>,
     cookie: Option<String>,
+    sni: Option<String>,
 }
 
 /// What Fulcrum would do now for a request from `client` (and `path`, `host`, `cookie`), and why.
@@ -122,11 +124,32 @@ async fn explain<C: Control>(State(control): State<Arc<C>>, Query(q): Query<Expl
         Ok(c) => c,
         Err(_) => return refuse(StatusCode::BAD_REQUEST, format!("client {:?} is not an IP address", q.client.unwrap_or_default())),
     };
-    let question = crate::proxy::explain::Question { client, path: q.path, host: q.host, cookie: q.cookie };
+    let question = crate::proxy::explain::Question { client, path: q.path, host: q.host, cookie: q.cookie, sni: q.sni };
     match crate::proxy::explain::explain(service, &question) {
         Ok(e) => Json(e).into_response(),
         Err(why) => refuse(StatusCode::BAD_REQUEST, why),
     }
+}
+
+#[derive(Deserialize)]
+struct RecentQuery {
+    service: String,
+    limit: Option<usize>,
+}
+
+/// The last picks the data path made for `service`, and why: the latest `limit` of those its
+/// pools keep.
+async fn explain_recent<C: Control>(State(control): State<Arc<C>>, Query(q): Query<RecentQuery>) -> Response {
+    let generation = control.current();
+    let Some(service) = generation.services.iter().find(|s| s.config().name == q.service) else {
+        return refuse(StatusCode::NOT_FOUND, format!("no service {:?}", q.service));
+    };
+    let most = crate::proxy::why::RECENT * (1 + service.pools.len());
+    let limit = q.limit.unwrap_or(crate::proxy::why::RECENT);
+    if !(1..=most).contains(&limit) {
+        return refuse(StatusCode::BAD_REQUEST, format!("limit {limit}: from 1 to {most} (the last {} picks of each of its pools are kept)", crate::proxy::why::RECENT));
+    }
+    Json(serde_json::json!({ "service": q.service, "picks": crate::proxy::explain::recent(service, limit) })).into_response()
 }
 
 #[derive(Deserialize)]
@@ -167,7 +190,7 @@ async fn parse_body(body: ConfigBody) -> Result<config::Config, BodyError> {
 }
 
 async fn validate_config(Body(body): Body<ConfigBody>) -> Response {
-    answer(parse_body(body).await.map(|c| format!("valid: {} services", c.services.len())))
+    answer(parse_body(body).await.map(|c| format!("valid: {}", crate::config::services(c.services.len()))))
 }
 
 async fn put_config<C: Control>(State(control): State<Arc<C>>, Extension(editor): Extension<Editor>, Body(body): Body<ConfigBody>) -> Response {

@@ -60,7 +60,7 @@ impl Change {
             Change::Health { service, health } => format!("health check {:?} for {service}", health.kind),
             Change::Settings { service, .. } => format!("settings of {service}"),
             Change::ServiceEnabled { service, enabled } => format!("{} {service}", if *enabled { "start" } else { "stop" }),
-            Change::Replace(c) => format!("replace the config ({} services)", c.services.len()),
+            Change::Replace(c) => format!("replace the config ({})", super::services(c.services.len())),
             Change::AddService(s) => format!("add service {} on {}", s.name, s.listen),
             Change::RemoveService { service } => format!("remove service {service}"),
         }

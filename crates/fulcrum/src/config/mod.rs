@@ -78,6 +78,11 @@ pub fn revalidate(config: &Config) -> Result<Config, Diagnostics> {
 }
 
 /// The config as TOML, as `save` writes it.
+/// "1 service", "2 services": how messages count a config's services.
+pub fn services(n: usize) -> String {
+    format!("{n} service{}", if n == 1 { "" } else { "s" })
+}
+
 pub fn to_toml(config: &Config) -> String {
     toml::to_string_pretty(config).unwrap_or_else(|e| format!("# cannot write config: {e}\n"))
 }

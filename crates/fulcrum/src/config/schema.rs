@@ -729,6 +729,10 @@ pub struct Http {
     pub max_uri_length: usize,
     #[serde(default = "defaults::access_log")]
     pub access_log: AccessLog,
+    /// Adds `why` to each access log line: how its server was picked, in the compact form of
+    /// `GET /api/explain/recent` (e.g. `source-hash slot=4211`, `cookie affinity`).
+    #[serde(default, skip_serializing_if = "is_false")]
+    pub access_log_why: bool,
     /// `uri-hash`: hash the query string too.
     #[serde(default, skip_serializing_if = "is_false")]
     pub hash_query: bool,
@@ -803,6 +807,7 @@ impl Default for Http {
             max_head_size: defaults::max_head_size(),
             max_uri_length: defaults::max_uri_length(),
             access_log: defaults::access_log(),
+            access_log_why: false,
             hash_query: false,
             hash_header: None,
             cookie: defaults::cookie_name(),

@@ -56,9 +56,9 @@ pub async fn run(args: FleetArgs) -> anyhow::Result<()> {
             anyhow::ensure!(loaded.config.fleet.is_none(), "{} has [fleet]: import a file of services", file.display());
             let mut client = connect().await?;
             let who = std::env::var("USER").unwrap_or_else(|_| "fulcrum fleet import".into());
-            let what = format!("import {} ({} services)", file.display(), loaded.config.services.len());
+            let what = format!("import {} ({})", file.display(), config::services(loaded.config.services.len()));
             let revision = replace_services(&mut client, &keys, &loaded.config.services, &who, &what).await?;
-            println!("imported {} services from {} into {} at etcd revision {revision}", loaded.config.services.len(), file.display(), fleet.prefix);
+            println!("imported {} from {} into {} at etcd revision {revision}", config::services(loaded.config.services.len()), file.display(), fleet.prefix);
             let per_instance = loaded.config.admin.is_some() || loaded.config.workers != 0 || loaded.config.maxconn.is_some();
             if per_instance {
                 println!("note: [admin], workers and maxconn are per instance: they stay in each instance's own file");
@@ -92,7 +92,7 @@ pub async fn run(args: FleetArgs) -> anyhow::Result<()> {
                 match agreement::ask(m, authorization.as_deref()).await {
                     Ok(s) => {
                         let revision = s.facts.get("config revision").cloned().unwrap_or_default();
-                        println!("{}: admin {}, config revision {revision}, {} services", m.name, m.admin.as_deref().unwrap_or("-"), s.facts.keys().filter(|k| k.ends_with(": algorithm")).count());
+                        println!("{}: admin {}, config revision {revision}, {}", m.name, m.admin.as_deref().unwrap_or("-"), config::services(s.facts.keys().filter(|k| k.ends_with(": algorithm")).count()));
                         seen.push(s);
                     }
                     Err(e) => unreachable.push(format!("{} cannot be asked: {e:#}", m.name)),

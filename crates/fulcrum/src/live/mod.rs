@@ -25,7 +25,7 @@ use crate::config::{self, Config, HealthKind};
 pub use budget::{Budget, Slot};
 pub use rate::Rate;
 pub use server::{ConnGuard, DampingNow, ServerEntry, ServerKey, ServerState, State, clock_ms, unix_ms};
-pub use pool::{Avoid, Pool, Role, Tier};
+pub use pool::{Avoid, Picked, Pool, Role, Tier};
 pub use service::{Service, ServiceGuard, ServiceState};
 
 /// One immutable view of the whole configuration.

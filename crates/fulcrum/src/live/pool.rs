@@ -138,6 +138,22 @@ pub enum Role {
     Backup,
 }
 
+/// A server a pick chose: its tier and index there (what a retry avoids), and whether `all_down
+/// = "use-all"` chose it with health ignored.
+#[derive(Clone)]
+pub struct Picked {
+    pub role: Role,
+    pub entry: Arc<ServerEntry>,
+    pub index: usize,
+    pub panic: bool,
+}
+
+impl Picked {
+    fn of(tier: &Tier, role: Role, index: usize, panic: bool) -> Picked {
+        Picked { role, entry: tier.servers[index].clone(), index, panic }
+    }
+}
+
 /// Servers a connection already failed on, per role.
 #[derive(Debug, Default, Clone)]
 pub struct Avoid {
@@ -171,20 +187,20 @@ pub struct Pool {
 impl Pool {
     /// Picks a primary server, or a backup while no primary is usable; with `all_down =
     /// "use-all"`, any server in rotation while none at all is usable.
-    pub fn pick(&self, client: IpAddr, hash: Option<u64>, avoid: &Avoid) -> Option<(Role, Arc<ServerEntry>, usize)> {
+    pub fn pick(&self, client: IpAddr, hash: Option<u64>, avoid: &Avoid) -> Option<Picked> {
         // Asked first: a pick over no usable server would start a rotation afresh each time.
         if self.panicking() {
             if let Some(i) = self.primary.pick_any(client, hash, &avoid.primary) {
-                return Some((Role::Primary, self.primary.servers[i].clone(), i));
+                return Some(Picked::of(&self.primary, Role::Primary, i, true));
             }
             let i = self.backup.pick_any(client, hash, &avoid.backup)?;
-            return Some((Role::Backup, self.backup.servers[i].clone(), i));
+            return Some(Picked::of(&self.backup, Role::Backup, i, true));
         }
         if let Some(i) = self.primary.pick(client, hash, &avoid.primary) {
-            return Some((Role::Primary, self.primary.servers[i].clone(), i));
+            return Some(Picked::of(&self.primary, Role::Primary, i, false));
         }
         let i = self.backup.pick(client, hash, &avoid.backup)?;
-        Some((Role::Backup, self.backup.servers[i].clone(), i))
+        Some(Picked::of(&self.backup, Role::Backup, i, false))
     }
 
     /// Whether `all_down = "use-all"` is in force now: the policy is set and no server is usable.
@@ -193,13 +209,20 @@ impl Pool {
     }
 
     /// The usable server named `id` (the `cookie` algorithm's affinity), with its place.
-    pub fn by_id(&self, id: &str, avoid: &Avoid) -> Option<(Role, Arc<ServerEntry>, usize)> {
+    pub fn by_id(&self, id: &str, avoid: &Avoid) -> Option<Picked> {
         let usable = |e: &Arc<ServerEntry>| e.id == id && e.state.effective_weight() > 0;
         if let Some(i) = self.primary.servers.iter().position(usable).filter(|i| !avoid.primary.contains(i)) {
-            return Some((Role::Primary, self.primary.servers[i].clone(), i));
+            return Some(Picked::of(&self.primary, Role::Primary, i, false));
         }
         let i = self.backup.servers.iter().position(usable).filter(|i| !avoid.backup.contains(i))?;
-        Some((Role::Backup, self.backup.servers[i].clone(), i))
+        Some(Picked::of(&self.backup, Role::Backup, i, false))
+    }
+
+    pub fn tier(&self, role: Role) -> &Tier {
+        match role {
+            Role::Primary => &self.primary,
+            Role::Backup => &self.backup,
+        }
     }
 
     /// Whether any server not in `avoid` takes traffic now (full or not).

@@ -32,7 +32,7 @@ fn share_of_second(live: &Live, n: usize) -> f64 {
     let mut second = 0;
     for k in 0..n {
         let client = IpAddr::from([127, 0, (k >> 8) as u8, k as u8]);
-        let (_, entry, i) = pool.pick(client, None, &Avoid::default()).expect("a usable server");
+        let super::Picked { entry, index: i, .. } = pool.pick(client, None, &Avoid::default()).expect("a usable server");
         held.push(entry.state.try_reserve(0).unwrap());
         second += usize::from(i == 1);
     }
@@ -164,10 +164,10 @@ fn with_use_all_a_pool_whose_servers_are_all_down_spreads_over_them_and_says_so(
         let generation = panic.current();
         let pool = &generation.services[0].pool;
         assert!(pool.panicking());
-        let picked: std::collections::BTreeSet<usize> = (0..64u8).filter_map(|h| pool.pick(IpAddr::from([127, 0, 1, h]), None, &Avoid::default()).map(|(_, _, i)| i)).collect();
+        let picked: std::collections::BTreeSet<usize> = (0..64u8).filter_map(|h| pool.pick(IpAddr::from([127, 0, 1, h]), None, &Avoid::default()).map(|p| p.index)).collect();
         assert_eq!(picked.len(), 2, "{algorithm}: both servers take traffic in panic mode");
         server(&panic, 1001).set_enabled(false);
-        assert!((0..16).all(|_| pool.pick(client, None, &Avoid::default()).is_some_and(|(_, _, i)| i == 1)), "{algorithm}: a disabled server stays out");
+        assert!((0..16).all(|_| pool.pick(client, None, &Avoid::default()).is_some_and(|p| p.index == 1)), "{algorithm}: a disabled server stays out");
         server(&panic, 1002).set_health(true);
         assert!(!pool.panicking(), "a usable server ends panic mode");
     }

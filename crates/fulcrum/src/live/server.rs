@@ -39,6 +39,8 @@ pub struct ServerKey {
 #[derive(Debug)]
 pub struct ServerState {
     pub key: ServerKey,
+    /// Unique in the process: what a kept pick (`proxy::why::Recent`) names its server by.
+    pub serial: u64,
     /// Itself, for the timers that end a ramp or a suppression.
     me: Weak<ServerState>,
     /// The service's balancers, told of every change of this server's state or weight.
@@ -173,8 +175,10 @@ fn after(me: &Weak<ServerState>, delay: Duration, then: impl FnOnce(&ServerState
 
 impl ServerState {
     pub fn new(key: ServerKey, events: Arc<Subscribers>, weight: u32, enabled: bool, checked: bool) -> Arc<Self> {
+        static SERIAL: AtomicU64 = AtomicU64::new(1);
         Arc::new_cyclic(|me| ServerState {
             key,
+            serial: SERIAL.fetch_add(1, Relaxed),
             me: me.clone(),
             events,
             weight: AtomicU32::new(weight),

@@ -91,6 +91,8 @@ pub struct ServiceState {
     pub data_port_cursor: std::sync::atomic::AtomicU32,
     /// Signalled when a connection ends, so an accept loop paused at `maxconn` resumes.
     pub freed: Notify,
+    /// The last picks and their reasons (`GET /api/explain/recent`).
+    pub recent: crate::proxy::why::Recent,
 }
 
 impl ServiceState {

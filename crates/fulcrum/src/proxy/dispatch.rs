@@ -18,8 +18,10 @@ use tracing::{debug, warn};
 
 use super::connect;
 use super::queue::Waiting;
+use super::why::{How, Why};
+use crate::config::Algorithm;
 use crate::error::{Error, Kind, Side};
-use crate::live::{Avoid, ConnGuard, Pool, Role, ServerEntry, ServiceState};
+use crate::live::{Avoid, ConnGuard, Picked, Pool, Role, ServerEntry, ServiceState};
 
 /// What a request says about where it should go: the hash key of `uri-hash`/`header-hash`, and
 /// the server id an affinity cookie names.
@@ -39,6 +41,7 @@ pub struct Place {
     guard: ConnGuard,
     service: Arc<ServiceState>,
     queued: Duration,
+    why: Why,
 }
 
 impl Place {
@@ -49,6 +52,11 @@ impl Place {
     /// Time spent in the queue before the place was taken.
     pub fn queued(&self) -> Duration {
         self.queued
+    }
+
+    /// Why the pick chose this server.
+    pub fn why(&self) -> Why {
+        self.why
     }
 
     /// Counts the connection (or request) as made: total, last use, session rate.
@@ -88,7 +96,8 @@ impl<'a> Dispatch<'a> {
         loop {
             let busy = pool.avoid_full(&self.avoid);
             let named = self.steer.prefer.and_then(|id| pool.by_id(id, &busy));
-            let Some((role, entry, index)) = named.or_else(|| pool.pick(self.client.ip(), self.steer.hash, &busy)) else {
+            let affinity = named.is_some();
+            let Some(Picked { role, entry, index, panic }) = named.or_else(|| pool.pick(self.client.ip(), self.steer.hash, &busy)) else {
                 if !pool.any_usable(&self.avoid) {
                     return Err(self.last.take().unwrap_or_else(|| Error::new(Kind::NoServer, Side::Server)));
                 }
@@ -104,8 +113,25 @@ impl<'a> Dispatch<'a> {
                 continue;
             };
             entry.state.counters.lb_total.fetch_add(1, Relaxed);
+            let why = self.why(affinity, role, index, panic, waiting.is_some());
+            pool.state.recent.record(self.client.ip(), entry.state.serial, why);
             let queued = waiting.map_or(Duration::ZERO, |w| w.waited());
-            return Ok(Place { entry, role, index, guard, service: pool.state.clone(), queued });
+            return Ok(Place { entry, role, index, guard, service: pool.state.clone(), queued, why });
+        }
+    }
+
+    /// The reason for a pick of server `index` of the `role` tier. A hashing algorithm's key is
+    /// looked up in the table once more, to say whether its slot's owner took it.
+    fn why(&self, affinity: bool, role: Role, index: usize, panic: bool, queued: bool) -> Why {
+        let backup = role == Role::Backup;
+        if affinity {
+            return Why::new(How::Affinity, None, backup, panic, queued, self.retried);
+        }
+        let hashing = matches!(self.pool.config.algorithm, Algorithm::SourceHash | Algorithm::UriHash | Algorithm::HeaderHash);
+        let slot = hashing.then(|| self.steer.hash.unwrap_or_else(|| crate::balance::key::client_ip(self.client.ip()))).and_then(|h| self.pool.tier(role).slot(h));
+        match slot {
+            Some((slot, owner)) => Why::new(if owner == index { How::SlotOwner } else { How::SlotWalked }, Some(slot), backup, panic, queued, self.retried),
+            None => Why::new(How::Algorithm, None, backup, panic, queued, self.retried),
         }
     }
 

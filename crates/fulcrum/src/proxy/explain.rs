@@ -1,11 +1,15 @@
 //! "Why this server?": what Fulcrum would do right now for a request from a given client (and
-//! path, host and cookie in HTTP mode), and why: the routes tried, the pool, the algorithm's
+//! path, host and cookie in HTTP mode; the TLS server name in TCP mode with pass-through
+//! routes), and why: the routes tried, the pool, the algorithm's
 //! inputs (weights, ramps, loads, ratios, the hash key and its table slot, the affinity cookie),
 //! every server skipped with its reason, and the pick. `GET /api/explain` serves it.
 //!
 //! The pick is the algorithm's own, made as for a request: a rotating algorithm (round robin,
 //! static-rr) moves on by one turn, as the request would have moved it; nothing is counted and no
 //! connection is made.
+//!
+//! [`recent`] reads what the data path did instead: the last picks each pool kept
+//! (`proxy::why`), served by `GET /api/explain/recent`.
 
 use std::net::IpAddr;
 
@@ -16,6 +20,7 @@ use crate::config::{Algorithm, Mode};
 use crate::live::{Avoid, Pool, Service, State};
 
 use super::http::{affinity, route};
+use super::tls::passthrough;
 
 /// The request to explain.
 #[derive(Debug, Clone, Default)]
@@ -25,13 +30,16 @@ pub struct Question {
     pub host: Option<String>,
     /// The `Cookie` header the client would send.
     pub cookie: Option<String>,
+    /// TCP mode with pass-through routes: the server name of the client's ClientHello.
+    pub sni: Option<String>,
 }
 
 #[derive(Debug, Serialize)]
 pub struct Explanation {
     pub service: String,
     pub client: IpAddr,
-    /// HTTP mode: each route in order, whether it took the request and, if not, why.
+    /// HTTP mode, and TCP mode with pass-through routes: each route in order, whether it took the
+    /// request and, if not, why.
     pub routes: Vec<RouteCheck>,
     /// The pool that serves it: `default` for the service's own servers.
     pub pool: String,
@@ -122,6 +130,22 @@ pub fn explain(service: &Service, q: &Question) -> Result<Explanation, String> {
                 RouteCheck { pool: r.pool.clone(), taken: why_not.is_none(), why_not }
             })
             .collect()
+    } else if cfg.mode == Mode::Tcp {
+        let name = q.sni.as_deref();
+        let mut taken = false;
+        cfg.routes
+            .iter()
+            .map(|r| {
+                let why_not = match name {
+                    _ if taken => Some("an earlier route took the connection".into()),
+                    None => Some("no server name in the hello (give sni=...)".into()),
+                    Some(n) if passthrough::serves(r, n) => None,
+                    Some(n) => Some(format!("server name {n} is none of sni {:?}", r.sni)),
+                };
+                taken |= why_not.is_none();
+                RouteCheck { pool: r.pool.clone(), taken: why_not.is_none(), why_not }
+            })
+            .collect()
     } else {
         Vec::new()
     };
@@ -152,16 +176,16 @@ pub fn explain(service: &Service, q: &Question) -> Result<Explanation, String> {
     let panic = pool.panicking();
     let candidates = candidates(pool, panic);
     let picked = named.clone().or_else(|| pool.pick(client, steer.hash.or(hash.as_ref().map(|(_, h)| *h)), &busy));
-    let pick = picked.as_ref().map(|(_, e, _)| e.state.key.address.clone());
+    let pick = picked.as_ref().map(|p| p.entry.state.key.address.clone());
     let why = match (&picked, &named, &key) {
         (None, _, _) if candidates.iter().any(|c| c.skipped.as_deref().is_some_and(|s| s.starts_with("full"))) => "every usable server is at its maxconn: the request would wait in the queue".to_string(),
         (None, _, _) => format!("no server is usable{}", if pc.all_down.is_fail() { " (all_down = \"fail\": 503 or close)" } else { "" }),
-        (Some((_, e, _)), Some(_), _) => format!("the affinity cookie names {}, which is usable", e.state.key.address),
-        (Some((_, e, _)), None, Some(k)) if k.owner == e.state.key.address => format!("{} lands on slot {}, which {} owns", k.of, k.slot, k.owner),
-        (Some((_, e, _)), None, Some(k)) => format!("{} lands on slot {}, owned by {}, which is passed over (or ramping); the table walk goes on to {}", k.of, k.slot, k.owner, e.state.key.address),
-        (Some((role, e, _)), None, None) => {
+        (Some(p), Some(_), _) => format!("the affinity cookie names {}, which is usable", p.entry.state.key.address),
+        (Some(p), None, Some(k)) if k.owner == p.entry.state.key.address => format!("{} lands on slot {}, which {} owns", k.of, k.slot, k.owner),
+        (Some(p), None, Some(k)) => format!("{} lands on slot {}, owned by {}, which is passed over (or ramping); the table walk goes on to {}", k.of, k.slot, k.owner, p.entry.state.key.address),
+        (Some(p), None, None) => {
             let usable = candidates.iter().filter(|c| c.skipped.is_none()).count();
-            let tier = if *role == crate::live::Role::Backup { "no primary is usable, so a backup: " } else { "" };
+            let tier = if p.role == crate::live::Role::Backup { "no primary is usable, so a backup: " } else { "" };
             let how = match pc.algorithm {
                 Algorithm::RoundRobin | Algorithm::Cookie => "its turn in the smooth weighted rotation",
                 Algorithm::StaticRr => "its turn in the static weighted cycle",
@@ -172,7 +196,7 @@ pub fn explain(service: &Service, q: &Question) -> Result<Explanation, String> {
                 _ => "the algorithm's choice",
             };
             let panicked = if panic { " (panic mode: health ignored)" } else { "" };
-            format!("{tier}{} by {how}, among {usable} usable{panicked}", e.state.key.address)
+            format!("{tier}{} by {how}, among {usable} usable{panicked}", p.entry.state.key.address)
         }
     };
     let pool_name = pool_name.to_string();
@@ -218,4 +242,32 @@ fn candidates(pool: &Pool, panic: bool) -> Vec<Candidate> {
             }
         })
         .collect()
+}
+
+/// One pick the data path made, as `GET /api/explain/recent` shows it.
+#[derive(Debug, Serialize)]
+pub struct RecentPick {
+    pub time: String,
+    pub client: IpAddr,
+    pub pool: String,
+    /// The server, or `(removed)` when it has left the config since.
+    pub server: String,
+    pub why: String,
+}
+
+/// The last picks of `service`'s pools, oldest first; at most `limit`, the latest ones.
+pub fn recent(service: &Service, limit: usize) -> Vec<RecentPick> {
+    let pools = std::iter::once((&service.pool, "default")).chain(service.config().pools.iter().zip(&service.pools).map(|(c, p)| (p, c.name.as_str())));
+    let mut picks: Vec<(u64, u64, RecentPick)> = pools
+        .flat_map(|(pool, name)| {
+            pool.state.recent.read(limit).into_iter().map(move |r| {
+                let server = pool.servers().find(|e| e.state.serial == r.server).map_or_else(|| "(removed)".to_string(), |e| e.state.key.address.clone());
+                let time = humantime::format_rfc3339_micros(std::time::UNIX_EPOCH + std::time::Duration::from_micros(r.at_us)).to_string();
+                (r.at_us, r.order, RecentPick { time, client: r.client, pool: name.to_string(), server, why: r.why.describe(pool.config.algorithm) })
+            })
+        })
+        .collect();
+    picks.sort_by_key(|(at, order, _)| (*at, *order));
+    let skip = picks.len().saturating_sub(limit);
+    picks.into_iter().skip(skip).map(|(_, _, p)| p).collect()
 }

@@ -18,6 +18,7 @@ pub mod tcp;
 #[allow(unsafe_code)]
 pub mod tcp_info;
 pub mod tls;
+pub mod why;
 
 use std::net::SocketAddr;
 use std::sync::Arc;

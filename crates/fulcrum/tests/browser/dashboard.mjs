@@ -165,8 +165,12 @@ try {
   assert.equal(await page.$$eval("#why-table tbody tr", (r) => r.length), 4);
   assert.match(await page.textContent(".why-pick"), /→ 127\.0\.0\.1:\d+ — .*fewest connections in flight/);
   assert.equal(await page.textContent(`#why-table tr[data-server="${victim}"] td:last-child`), "disabled");
+  // The traffic's own picks are listed with how each was made, never on the disabled server.
+  await page.waitForSelector("#recent-table tbody tr", { timeout: 5000 });
+  assert.match(await page.textContent("#recent-table tbody tr td:last-child"), /^least-conn/);
+  await page.waitForFunction((v) => ![...document.querySelectorAll("#recent-table tbody tr")].some((r) => r.dataset.server === v), victim, { timeout: 5000 });
   await shot("why");
-  step("why: the pick and the disabled server's reason");
+  step("why: the pick, the disabled server's reason and the recent picks");
   await tab("config");
   assert.match(await page.inputValue("#config-text"), /least-conn/);
   await shot("config");

@@ -26,6 +26,8 @@ pub struct Record {
     pub queue: Duration,
     pub connect: Duration,
     pub response: Duration,
+    /// With `access_log_why`: how the server was picked (`None` when no server was).
+    pub why: Option<String>,
 }
 
 impl Drop for Record {
@@ -41,20 +43,23 @@ impl Drop for Record {
             AccessLog::Off => {}
             AccessLog::Text => tracing::info!(
                 target: "access",
-                "{time} {} {} {} {server} \"{} {}\" {} {bytes_in} {} queue={:.1}ms connect={:.1}ms response={:.1}ms",
+                "{time} {} {} {} {server} \"{} {}\" {} {bytes_in} {} queue={:.1}ms connect={:.1}ms response={:.1}ms{}",
                 self.client, self.service, self.pool, self.method, self.path, self.status, self.bytes_out,
                 ms(self.queue), ms(self.connect), ms(self.response),
+                self.why.as_ref().map(|w| format!(" why=\"{w}\"")).unwrap_or_default(),
             ),
-            AccessLog::Json => tracing::info!(
-                target: "access",
-                "{}",
-                json!({
+            AccessLog::Json => {
+                let mut line = json!({
                     "time": time.to_string(), "client": self.client.to_string(), "service": self.service, "pool": self.pool,
                     "server": server, "method": self.method, "path": self.path, "status": self.status,
                     "bytes_in": bytes_in, "bytes_out": self.bytes_out,
                     "queue_ms": ms(self.queue), "connect_ms": ms(self.connect), "response_ms": ms(self.response),
-                })
-            ),
+                });
+                if let Some(why) = &self.why {
+                    line["why"] = why.as_str().into();
+                }
+                tracing::info!(target: "access", "{line}")
+            }
         }
     }
 }

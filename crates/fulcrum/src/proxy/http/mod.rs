@@ -180,6 +180,7 @@ fn handle(mut req: Request<Incoming>, peer: SocketAddr, node: &headers::ClientNo
             queue: Duration::ZERO,
             connect: Duration::ZERO,
             response: Duration::ZERO,
+            why: None,
         };
         if req.method() == Method::CONNECT {
             // The guard reads nothing after the CONNECT head, so no tunnelled byte is taken for HTTP.
@@ -254,6 +255,9 @@ fn handle(mut req: Request<Incoming>, peer: SocketAddr, node: &headers::ClientNo
                 record.server = Some(entry.addr);
                 record.connect = a.connect;
                 record.queue = a.place.queued();
+                if logging && cfg.http.access_log_why {
+                    record.why = Some(a.place.why().describe(target.config.algorithm));
+                }
                 record.response = a.response_time;
                 record.status = a.response.status().as_u16();
                 let (mut rparts, rbody) = a.response.into_parts();

@@ -123,20 +123,21 @@ pub fn server_name(bytes: &[u8]) -> Result<Option<Option<String>>, HelloError> {
     feed(&mut Acceptor::default(), bytes, 0)
 }
 
-/// The first route whose `sni` holds `name`: equal ignoring case, or `*.parent` with `name` one
-/// label under `parent`. A hello without a name matches no route.
+/// The first route whose `sni` holds `name` (see [`serves`]). A hello without a name matches no
+/// route.
 pub fn route<'a>(routes: &'a [Route], name: Option<&str>) -> Option<&'a str> {
     let name = name?;
+    routes.iter().find(|r| serves(r, name)).map(|r| r.pool.as_str())
+}
+
+/// Whether `route`'s `sni` holds `name`: equal ignoring case, or `*.parent` with `name` one label
+/// under `parent`.
+pub fn serves(route: &Route, name: &str) -> bool {
     let parent = name.split_once('.').map(|(_, p)| p);
-    routes
-        .iter()
-        .find(|r| {
-            r.sni.iter().any(|want| match want.strip_prefix("*.") {
-                Some(wild) => parent.is_some_and(|p| p.eq_ignore_ascii_case(wild)),
-                None => want.eq_ignore_ascii_case(name),
-            })
-        })
-        .map(|r| r.pool.as_str())
+    route.sni.iter().any(|want| match want.strip_prefix("*.") {
+        Some(wild) => parent.is_some_and(|p| p.eq_ignore_ascii_case(wild)),
+        None => want.eq_ignore_ascii_case(name),
+    })
 }
 
 #[cfg(test)]
