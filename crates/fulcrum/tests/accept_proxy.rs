@@ -84,5 +84,5 @@ fn a_trusted_connection_without_a_header_is_refused() {
     proxied.write_all(b"PROXY TCP4 203.0.113.5 127.0.0.1 4000 80\r\nGET /name HTTP/1.0\r\nHost: a\r\n\r\n").unwrap();
     let mut answer = Vec::new();
     let _ = proxied.read_to_end(&mut answer);
-    assert!(answer.ends_with(b"n2"), "{}", String::from_utf8_lossy(&answer));
+    assert!(answer.ends_with(b"n2\n"), "{}", String::from_utf8_lossy(&answer));
 }

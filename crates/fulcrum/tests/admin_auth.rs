@@ -98,7 +98,7 @@ impl Timed {
         let mut body = vec![0; length];
         self.reader.read_exact(&mut body).unwrap();
         let took = started.elapsed();
-        assert_eq!(body, b"s1");
+        assert_eq!(body, b"s1\n");
         took
     }
 

@@ -127,7 +127,7 @@ fn a_service_at_the_top_of_every_range_answers_and_one_past_is_refused_on_reload
     let config = UPPER_BOUNDS.replace("{SERVER}", &server.addr.to_string());
     let fulcrum = Fulcrum::start(&config);
     fulcrum.wait_all_up();
-    assert_eq!(request(&fulcrum, "GET /name HTTP/1.0\r\nHost: t\r\n\r\n"), (200, "top".to_string()));
+    assert_eq!(request(&fulcrum, "GET /name HTTP/1.0\r\nHost: t\r\n\r\n"), (200, "top\n".to_string()));
 
     // A target of 60,000 bytes and a 70 KB head with 90 fields: over the defaults (8192 and
     // 16384 bytes, so 414 or 431 there), within the upper bounds and the real server's limits.
@@ -135,11 +135,11 @@ fn a_service_at_the_top_of_every_range_answers_and_one_past_is_refused_on_reload
     let fields: String = (0..88).map(|i| format!("x-pad-{i}: {}\r\n", "b".repeat(120))).collect();
     let head = format!("GET {target} HTTP/1.0\r\nHost: t\r\n{fields}\r\n");
     assert!(head.len() > 70_000);
-    assert_eq!(request(&fulcrum, &head), (200, "top".to_string()));
+    assert_eq!(request(&fulcrum, &head), (200, "top\n".to_string()));
 
     fulcrum.reload(&config.replace("max_headers = 1000", "max_headers = 1001"));
     fulcrum.wait_log("max_headers = 1001 is out of range: use 1 to 1000");
-    assert_eq!(request(&fulcrum, "GET /name HTTP/1.0\r\nHost: t\r\n\r\n"), (200, "top".to_string()), "the running config stays");
+    assert_eq!(request(&fulcrum, "GET /name HTTP/1.0\r\nHost: t\r\n\r\n"), (200, "top\n".to_string()), "the running config stays");
 }
 
 #[test]

@@ -78,6 +78,7 @@ fn demo_with_tls_serves_https_with_the_certificate_it_made() {
 
 #[test]
 fn the_fleet_demo_runs_two_instances_over_etcd_and_a_change_in_one_reaches_the_other() {
+    // The second instance takes the port after each of the first's (free_port never hands those out).
     let (p1, a1) = loop {
         let (p, a) = (free_port(), free_port());
         let next_free = |port: u16| std::net::TcpListener::bind(("127.0.0.1", port + 1)).is_ok();

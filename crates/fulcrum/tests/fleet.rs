@@ -82,7 +82,7 @@ fn three_instances_run_one_config_from_etcd_and_keep_serving_without_it() {
     for lb in &lbs {
         assert_eq!(curl(lb.admin, "GET", "/ready", &[], None).0, 200);
         lb.wait_all_up();
-        assert_eq!(http_get(lb.listen, "/name"), (200, "a".to_string()));
+        assert_eq!(http_get(lb.listen, "/name"), (200, "a\n".to_string()));
     }
     wait_until("three members registered", Duration::from_secs(10), || registered(&lbs[0], 3));
 
@@ -150,7 +150,7 @@ fn three_instances_run_one_config_from_etcd_and_keep_serving_without_it() {
     wait_until("every instance caught up", Duration::from_secs(20), || lbs.iter().all(|lb| connected(lb) && servers(lb) == only_c));
     for lb in &lbs {
         lb.wait_all_up();
-        assert_eq!(http_get(lb.listen, "/name"), (200, "c".to_string()));
+        assert_eq!(http_get(lb.listen, "/name"), (200, "c\n".to_string()));
     }
 
     // A server that registers itself under a lease gets traffic, and leaves when the lease ends.
@@ -271,7 +271,7 @@ fn an_instance_reaches_etcd_over_tls_as_a_user_allowed_only_its_prefix() {
 
     let lb = Fulcrum::start(&local(&password));
     lb.wait_all_up();
-    assert_eq!(http_get(lb.listen, "/name"), (200, "a".to_string()));
+    assert_eq!(http_get(lb.listen, "/name"), (200, "a\n".to_string()));
     assert!(connected(&lb));
     let members = etcd.ctl(&["get", "--prefix", &format!("{PREFIX}/members/"), "--print-value-only"]);
     assert!(members.contains("\"name\":\"lb-tls\""), "{members}");

@@ -317,7 +317,7 @@ fn a_cookie_keeps_a_client_on_its_server_and_fails_over() {
     let jar = scratch("cookies").join("jar.txt");
     let get = |path: &str| -> String {
         let out = Command::new("curl").args(["-s", "-b"]).arg(&jar).arg("-c").arg(&jar).arg(format!("http://{}{path}", f.listen)).output().unwrap();
-        String::from_utf8_lossy(&out.stdout).to_string()
+        String::from_utf8_lossy(&out.stdout).trim_end().to_string()
     };
     let first = get("/name");
     let names: std::collections::BTreeSet<String> = (0..100).map(|_| get("/name")).collect();
@@ -590,7 +590,7 @@ fn host_must_be_one_and_present_in_http_1_1() {
     f.wait_log("the client is at fault: more than one Host");
     // HTTP/1.0 may leave Host out.
     let (answer, _) = exchange(f.listen, b"GET /name HTTP/1.0\r\n\r\n", true);
-    assert!(answer.starts_with("HTTP/1.0 200") && answer.ends_with("\r\n\r\nb"), "{answer}");
+    assert!(answer.starts_with("HTTP/1.0 200") && answer.ends_with("\r\n\r\nb\n"), "{answer}");
 }
 
 #[test]

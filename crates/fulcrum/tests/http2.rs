@@ -148,7 +148,7 @@ fn routes_and_cookie_affinity_work_the_same_over_http2() {
         let out = Command::new("curl").args(["-s", "--max-time", "10", "--http2-prior-knowledge", "-w", "\n%{http_version}"]).args(extra).arg(format!("http://{}/name", f.listen)).output().unwrap();
         let text = String::from_utf8_lossy(&out.stdout).to_string();
         let (body, version) = text.rsplit_once('\n').unwrap_or((&text, ""));
-        (body.to_string(), version.to_string())
+        (body.trim_end().to_string(), version.to_string())
     };
     assert_eq!(get(&["-H", "x-pool: api"]), ("api".to_string(), "2".to_string()), "the route's pool");
     let with_jar = ["-b", jar.to_str().unwrap(), "-c", jar.to_str().unwrap()];

@@ -75,7 +75,7 @@ fn java_slb_round_robin_is_even_and_source_hash_is_sticky() {
 
 #[test]
 fn passive_ratio_gives_the_degraded_server_the_smallest_share() {
-    let (_, results) = lab("passive");
+    let (out, results) = lab("passive");
     let runs = runs(&results);
     let top = runs.iter().map(|r| r["rate"].as_f64().unwrap()).fold(0.0, f64::max);
     let pr = runs.iter().find(|r| r["algorithm"] == "passive-ratio" && r["rate"].as_f64() == Some(top)).unwrap();
@@ -84,9 +84,26 @@ fn passive_ratio_gives_the_degraded_server_the_smallest_share() {
     let ratios = pr["controller_ratios"].as_array().unwrap();
     let last = &ratios.last().unwrap()[1];
     assert!(last[2].as_f64().unwrap() < 0.3, "the controller cut the slow server's ratio: {last}");
-    for a in ["round-robin", "least-conn", "p2c-ewma"] {
+    for a in ["equal-split", "round-robin", "least-conn", "p2c-ewma"] {
         assert!(runs.iter().any(|r| r["algorithm"] == a), "{a} ran");
     }
+    // Two repeats each (--quick), reported as a mean with its interval, and a reading that ranks
+    // only what the test separates.
+    assert_eq!(results["raw"]["repeats"], 2);
+    let estimates = results["raw"]["estimates"].as_array().unwrap();
+    assert_eq!(estimates.len(), 2 * 5, "two rates, five configurations");
+    for e in estimates {
+        let values = e["mean_ms"]["values"].as_array().unwrap();
+        assert_eq!(values.len(), 2, "{e}");
+        let mean = values.iter().map(|v| v.as_f64().unwrap()).sum::<f64>() / 2.0;
+        assert!((e["mean_ms"]["mean"].as_f64().unwrap() - mean).abs() < 1e-9, "{e}");
+        assert!(e["mean_ms"]["ci95"].as_f64().is_some_and(f64::is_finite), "{e}");
+    }
+    let report = std::fs::read_to_string(out.join("report.md")).unwrap();
+    let reading = report.split("## Reading").nth(1).unwrap().split("\n## ").next().unwrap();
+    assert_eq!(reading.lines().filter(|l| l.starts_with("- ")).count(), 2 * 4, "{reading}");
+    assert!(reading.lines().filter(|l| l.starts_with("- ")).all(|l| l.contains("Welch's t-test, p = ") || l.contains("no significant difference")), "{reading}");
+    assert!(results["checks"].as_array().unwrap().iter().any(|c| c["name"] == "passive-ratio is not slower than the equal split under the heaviest load"));
 }
 
 #[test]

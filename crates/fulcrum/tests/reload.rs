@@ -80,10 +80,10 @@ fn reload_adds_and_removes_listeners() {
     let extra = service("round-robin", "", HTTP_CHECK, &[(&servers[1], "")]).replace("{LISTEN}", &format!("127.0.0.1:{port}")).replace("name = \"web\"", "name = \"second\"");
     f.reload(&format!("{one}\n{extra}"));
     let second: std::net::SocketAddr = format!("127.0.0.1:{port}").parse().unwrap();
-    wait_until("second service answers", Duration::from_secs(10), || http_get_from(None, second, "/name").map(|r| r.1 == "s2").unwrap_or(false));
+    wait_until("second service answers", Duration::from_secs(10), || http_get_from(None, second, "/name").map(|r| r.1 == "s2\n").unwrap_or(false));
     f.reload(&one);
     wait_until("second listener closed", Duration::from_secs(10), || TcpStream::connect(second).is_err());
-    assert_eq!(http_get(f.listen, "/name").1, "s1");
+    assert_eq!(http_get(f.listen, "/name").1, "s1\n");
 }
 
 fn ask(c: &mut TcpStream) -> Option<String> {
@@ -93,7 +93,7 @@ fn ask(c: &mut TcpStream) -> Option<String> {
     if n == 0 {
         return None;
     }
-    Some(String::from_utf8_lossy(&buf[..n]).rsplit("\r\n\r\n").next()?.to_string())
+    Some(String::from_utf8_lossy(&buf[..n]).rsplit("\r\n\r\n").next()?.trim_end().to_string())
 }
 
 fn disable_s1(terminate: bool) -> Option<String> {

@@ -150,7 +150,7 @@ fn tls_in_tcp_mode_sends_the_decrypted_bytes_on_and_counts_a_plain_client_as_a_f
         tls_table(&[&a], "handshake_timeout = \"2s\"")
     ));
     for _ in 0..3 {
-        assert_eq!(curl_https(&f, "a.test", "/name", &a.cert, &[]), (0, "b1".into()));
+        assert_eq!(curl_https(&f, "a.test", "/name", &a.cert, &[]), (0, "b1\n".into()));
     }
     // A 2 MB download through the session.
     let (code, size) = curl_https(&f, "a.test", "/bytes/2000000", &a.cert, &["-o", "/dev/null", "-w", "%{size_download}"]);
@@ -191,7 +191,7 @@ fn client_certificates_are_required_when_a_client_ca_is_set() {
         tls_table(&[&a], &format!("client_ca = \"{}\"", ca.cert.display()))
     ));
     let with = curl_https(&f, "a.test", "/name", &a.cert, &["--cert", client.cert.to_str().unwrap(), "--key", client.key.to_str().unwrap()]);
-    assert_eq!(with, (0, "b1".into()));
+    assert_eq!(with, (0, "b1\n".into()));
     let (code, _) = curl_https(&f, "a.test", "/name", &a.cert, &[]);
     assert_ne!(code, 0, "no client certificate, no answer");
     wait_until("the refusal counted", Duration::from_secs(5), || metric(&f, "fulcrum_tls_handshake_failures_total{service=\"web\",reason=\"client_certificate\"}") >= 1);
@@ -254,7 +254,7 @@ fn a_certificate_that_does_not_load_is_refused_by_check_by_reload_and_by_the_api
     }
 
     let f = Fulcrum::start(&config(&[&a]));
-    assert_eq!(curl_https(&f, "a.test", "/name", &a.cert, &[]), (0, "b1".into()));
+    assert_eq!(curl_https(&f, "a.test", "/name", &a.cert, &[]), (0, "b1\n".into()));
     // A connection made before the reloads is served after them.
     let mut kept = Command::new("openssl")
         .args(["s_client", "-quiet", "-connect", &f.listen.to_string(), "-servername", "a.test"])
@@ -283,16 +283,16 @@ fn a_certificate_that_does_not_load_is_refused_by_check_by_reload_and_by_the_api
         }
         let mut body = vec![0u8; length];
         from.read_exact(&mut body).unwrap();
-        assert_eq!(body, b"b1");
+        assert_eq!(body, b"b1\n");
     };
     ask(1);
 
     f.reload(&config(&[&a, &mismatched]));
     f.wait_log("does not match");
-    assert_eq!(curl_https(&f, "a.test", "/name", &a.cert, &[]), (0, "b1".into()), "the old certificate serves on");
+    assert_eq!(curl_https(&f, "a.test", "/name", &a.cert, &[]), (0, "b1\n".into()), "the old certificate serves on");
     // A good change takes effect for new connections; the kept one goes on.
     f.reload(&config(&[&b, &soon]));
-    wait_until("b's certificate served", Duration::from_secs(5), || curl_https(&f, "b.test", "/name", &b.cert, &[]) == (0, "b1".into()));
+    wait_until("b's certificate served", Duration::from_secs(5), || curl_https(&f, "b.test", "/name", &b.cert, &[]) == (0, "b1\n".into()));
     ask(2);
     // A certificate within 14 days of its end is a warning, in the log and the stats.
     f.wait_log("TLS certificate expires in");
@@ -306,13 +306,13 @@ fn a_certificate_that_does_not_load_is_refused_by_check_by_reload_and_by_the_api
     let (status, answer) = f.api("POST", "/api/reload", None);
     let text = answer.to_string();
     assert!(status == 422 && text.contains("does not match") && text.contains(&b.key.display().to_string()), "{status} {text}");
-    assert_eq!(curl_https(&f, "b.test", "/name", &b.cert, &[]), (0, "b1".into()), "the certificate in use serves on");
+    assert_eq!(curl_https(&f, "b.test", "/name", &b.cert, &[]), (0, "b1\n".into()), "the certificate in use serves on");
     let old_b = std::fs::read(&b.cert).unwrap();
     let renewed = self_signed(&dir, "b", &["b.test"], 90);
     assert_ne!(std::fs::read(&renewed.cert).unwrap(), old_b);
     let (status, answer) = f.api("POST", "/api/reload", None);
     assert_eq!(status, 200, "{answer}");
-    assert_eq!(curl_https(&f, "b.test", "/name", &renewed.cert, &[]), (0, "b1".into()), "the renewed certificate is served");
+    assert_eq!(curl_https(&f, "b.test", "/name", &renewed.cert, &[]), (0, "b1\n".into()), "the renewed certificate is served");
     ask(3);
     drop(to);
     let _ = kept.kill();
@@ -372,9 +372,9 @@ fn tls_passes_through_to_the_pool_its_server_name_routes_to() {
 
     // Each name reaches its own server, which shows its own certificate: curl verifies it with
     // that certificate alone.
-    assert_eq!(curl_https(&f, "api.test", "/name", &api_cert.cert, &[]), (0, "api".into()));
-    assert_eq!(curl_https(&f, "shop.test", "/name", &shop_cert.cert, &[]), (0, "shop".into()));
-    assert_eq!(curl_https(&f, "www.shop.test", "/name", &shop_cert.cert, &[]), (0, "shop".into()), "a wildcard route");
+    assert_eq!(curl_https(&f, "api.test", "/name", &api_cert.cert, &[]), (0, "api\n".into()));
+    assert_eq!(curl_https(&f, "shop.test", "/name", &shop_cert.cert, &[]), (0, "shop\n".into()));
+    assert_eq!(curl_https(&f, "www.shop.test", "/name", &shop_cert.cert, &[]), (0, "shop\n".into()), "a wildcard route");
     let other = s_client(f.listen, &["-servername", "other.test"]);
     assert!(other.contains("CN = shop.test") || other.contains("CN=shop.test"), "no route: the service's own server answers\n{other}");
     let none = s_client(f.listen, &["-noservername", "-tls1_2"]);
@@ -428,7 +428,7 @@ fn passed_through_tls_carries_the_client_address_to_the_pools_and_servers_that_a
         assert_eq!(code, 0, "{name}: curl failed\n{}", f.log());
         assert_eq!(body.rsplit_once(':').map(|(addr, _)| addr), Some(source), "{name}: nginx saw {body}");
     }
-    assert_eq!(curl_https(&f, "plain.test", "/name", &cert.cert, &["--interface", "127.0.0.43"]), (0, "plain".into()));
+    assert_eq!(curl_https(&f, "plain.test", "/name", &cert.cert, &["--interface", "127.0.0.43"]), (0, "plain\n".into()));
     // Five more checks of each.
     std::thread::sleep(Duration::from_secs(1));
     for server in [&v2, &v1] {
@@ -462,9 +462,9 @@ fn http2_clients_are_served_over_tls_and_h2c_and_servers_hear_http_1_1() {
         nginx.addr
     ));
     let out = Command::new("curl").args(["-s", "--max-time", "10", "--http2-prior-knowledge", "-w", "\n%{http_version}"]).arg(format!("http://{}/name", plain.listen)).output().unwrap();
-    assert_eq!(String::from_utf8_lossy(&out.stdout), "n1\n2");
+    assert_eq!(String::from_utf8_lossy(&out.stdout), "n1\n\n2");
     let (status, body) = curl(plain.listen, "GET", "/name", &[], None);
-    assert_eq!((status, body.as_str()), (200, "n1"), "HTTP/1.1 clients still served on an h2c service");
+    assert_eq!((status, body.as_str()), (200, "n1\n"), "HTTP/1.1 clients still served on an h2c service");
     let out = Command::new("h2load").args(["-n", "400", "-c", "4", "-m", "16", "-t", "1"]).arg(format!("http://{}/name", plain.listen)).output().unwrap();
     let report = String::from_utf8_lossy(&out.stdout);
     assert!(report.contains("400 succeeded") && report.contains("400 2xx"), "{report}");
@@ -476,7 +476,7 @@ fn http2_clients_are_served_over_tls_and_h2c_and_servers_hear_http_1_1() {
         tls_table(&[&cert], "")
     ));
     let (code, body) = curl_https(&one, "web.test", "/name", &cert.cert, &["--http2", "-w", "\n%{http_version}"]);
-    assert_eq!((code, body.as_str()), (0, "n1\n1.1"));
+    assert_eq!((code, body.as_str()), (0, "n1\n\n1.1"));
 }
 
 /// `server_tls`: Fulcrum speaks TLS to nginx HTTPS servers and verifies them against the CA
@@ -497,10 +497,10 @@ fn server_tls_verifies_the_servers_and_carries_http_and_tcp_to_them() {
     };
     // HTTP mode, SNI and verification by the configured name.
     let http = Fulcrum::start(&config("http", &good.cert, "sni = \"origin.test\""));
-    assert_eq!(http_get(http.listen, "/name"), (200, "s1".into()));
+    assert_eq!(http_get(http.listen, "/name"), (200, "s1\n".into()));
     // TCP mode, verified as the IP address of the server's address.
     let tcp = Fulcrum::start(&config("tcp", &good.cert, ""));
-    assert_eq!(http_get(tcp.listen, "/name"), (200, "s1".into()));
+    assert_eq!(http_get(tcp.listen, "/name"), (200, "s1\n".into()));
     // A CA that did not sign the server's certificate: no request reaches it.
     let wrong = Fulcrum::start(&config("http", &other.cert, "sni = \"origin.test\""));
     let (status, body) = http_get(wrong.listen, "/name");
@@ -513,7 +513,7 @@ fn server_tls_verifies_the_servers_and_carries_http_and_tcp_to_them() {
     let system = config("http", &good.cert, "sni = \"origin.test\"").replace(&format!("ca = \"{}\"\n", good.cert.display()), "");
     let ssl_cert_file = format!("SSL_CERT_FILE={}", good.cert.display());
     let by_system = Fulcrum::start_under(&["env", &ssl_cert_file], &system);
-    assert_eq!(http_get(by_system.listen, "/name"), (200, "s1".into()));
+    assert_eq!(http_get(by_system.listen, "/name"), (200, "s1\n".into()));
     let path = dir.join("system.toml");
     std::fs::write(&path, &system).unwrap();
     let out = Command::new(env!("CARGO_BIN_EXE_fulcrum")).args(["check", path.to_str().unwrap()]).env("SSL_CERT_FILE", dir.join("none.pem")).env_remove("SSL_CERT_DIR").output().unwrap();
@@ -533,7 +533,7 @@ fn server_tls_verifies_the_servers_and_carries_http_and_tcp_to_them() {
     http.wait_all_up();
     let last = http.server_stats(&server.addr.to_string())["last_check"].as_str().unwrap().to_string();
     assert!(last.starts_with("pass: GET /name answered 200"), "{last}");
-    assert_eq!(http_get(http.listen, "/name"), (200, "s1".into()));
+    assert_eq!(http_get(http.listen, "/name"), (200, "s1\n".into()));
     let wrong = Fulcrum::start(&checked(&other.cert));
     let server_state = || wrong.server_stats(&server.addr.to_string());
     wait_until("the check's TLS failure", Duration::from_secs(5), || server_state()["last_check"].as_str().unwrap().starts_with("fail: TLS"));

@@ -108,7 +108,7 @@ impl Lab {
             .args(["netns", "exec", &self.ns("cl"), "curl", "--silent", "--max-time", "0.3", &format!("http://{VIP}:8080/name")])
             .output()
             .ok()?;
-        out.status.success().then(|| String::from_utf8_lossy(&out.stdout).into_owned())
+        out.status.success().then(|| String::from_utf8_lossy(&out.stdout).trim_end().to_string())
     }
 }
 

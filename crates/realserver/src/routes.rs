@@ -45,7 +45,7 @@ pub async fn route(instance: Arc<Instance>, req: Request<Incoming>) -> Result<Re
             text(&instance, StatusCode::OK, body, "application/json")
         }
         (Method::GET | Method::HEAD, "/" | "/index.html") => text(&instance, StatusCode::OK, instance.index.clone(), "text/html"),
-        (Method::GET, "/name") => text(&instance, StatusCode::OK, instance.name.clone(), "text/plain"),
+        (Method::GET, "/name") => text(&instance, StatusCode::OK, format!("{}\n", instance.name), "text/plain"),
         (Method::GET, "/stats") => {
             let body = serde_json::json!({
                 "name": instance.name,
@@ -67,7 +67,7 @@ pub async fn route(instance: Arc<Instance>, req: Request<Incoming>) -> Result<Re
         (Method::GET, p) if p.starts_with("/slow/") => match p["/slow/".len()..].parse::<u64>() {
             Ok(ms) if ms <= 60_000 => {
                 tokio::time::sleep(Duration::from_millis(ms)).await;
-                text(&instance, StatusCode::OK, instance.name.clone(), "text/plain")
+                text(&instance, StatusCode::OK, format!("{}\n", instance.name), "text/plain")
             }
             _ => text(&instance, StatusCode::BAD_REQUEST, "delay must be 0 to 60000 ms".into(), "text/plain"),
         },

@@ -65,7 +65,7 @@ async fn site_files_have_the_size_and_type_their_name_gives() {
 async fn workers_bound_the_requests_served_at_once() {
     let (a, _s) = start_with(None, 10, Degrade { workers: 2, delay_ms: 50, ..Degrade::default() }).await;
     let all = futures_util::future::join_all((0..8).map(|_| raw(a, "GET /name HTTP/1.0\r\n\r\n"))).await;
-    assert!(all.iter().all(|r| body(r) == b"b7"));
+    assert!(all.iter().all(|r| body(r) == b"b7\n"));
     let stats: serde_json::Value = serde_json::from_slice(body(&raw(a, "GET /stats HTTP/1.0\r\n\r\n").await)).unwrap();
     assert_eq!(stats["max_in_service"], 2, "{stats}");
 }
@@ -73,7 +73,7 @@ async fn workers_bound_the_requests_served_at_once() {
 #[tokio::test]
 async fn name_large_post_stats_and_404() {
     let (a, _s) = start(None, 300_000).await;
-    assert_eq!(body(&raw(a, "GET /name HTTP/1.0\r\n\r\n").await), b"b7");
+    assert_eq!(body(&raw(a, "GET /name HTTP/1.0\r\n\r\n").await), b"b7\n", "a line, so a terminal's prompt starts on the next");
     let large = raw(a, "GET /large HTTP/1.0\r\n\r\n").await;
     let b = body(&large);
     assert_eq!(b.len(), 300_000);

@@ -37,7 +37,7 @@ fn tcp_maxconn_queues_connections_and_the_queue_times_out() {
     let mut raw = Vec::new();
     fourth.set_read_timeout(Some(Duration::from_secs(10))).unwrap();
     fourth.read_to_end(&mut raw).unwrap();
-    assert_eq!(parse_response(&raw).unwrap(), (200, "s1".to_string()));
+    assert_eq!(parse_response(&raw).unwrap(), (200, "s1\n".to_string()));
 
     let service = &f.stats()["services"][0];
     assert!(service["queue_max"].as_u64().unwrap() >= 1, "{service}");

@@ -48,14 +48,16 @@ fn remove_scratch_of_ended_runs() {
 /// polls a port of that range until it answers can connect to itself (TCP simultaneous open)
 /// and believe a server is there. Ports below the range are never source ports, so neither can
 /// happen. Each process walks its own stretch of them (by pid), skipping ports that are taken.
+/// Only even ports are handed out, so the port after one stays free for a test that needs a
+/// pair (the fleet demo's second instance listens on the port after the first's).
 pub fn free_port() -> u16 {
     use std::sync::atomic::{AtomicU32, Ordering};
     const FIRST: u32 = 20_000;
     const COUNT: u32 = 12_000;
     static NEXT: AtomicU32 = AtomicU32::new(u32::MAX);
-    let _ = NEXT.compare_exchange(u32::MAX, std::process::id().wrapping_mul(7919) % COUNT, Ordering::Relaxed, Ordering::Relaxed);
-    for _ in 0..COUNT {
-        let port = (FIRST + NEXT.fetch_add(1, Ordering::Relaxed) % COUNT) as u16;
+    let _ = NEXT.compare_exchange(u32::MAX, (std::process::id().wrapping_mul(7919) % COUNT) & !1, Ordering::Relaxed, Ordering::Relaxed);
+    for _ in 0..COUNT / 2 {
+        let port = (FIRST + NEXT.fetch_add(2, Ordering::Relaxed) % COUNT) as u16;
         if TcpListener::bind(("127.0.0.1", port)).is_ok() && std::net::UdpSocket::bind(("127.0.0.1", port)).is_ok() {
             return port;
         }
@@ -142,7 +144,7 @@ http {{
         {server_extra}
         root {root};
         add_header X-Served-By {name} always;
-        location = /name {{ default_type text/plain; return 200 "{name}"; }}
+        location = /name {{ default_type text/plain; return 200 "{name}\n"; }}
         location = /post {{ default_type text/plain; return 200 "{name}"; }}
         location = /session {{ add_header X-Served-By {name} always; add_header Set-Cookie "JSESSIONID=sess-{name}; Path=/" always; default_type text/plain; return 200 "{name}"; }}
         location = /client {{ default_type text/plain; return 200 "$proxy_protocol_addr:$proxy_protocol_port"; }}
@@ -455,13 +457,13 @@ pub fn parse_response(raw: &[u8]) -> std::io::Result<(u16, String)> {
     Ok((status, body.to_string()))
 }
 
-/// Counts which server answered `/name` over `n` requests.
+/// Counts which server answered `/name` over `n` requests, by name (the body without its line end).
 pub fn tally(addr: SocketAddr, n: usize) -> std::collections::BTreeMap<String, usize> {
     let mut m = std::collections::BTreeMap::new();
     for _ in 0..n {
         let (status, body) = http_get(addr, "/name");
         assert_eq!(status, 200);
-        *m.entry(body).or_insert(0) += 1;
+        *m.entry(body.trim_end().to_string()).or_insert(0) += 1;
     }
     m
 }
