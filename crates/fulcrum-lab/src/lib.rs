@@ -20,6 +20,7 @@ mod report;
 mod scaling;
 mod site;
 mod soak;
+mod stats;
 
 use std::path::PathBuf;
 use std::time::Duration;
@@ -65,6 +66,10 @@ pub struct RunArgs {
     /// Seed of the lab's random choices: the site, each client's links, the Poisson arrivals.
     #[arg(long, default_value_t = 1)]
     pub seed: u64,
+    /// Times each configuration runs, each repeat with its own seed, 1 to 50: figures are
+    /// reported as a mean with its 95% confidence interval [default: 5, or 2 with --quick].
+    #[arg(long, value_parser = clap::value_parser!(u64).range(1..=50))]
+    pub repeat: Option<u64>,
     /// Folder for report.md, results.json and the plots [default: lab-results/SCENARIO-TIME].
     #[arg(long)]
     pub out: Option<PathBuf>,
@@ -93,7 +98,8 @@ pub async fn run(args: LabArgs) -> anyhow::Result<bool> {
     procs::check_sources(&client::sources(10))?;
     let work = dir.join("work");
     std::fs::create_dir_all(&work).with_context(|| format!("cannot create {}", work.display()))?;
-    let ctx = Ctx { dir: dir.clone(), work, quick: run.quick, seed: run.seed };
+    let repeat = run.repeat.map_or(if run.quick { 2 } else { 5 }, |n| n as usize);
+    let ctx = Ctx { dir: dir.clone(), work, quick: run.quick, seed: run.seed, repeat };
     let scenario = async {
         match name {
             "java-slb" => java_slb::run(&ctx).await,
@@ -128,6 +134,8 @@ pub struct Ctx {
     pub work: PathBuf,
     pub quick: bool,
     pub seed: u64,
+    /// Runs of each configuration (`--repeat`).
+    pub repeat: usize,
 }
 
 impl Ctx {

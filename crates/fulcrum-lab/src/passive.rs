@@ -1,10 +1,15 @@
 //! `passive`: the passive-measurement paper's experiment. Three real servers, one degraded the way
 //! the paper's `stress` runs degraded theirs (it accepts ten connections a second and its accept
 //! queue holds one, so the kernel drops SYNs past that); Poisson arrivals over a sweep of rates;
-//! the equal split (round robin) against `passive-ratio`, `least-conn` and `p2c-ewma`. Reported:
-//! mean time to the response head against the rate (its Figure 5; it includes Fulcrum's connection
-//! to the real server, where a dropped SYN costs a retransmission) and each server's share of the
+//! the equal split as the paper ran it (plain DNAT: round robin that never redispatches) and round
+//! robin with redispatch, against `passive-ratio`, `least-conn` and `p2c-ewma`. Reported: mean time
+//! to the response head against the rate (its Figure 5; it includes Fulcrum's connection to the
+//! real server, where a dropped SYN costs a retransmission) and each server's share of the
 //! traffic over time under `passive-ratio`, with the controller's own ratios (its Figure 6).
+//!
+//! Every configuration runs `--repeat` times; within one repeat every configuration sees the same
+//! Poisson arrivals (one seed per repeat), and figures are means over the repeats with their 95%
+//! confidence intervals. A ranking is written only where Welch's t-test separates the two.
 
 use std::collections::BTreeMap;
 use std::time::Duration;
@@ -16,14 +21,26 @@ use super::client::{self, Link, Sample, Traffic};
 use super::plot::{self, Series};
 use super::procs::Fulcrum;
 use super::report::{Report, Summary, Table, fmt};
+use super::stats::{Estimate, verdict, welch};
 use super::{Ctx, served_by, service_toml};
 
-const ALGORITHMS: [&str; 4] = ["round-robin", "passive-ratio", "least-conn", "p2c-ewma"];
+/// Each configuration: its name in the report, the algorithm, and extra service lines.
+const CONFIGS: [(&str, &str, &str); 5] = [
+    ("equal-split", "round-robin", "retries = 0\n"),
+    ("round-robin", "round-robin", ""),
+    ("passive-ratio", "passive-ratio", ""),
+    ("least-conn", "least-conn", ""),
+    ("p2c-ewma", "p2c-ewma", ""),
+];
 const NAMES: [&str; 3] = ["fast1", "fast2", "slow"];
+/// The baseline every other configuration is compared with.
+const EQUAL: &str = "equal-split";
 
 struct Run {
+    /// The configuration's name (`CONFIGS`).
     algorithm: &'static str,
     rate: f64,
+    repeat: usize,
     /// Every request, the warm-up's too (Figure 6 shows the controller converging).
     samples: Vec<Sample>,
     /// Requests that started before this are left out of the measured figures.
@@ -69,25 +86,28 @@ pub async fn run(ctx: &Ctx) -> anyhow::Result<Report> {
     let servers: Vec<_> = backends.iter().map(|b| (b.addr, 1)).collect();
     let extra = format!("[service.passive]\nslot = \"1s\"\nwindow_slots = {window}\nmin_samples = 10\n[service.p2c]\ndecay = \"5s\"\n");
     let sources = client::sources(10);
-    let pb = ctx.progress(Some((ALGORITHMS.len() * rates.len()) as u64), "passive");
+    let pb = ctx.progress(Some((CONFIGS.len() * rates.len() * ctx.repeat) as u64), "passive");
     let mut runs = Vec::new();
-    for &rate in rates {
-        for (i, algorithm) in ALGORITHMS.iter().enumerate() {
-            pb.set_message(format!("passive {algorithm} at {rate}/s"));
-            let f = Fulcrum::start(&ctx.work, &format!("passive-{algorithm}-{rate}"), &service_toml("tcp", algorithm, &servers, &extra))?;
-            let stop = CancellationToken::new();
-            let poller = poll_ratios(f.admin, stop.clone());
-            let seed = ctx.seed * 100 + i as u64;
-            let samples = client::poisson(rate, Duration::from_secs(warm_up + seconds), seed, Traffic { sources: &sources, target: f.listen, link: &Link::get("/name"), timeout: Duration::from_secs(20) }, 2000).await;
-            stop.cancel();
-            let ratios = if *algorithm == "passive-ratio" { poller.await.unwrap_or_default() } else { Vec::new() };
-            drop(f);
-            let r = Run { algorithm, rate, samples, warm_up: Duration::from_secs(warm_up), ratios };
-            pb.suspend(|| eprintln!("passive {algorithm} at {rate}/s: mean {:.1} ms, shares {:?}, {} failed", r.times().mean, r.shares().iter().map(|s| (s * 100.0).round()).collect::<Vec<_>>(), r.failed()));
-            runs.push(r);
-            pb.inc(1);
-            // Let the degraded server's queue drain, so runs do not inherit each other's backlog.
-            tokio::time::sleep(Duration::from_secs(1)).await;
+    // Repeats outermost, so a drift of the machine over the run spreads over every configuration.
+    for repeat in 0..ctx.repeat {
+        let seed = ctx.seed * 1000 + repeat as u64;
+        for &rate in rates {
+            for (algorithm, balancer, lines) in CONFIGS {
+                pb.set_message(format!("passive {algorithm} at {rate}/s, repeat {}", repeat + 1));
+                let f = Fulcrum::start(&ctx.work, &format!("passive-{algorithm}-{rate}-{repeat}"), &service_toml("tcp", balancer, &servers, &format!("{lines}{extra}")))?;
+                let stop = CancellationToken::new();
+                let poller = poll_ratios(f.admin, stop.clone());
+                let samples = client::poisson(rate, Duration::from_secs(warm_up + seconds), seed, Traffic { sources: &sources, target: f.listen, link: &Link::get("/name"), timeout: Duration::from_secs(20) }, 2000).await;
+                stop.cancel();
+                let ratios = if algorithm == "passive-ratio" { poller.await.unwrap_or_default() } else { Vec::new() };
+                drop(f);
+                let r = Run { algorithm, rate, repeat, samples, warm_up: Duration::from_secs(warm_up), ratios };
+                pb.suspend(|| eprintln!("passive {algorithm} at {rate}/s, repeat {}: mean {:.1} ms, shares {:?}, {} failed", repeat + 1, r.times().mean, r.shares().iter().map(|s| (s * 100.0).round()).collect::<Vec<_>>(), r.failed()));
+                runs.push(r);
+                pb.inc(1);
+                // Let the degraded server's queue drain, so runs do not inherit each other's backlog.
+                tokio::time::sleep(Duration::from_secs(1)).await;
+            }
         }
     }
     pb.finish_and_clear();
@@ -114,81 +134,137 @@ fn poll_ratios(admin: std::net::SocketAddr, stop: CancellationToken) -> tokio::t
     })
 }
 
+/// One configuration at one rate over its repeats.
+struct Cell<'a> {
+    runs: Vec<&'a Run>,
+}
+
+impl Cell<'_> {
+    /// The mean time to the response head, one value per repeat.
+    fn mean_ms(&self) -> Estimate {
+        Estimate::of(&self.runs.iter().map(|r| r.times().mean).collect::<Vec<_>>())
+    }
+
+    fn p99_ms(&self) -> Estimate {
+        Estimate::of(&self.runs.iter().map(|r| r.times().p99).collect::<Vec<_>>())
+    }
+
+    /// Server `i`'s share of the answered requests, one value per repeat.
+    fn share(&self, i: usize) -> Estimate {
+        Estimate::of(&self.runs.iter().map(|r| r.shares()[i]).collect::<Vec<_>>())
+    }
+
+    fn requests(&self) -> usize {
+        self.runs.iter().map(|r| r.requests()).sum()
+    }
+
+    fn failed(&self) -> usize {
+        self.runs.iter().map(|r| r.failed()).sum()
+    }
+}
+
+fn cell<'a>(runs: &'a [Run], algorithm: &str, rate: f64) -> Cell<'a> {
+    Cell { runs: runs.iter().filter(|x| x.algorithm == algorithm && x.rate == rate).collect() }
+}
+
 fn report(ctx: &Ctx, rates: &[f64], warm_up: u64, seconds: u64, window: usize, runs: &[Run]) -> Report {
     let mut r = Report::new("passive", ctx.quick, ctx.seed);
+    let names: Vec<&str> = CONFIGS.iter().map(|c| c.0).collect();
     r.section(
         "Setup",
         &format!(
             "Three real servers: fast1 and fast2 as they come, slow with `--backlog 1 --slow-accept-ms 100` (ten accepts a second, \
              one connection queued; the kernel drops SYNs past that). Poisson arrivals of one GET each on a new connection, from \
-             127.0.0.11 to .20 in turn, for {warm_up} s of warm-up and {seconds} s measured per rate and algorithm (a fresh Fulcrum each time). `passive-ratio` with T = 1 s and m = {window} slots. Time is measured \
-             to the response head and includes Fulcrum's connection to the real server."
+             127.0.0.11 to .20 in turn, for {warm_up} s of warm-up and {seconds} s measured per rate and configuration (a fresh Fulcrum each time). \
+             `equal-split` is the paper's baseline, plain DNAT: round robin that never redispatches (`retries = 0`); `round-robin` \
+             redispatches a failed connect as Fulcrum does by default. `passive-ratio` with T = 1 s and m = {window} slots. Time is measured \
+             to the response head and includes Fulcrum's connection to the real server. Each configuration ran {} times (seeds {} to {}, one \
+             per repeat, the same arrivals for every configuration of a repeat); figures are the mean over the repeats ± the half width \
+             of its 95% confidence interval.",
+            ctx.repeat,
+            ctx.seed * 1000,
+            ctx.seed * 1000 + ctx.repeat as u64 - 1,
         ),
     );
-    let mut t = Table::new(std::iter::once("Rate (req/s)".to_string()).chain(ALGORITHMS.iter().map(|a| format!("{a}: mean / p99 ms"))));
+    let mut t = Table::new(std::iter::once("Rate (req/s)".to_string()).chain(names.iter().map(|a| format!("{a}: mean ms"))));
     for &rate in rates {
-        t.row(std::iter::once(fmt(rate)).chain(ALGORITHMS.iter().map(|a| {
-            let x = find(runs, a, rate).times();
-            format!("{} / {}", fmt(x.mean), fmt(x.p99))
-        })));
+        t.row(std::iter::once(fmt(rate)).chain(names.iter().map(|a| cell(runs, a, rate).mean_ms().show(1))));
     }
     r.section("Mean time to the response head against the request rate (the paper's Figure 5)", &t.markdown());
 
-    let mut t = Table::new(["Rate (req/s)", "Algorithm", "Requests", "Failed", "fast1 %", "fast2 %", "slow %"]);
+    let mut t = Table::new(["Rate (req/s)", "Configuration", "Requests", "Failed", "p99 ms", "fast1 %", "fast2 %", "slow %"]);
+    let pct = |e: Estimate| Estimate::of(&e.values.iter().map(|v| v * 100.0).collect::<Vec<_>>()).show(1);
     for &rate in rates {
-        for a in ALGORITHMS {
-            let x = find(runs, a, rate);
-            let s = x.shares();
-            t.row([fmt(rate), a.to_string(), x.requests().to_string(), x.failed().to_string(), format!("{:.1}", s[0] * 100.0), format!("{:.1}", s[1] * 100.0), format!("{:.1}", s[2] * 100.0)]);
+        for a in &names {
+            let x = cell(runs, a, rate);
+            t.row([fmt(rate), a.to_string(), x.requests().to_string(), x.failed().to_string(), x.p99_ms().show(0), pct(x.share(0)), pct(x.share(1)), pct(x.share(2))]);
         }
     }
-    r.section("Each server's share of the requests", &t.markdown());
+    r.section("Each server's share of the requests (requests and failures summed over the repeats)", &t.markdown());
 
-    let fig5: Vec<Series> = ALGORITHMS.iter().map(|a| Series { name: a.to_string(), points: rates.iter().map(|&rate| (rate, find(runs, a, rate).times().mean)).collect() }).collect();
-    if let Ok(svg) = plot::lines("Mean time to the response head", "requests per second", "ms", &fig5) {
+    let fig5: Vec<Series> = names.iter().map(|a| Series { name: a.to_string(), points: rates.iter().map(|&rate| (rate, cell(runs, a, rate).mean_ms().mean)).collect() }).collect();
+    if let Ok(svg) = plot::lines("Mean time to the response head (mean over the repeats)", "requests per second", "ms", &fig5) {
         r.plot("time-vs-rate.svg", "Mean time against the request rate (Figure 5)", svg);
     }
     let top = rates.last().copied().unwrap_or(0.0);
-    let pr = find(runs, "passive-ratio", top);
-    let mut fig6: Vec<Series> = NAMES.iter().enumerate().map(|(i, n)| Series { name: format!("{n} share"), points: share_per_second(&pr.samples, i) }).collect();
-    for (i, n) in NAMES.iter().enumerate() {
-        fig6.push(Series { name: format!("{n} ratio"), points: pr.ratios.iter().filter_map(|(t, v)| v.get(i).filter(|x| x.is_finite()).map(|x| (*t, *x))).collect() });
-    }
-    if let Ok(svg) = plot::lines(&format!("passive-ratio at {top} req/s: traffic share and controller ratio"), "seconds", "fraction of requests", &fig6) {
-        r.plot("ratio-over-time.svg", "Each server's traffic ratio over time (Figure 6)", svg);
+    let pr = cell(runs, "passive-ratio", top);
+    if let Some(first) = pr.runs.first() {
+        let mut fig6: Vec<Series> = NAMES.iter().enumerate().map(|(i, n)| Series { name: format!("{n} share"), points: share_per_second(&first.samples, i) }).collect();
+        for (i, n) in NAMES.iter().enumerate() {
+            fig6.push(Series { name: format!("{n} ratio"), points: first.ratios.iter().filter_map(|(t, v)| v.get(i).filter(|x| x.is_finite()).map(|x| (*t, *x))).collect() });
+        }
+        if let Ok(svg) = plot::lines(&format!("passive-ratio at {top} req/s (first repeat): traffic share and controller ratio"), "seconds", "fraction of requests", &fig6) {
+            r.plot("ratio-over-time.svg", "Each server's traffic ratio over time (Figure 6)", svg);
+        }
     }
 
-    let equal = find(runs, "round-robin", top).times().mean;
-    let reading = ALGORITHMS
-        .iter()
-        .skip(1)
-        .map(|a| {
-            let mean = find(runs, a, top).times().mean;
-            format!("{a} {} ms ({:.2}x)", fmt(mean), mean / equal.max(1e-9))
-        })
-        .collect::<Vec<_>>()
-        .join(", ");
-    r.section("Reading", &format!("At {top} req/s the equal split's mean is {} ms; {reading}.", fmt(equal)));
+    // The reading: each configuration against the paper's equal split, at every rate, ranked
+    // only where the test separates them.
+    let mut reading = String::new();
+    for &rate in rates {
+        let equal = cell(runs, EQUAL, rate).mean_ms();
+        let lines: Vec<String> = names.iter().filter(|a| **a != EQUAL).map(|a| format!("- {}", verdict(a, &cell(runs, a, rate).mean_ms(), EQUAL, &equal, "faster", " ms"))).collect();
+        reading.push_str(&format!("At {} req/s (equal split {} ms):\n\n{}\n\n", fmt(rate), equal.show(1), lines.join("\n")));
+    }
+    r.section("Reading (mean time to the response head; Welch's t-test over the repeats, 5% level)", reading.trim_end());
 
-    let s = pr.shares();
+    // The checks use the same rule: a claim passes only when the data separates it from noise.
+    let (slow, fast1, fast2) = (pr.share(2), pr.share(0), pr.share(1));
+    let below = |fast: &Estimate| slow.mean < fast.mean && (welch(&slow, fast).significant || slow.n() < 2);
     r.check(
         "passive-ratio gives the degraded server the smallest share",
-        s[2] < s[0] && s[2] < s[1],
-        format!("at {top} req/s: fast1 {:.1}%, fast2 {:.1}%, slow {:.1}%", s[0] * 100.0, s[1] * 100.0, s[2] * 100.0),
+        below(&fast1) && below(&fast2),
+        format!("at {top} req/s: fast1 {}%, fast2 {}%, slow {}%", pct(fast1.clone()), pct(fast2.clone()), pct(slow.clone())),
+    );
+    let (prt, eqt) = (pr.mean_ms(), cell(runs, EQUAL, top).mean_ms());
+    let slower = welch(&eqt, &prt);
+    r.check(
+        "passive-ratio is not slower than the equal split under the heaviest load",
+        !(slower.significant && slower.difference > 0.0),
+        format!("at {top} req/s: passive-ratio {} ms, equal split {} ms; {}", prt.show(1), eqt.show(1), verdict("passive-ratio", &prt, EQUAL, &eqt, "faster", " ms")),
     );
 
-    for x in runs {
-        r.figure(format!("{}.{}.mean_ms", x.algorithm, x.rate), x.times().mean);
-        r.figure(format!("{}.{}.slow_share", x.algorithm, x.rate), x.shares()[2]);
+    for &rate in rates {
+        for a in &names {
+            let x = cell(runs, a, rate);
+            r.figure(format!("{a}.{rate}.mean_ms"), x.mean_ms().mean);
+            r.figure(format!("{a}.{rate}.slow_share"), x.share(2).mean);
+        }
     }
     r.raw = json!({
         "rates": rates,
         "warm_up_secs": warm_up,
         "measured_secs": seconds,
         "window_slots": window,
+        "repeats": ctx.repeat,
+        "estimates": rates.iter().flat_map(|&rate| names.iter().map(move |a| (a, rate))).map(|(a, rate)| {
+            let x = cell(runs, a, rate);
+            json!({ "algorithm": a, "rate": rate, "mean_ms": x.mean_ms(), "p99_ms": x.p99_ms(), "slow_share": x.share(2) })
+        }).collect::<Vec<_>>(),
         "runs": runs.iter().map(|x| json!({
             "algorithm": x.algorithm,
             "rate": x.rate,
+            "repeat": x.repeat,
             "time_to_head_ms": x.times(),
             "requests": x.requests(),
             "failed": x.failed(),
@@ -197,10 +273,6 @@ fn report(ctx: &Ctx, rates: &[f64], warm_up: u64, seconds: u64, window: usize, r
         })).collect::<Vec<_>>(),
     });
     r
-}
-
-fn find<'a>(runs: &'a [Run], algorithm: &str, rate: f64) -> &'a Run {
-    runs.iter().find(|x| x.algorithm == algorithm && x.rate == rate).expect("every algorithm ran at every rate")
 }
 
 /// Server `i`'s share of the answered requests in each second of the run.
