@@ -247,8 +247,8 @@ fn report(ctx: &Ctx, rates: &[f64], warm_up: u64, seconds: u64, window: usize, r
     for &rate in rates {
         for a in &names {
             let x = cell(runs, a, rate);
-            r.figure(format!("{a}.{rate}.mean_ms"), x.mean_ms().mean);
-            r.figure(format!("{a}.{rate}.slow_share"), x.share(2).mean);
+            r.estimate(format!("{a}.{rate}.mean_ms"), &x.mean_ms());
+            r.estimate(format!("{a}.{rate}.slow_share"), &x.share(2));
         }
     }
     r.raw = json!({

@@ -10,6 +10,8 @@ use anyhow::Context;
 use serde::Serialize;
 use serde_json::Value;
 
+use crate::stats::{Estimate, welch};
+
 /// Mean, spread and tail of a set of values.
 #[derive(Debug, Clone, Copy, Default, Serialize)]
 pub struct Summary {
@@ -78,6 +80,9 @@ pub struct Report {
     pub body: String,
     /// Flat named figures, the ones `compare` sets side by side.
     pub figures: BTreeMap<String, f64>,
+    /// The figures measured over repeats, with every repeat's value: what lets `compare` tell a
+    /// change from noise.
+    pub estimates: BTreeMap<String, Estimate>,
     pub checks: Vec<Check>,
     /// Every raw figure of the run.
     pub raw: Value,
@@ -87,7 +92,7 @@ pub struct Report {
 
 impl Report {
     pub fn new(scenario: &'static str, quick: bool, seed: u64) -> Report {
-        Report { scenario, quick, seed, body: String::new(), figures: BTreeMap::new(), checks: Vec::new(), raw: Value::Null, plots: Vec::new() }
+        Report { scenario, quick, seed, body: String::new(), figures: BTreeMap::new(), estimates: BTreeMap::new(), checks: Vec::new(), raw: Value::Null, plots: Vec::new() }
     }
 
     pub fn section(&mut self, title: &str, text: &str) {
@@ -100,6 +105,13 @@ impl Report {
 
     pub fn figure(&mut self, name: impl Into<String>, value: f64) {
         self.figures.insert(name.into(), value);
+    }
+
+    /// A figure measured over repeats: its mean among the figures, and its repeats for `compare`.
+    pub fn estimate(&mut self, name: impl Into<String>, e: &Estimate) {
+        let name = name.into();
+        self.figures.insert(name.clone(), e.mean);
+        self.estimates.insert(name, e.clone());
     }
 
     pub fn plot(&mut self, file: &str, title: &str, svg: String) {
@@ -133,6 +145,7 @@ impl Report {
             "fulcrum_version": env!("CARGO_PKG_VERSION"),
             "machine": machine,
             "figures": self.figures,
+            "estimates": self.estimates,
             "checks": self.checks,
             "raw": self.raw,
         });
@@ -166,7 +179,9 @@ fn machine() -> Value {
     })
 }
 
-/// `fulcrum lab compare A B`: the figures of two runs side by side, with B/A.
+/// `fulcrum lab compare A B`: the figures of two runs side by side, with B/A; for a figure both
+/// runs measured over repeats, its interval in each and whether the change is beyond noise
+/// (Welch's t-test at the 5% level).
 pub fn compare(a: &Path, b: &Path) -> anyhow::Result<String> {
     let (ja, jb) = (load(a)?, load(b)?);
     let fa = ja["figures"].as_object().cloned().unwrap_or_default();
@@ -175,7 +190,12 @@ pub fn compare(a: &Path, b: &Path) -> anyhow::Result<String> {
     keys.sort();
     keys.dedup();
     let name = |j: &Value, p: &Path| format!("{} ({}, {})", p.display(), j["scenario"].as_str().unwrap_or("?"), j["mode"].as_str().unwrap_or("?"));
-    let mut t = Table::new(["figure".to_string(), name(&ja, a), name(&jb, b), "B/A".to_string()]);
+    // Rebuilt from the repeats' values, so a run of one repeat (no interval) reads as such.
+    let repeats = |j: &Value, k: &str| -> Option<Estimate> {
+        let values: Vec<f64> = j["estimates"][k]["values"].as_array()?.iter().filter_map(Value::as_f64).collect();
+        (!values.is_empty()).then(|| Estimate::of(&values))
+    };
+    let mut t = Table::new(["figure".to_string(), name(&ja, a), name(&jb, b), "B/A".to_string(), "change".to_string()]);
     for k in keys {
         let va = fa.get(k).and_then(Value::as_f64);
         let vb = fb.get(k).and_then(Value::as_f64);
@@ -183,8 +203,20 @@ pub fn compare(a: &Path, b: &Path) -> anyhow::Result<String> {
             (Some(x), Some(y)) if x != 0.0 => format!("{:.2}", y / x),
             _ => "-".into(),
         };
-        let show = |v: Option<f64>| v.map(fmt).unwrap_or_else(|| "-".into());
-        t.row([k.clone(), show(va), show(vb), ratio]);
+        let (ea, eb) = (repeats(&ja, k), repeats(&jb, k));
+        let show = |v: Option<f64>, e: &Option<Estimate>| match (v, e) {
+            (_, Some(e)) if e.ci95.is_finite() => format!("{} ± {}", fmt(e.mean), fmt(e.ci95)),
+            (Some(v), _) => fmt(v),
+            _ => "-".into(),
+        };
+        let change = match (&ea, &eb) {
+            (Some(x), Some(y)) if x.n() >= 2 && y.n() >= 2 => {
+                let c = welch(x, y);
+                format!("{} (p = {:.3})", if c.significant { "beyond noise" } else { "within noise" }, c.p)
+            }
+            _ => "no repeats to tell".into(),
+        };
+        t.row([k.clone(), show(va, &ea), show(vb, &eb), ratio, change]);
     }
     Ok(t.markdown())
 }
@@ -226,8 +258,24 @@ mod tests {
             r.write(&dir.join(name)).unwrap();
         }
         let t = compare(&dir.join("a"), &dir.join("b")).unwrap();
-        assert!(t.contains("| rps | 100 | 150 | 1.50 |"), "{t}");
+        assert!(t.contains("| rps | 100 | 150 | 1.50 | no repeats to tell |"), "{t}");
         assert!(compare(&dir.join("a"), &dir.join("none")).unwrap_err().to_string().contains("lab result folder"));
+        let _ = std::fs::remove_dir_all(dir);
+    }
+
+    #[test]
+    fn compare_tells_a_change_from_noise() {
+        let dir = std::env::temp_dir().join(format!("fulcrum-lab-compare-noise-{}", std::process::id()));
+        for (name, rps, ms) in [("a", [100.0, 102.0, 98.0], [10.0, 14.0, 12.0]), ("b", [150.0, 151.0, 149.0], [11.0, 15.0, 10.0])] {
+            let mut r = Report::new("haproxy", true, 1);
+            r.estimate("rps", &Estimate::of(&rps));
+            r.estimate("ms", &Estimate::of(&ms));
+            r.write(&dir.join(name)).unwrap();
+        }
+        let t = compare(&dir.join("a"), &dir.join("b")).unwrap();
+        // 100 ± 2 (sd 2, t(0.975, 2) = 4.303: 4.97) against 150 ± 2.48: beyond noise.
+        assert!(t.contains("| rps | 100 ± 4.97 | 150 ± 2.48 | 1.50 | beyond noise (p = 0.000) |"), "{t}");
+        assert!(t.lines().any(|l| l.starts_with("| ms |") && l.contains("within noise")), "{t}");
         let _ = std::fs::remove_dir_all(dir);
     }
 }

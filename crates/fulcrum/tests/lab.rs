@@ -104,12 +104,30 @@ fn passive_ratio_gives_the_degraded_server_the_smallest_share() {
     assert_eq!(reading.lines().filter(|l| l.starts_with("- ")).count(), 2 * 4, "{reading}");
     assert!(reading.lines().filter(|l| l.starts_with("- ")).all(|l| l.contains("Welch's t-test, p = ") || l.contains("no significant difference")), "{reading}");
     assert!(results["checks"].as_array().unwrap().iter().any(|c| c["name"] == "passive-ratio is not slower than the equal split under the heaviest load"));
+
+    // compare: a run against itself shows each figure's interval, and no change beyond noise.
+    let o = Command::new(env!("CARGO_BIN_EXE_fulcrum")).args(["lab", "compare"]).arg(&out).arg(&out).output().unwrap();
+    let table = String::from_utf8_lossy(&o.stdout);
+    let row = table.lines().find(|l| l.starts_with("| passive-ratio.40.mean_ms |")).unwrap_or_else(|| panic!("{table}"));
+    assert!(row.contains(" ± ") && row.ends_with("| 1.00 | within noise (p = 1.000) |"), "{row}");
 }
 
 #[test]
 fn haproxy_posts_spread_by_the_weights_with_no_error() {
-    let (_, results) = lab("haproxy");
+    let (out, results) = lab("haproxy");
     let runs = runs(&results);
+    assert_eq!(runs.len(), 3 * 2, "three algorithms, two repeats each (--quick)");
+    for e in results["raw"]["estimates"].as_array().unwrap() {
+        for figure in ["mean_ms", "requests_per_s", "fulcrum_cpu_s"] {
+            assert_eq!(e[figure]["values"].as_array().unwrap().len(), 2, "{e}");
+            assert!(e[figure]["ci95"].as_f64().is_some_and(f64::is_finite), "{e}");
+        }
+    }
+    let report = std::fs::read_to_string(out.join("report.md")).unwrap();
+    let reading = report.split("## Reading").nth(1).unwrap().split("\n## ").next().unwrap();
+    let lines: Vec<&str> = reading.lines().filter(|l| l.starts_with("- ")).collect();
+    assert_eq!(lines.len(), 3 * 2, "each pair by time and by rate: {reading}");
+    assert!(lines.iter().all(|l| l.contains("Welch's t-test, p = ") || l.contains("no significant difference")), "{reading}");
     for r in runs {
         assert_eq!(u(&r["failed"]), 0, "{r}");
         let p: Vec<u64> = r["per_server"].as_array().unwrap().iter().map(u).collect();
@@ -139,7 +157,7 @@ fn scaling_gives_more_requests_per_second_with_more_servers() {
     let o = Command::new(env!("CARGO_BIN_EXE_fulcrum")).args(["lab", "compare"]).arg(&a).arg(&a).output().unwrap();
     let table = String::from_utf8_lossy(&o.stdout);
     assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
-    assert!(table.lines().any(|l| l.starts_with("| 4servers.1:1:1:1.c50.requests_per_s |") && l.ends_with("| 1.00 |")), "{table}");
+    assert!(table.lines().any(|l| l.starts_with("| 4servers.1:1:1:1.c50.requests_per_s |") && l.ends_with("| 1.00 | no repeats to tell |")), "{table}");
 }
 
 #[test]
