@@ -137,7 +137,7 @@ fn srv_servers(f: &Fulcrum) -> Vec<(String, u64, bool)> {
 
 #[test]
 fn a_services_servers_come_from_its_srv_records_and_follow_them() {
-    let (a, b) = (Backend::start("a"), Backend::start("b"));
+    let (mut a, mut b) = (Backend::start("a"), Backend::start("b"));
     let port = free_port();
     let mut dns = Dnsmasq::start(port, &[("a.web.test", a.addr.port(), 0, 1), ("b.web.test", b.addr.port(), 0, 3)]);
     let config = |interval: &str| {
@@ -146,7 +146,15 @@ fn a_services_servers_come_from_its_srv_records_and_follow_them() {
     let f = Fulcrum::start(&config("200ms"));
     let (at_a, at_b) = (format!("a.web.test:{}", a.addr.port()), format!("b.web.test:{}", b.addr.port()));
     assert_eq!(srv_servers(&f), [(at_a.clone(), 1, false), (at_b.clone(), 3, false)]);
-    f.wait_all_up();
+    // Said in full when it fails: once, a server stayed "connection refused" here though its
+    // backend had been seen listening.
+    let deadline = std::time::Instant::now() + Duration::from_secs(20);
+    while !f.stats()["services"][0]["servers"].as_array().unwrap().iter().all(|s| s["state"] == "up") {
+        if std::time::Instant::now() > deadline {
+            panic!("not every server up after 20 s: {}; {}; stats {}", a.diagnose(), b.diagnose(), f.stats()["services"][0]["servers"]);
+        }
+        std::thread::sleep(Duration::from_millis(50));
+    }
     let seen = tally(f.listen, 8);
     assert_eq!((seen.get("a"), seen.get("b")), (Some(&2), Some(&6)), "weights 1:3 from the records: {seen:?}");
 

@@ -516,6 +516,23 @@ impl Backend {
     }
 }
 
+impl Backend {
+    /// What a test that waited in vain should print of this backend: whether its process still
+    /// runs, and whether its port accepts a connection now.
+    pub fn diagnose(&mut self) -> String {
+        let process = match self.child.try_wait() {
+            Ok(None) => "running".to_string(),
+            Ok(Some(status)) => format!("exited ({status})"),
+            Err(e) => format!("unknown ({e})"),
+        };
+        let port = match TcpStream::connect_timeout(&self.addr, Duration::from_secs(1)) {
+            Ok(s) => format!("accepts (from {:?})", s.local_addr().ok()),
+            Err(e) => format!("refuses ({e})"),
+        };
+        format!("backend on {}: process {process}, port {port}", self.addr)
+    }
+}
+
 impl Drop for Backend {
     fn drop(&mut self) {
         let _ = self.child.kill();
