@@ -52,8 +52,9 @@ fn remove_scratch_of_ended_runs() {
 /// pair (the fleet demo's second instance listens on the port after the first's).
 pub fn free_port() -> u16 {
     use std::sync::atomic::{AtomicU32, Ordering};
-    const FIRST: u32 = 20_000;
-    const COUNT: u32 = 12_000;
+    // Above the fixed ports of the FTP tests' data ranges (21000 to 21900), below the ephemeral range.
+    const FIRST: u32 = 24_000;
+    const COUNT: u32 = 8_000;
     static NEXT: AtomicU32 = AtomicU32::new(u32::MAX);
     let _ = NEXT.compare_exchange(u32::MAX, (std::process::id().wrapping_mul(7919) % COUNT) & !1, Ordering::Relaxed, Ordering::Relaxed);
     for _ in 0..COUNT / 2 {
