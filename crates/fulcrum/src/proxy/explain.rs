@@ -121,31 +121,13 @@ pub fn explain(service: &Service, q: &Question) -> Result<Explanation, String> {
     let host = q.host.as_deref().map(route::strip_port);
     let http = cfg.mode == Mode::Http;
     let routes: Vec<RouteCheck> = if http {
-        let mut taken = false;
-        cfg.routes
-            .iter()
-            .map(|r| {
-                let why_not = if taken { Some("an earlier route took the request".into()) } else { route::mismatch(r, uri.path(), host, &headers) };
-                taken |= why_not.is_none();
-                RouteCheck { pool: r.pool.clone(), taken: why_not.is_none(), why_not }
-            })
-            .collect()
+        first_match(&cfg.routes, "request", |r| route::mismatch(r, uri.path(), host, &headers))
     } else if cfg.mode == Mode::Tcp {
-        let name = q.sni.as_deref();
-        let mut taken = false;
-        cfg.routes
-            .iter()
-            .map(|r| {
-                let why_not = match name {
-                    _ if taken => Some("an earlier route took the connection".into()),
-                    None => Some("no server name in the hello (give sni=...)".into()),
-                    Some(n) if passthrough::serves(r, n) => None,
-                    Some(n) => Some(format!("server name {n} is none of sni {:?}", r.sni)),
-                };
-                taken |= why_not.is_none();
-                RouteCheck { pool: r.pool.clone(), taken: why_not.is_none(), why_not }
-            })
-            .collect()
+        first_match(&cfg.routes, "connection", |r| match q.sni.as_deref() {
+            None => Some("no server name in the hello (give sni=...)".into()),
+            Some(n) if passthrough::serves(r, n) => None,
+            Some(n) => Some(format!("server name {n} is none of sni {:?}", r.sni)),
+        })
     } else {
         Vec::new()
     };
@@ -201,6 +183,20 @@ pub fn explain(service: &Service, q: &Question) -> Result<Explanation, String> {
     };
     let pool_name = pool_name.to_string();
     Ok(Explanation { service: cfg.name.clone(), client, routes, pool: pool_name, algorithm: pc.algorithm.as_str(), key, affinity, candidates, panic, pick, why })
+}
+
+/// Each route in order as the data path tries them: the first that `mismatch` has no reason
+/// against takes the `what` (request or connection), and every later one is passed over for it.
+fn first_match(routes: &[crate::config::Route], what: &str, mismatch: impl Fn(&crate::config::Route) -> Option<String>) -> Vec<RouteCheck> {
+    let mut taken = false;
+    routes
+        .iter()
+        .map(|r| {
+            let why_not = if taken { Some(format!("an earlier route took the {what}")) } else { mismatch(r) };
+            taken |= why_not.is_none();
+            RouteCheck { pool: r.pool.clone(), taken: why_not.is_none(), why_not }
+        })
+        .collect()
 }
 
 /// Every server of `pool` with what the pick sees of it, and the reason it passes it over.
