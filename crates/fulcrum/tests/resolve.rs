@@ -151,7 +151,9 @@ fn a_services_servers_come_from_its_srv_records_and_follow_them() {
     let deadline = std::time::Instant::now() + Duration::from_secs(20);
     while !f.stats()["services"][0]["servers"].as_array().unwrap().iter().all(|s| s["state"] == "up") {
         if std::time::Instant::now() > deadline {
-            panic!("not every server up after 20 s: {}; {}; stats {}", a.diagnose(), b.diagnose(), f.stats()["services"][0]["servers"]);
+            let log: Vec<char> = f.log().chars().collect();
+            let tail: String = log[log.len().saturating_sub(4000)..].iter().collect();
+            panic!("not every server up after 20 s: {}; {}; stats {}; log (end):\n{tail}", a.diagnose(), b.diagnose(), f.stats()["services"][0]["servers"]);
         }
         std::thread::sleep(Duration::from_millis(50));
     }

@@ -224,7 +224,7 @@ impl Fleet {
                     tracing::debug!("fleet: cannot reach etcd ({e}); retrying in {}", humantime::format_duration(pause));
                 }
                 tokio::select! {
-                    () = tokio::time::sleep(pause) => {}
+                    () = tokio::time::sleep(jittered(pause)) => {}
                     () = stopping.cancelled() => return,
                 }
                 pause = (pause * 2).min(Duration::from_secs(5));
@@ -349,4 +349,11 @@ fn unix_now() -> u64 {
 
 fn host_name() -> String {
     std::fs::read_to_string("/proc/sys/kernel/hostname").map(|h| h.trim().to_string()).ok().filter(|h| !h.is_empty()).unwrap_or_else(|| "fulcrum".into())
+}
+
+/// `pause` give or take a quarter, so instances that lost etcd together do not all retry in the
+/// same instant when it returns.
+fn jittered(pause: Duration) -> Duration {
+    use rand::Rng as _;
+    pause.mul_f64(rand::rng().random_range(0.75..1.25))
 }

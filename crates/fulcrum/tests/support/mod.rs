@@ -530,7 +530,9 @@ impl Backend {
             Ok(s) => format!("accepts (from {:?})", s.local_addr().ok()),
             Err(e) => format!("refuses ({e})"),
         };
-        format!("backend on {}: process {process}, port {port}", self.addr)
+        // Who holds the port, listening or connected, with their processes.
+        let sockets = Command::new("ss").args(["-tanpH", &format!("( sport = :{} or dport = :{} )", self.addr.port(), self.addr.port())]).output().map_or_else(|e| format!("ss: {e}"), |o| String::from_utf8_lossy(&o.stdout).trim_end().to_string());
+        format!("backend on {}: process {} {process}, port {port}; sockets:\n{sockets}", self.addr, self.child.id())
     }
 }
 
