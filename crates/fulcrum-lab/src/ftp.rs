@@ -1,6 +1,8 @@
-//! The FTP half of `java-slb` (the paper's Table 7): four vsftpd real servers behind Fulcrum in FTP
-//! mode, ten clients (curl, passive mode, from 127.0.0.11 to .20) each logging in and downloading
-//! ten files of mixed sizes per session, over and over, once per algorithm of the paper. vsftpd and
+//! The FTP half of `java-slb` (the paper's Table 7 and Table 8's FTP rows): four vsftpd real
+//! servers behind Fulcrum in FTP mode, ten clients (curl, passive mode, from 127.0.0.11 to .20)
+//! each logging in and downloading ten files of mixed sizes per session, over and over, once per
+//! algorithm of the paper and repeat. Each vsftpd is measured with the session processes it
+//! forks, so its CPU and memory are the whole server's. vsftpd and
 //! curl are the user's own tools here: without them the half is skipped and the report says why.
 
 use std::net::SocketAddr;
@@ -9,28 +11,64 @@ use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
 
 use anyhow::{Context, bail};
-use serde_json::Value;
+use serde_json::{Value, json};
+use tokio_util::sync::CancellationToken;
 
 use super::client;
+use super::java_slb::{PAPER, Point, client_label, server_plots, source, spread, timeline};
 use super::procs::{Fulcrum, Proc, Usage, free_addr};
-use super::report::Summary;
-use super::{Ctx, service_toml};
+use super::report::{Report, Summary, Table};
+use super::stats::{self, Measure, verdict};
+use super::{Ctx, sample_usage, service_toml};
 
 pub const ALGORITHMS: [&str; 4] = ["round-robin", "source-hash", "least-conn", "random"];
 const SERVERS: usize = 4;
+const CLIENTS: usize = 10;
 
-/// What one algorithm's FTP run measured.
+/// What one algorithm's FTP run (one repeat) measured.
 pub struct FtpRun {
     pub algorithm: &'static str,
+    pub repeat: usize,
     /// Per client: mean seconds per ten-file session, sessions, failed sessions.
     pub clients: Vec<(f64, usize, usize)>,
     /// Control sessions per real server, from Fulcrum's stats.
     pub sessions: Vec<u64>,
+    /// Per real server, its vsftpd with every session process it forked: CPU seconds and the
+    /// most resident memory sampled (KiB).
+    pub servers: Vec<(f64, u64)>,
     pub fulcrum: Usage,
     pub fulcrum_cpu: f64,
+    pub seconds: f64,
+    /// Each real server over time (the paper's FTP figures).
+    pub server_timelines: Vec<Vec<Point>>,
 }
 
-/// Runs the FTP half; an `Err` says why it could not run (a missing tool, say).
+impl FtpRun {
+    pub fn mean_session(&self) -> f64 {
+        Summary::of(&self.clients.iter().map(|c| c.0).collect::<Vec<_>>()).mean
+    }
+
+    fn failed(&self) -> usize {
+        self.clients.iter().map(|c| c.2).sum()
+    }
+
+    /// Fulcrum's CPU while the sessions ran, in % of one core (the paper's "SLB CPU").
+    pub fn fulcrum_cpu_percent(&self) -> f64 {
+        self.fulcrum_cpu / self.seconds.max(1e-9) * 100.0
+    }
+}
+
+/// Table 8's FTP rows: (measure, digits, figure of a run), lower is better.
+pub const MEASURES: [Measure<FtpRun>; 5] = [
+    ("Client response time (s per session)", 3, |x| x.mean_session()),
+    ("SLB CPU (% of a core)", 1, |x| x.fulcrum_cpu_percent()),
+    ("SLB maximum memory (KiB)", 0, |x| x.fulcrum.peak_rss_kib as f64),
+    ("Real servers' CPU, std dev across them (s)", 3, |x| spread(x.servers.iter().map(|s| s.0))),
+    ("Real servers' maximum memory, std dev across them (KiB)", 0, |x| spread(x.servers.iter().map(|s| s.1 as f64))),
+];
+
+/// Runs the FTP half, `--repeat` times per algorithm; an `Err` says why it could not run (a
+/// missing tool, say).
 pub async fn run(ctx: &Ctx) -> anyhow::Result<Vec<FtpRun>> {
     let vsftpd = vsftpd_bin()?;
     Command::new("curl").arg("--version").stdout(Stdio::null()).status().context("curl is not installed")?;
@@ -39,53 +77,148 @@ pub async fn run(ctx: &Ctx) -> anyhow::Result<Vec<FtpRun>> {
     make_files(&files, sizes)?;
     let sessions_per_client = if ctx.quick { 2 } else { 6 };
     let mut runs = Vec::new();
-    for (k, algorithm) in ALGORITHMS.iter().enumerate() {
-        let servers: Vec<Vsftpd> = (1..=SERVERS).map(|i| Vsftpd::start(vsftpd, &ctx.work.join(format!("vsftpd-{algorithm}-{i}")), &format!("ftp{i}"), &files, free_addr()?)).collect::<anyhow::Result<_>>()?;
-        let addrs: Vec<_> = servers.iter().map(|s| (s.addr, 1)).collect();
-        let ports = format!("data_ports = \"{}-{}\"\n", 46000 + k * 200, 46199 + k * 200);
-        let f = Fulcrum::start(&ctx.work, &format!("ftp-{algorithm}"), &service_toml("ftp", algorithm, &addrs, &ports))?;
-        let before = f.proc.usage();
-        let pb = ctx.progress(Some((sessions_per_client * 10) as u64), &format!("java-slb ftp {algorithm}"));
-        let tasks: Vec<_> = client::sources(10)
-            .into_iter()
-            .map(|source| {
-                let (vip, pb, sizes) = (f.listen, pb.clone(), sizes.to_vec());
-                tokio::spawn(async move {
-                    let mut times = Vec::new();
-                    let mut failed = 0;
-                    for _ in 0..sessions_per_client {
-                        match session(source, vip, &sizes).await {
-                            Ok(t) => times.push(t),
-                            Err(e) => {
-                                // The first failure of each client is shown; all are counted.
-                                if failed == 0 {
-                                    pb.suspend(|| eprintln!("ftp session from {source} failed: {e:#}"));
-                                }
-                                failed += 1;
-                            }
-                        }
-                        pb.inc(1);
-                    }
-                    (Summary::of(&times).mean, times.len() + failed, failed)
-                })
-            })
-            .collect();
-        let mut clients = Vec::new();
-        for t in tasks {
-            clients.push(t.await?);
+    for repeat in 0..ctx.repeat {
+        for (k, algorithm) in ALGORITHMS.iter().enumerate() {
+            let r = run_one(ctx, vsftpd, &files, sizes, sessions_per_client, k, algorithm, repeat).await?;
+            eprintln!("java-slb ftp {algorithm}, repeat {}: mean session {:.3} s, sessions per server {:?}", repeat + 1, r.mean_session(), r.sessions);
+            runs.push(r);
         }
-        pb.finish_and_clear();
-        let stats: Value = serde_json::from_slice(&client::fetch(f.admin, "/api/stats").await?)?;
-        let sessions = stats["services"][0]["servers"].as_array().map(|a| a.iter().map(|s| s["total"].as_u64().unwrap_or(0)).collect()).unwrap_or_default();
-        let fulcrum = f.proc.usage();
-        eprintln!("java-slb ftp {algorithm}: mean session {:.3} s, sessions per server {sessions:?}", Summary::of(&clients.iter().map(|c| c.0).collect::<Vec<_>>()).mean);
-        runs.push(FtpRun { algorithm, clients, sessions, fulcrum, fulcrum_cpu: fulcrum.cpu_secs - before.cpu_secs });
-        drop(servers);
-        let _ = (1..=SERVERS).try_for_each(|i| std::fs::remove_dir_all(ctx.work.join(format!("vsftpd-{algorithm}-{i}"))));
     }
     // The files are tens of MiB and can be made again from the sizes.
     let _ = std::fs::remove_dir_all(&files);
     Ok(runs)
+}
+
+#[allow(clippy::too_many_arguments)]
+async fn run_one(ctx: &Ctx, vsftpd: &str, files: &Path, sizes: &[u64], sessions_per_client: usize, k: usize, algorithm: &'static str, repeat: usize) -> anyhow::Result<FtpRun> {
+    let dir = |i: usize| ctx.work.join(format!("vsftpd-{algorithm}-{i}"));
+    let servers: Vec<Vsftpd> = (1..=SERVERS).map(|i| Vsftpd::start(vsftpd, &dir(i), &format!("ftp{i}"), files, free_addr()?)).collect::<anyhow::Result<_>>()?;
+    let addrs: Vec<_> = servers.iter().map(|s| (s.addr, 1)).collect();
+    let ports = format!("data_ports = \"{}-{}\"\n", 46000 + k * 200, 46199 + k * 200);
+    let f = Fulcrum::start(&ctx.work, &format!("ftp-{algorithm}-{repeat}"), &service_toml("ftp", algorithm, &addrs, &ports))?;
+    let pids: Vec<u32> = std::iter::once(f.proc.pid()).chain(servers.iter().filter_map(Vsftpd::pid)).collect();
+    anyhow::ensure!(pids.len() == SERVERS + 1, "a vsftpd is not running");
+    let stop = CancellationToken::new();
+    let sampler = sample_usage(pids, Duration::from_millis(if ctx.quick { 100 } else { 1000 }), stop.clone());
+    let started = Instant::now();
+    let pb = ctx.progress(Some((sessions_per_client * CLIENTS) as u64), &format!("java-slb ftp {algorithm}, repeat {}", repeat + 1));
+    let tasks: Vec<_> = client::sources(CLIENTS)
+        .into_iter()
+        .map(|source| {
+            let (vip, pb, sizes) = (f.listen, pb.clone(), sizes.to_vec());
+            tokio::spawn(async move {
+                let mut times = Vec::new();
+                let mut failed = 0;
+                for _ in 0..sessions_per_client {
+                    match session(source, vip, &sizes).await {
+                        Ok(t) => times.push(t),
+                        Err(e) => {
+                            // The first failure of each client is shown; all are counted.
+                            if failed == 0 {
+                                pb.suspend(|| eprintln!("ftp session from {source} failed: {e:#}"));
+                            }
+                            failed += 1;
+                        }
+                    }
+                    pb.inc(1);
+                }
+                (Summary::of(&times).mean, times.len() + failed, failed)
+            })
+        })
+        .collect();
+    let mut clients = Vec::new();
+    for t in tasks {
+        clients.push(t.await?);
+    }
+    let seconds = started.elapsed().as_secs_f64();
+    stop.cancel();
+    let usage = sampler.await?;
+    pb.finish_and_clear();
+    let stats: Value = serde_json::from_slice(&client::fetch(f.admin, "/api/stats").await?)?;
+    let sessions = stats["services"][0]["servers"].as_array().map(|a| a.iter().map(|s| s["total"].as_u64().unwrap_or(0)).collect()).unwrap_or_default();
+    let cpu = |i: usize| usage.last().and_then(|u| u.1.get(i)).map_or(0.0, |u| u.cpu_secs) - usage.first().and_then(|u| u.1.get(i)).map_or(0.0, |u| u.cpu_secs);
+    let most_memory = |i: usize| usage.iter().filter_map(|u| u.1.get(i)).map(|u| u.rss_kib).max().unwrap_or(0);
+    let run = FtpRun {
+        algorithm,
+        repeat,
+        clients,
+        sessions,
+        servers: (1..=SERVERS).map(|i| (cpu(i), most_memory(i))).collect(),
+        fulcrum: f.proc.usage(),
+        fulcrum_cpu: cpu(0),
+        seconds,
+        server_timelines: (1..=SERVERS).map(|i| timeline(&usage, i)).collect(),
+    };
+    drop(servers);
+    let _ = (1..=SERVERS).try_for_each(|i| std::fs::remove_dir_all(dir(i)));
+    Ok(run)
+}
+
+/// Table 7 (FTP response time per client), the FTP runs' Fulcrum figures, the real servers in
+/// the layout of Tables 3 to 6 and their CPU over time; or why the half is missing.
+pub fn tables(r: &mut Report, ftp: &Result<Vec<FtpRun>, String>) {
+    let runs = match ftp {
+        Ok(runs) => runs,
+        Err(e) => return r.section("Table 7. FTP service response time", &format!("Not run: {e}.")),
+    };
+    let over = |algorithm: &str, figure: &dyn Fn(&FtpRun) -> f64| stats::over(runs, |x| x.algorithm == algorithm, figure);
+    let mut t = Table::new(std::iter::once("Client".to_string()).chain(ALGORITHMS.iter().map(|a| a.to_string())));
+    for c in 0..CLIENTS {
+        t.row(std::iter::once(client_label(c)).chain(ALGORITHMS.iter().map(|a| over(a, &|x| x.clients[c].0).show(3))));
+    }
+    t.row(std::iter::once("**Algorithm average**".to_string()).chain(ALGORITHMS.iter().map(|a| format!("**{}**", over(a, &FtpRun::mean_session).show(3)))));
+    r.section(
+        "Table 7. FTP service response time (s per session of ten files)",
+        &format!("Four vsftpd servers, Fulcrum in FTP mode, each client a curl session (passive mode) that downloads ten files; mean over the repeats ± its 95% interval.\n\n{}", t.markdown()),
+    );
+    let mut t = Table::new(["Algorithm", "Sessions per server (all repeats)", "Failed sessions", "Fulcrum CPU (% of a core)", "Fulcrum maximum memory (KiB)"]);
+    for a in ALGORITHMS {
+        let picked: Vec<&FtpRun> = runs.iter().filter(|x| x.algorithm == a).collect();
+        let sessions: Vec<u64> = (0..SERVERS).map(|i| picked.iter().map(|x| x.sessions.get(i).copied().unwrap_or(0)).sum()).collect();
+        let failed: usize = picked.iter().map(|x| x.failed()).sum();
+        t.row([a.to_string(), format!("{sessions:?}"), failed.to_string(), over(a, &FtpRun::fulcrum_cpu_percent).show(1), over(a, &|x| x.fulcrum.peak_rss_kib as f64).show(0)]);
+    }
+    r.section("FTP: sessions, and Fulcrum's CPU and memory while they ran", &t.markdown());
+    let head = || std::iter::once(String::new()).chain((1..=SERVERS).map(|i| format!("real server {i}")));
+    for (k, (a, paper)) in PAPER.iter().enumerate() {
+        let mut t = Table::new(head());
+        t.row(std::iter::once("Maximum memory usage (KiB)".to_string()).chain((0..SERVERS).map(|i| over(a, &|x| x.servers[i].1 as f64).show(0))));
+        t.row(std::iter::once("CPU (s)".to_string()).chain((0..SERVERS).map(|i| over(a, &|x| x.servers[i].0).show(2))));
+        r.section(&format!("FTP, as Table {}: the real servers with {paper} ({a})", k + 3), &format!("vsftpd with the session processes it forked, measured together.\n\n{}", t.markdown()));
+        if let Some(x) = runs.iter().find(|x| x.algorithm == *a && x.repeat == 0) {
+            server_plots(r, "ftp", a, &format!("6({})", (b'a' + k as u8) as char), &format!("{} ({paper})", 7 + k), &x.server_timelines);
+        }
+    }
+    let failed: usize = runs.iter().map(FtpRun::failed).sum();
+    r.check("no FTP session failed (every file's size checked)", failed == 0, format!("{failed} failed"));
+    let rr: Vec<&Vec<u64>> = runs.iter().filter(|x| x.algorithm == "round-robin").map(|x| &x.sessions).collect();
+    let even = |s: &Vec<u64>| s.iter().max().copied().unwrap_or(0) - s.iter().min().copied().unwrap_or(0) <= 1 && s.iter().any(|&n| n > 0);
+    r.check("FTP round robin spreads the sessions evenly on every repeat", !rr.is_empty() && rr.iter().all(|s| even(s)), format!("sessions per server per repeat {rr:?}"));
+    for a in ALGORITHMS {
+        r.estimate(format!("ftp.{a}.mean_session_s"), &over(a, &FtpRun::mean_session));
+        r.estimate(format!("ftp.{a}.fulcrum_cpu_percent"), &over(a, &FtpRun::fulcrum_cpu_percent));
+        r.estimate(format!("ftp.{a}.servers_cpu_spread_s"), &over(a, &|x| spread(x.servers.iter().map(|s| s.0))));
+    }
+}
+
+/// The Reading's FTP lines: each algorithm's session time against round robin's.
+pub fn reading(runs: &[FtpRun]) -> Vec<String> {
+    let session = |a: &str| stats::over(runs, |x| x.algorithm == a, FtpRun::mean_session);
+    ALGORITHMS.iter().filter(|a| **a != "round-robin").map(|a| format!("- FTP session time: {}", verdict("round-robin", &session("round-robin"), a, &session(a), "faster", " s"))).collect()
+}
+
+/// The FTP runs for results.json.
+pub fn raw(runs: &[FtpRun]) -> Value {
+    json!(runs.iter().map(|x| json!({
+        "algorithm": x.algorithm,
+        "repeat": x.repeat,
+        "seconds": x.seconds,
+        "clients": x.clients.iter().enumerate().map(|(i, c)| json!({"source": source(i), "mean_session_secs": c.0, "sessions": c.1, "failed": c.2})).collect::<Vec<_>>(),
+        "sessions_per_server": x.sessions,
+        "servers": x.servers.iter().enumerate().map(|(i, s)| json!({"name": format!("ftp{}", i + 1), "cpu_secs": s.0, "max_rss_kib": s.1})).collect::<Vec<_>>(),
+        "fulcrum": {"cpu_secs": x.fulcrum_cpu, "cpu_percent": x.fulcrum_cpu_percent(), "peak_rss_kib": x.fulcrum.peak_rss_kib},
+        "server_timelines": x.server_timelines,
+    })).collect::<Vec<_>>())
 }
 
 /// One client session with curl: log in, download the ten files; the seconds it took. Every
@@ -170,6 +303,11 @@ impl Vsftpd {
         }
         self.proc = Some(proc);
         Ok(())
+    }
+
+    /// The listening process's id, while it runs.
+    pub fn pid(&self) -> Option<u32> {
+        self.proc.as_ref().map(Proc::pid)
     }
 
     /// Kills the listening process (SIGKILL) and reaps it; sessions in progress are left to

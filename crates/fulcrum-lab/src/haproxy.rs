@@ -1,10 +1,13 @@
 //! `haproxy`: the HAProxy paper's load test. Two real servers of the same make, Fulcrum in HTTP
-//! mode, 10,000 POST requests at 100 concurrent (as `ab -n 10000 -c 100 -p`), once with round robin,
-//! static round robin (weights 2:1) and least connections. Reported as its Table 2: mean, maximum,
-//! minimum and spread of the response time, requests/s, KB/s, error %, Fulcrum's CPU and memory,
-//! and the requests each server got (its Figures 9, 13 and 17). Each algorithm runs `--repeat`
-//! times; the table gives each figure's mean over the repeats with its 95% confidence interval,
-//! and the reading ranks two algorithms only where Welch's t-test separates them.
+//! mode, POST requests as `ab -n 10000 -c C -p` sends them, with round robin, static round robin
+//! and least connections, in two setups: today's variant (100 concurrent, static-rr weighing the
+//! servers 2:1 to show what weights do) and the paper's own (static-rr 1:1 as it ran it, and the
+//! concurrency closest to its 10,000 JMeter threads that a 2-core machine holds: 1,000).
+//! Reported as its Table 2 per setup: mean, maximum, minimum and spread of the response time,
+//! requests/s, KB/s, error %, Fulcrum's CPU and memory, and the requests each server got (its
+//! Figures 9, 13 and 17). Each configuration runs `--repeat` times; the tables give each figure's
+//! mean over the repeats with its 95% confidence interval, and the reading ranks two algorithms
+//! of a setup only where Welch's t-test separates them.
 
 use std::time::Duration;
 
@@ -16,16 +19,43 @@ use super::client::{self, Link, Sample, Traffic};
 use super::plot::{self, Series};
 use super::procs::{Fulcrum, Usage};
 use super::report::{Report, Summary, Table};
-use super::stats::{Estimate, verdict};
+use super::stats::{self, Estimate, verdict};
 use super::{Ctx, served_by, service_toml, start_backends};
 
-const ALGORITHMS: [(&str, [u32; 2]); 3] = [("round-robin", [1, 1]), ("static-rr", [2, 1]), ("least-conn", [1, 1])];
-const CONCURRENCY: usize = 100;
+/// One configuration: its name in the report, the algorithm, the servers' weights, the
+/// concurrency, and the setup it belongs to.
+#[derive(Clone, Copy)]
+struct Config {
+    name: &'static str,
+    algorithm: &'static str,
+    weights: [u32; 2],
+    concurrency: usize,
+    setup: Setup,
+}
+
+#[derive(Clone, Copy, PartialEq, Eq)]
+enum Setup {
+    Today,
+    Paper,
+}
+
+/// The most concurrent clients of the paper's setup here: its 10,000 JMeter threads would put
+/// 30,000 sockets and the client's 10,000 tasks on the same two cores as Fulcrum and both
+/// servers, and the times would measure the client. A thousand is ten times today's variant.
+const PAPER_CONCURRENCY: usize = 1_000;
+
+const CONFIGS: [Config; 6] = [
+    Config { name: "round-robin", algorithm: "round-robin", weights: [1, 1], concurrency: 100, setup: Setup::Today },
+    Config { name: "static-rr", algorithm: "static-rr", weights: [2, 1], concurrency: 100, setup: Setup::Today },
+    Config { name: "least-conn", algorithm: "least-conn", weights: [1, 1], concurrency: 100, setup: Setup::Today },
+    Config { name: "paper-round-robin", algorithm: "round-robin", weights: [1, 1], concurrency: PAPER_CONCURRENCY, setup: Setup::Paper },
+    Config { name: "paper-static-rr", algorithm: "static-rr", weights: [1, 1], concurrency: PAPER_CONCURRENCY, setup: Setup::Paper },
+    Config { name: "paper-least-conn", algorithm: "least-conn", weights: [1, 1], concurrency: PAPER_CONCURRENCY, setup: Setup::Paper },
+];
 const BODY: usize = 1024;
 
 struct Run {
-    algorithm: &'static str,
-    weights: [u32; 2],
+    config: Config,
     repeat: usize,
     samples: Vec<Sample>,
     wall: Duration,
@@ -56,17 +86,18 @@ pub async fn run(ctx: &Ctx) -> anyhow::Result<Report> {
     let mut runs = Vec::new();
     // Repeats outermost, so a drift of the machine over the run spreads over every algorithm.
     for repeat in 0..ctx.repeat {
-        for (algorithm, weights) in ALGORITHMS {
+        for config in CONFIGS {
+            let name = config.name;
             let backends = start_backends("server", 2, &["--jitter-ms".into(), "4".into()])?;
-            let servers: Vec<_> = backends.iter().zip(weights).map(|(b, w)| (b.addr, w)).collect();
-            let f = Fulcrum::start(&ctx.work, &format!("haproxy-{algorithm}-{repeat}"), &service_toml("http", algorithm, &servers, ""))?;
+            let servers: Vec<_> = backends.iter().zip(config.weights).map(|(b, w)| (b.addr, w)).collect();
+            let f = Fulcrum::start(&ctx.work, &format!("haproxy-{name}-{repeat}"), &service_toml("http", config.algorithm, &servers, ""))?;
             let before = f.proc.usage();
-            let pb = ctx.progress(Some(total as u64), &format!("haproxy {algorithm}, repeat {}", repeat + 1));
-            let (samples, wall) = client::fixed(total, CONCURRENCY, Traffic { sources: &sources, target: f.listen, link: &link, timeout: Duration::from_secs(30) }, &pb).await;
+            let pb = ctx.progress(Some(total as u64), &format!("haproxy {name}, repeat {}", repeat + 1));
+            let (samples, wall) = client::fixed(total, config.concurrency, Traffic { sources: &sources, target: f.listen, link: &link, timeout: Duration::from_secs(30) }, &pb).await;
             pb.finish_and_clear();
             let fulcrum = f.proc.usage();
-            let r = Run { algorithm, weights, repeat, samples, wall, fulcrum, fulcrum_cpu: fulcrum.cpu_secs - before.cpu_secs };
-            eprintln!("haproxy {algorithm}, repeat {}: {:.0} req/s, mean {:.1} ms, per server {:?}, {} failed", repeat + 1, total as f64 / wall.as_secs_f64(), r.times().mean, r.per_server(), r.failed());
+            let r = Run { config, repeat, samples, wall, fulcrum, fulcrum_cpu: fulcrum.cpu_secs - before.cpu_secs };
+            eprintln!("haproxy {name}, repeat {}: {:.0} req/s, mean {:.1} ms, per server {:?}, {} failed", repeat + 1, total as f64 / wall.as_secs_f64(), r.times().mean, r.per_server(), r.failed());
             runs.push(r);
         }
     }
@@ -79,9 +110,9 @@ impl Run {
     }
 }
 
-/// One algorithm's figure over its repeats.
-fn over(runs: &[Run], algorithm: &str, figure: impl Fn(&Run) -> f64) -> Estimate {
-    Estimate::of(&runs.iter().filter(|x| x.algorithm == algorithm).map(figure).collect::<Vec<_>>())
+/// One configuration's figure over its repeats.
+fn over(runs: &[Run], name: &str, figure: impl Fn(&Run) -> f64) -> Estimate {
+    stats::over(runs, |x| x.config.name == name, figure)
 }
 
 fn report(ctx: &Ctx, total: usize, runs: &[Run]) -> Report {
@@ -90,44 +121,50 @@ fn report(ctx: &Ctx, total: usize, runs: &[Run]) -> Report {
         "Setup",
         &format!(
             "Two real servers (`fulcrum backend --jitter-ms 4`: 0 to 4 ms per request), Fulcrum in HTTP mode, {total} POSTs of {BODY} bytes \
-             at {CONCURRENCY} concurrent, each on a new connection from 127.0.0.11 to .20 in turn (`ab -n {total} -c {CONCURRENCY}`). \
-             static-rr weighs the servers 2:1. Each algorithm ran {} times (fresh servers and Fulcrum each time; the load has no \
-             random choice, so repeats differ by the machine's timing alone); figures are the mean over the repeats ± the half \
-             width of its 95% confidence interval.",
+             each on a new connection from 127.0.0.11 to .20 in turn (`ab -n {total} -c C`). Two setups: today's variant, 100 \
+             concurrent with static-rr weighing the servers 2:1; and the paper's, static-rr 1:1 as it ran it, at {PAPER_CONCURRENCY} \
+             concurrent, the closest to its 10,000 JMeter threads that this machine holds (10,000 would put 30,000 sockets and the \
+             client's 10,000 tasks on the cores that run Fulcrum and both servers, and the times would measure the client). Each \
+             configuration ran {} times (fresh servers and Fulcrum each time; the load has no random choice, so repeats differ by the \
+             machine's timing alone); figures are the mean over the repeats ± the half width of its 95% confidence interval.",
             ctx.repeat
         ),
     );
-    let mut t = Table::new(["Algorithm", "Mean ms", "Max ms", "Min ms", "Std dev ms", "Requests/s", "KB/s", "Errors %", "Fulcrum CPU %", "Fulcrum peak MiB", "server1 / server2"]);
-    for (algorithm, _) in ALGORITHMS {
-        let e = |f: &dyn Fn(&Run) -> f64, digits: usize| over(runs, algorithm, f).show(digits);
-        let split: [usize; 2] = runs.iter().filter(|x| x.algorithm == algorithm).fold([0, 0], |[a, b], x| {
-            let [c, d] = x.per_server();
-            [a + c, b + d]
-        });
-        t.row([
-            algorithm.to_string(),
-            e(&|x| x.times().mean, 2),
-            e(&|x| x.times().max, 1),
-            e(&|x| x.times().min, 2),
-            e(&|x| x.times().std, 2),
-            e(&Run::per_second, 0),
-            e(&|x| x.samples.iter().map(|s| s.bytes).sum::<u64>() as f64 / 1024.0 / x.wall.as_secs_f64().max(1e-9), 0),
-            e(&|x| x.failed() as f64 * 100.0 / x.samples.len().max(1) as f64, 2),
-            e(&|x| x.fulcrum_cpu / x.wall.as_secs_f64().max(1e-9) * 100.0, 1),
-            e(&|x| x.fulcrum.peak_rss_kib as f64 / 1024.0, 1),
-            format!("{} / {}", split[0], split[1]),
-        ]);
-    }
-    r.section("Table 2. Results per algorithm (server split summed over the repeats)", &t.markdown());
-
-    // The reading: every pair, by mean time and by rate, ranked only where the test separates them.
     let mut reading = Vec::new();
-    for (i, (a, _)) in ALGORITHMS.iter().enumerate() {
-        for (b, _) in &ALGORITHMS[i + 1..] {
-            reading.push(format!("- mean time: {}", verdict(a, &over(runs, a, |x| x.times().mean), b, &over(runs, b, |x| x.times().mean), "faster", " ms")));
-            // Higher is better for a rate: the verdict is asked of its negation.
-            let rate = |name: &str| over(runs, name, |x| -x.per_second());
-            reading.push(format!("- requests/s: {}", verdict(a, &rate(a), b, &rate(b), "faster", " requests/s")));
+    for (setup, title) in [(Setup::Paper, format!("Table 2. Results per algorithm, the paper's setup ({PAPER_CONCURRENCY} concurrent, static-rr 1:1)")), (Setup::Today, "Table 2, today's variant (100 concurrent, static-rr 2:1)".to_string())] {
+        let configs: Vec<Config> = CONFIGS.into_iter().filter(|c| c.setup == setup).collect();
+        let mut t = Table::new(["Algorithm", "Mean ms", "Max ms", "Min ms", "Std dev ms", "Requests/s", "KB/s", "Errors %", "Fulcrum CPU %", "Fulcrum peak MiB", "server1 / server2 (all repeats)"]);
+        for c in &configs {
+            let e = |f: &dyn Fn(&Run) -> f64, digits: usize| over(runs, c.name, f).show(digits);
+            let split: [usize; 2] = runs.iter().filter(|x| x.config.name == c.name).fold([0, 0], |[a, b], x| {
+                let [p, q] = x.per_server();
+                [a + p, b + q]
+            });
+            t.row([
+                c.algorithm.to_string(),
+                e(&|x| x.times().mean, 2),
+                e(&|x| x.times().max, 1),
+                e(&|x| x.times().min, 2),
+                e(&|x| x.times().std, 2),
+                e(&Run::per_second, 0),
+                e(&|x| x.samples.iter().map(|s| s.bytes).sum::<u64>() as f64 / 1024.0 / x.wall.as_secs_f64().max(1e-9), 0),
+                e(&|x| x.failed() as f64 * 100.0 / x.samples.len().max(1) as f64, 2),
+                e(&|x| x.fulcrum_cpu / x.wall.as_secs_f64().max(1e-9) * 100.0, 1),
+                e(&|x| x.fulcrum.peak_rss_kib as f64 / 1024.0, 1),
+                format!("{} / {}", split[0], split[1]),
+            ]);
+        }
+        r.section(&title, &t.markdown());
+        // Every pair of the setup, by mean time and by rate, ranked only where the test separates them.
+        let label = if setup == Setup::Paper { "paper's setup" } else { "today's variant" };
+        for (i, a) in configs.iter().enumerate() {
+            for b in &configs[i + 1..] {
+                let time = |c: &Config| over(runs, c.name, |x| x.times().mean);
+                reading.push(format!("- {label}, mean time: {}", verdict(a.algorithm, &time(a), b.algorithm, &time(b), "faster", " ms")));
+                // Higher is better for a rate: the verdict is asked of its negation.
+                let rate = |c: &Config| over(runs, c.name, |x| -x.per_second());
+                reading.push(format!("- {label}, requests/s: {}", verdict(a.algorithm, &rate(a), b.algorithm, &rate(b), "faster", " requests/s")));
+            }
         }
     }
     r.section("Reading (Welch's t-test over the repeats, 5% level)", &reading.join("\n"));
@@ -140,45 +177,48 @@ fn report(ctx: &Ctx, total: usize, runs: &[Run]) -> Report {
             v.sort_by(f64::total_cmp);
             let n = v.len().max(1);
             let points = (0..=100).filter_map(|p| v.get(((p as f64 / 100.0) * (n - 1) as f64).round() as usize).map(|&ms| (p as f64, ms))).collect();
-            Series { name: x.algorithm.into(), points }
+            Series { name: x.config.name.into(), points }
         })
         .collect();
     if let Ok(svg) = plot::lines("Response time by percentile", "percentile", "ms", &curves) {
-        r.plot("response-percentiles.svg", "Response time by percentile per algorithm (first repeat)", svg);
+        r.plot("response-percentiles.svg", "Response time by percentile per configuration (first repeat)", svg);
     }
 
     let failed: usize = runs.iter().map(Run::failed).sum();
     r.check("no request failed", failed == 0, format!("{failed} of {}", runs.len() * total));
-    for (algorithm, weights) in ALGORITHMS {
-        if algorithm != "least-conn" {
+    for c in CONFIGS {
+        if c.algorithm != "least-conn" {
             // Every repeat: a split is exact or it is not, there is no noise to average away.
-            let want = weights[0] as f64 / (weights[0] + weights[1]) as f64;
-            let splits: Vec<[usize; 2]> = runs.iter().filter(|x| x.algorithm == algorithm).map(Run::per_server).collect();
+            let want = c.weights[0] as f64 / (c.weights[0] + c.weights[1]) as f64;
+            let splits: Vec<[usize; 2]> = runs.iter().filter(|x| x.config.name == c.name).map(Run::per_server).collect();
             let within = splits.iter().all(|[a, b]| (*a as f64 / (a + b).max(1) as f64 - want).abs() <= 0.01);
             r.check(
-                &format!("{algorithm} spreads requests within 1% of its weights"),
+                &format!("{} spreads requests within 1% of its weights {}:{}", c.name, c.weights[0], c.weights[1]),
                 within,
                 format!("server1 / server2 per repeat: {}; weights want {:.2}% to server1", splits.iter().map(|[a, b]| format!("{a} / {b}")).collect::<Vec<_>>().join(", "), want * 100.0),
             );
         }
-        r.estimate(format!("{algorithm}.requests_per_s"), &over(runs, algorithm, Run::per_second));
-        r.estimate(format!("{algorithm}.mean_ms"), &over(runs, algorithm, |x| x.times().mean));
-        r.estimate(format!("{algorithm}.fulcrum_cpu_s"), &over(runs, algorithm, |x| x.fulcrum_cpu));
+        r.estimate(format!("{}.requests_per_s", c.name), &over(runs, c.name, Run::per_second));
+        r.estimate(format!("{}.mean_ms", c.name), &over(runs, c.name, |x| x.times().mean));
+        r.estimate(format!("{}.fulcrum_cpu_s", c.name), &over(runs, c.name, |x| x.fulcrum_cpu));
     }
     r.raw = json!({
         "requests": total,
-        "concurrency": CONCURRENCY,
         "body_bytes": BODY,
         "repeats": ctx.repeat,
-        "estimates": ALGORITHMS.iter().map(|(a, _)| json!({
-            "algorithm": a,
-            "mean_ms": over(runs, a, |x| x.times().mean),
-            "requests_per_s": over(runs, a, Run::per_second),
-            "fulcrum_cpu_s": over(runs, a, |x| x.fulcrum_cpu),
+        "estimates": CONFIGS.iter().map(|c| json!({
+            "name": c.name,
+            "algorithm": c.algorithm,
+            "concurrency": c.concurrency,
+            "mean_ms": over(runs, c.name, |x| x.times().mean),
+            "requests_per_s": over(runs, c.name, Run::per_second),
+            "fulcrum_cpu_s": over(runs, c.name, |x| x.fulcrum_cpu),
         })).collect::<Vec<_>>(),
         "runs": runs.iter().map(|x| json!({
-            "algorithm": x.algorithm,
-            "weights": x.weights,
+            "name": x.config.name,
+            "algorithm": x.config.algorithm,
+            "weights": x.config.weights,
+            "concurrency": x.config.concurrency,
             "repeat": x.repeat,
             "seconds": x.wall.as_secs_f64(),
             "response_ms": x.times(),

@@ -21,6 +21,7 @@ mod scaling;
 mod site;
 mod soak;
 mod stats;
+mod syn_time;
 
 use std::path::PathBuf;
 use std::time::Duration;
@@ -42,12 +43,14 @@ pub enum LabCommand {
     /// once per algorithm; response time per client, CPU and memory of Fulcrum and the servers.
     JavaSlb(RunArgs),
     /// The passive-measurement paper: 3 servers, one degraded, Poisson arrivals over a sweep of
-    /// rates; equal split against passive-ratio, least-conn and p2c-ewma.
+    /// rates; equal split against passive-ratio, least-conn and p2c-ewma; then R against the
+    /// connection time (its Figure 2).
     Passive(RunArgs),
-    /// The HAProxy paper: 10,000 POSTs at concurrency 100 in HTTP mode with round robin, static-rr
-    /// and least-conn.
+    /// The HAProxy paper: 10,000 POSTs in HTTP mode with round robin, static-rr and least-conn,
+    /// in the paper's setup (1,000 concurrent, static-rr 1:1) and today's (100, static-rr 2:1).
     Haproxy(RunArgs),
-    /// The JServ cluster article: 1 to 4 servers at concurrency 2 and 50, and weights 3:1.
+    /// The JServ cluster article: 1 to 4 servers at concurrency 2 and 50, servers of one worker,
+    /// servers that fail when overloaded, and two servers three times apart weighted 3:1.
     Scaling(RunArgs),
     /// Two result folders side by side (figures of B over A).
     Compare { a: PathBuf, b: PathBuf },
@@ -96,6 +99,11 @@ pub async fn run(args: LabArgs) -> anyhow::Result<bool> {
     // Absolute, since child processes (vsftpd's anon_root) get paths inside it.
     let dir = std::fs::canonicalize(&dir).with_context(|| format!("cannot resolve {}", dir.display()))?;
     procs::check_sources(&client::sources(10))?;
+    // A thousand concurrent clients (haproxy's paper setup) need more descriptors than a shell's
+    // usual 1,024; the children (Fulcrum, the servers) inherit the raised limit.
+    if let Ok((_, hard)) = rlimit::getrlimit(rlimit::Resource::NOFILE) {
+        let _ = rlimit::increase_nofile_limit(hard.min(65_536));
+    }
     let work = dir.join("work");
     std::fs::create_dir_all(&work).with_context(|| format!("cannot create {}", work.display()))?;
     let repeat = run.repeat.map_or(if run.quick { 2 } else { 5 }, |n| n as usize);
@@ -108,11 +116,17 @@ pub async fn run(args: LabArgs) -> anyhow::Result<bool> {
             _ => scaling::run(&ctx).await,
         }
     };
-    // Ctrl-C drops the scenario, and with it every child process it started (a `Proc` kills its
-    // child when dropped), so no real server or Fulcrum is left holding a port.
+    // Ctrl-C (or SIGTERM) drops the scenario, and with it every child process it started (a
+    // `Proc` kills its child when dropped), so no real server or Fulcrum is left holding a port.
+    // The handlers are installed before the scenario starts: a scenario starts its first
+    // children before it first waits, and a signal that came then would otherwise end the
+    // process the default way, leaving them running.
+    use tokio::signal::unix::{SignalKind, signal};
+    let (mut interrupt, mut terminate) = (signal(SignalKind::interrupt())?, signal(SignalKind::terminate())?);
     let report = tokio::select! {
         r = scenario => r?,
-        _ = tokio::signal::ctrl_c() => anyhow::bail!("interrupted; the real servers and Fulcrum it started are stopped"),
+        _ = interrupt.recv() => anyhow::bail!("interrupted; the real servers and Fulcrum it started are stopped"),
+        _ = terminate.recv() => anyhow::bail!("terminated; the real servers and Fulcrum it started are stopped"),
     };
     report.write(&dir)?;
     let failed = report.checks.iter().filter(|c| !c.passed).count();
@@ -183,19 +197,20 @@ pub fn start_backends(prefix: &str, n: usize, extra: &[String]) -> anyhow::Resul
     (1..=n).map(|i| procs::Backend::start(&format!("{prefix}{i}"), extra)).collect()
 }
 
-/// Samples a set of processes' usage every `every` until `stop` fires; (seconds, usage per proc).
+/// Samples a set of processes' usage, each with the processes it forked ([`procs::tree_usages`]),
+/// every `every` until `stop` fires; (seconds, usage per proc).
 pub fn sample_usage(pids: Vec<u32>, every: Duration, stop: tokio_util::sync::CancellationToken) -> tokio::task::JoinHandle<Vec<(f64, Vec<procs::Usage>)>> {
     tokio::spawn(async move {
         let start = std::time::Instant::now();
         let mut out = Vec::new();
         loop {
-            out.push((start.elapsed().as_secs_f64(), pids.iter().map(|p| procs::Usage::of(*p)).collect()));
+            out.push((start.elapsed().as_secs_f64(), procs::tree_usages(&pids)));
             tokio::select! {
                 _ = tokio::time::sleep(every) => {}
                 _ = stop.cancelled() => break,
             }
         }
-        out.push((start.elapsed().as_secs_f64(), pids.iter().map(|p| procs::Usage::of(*p)).collect()));
+        out.push((start.elapsed().as_secs_f64(), procs::tree_usages(&pids)));
         out
     })
 }

@@ -5,7 +5,8 @@
 //! robin with redispatch, against `passive-ratio`, `least-conn` and `p2c-ewma`. Reported: mean time
 //! to the response head against the rate (its Figure 5; it includes Fulcrum's connection to the
 //! real server, where a dropped SYN costs a retransmission) and each server's share of the
-//! traffic over time under `passive-ratio`, with the controller's own ratios (its Figure 6).
+//! traffic over time under `passive-ratio`, with the controller's own ratios (its Figure 6). Then
+//! its Figure 2, R against the connection time ([`syn_time`]).
 //!
 //! Every configuration runs `--repeat` times; within one repeat every configuration sees the same
 //! Poisson arrivals (one seed per repeat), and figures are means over the repeats with their 95%
@@ -22,7 +23,7 @@ use super::plot::{self, Series};
 use super::procs::Fulcrum;
 use super::report::{Report, Summary, Table, fmt};
 use super::stats::{Estimate, verdict, welch};
-use super::{Ctx, served_by, service_toml};
+use super::{Ctx, served_by, service_toml, syn_time};
 
 /// Each configuration: its name in the report, the algorithm, and extra service lines.
 const CONFIGS: [(&str, &str, &str); 5] = [
@@ -111,7 +112,9 @@ pub async fn run(ctx: &Ctx) -> anyhow::Result<Report> {
         }
     }
     pb.finish_and_clear();
-    Ok(report(ctx, rates, warm_up, seconds, window, &runs))
+    drop(backends);
+    let figure2 = syn_time::run(ctx, &degraded).await.map_err(|e| format!("{e:#}"));
+    Ok(report(ctx, rates, warm_up, seconds, window, &runs, &figure2))
 }
 
 /// The controller's ratio of each server, read from the admin API each second.
@@ -167,7 +170,7 @@ fn cell<'a>(runs: &'a [Run], algorithm: &str, rate: f64) -> Cell<'a> {
     Cell { runs: runs.iter().filter(|x| x.algorithm == algorithm && x.rate == rate).collect() }
 }
 
-fn report(ctx: &Ctx, rates: &[f64], warm_up: u64, seconds: u64, window: usize, runs: &[Run]) -> Report {
+fn report(ctx: &Ctx, rates: &[f64], warm_up: u64, seconds: u64, window: usize, runs: &[Run], figure2: &Result<Vec<syn_time::Point>, String>) -> Report {
     let mut r = Report::new("passive", ctx.quick, ctx.seed);
     let names: Vec<&str> = CONFIGS.iter().map(|c| c.0).collect();
     r.section(
@@ -218,6 +221,8 @@ fn report(ctx: &Ctx, rates: &[f64], warm_up: u64, seconds: u64, window: usize, r
         }
     }
 
+    syn_time::report(&mut r, ctx, figure2);
+
     // The reading: each configuration against the paper's equal split, at every rate, ranked
     // only where the test separates them.
     let mut reading = String::new();
@@ -257,6 +262,7 @@ fn report(ctx: &Ctx, rates: &[f64], warm_up: u64, seconds: u64, window: usize, r
         "measured_secs": seconds,
         "window_slots": window,
         "repeats": ctx.repeat,
+        "figure2": syn_time::raw(figure2),
         "estimates": rates.iter().flat_map(|&rate| names.iter().map(move |a| (a, rate))).map(|(a, rate)| {
             let x = cell(runs, a, rate);
             json!({ "algorithm": a, "rate": rate, "mean_ms": x.mean_ms(), "p99_ms": x.p99_ms(), "slow_share": x.share(2) })

@@ -188,6 +188,39 @@ impl Usage {
     }
 }
 
+/// The usage of each of `roots` with all its descendants: CPU of the live processes of the tree
+/// plus what their children that ended had used (`cutime` and `cstime`, which Linux adds to a
+/// parent when it reaps a child), and resident memory summed over the live ones; the peak is the
+/// root's own. A server that forks per session (vsftpd) is measured whole this way; for a single
+/// process it is [`Usage::of`]. One pass over `/proc` serves every root.
+pub fn tree_usages(roots: &[u32]) -> Vec<Usage> {
+    // (pid, parent, CPU ticks including reaped children).
+    let mut procs: Vec<(u32, u32, f64)> = Vec::new();
+    for entry in std::fs::read_dir("/proc").into_iter().flatten().flatten() {
+        let Some(pid) = entry.file_name().to_str().and_then(|n| n.parse::<u32>().ok()) else { continue };
+        let Ok(stat) = std::fs::read_to_string(format!("/proc/{pid}/stat")) else { continue };
+        let Some(rest) = stat.rfind(')').and_then(|i| stat.get(i + 2..)) else { continue };
+        let f: Vec<&str> = rest.split_whitespace().collect();
+        let field = |i: usize| f.get(i).and_then(|v| v.parse::<f64>().ok()).unwrap_or(0.0);
+        procs.push((pid, field(1) as u32, field(11) + field(12) + field(13) + field(14)));
+    }
+    roots
+        .iter()
+        .map(|&root| {
+            let mut tree = vec![root];
+            let mut i = 0;
+            while i < tree.len() {
+                let parent = tree[i];
+                tree.extend(procs.iter().filter(|p| p.1 == parent).map(|p| p.0));
+                i += 1;
+            }
+            let cpu_ticks: f64 = procs.iter().filter(|p| tree.contains(&p.0)).map(|p| p.2).sum();
+            let rss_kib = tree.iter().map(|&pid| Usage::of(pid).rss_kib).sum();
+            Usage { cpu_secs: cpu_ticks / 100.0, rss_kib, peak_rss_kib: Usage::of(root).peak_rss_kib }
+        })
+        .collect()
+}
+
 /// Fails with a clear message if a source address the clients need cannot be bound.
 pub fn check_sources(sources: &[std::net::IpAddr]) -> anyhow::Result<()> {
     for ip in sources {
@@ -204,6 +237,29 @@ pub fn check_sources(sources: &[std::net::IpAddr]) -> anyhow::Result<()> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_tree_counts_its_children_live_and_ended() {
+        // A shell that runs a busy child to its end and then sleeps: the ended child's CPU is in
+        // the shell's cutime, and the sleeping child is a live member of the tree (`true` after
+        // it, so the shell does not exec the sleep in its own place).
+        let mut shell = Command::new("sh").args(["-c", "i=0; while [ $i -lt 200000 ]; do i=$((i+1)); done & wait; sleep 30; true"]).spawn().unwrap();
+        let pid = shell.id();
+        let mut seen = Usage::default();
+        for _ in 0..400 {
+            seen = tree_usages(&[pid])[0];
+            let sleeping = std::fs::read_dir("/proc").unwrap().flatten().any(|e| std::fs::read_to_string(e.path().join("stat")).is_ok_and(|s| s.contains("(sleep)") && s.split_whitespace().nth(3) == Some(&pid.to_string())));
+            if seen.cpu_secs > 0.0 && sleeping {
+                break;
+            }
+            std::thread::sleep(Duration::from_millis(50));
+        }
+        let own = Usage::of(pid);
+        let _ = shell.kill();
+        let _ = shell.wait();
+        assert!(seen.cpu_secs > own.cpu_secs, "the ended child's CPU is counted: tree {seen:?}, shell alone {own:?}");
+        assert!(seen.rss_kib > own.rss_kib, "the sleeping child's memory is counted: tree {seen:?}, shell alone {own:?}");
+    }
 
     #[test]
     fn own_usage_is_read_from_proc() {

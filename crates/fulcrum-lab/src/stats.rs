@@ -74,9 +74,9 @@ pub fn welch(a: &Estimate, b: &Estimate) -> Comparison {
     let (va, vb) = (a.sd * a.sd / na, b.sd * b.sd / nb);
     let se = (va + vb).sqrt();
     if se == 0.0 {
-        // Identical repeats on both sides: any difference at all is exact.
-        let significant = difference != 0.0;
-        return Comparison { difference, t: if significant { f64::INFINITY.copysign(difference) } else { 0.0 }, df: na + nb - 2.0, p: if significant { 0.0 } else { 1.0 }, significant, repeats_needed: None };
+        // Repeats that do not vary at all on either side are most often a figure read at a coarse
+        // resolution (CPU in 10 ms ticks): the noise is not measured, so nothing is claimed.
+        return Comparison { difference, t: f64::NAN, df: na + nb - 2.0, p: f64::NAN, significant: false, repeats_needed: None };
     }
     let t = difference / se;
     let df = (va + vb).powi(2) / (va * va / (na - 1.0) + vb * vb / (nb - 1.0));
@@ -116,8 +116,42 @@ pub fn verdict(name_a: &str, a: &Estimate, name_b: &str, b: &Estimate, better: &
     format!("no significant difference between {name_a} and {name_b} at this sample size (n = {} and {}, p = {}{need})", a.n(), b.n(), p_text(c.p))
 }
 
+/// A measure a report ranks runs by: its name, the digits it is shown with, and its figure of
+/// one run (lower is better).
+pub type Measure<R> = (&'static str, usize, fn(&R) -> f64);
+
+/// One figure over the runs `pick` selects: each scenario keeps a list of runs (configuration
+/// and repeat) and asks for a configuration's figure this way.
+pub fn over<R>(runs: &[R], pick: impl Fn(&R) -> bool, figure: impl Fn(&R) -> f64) -> Estimate {
+    Estimate::of(&runs.iter().filter(|r| pick(r)).map(figure).collect::<Vec<_>>())
+}
+
+/// A ranking where lower is better, defended pair by pair: the entries by mean, each with its
+/// interval, neighbours joined by `<` where Welch's t-test separates them and by `≈` where it
+/// does not. When no neighbours separate, it says so instead of ranking.
+pub fn ranking(entries: &[(String, Estimate)], digits: usize) -> String {
+    let mut sorted: Vec<&(String, Estimate)> = entries.iter().collect();
+    sorted.sort_by(|a, b| a.1.mean.total_cmp(&b.1.mean));
+    let Some(first) = sorted.first() else { return String::new() };
+    let mut out = format!("{} ({})", first.0, first.1.show(digits));
+    let mut separated = false;
+    for pair in sorted.windows(2) {
+        let c = welch(&pair[0].1, &pair[1].1);
+        separated |= c.significant;
+        out.push_str(if c.significant { " < " } else { " ≈ " });
+        out.push_str(&format!("{} ({})", pair[1].0, pair[1].1.show(digits)));
+    }
+    if separated { out } else { format!("no significant difference at this sample size: {out}") }
+}
+
 fn p_text(p: f64) -> String {
-    if p < 0.001 { "< 0.001".into() } else { format!("{p:.3}") }
+    if p.is_nan() {
+        "not defined: the repeats do not vary".into()
+    } else if p < 0.001 {
+        "< 0.001".into()
+    } else {
+        format!("{p:.3}")
+    }
 }
 
 /// The `q` quantile of Student's t with `df` degrees of freedom.
@@ -167,6 +201,21 @@ mod tests {
     }
 
     #[test]
+    fn a_ranking_separates_only_what_the_test_separates() {
+        let e = |v: &[f64]| Estimate::of(v);
+        let entries = vec![
+            ("slow".to_string(), e(&[30.0, 31.0, 29.0, 30.5, 29.5])),
+            ("fast".to_string(), e(&[10.0, 11.0, 9.0, 10.5, 9.5])),
+            ("fast-too".to_string(), e(&[10.2, 11.1, 9.2, 10.4, 9.9])),
+        ];
+        assert_eq!(ranking(&entries, 1), "fast (10.0 ± 1.0) ≈ fast-too (10.2 ± 0.9) < slow (30.0 ± 1.0)");
+        let noise = vec![("a".to_string(), e(&[10.0, 14.0])), ("b".to_string(), e(&[11.0, 15.0]))];
+        assert_eq!(ranking(&noise, 0), "no significant difference at this sample size: a (12 ± 25) ≈ b (13 ± 25)");
+        let runs = [("a", 1.0), ("b", 5.0), ("a", 3.0)];
+        assert_eq!(over(&runs, |r| r.0 == "a", |r| r.1).values, [1.0, 3.0]);
+    }
+
+    #[test]
     fn noise_is_not_a_ranking_and_says_what_it_would_take() {
         let a = Estimate::of(&[10.0, 14.0]);
         let b = Estimate::of(&[11.0, 15.0]);
@@ -183,7 +232,10 @@ mod tests {
         // approximation would say two.
         let c = welch(&Estimate::of(&[100.0, 400.0]), &Estimate::of(&[300.0, 900.0]));
         assert!(!c.significant && c.repeats_needed.is_some_and(|n| n > 2), "{c:?}");
-        // One repeat is never a ranking.
+        // One repeat is never a ranking, nor are repeats that do not vary.
         assert!(!welch(&Estimate::of(&[1.0]), &Estimate::of(&[9.0])).significant);
+        let (flat_a, flat_b) = (Estimate::of(&[0.004, 0.004]), Estimate::of(&[0.005, 0.005]));
+        assert!(!welch(&flat_a, &flat_b).significant);
+        assert!(verdict("a", &flat_a, "b", &flat_b, "faster", " s").ends_with("(n = 2 and 2, p = not defined: the repeats do not vary)"));
     }
 }

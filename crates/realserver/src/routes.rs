@@ -27,7 +27,18 @@ pub async fn route(instance: Arc<Instance>, req: Request<Incoming>) -> Result<Re
     instance.requests.fetch_add(1, Relaxed);
     // Held until the response head is built; a streamed body is sent without a worker.
     let _worker = match &instance.workers {
-        Some(pool) => pool.acquire().await.ok(),
+        Some(pool) => {
+            let waiting = instance.waiting.fetch_add(1, Relaxed);
+            let limit = instance.degrade.queue as u64;
+            if limit > 0 && pool.available_permits() == 0 && waiting >= limit {
+                instance.waiting.fetch_sub(1, Relaxed);
+                instance.overloaded.fetch_add(1, Relaxed);
+                return Ok(text(&instance, StatusCode::SERVICE_UNAVAILABLE, "overloaded\n".into(), "text/plain"));
+            }
+            let permit = pool.acquire().await.ok();
+            instance.waiting.fetch_sub(1, Relaxed);
+            permit
+        }
         None => None,
     };
     let now = instance.in_service.fetch_add(1, Relaxed) + 1;
@@ -52,6 +63,7 @@ pub async fn route(instance: Arc<Instance>, req: Request<Incoming>) -> Result<Re
                 "requests": instance.requests.load(Relaxed),
                 "connections": instance.connections.load(Relaxed),
                 "max_in_service": instance.in_service_max.load(Relaxed),
+                "overloaded": instance.overloaded.load(Relaxed),
             });
             text(&instance, StatusCode::OK, body.to_string(), "application/json")
         }

@@ -71,6 +71,20 @@ async fn workers_bound_the_requests_served_at_once() {
 }
 
 #[tokio::test]
+async fn a_full_queue_answers_503_at_once() {
+    // One worker, one waiting place: of eight at once, one is served, one waits, and the rest
+    // (six, give or take the order they arrive in) are refused with 503 without waiting.
+    let (a, _s) = start_with(None, 10, Degrade { workers: 1, queue: 1, delay_ms: 200, ..Degrade::default() }).await;
+    let all = futures_util::future::join_all((0..8).map(|_| raw(a, "GET /name HTTP/1.0\r\n\r\n"))).await;
+    let refused = all.iter().filter(|r| String::from_utf8_lossy(r).starts_with("HTTP/1.0 503")).count();
+    let served = all.iter().filter(|r| body(r) == b"b7\n").count();
+    assert_eq!(refused + served, 8);
+    assert!(served >= 2 && refused >= 1, "served {served}, refused {refused}");
+    let stats: serde_json::Value = serde_json::from_slice(body(&raw(a, "GET /stats HTTP/1.0\r\n\r\n").await)).unwrap();
+    assert_eq!(stats["overloaded"], refused as u64, "{stats}");
+}
+
+#[tokio::test]
 async fn name_large_post_stats_and_404() {
     let (a, _s) = start(None, 300_000).await;
     assert_eq!(body(&raw(a, "GET /name HTTP/1.0\r\n\r\n").await), b"b7\n", "a line, so a terminal's prompt starts on the next");
