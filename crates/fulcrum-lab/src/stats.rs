@@ -74,9 +74,11 @@ pub fn welch(a: &Estimate, b: &Estimate) -> Comparison {
     let (va, vb) = (a.sd * a.sd / na, b.sd * b.sd / nb);
     let se = (va + vb).sqrt();
     if se == 0.0 {
-        // Repeats that do not vary at all on either side are most often a figure read at a coarse
-        // resolution (CPU in 10 ms ticks): the noise is not measured, so nothing is claimed.
-        return Comparison { difference, t: f64::NAN, df: na + nb - 2.0, p: f64::NAN, significant: false, repeats_needed: None };
+        // Identical repeats on both sides (a count that every repeat gives alike): any difference
+        // at all is exact. A figure read at a coarse resolution can look like this too (CPU in
+        // 10 ms ticks over a short run); full runs measure long enough for it not to.
+        let significant = difference != 0.0;
+        return Comparison { difference, t: if significant { f64::INFINITY.copysign(difference) } else { 0.0 }, df: na + nb - 2.0, p: if significant { 0.0 } else { 1.0 }, significant, repeats_needed: None };
     }
     let t = difference / se;
     let df = (va + vb).powi(2) / (va * va / (na - 1.0) + vb * vb / (nb - 1.0));
@@ -145,13 +147,7 @@ pub fn ranking(entries: &[(String, Estimate)], digits: usize) -> String {
 }
 
 fn p_text(p: f64) -> String {
-    if p.is_nan() {
-        "not defined: the repeats do not vary".into()
-    } else if p < 0.001 {
-        "< 0.001".into()
-    } else {
-        format!("{p:.3}")
-    }
+    if p < 0.001 { "< 0.001".into() } else { format!("{p:.3}") }
 }
 
 /// The `q` quantile of Student's t with `df` degrees of freedom.
@@ -232,10 +228,10 @@ mod tests {
         // approximation would say two.
         let c = welch(&Estimate::of(&[100.0, 400.0]), &Estimate::of(&[300.0, 900.0]));
         assert!(!c.significant && c.repeats_needed.is_some_and(|n| n > 2), "{c:?}");
-        // One repeat is never a ranking, nor are repeats that do not vary.
+        // One repeat is never a ranking; a count every repeat gives alike differs exactly.
         assert!(!welch(&Estimate::of(&[1.0]), &Estimate::of(&[9.0])).significant);
-        let (flat_a, flat_b) = (Estimate::of(&[0.004, 0.004]), Estimate::of(&[0.005, 0.005]));
-        assert!(!welch(&flat_a, &flat_b).significant);
-        assert!(verdict("a", &flat_a, "b", &flat_b, "faster", " s").ends_with("(n = 2 and 2, p = not defined: the repeats do not vary)"));
+        let c = welch(&Estimate::of(&[140.0, 140.0]), &Estimate::of(&[0.0, 0.0]));
+        assert!(c.significant && c.p == 0.0, "{c:?}");
+        assert!(!welch(&Estimate::of(&[3.0, 3.0]), &Estimate::of(&[3.0, 3.0])).significant);
     }
 }

@@ -64,10 +64,11 @@ pub struct Degrade {
     /// server with a fixed pool of worker threads.
     #[arg(long, default_value_t = 0, value_parser = clap::builder::RangedU64ValueParser::<usize>::new().range(..=1_000_000))]
     pub workers: usize,
-    /// With `--workers`: requests that may wait for a worker (0: no limit, at most 1000000);
-    /// past that a request is answered 503 at once, like a server that fails when overloaded.
-    #[arg(long, default_value_t = 0, value_parser = clap::builder::RangedU64ValueParser::<usize>::new().range(..=1_000_000))]
-    pub queue: usize,
+    /// With `--workers`: how long a request may wait for a worker, in ms (0: no limit, at most
+    /// 3600000); one that waits longer is answered 503, like a servlet engine that fails
+    /// requests when overloaded.
+    #[arg(long, default_value_t = 0, value_parser = clap::value_parser!(u64).range(..=MAX_DELAY_MS))]
+    pub queue_timeout_ms: u64,
 }
 
 /// The longest delay a degradation flag takes: an hour.
@@ -84,9 +85,7 @@ pub struct Instance {
     /// Requests being served now, and the most at once (what `--workers` bounds).
     pub in_service: AtomicU64,
     pub in_service_max: AtomicU64,
-    /// Requests waiting for a worker now.
-    pub waiting: AtomicU64,
-    /// Requests answered 503 because the queue was full.
+    /// Requests answered 503 because they waited too long for a worker.
     pub overloaded: AtomicU64,
     /// The worker pool of `--workers`.
     pub workers: Option<tokio::sync::Semaphore>,
@@ -105,7 +104,6 @@ pub async fn bind(args: BackendArgs, stop: CancellationToken) -> anyhow::Result<
         connections: AtomicU64::new(0),
         in_service: AtomicU64::new(0),
         in_service_max: AtomicU64::new(0),
-        waiting: AtomicU64::new(0),
         overloaded: AtomicU64::new(0),
         workers: (args.degrade.workers > 0).then(|| tokio::sync::Semaphore::new(args.degrade.workers)),
     });

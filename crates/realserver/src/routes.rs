@@ -27,18 +27,16 @@ pub async fn route(instance: Arc<Instance>, req: Request<Incoming>) -> Result<Re
     instance.requests.fetch_add(1, Relaxed);
     // Held until the response head is built; a streamed body is sent without a worker.
     let _worker = match &instance.workers {
-        Some(pool) => {
-            let waiting = instance.waiting.fetch_add(1, Relaxed);
-            let limit = instance.degrade.queue as u64;
-            if limit > 0 && pool.available_permits() == 0 && waiting >= limit {
-                instance.waiting.fetch_sub(1, Relaxed);
-                instance.overloaded.fetch_add(1, Relaxed);
-                return Ok(text(&instance, StatusCode::SERVICE_UNAVAILABLE, "overloaded\n".into(), "text/plain"));
-            }
-            let permit = pool.acquire().await.ok();
-            instance.waiting.fetch_sub(1, Relaxed);
-            permit
-        }
+        Some(pool) => match instance.degrade.queue_timeout_ms {
+            0 => pool.acquire().await.ok(),
+            ms => match tokio::time::timeout(Duration::from_millis(ms), pool.acquire()).await {
+                Ok(permit) => permit.ok(),
+                Err(_) => {
+                    instance.overloaded.fetch_add(1, Relaxed);
+                    return Ok(text(&instance, StatusCode::SERVICE_UNAVAILABLE, "overloaded\n".into(), "text/plain"));
+                }
+            },
+        },
         None => None,
     };
     let now = instance.in_service.fetch_add(1, Relaxed) + 1;
