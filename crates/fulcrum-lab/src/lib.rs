@@ -123,11 +123,13 @@ pub async fn run(args: LabArgs) -> anyhow::Result<bool> {
     // process the default way, leaving them running.
     use tokio::signal::unix::{SignalKind, signal};
     let (mut interrupt, mut terminate) = (signal(SignalKind::interrupt())?, signal(SignalKind::terminate())?);
-    let report = tokio::select! {
+    let started = std::time::Instant::now();
+    let mut report = tokio::select! {
         r = scenario => r?,
         _ = interrupt.recv() => anyhow::bail!("interrupted; the real servers and Fulcrum it started are stopped"),
         _ = terminate.recv() => anyhow::bail!("terminated; the real servers and Fulcrum it started are stopped"),
     };
+    report.duration = Some(started.elapsed());
     report.write(&dir)?;
     let failed = report.checks.iter().filter(|c| !c.passed).count();
     for c in &report.checks {

@@ -88,11 +88,13 @@ pub struct Report {
     pub raw: Value,
     /// File name and SVG text of each plot.
     pub plots: Vec<(String, String)>,
+    /// How long the run took, set by the lab when the scenario ends.
+    pub duration: Option<std::time::Duration>,
 }
 
 impl Report {
     pub fn new(scenario: &'static str, quick: bool, seed: u64) -> Report {
-        Report { scenario, quick, seed, body: String::new(), figures: BTreeMap::new(), estimates: BTreeMap::new(), checks: Vec::new(), raw: Value::Null, plots: Vec::new() }
+        Report { scenario, quick, seed, body: String::new(), figures: BTreeMap::new(), estimates: BTreeMap::new(), checks: Vec::new(), raw: Value::Null, plots: Vec::new(), duration: None }
     }
 
     pub fn section(&mut self, title: &str, text: &str) {
@@ -127,11 +129,12 @@ impl Report {
         let mut md = format!("# Fulcrum lab: `{}` ({mode} run, seed {})\n\n", self.scenario, self.seed);
         let _ = write!(
             md,
-            "Fulcrum {} on {} ({} cores, Linux {}). Every figure is in `results.json`.\n\n",
+            "Fulcrum {} on {} ({} cores, Linux {}){}. Every figure is in `results.json`.\n\n",
             env!("CARGO_PKG_VERSION"),
             machine["cpu"].as_str().unwrap_or("?"),
             machine["cores"],
             machine["kernel"].as_str().unwrap_or("?"),
+            self.duration.map_or_else(String::new, |d| format!("; the run took {}", humantime::format_duration(std::time::Duration::from_secs(d.as_secs())))),
         );
         md.push_str(&self.body);
         md.push_str("## Checks\n\n");
@@ -143,6 +146,7 @@ impl Report {
             "mode": mode,
             "seed": self.seed,
             "fulcrum_version": env!("CARGO_PKG_VERSION"),
+            "duration_secs": self.duration.map(|d| d.as_secs_f64()),
             "machine": machine,
             "figures": self.figures,
             "estimates": self.estimates,

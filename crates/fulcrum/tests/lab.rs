@@ -28,6 +28,8 @@ fn lab(scenario: &str) -> (PathBuf, Value) {
     let results: Value = serde_json::from_str(&std::fs::read_to_string(out.join("results.json")).unwrap()).unwrap();
     assert_eq!(results["scenario"], scenario);
     assert!(results["machine"]["cores"].as_u64().unwrap() >= 1);
+    assert!(results["duration_secs"].as_f64().is_some_and(|d| d > 0.0), "the run's duration: {}", results["duration_secs"]);
+    assert!(std::fs::read_to_string(out.join("report.md")).unwrap().contains("; the run took "));
     assert!(results["checks"].as_array().unwrap().iter().all(|c| c["passed"] == true), "{}", results["checks"]);
     (out, results)
 }
