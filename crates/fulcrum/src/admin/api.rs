@@ -115,10 +115,16 @@ struct ExplainQuery {
 }
 
 /// What Fulcrum would do now for a request from `client` (and `path`, `host`, `cookie`), and why.
+/// The running service named `name`, or the 404 that says there is none.
+fn service_named<'a>(generation: &'a crate::live::Generation, name: &str) -> Result<&'a Arc<crate::live::Service>, Box<Response>> {
+    generation.services.iter().find(|s| s.config().name == name).ok_or_else(|| Box::new(refuse(StatusCode::NOT_FOUND, format!("no service {name:?}"))))
+}
+
 async fn explain<C: Control>(State(control): State<Arc<C>>, Query(q): Query<ExplainQuery>) -> Response {
     let generation = control.current();
-    let Some(service) = generation.services.iter().find(|s| s.config().name == q.service) else {
-        return refuse(StatusCode::NOT_FOUND, format!("no service {:?}", q.service));
+    let service = match service_named(&generation, &q.service) {
+        Ok(s) => s,
+        Err(no) => return *no,
     };
     let client = match q.client.as_deref().map(str::parse::<std::net::IpAddr>).transpose() {
         Ok(c) => c,
@@ -141,8 +147,9 @@ struct RecentQuery {
 /// pools keep.
 async fn explain_recent<C: Control>(State(control): State<Arc<C>>, Query(q): Query<RecentQuery>) -> Response {
     let generation = control.current();
-    let Some(service) = generation.services.iter().find(|s| s.config().name == q.service) else {
-        return refuse(StatusCode::NOT_FOUND, format!("no service {:?}", q.service));
+    let service = match service_named(&generation, &q.service) {
+        Ok(s) => s,
+        Err(no) => return *no,
     };
     let most = crate::proxy::why::RECENT * (1 + service.pools.len());
     let limit = q.limit.unwrap_or(crate::proxy::why::RECENT);
