@@ -41,6 +41,10 @@ impl Vsftpd {
         std::fs::set_permissions(root.join("pub/upload"), std::fs::Permissions::from_mode(0o777)).unwrap();
         std::fs::set_permissions(&empty, std::fs::Permissions::from_mode(0o555)).unwrap();
         let addr: SocketAddr = format!("127.0.0.1:{}", free_port()).parse().unwrap();
+        // vsftpd picks its passive ports at random from 1024 up unless told a range. One of them,
+        // bound by a neighbour test's server between `free_port` and this server's bind, took
+        // this server's port: this one exited, and the readiness probe was answered by the
+        // neighbour's data listener. 40000 and up is clear of `free_port`'s 24000 to 31999.
         let conf = dir.join("vsftpd.conf");
         std::fs::write(
             &conf,
@@ -48,6 +52,7 @@ impl Vsftpd {
                 "listen=YES\nlisten_address=127.0.0.1\nlisten_port={}\nbackground=NO\nanonymous_enable=YES\nanon_root={}\n\
                  no_anon_password=YES\nlocal_enable=NO\nwrite_enable=YES\nanon_upload_enable=YES\nanon_umask=022\n\
                  connect_from_port_20=NO\nseccomp_sandbox=NO\nsecure_chroot_dir={}\nxferlog_enable=NO\nmax_clients=0\nmax_per_ip=0\n\
+                 pasv_min_port=40000\npasv_max_port=60000\n\
                  ftpd_banner=vsftpd {name}\n",
                 addr.port(),
                 root.display(),
