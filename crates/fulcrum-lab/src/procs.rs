@@ -161,31 +161,41 @@ pub struct Usage {
 }
 
 impl Usage {
-    /// Reads `/proc/PID/stat` (CPU time of every thread, live or gone, in USER_HZ ticks, which
-    /// Linux fixes at 100 a second for /proc) and `/proc/PID/status`; zeros where they cannot
-    /// be read.
+    /// Reads `/proc/PID/stat` (CPU time of every thread, live or gone) and `/proc/PID/status`;
+    /// zeros where they cannot be read.
     pub fn of(pid: u32) -> Usage {
-        let cpu_secs = std::fs::read_to_string(format!("/proc/{pid}/stat"))
-            .ok()
-            .and_then(|s| {
-                // The fields after the command name, which may hold spaces and ends at the last ')'.
-                let rest = s.get(s.rfind(')')? + 2..)?;
-                let f: Vec<&str> = rest.split_whitespace().collect();
-                let utime: f64 = f.get(11)?.parse().ok()?;
-                let stime: f64 = f.get(12)?.parse().ok()?;
-                Some((utime + stime) / 100.0)
-            })
-            .unwrap_or(0.0);
-        let status = std::fs::read_to_string(format!("/proc/{pid}/status")).unwrap_or_default();
-        let kib = |key: &str| {
-            status
-                .lines()
-                .find_map(|l| l.strip_prefix(key))
-                .and_then(|v| v.split_whitespace().next()?.parse().ok())
-                .unwrap_or(0)
-        };
-        Usage { cpu_secs, rss_kib: kib("VmRSS:"), peak_rss_kib: kib("VmHWM:") }
+        let (rss_kib, peak_rss_kib) = memory_kib(pid);
+        Usage { cpu_secs: stat(pid).map_or(0.0, |s| s.own_ticks / TICKS_PER_SEC), rss_kib, peak_rss_kib }
     }
+}
+
+/// The ticks `/proc` counts CPU time in (USER_HZ, which Linux fixes at 100 a second there).
+const TICKS_PER_SEC: f64 = 100.0;
+
+/// What the lab reads of `/proc/PID/stat`.
+struct Stat {
+    parent: u32,
+    /// User and system time of the process's own threads, live or gone.
+    own_ticks: f64,
+    /// The same of its children that ended and were reaped (`cutime` and `cstime`).
+    reaped_ticks: f64,
+}
+
+fn stat(pid: u32) -> Option<Stat> {
+    let s = std::fs::read_to_string(format!("/proc/{pid}/stat")).ok()?;
+    // The fields after the command name, which may hold spaces and ends at the last ')'.
+    let rest = s.get(s.rfind(')')? + 2..)?;
+    let f: Vec<&str> = rest.split_whitespace().collect();
+    let ticks = |i: usize| f.get(i)?.parse::<f64>().ok();
+    Some(Stat { parent: f.get(1)?.parse().ok()?, own_ticks: ticks(11)? + ticks(12)?, reaped_ticks: ticks(13)? + ticks(14)? })
+}
+
+/// Resident memory now and at its peak (`VmRSS`, `VmHWM` of `/proc/PID/status`), in KiB; zeros
+/// where they cannot be read.
+fn memory_kib(pid: u32) -> (u64, u64) {
+    let status = std::fs::read_to_string(format!("/proc/{pid}/status")).unwrap_or_default();
+    let kib = |key: &str| status.lines().find_map(|l| l.strip_prefix(key)).and_then(|v| v.split_whitespace().next()?.parse().ok()).unwrap_or(0);
+    (kib("VmRSS:"), kib("VmHWM:"))
 }
 
 /// The usage of each of `roots` with all its descendants: CPU of the live processes of the tree
@@ -194,29 +204,33 @@ impl Usage {
 /// root's own. A server that forks per session (vsftpd) is measured whole this way; for a single
 /// process it is [`Usage::of`]. One pass over `/proc` serves every root.
 pub fn tree_usages(roots: &[u32]) -> Vec<Usage> {
-    // (pid, parent, CPU ticks including reaped children).
-    let mut procs: Vec<(u32, u32, f64)> = Vec::new();
-    for entry in std::fs::read_dir("/proc").into_iter().flatten().flatten() {
-        let Some(pid) = entry.file_name().to_str().and_then(|n| n.parse::<u32>().ok()) else { continue };
-        let Ok(stat) = std::fs::read_to_string(format!("/proc/{pid}/stat")) else { continue };
-        let Some(rest) = stat.rfind(')').and_then(|i| stat.get(i + 2..)) else { continue };
-        let f: Vec<&str> = rest.split_whitespace().collect();
-        let field = |i: usize| f.get(i).and_then(|v| v.parse::<f64>().ok()).unwrap_or(0.0);
-        procs.push((pid, field(1) as u32, field(11) + field(12) + field(13) + field(14)));
-    }
+    let procs: Vec<(u32, Stat)> = std::fs::read_dir("/proc")
+        .into_iter()
+        .flatten()
+        .flatten()
+        .filter_map(|entry| {
+            let pid = entry.file_name().to_str()?.parse::<u32>().ok()?;
+            Some((pid, stat(pid)?))
+        })
+        .collect();
     roots
         .iter()
         .map(|&root| {
+            // Breadth first from the root; each member's ticks are taken as it is found.
             let mut tree = vec![root];
+            let mut ticks = 0.0;
             let mut i = 0;
             while i < tree.len() {
-                let parent = tree[i];
-                tree.extend(procs.iter().filter(|p| p.1 == parent).map(|p| p.0));
+                let pid = tree[i];
+                if let Some((_, s)) = procs.iter().find(|p| p.0 == pid) {
+                    ticks += s.own_ticks + s.reaped_ticks;
+                }
+                tree.extend(procs.iter().filter(|p| p.1.parent == pid).map(|p| p.0));
                 i += 1;
             }
-            let cpu_ticks: f64 = procs.iter().filter(|p| tree.contains(&p.0)).map(|p| p.2).sum();
-            let rss_kib = tree.iter().map(|&pid| Usage::of(pid).rss_kib).sum();
-            Usage { cpu_secs: cpu_ticks / 100.0, rss_kib, peak_rss_kib: Usage::of(root).peak_rss_kib }
+            let (root_rss, peak_rss_kib) = memory_kib(root);
+            let rss_kib = root_rss + tree[1..].iter().map(|&pid| memory_kib(pid).0).sum::<u64>();
+            Usage { cpu_secs: ticks / TICKS_PER_SEC, rss_kib, peak_rss_kib }
         })
         .collect()
 }
