@@ -15,11 +15,11 @@ use serde_json::{Value, json};
 use tokio_util::sync::CancellationToken;
 
 use super::client;
-use super::java_slb::{PAPER, Point, client_label, server_plots, source, spread, timeline};
+use super::java_slb::{PAPER, client_label, server_plots, source, spread};
 use super::procs::{Fulcrum, Proc, Usage, free_addr};
 use super::report::{Report, Summary, Table};
 use super::stats::{self, Measure, verdict};
-use super::{Ctx, sample_usage, service_toml};
+use super::{Ctx, Point, cpu_used, sample_usage, service_toml, timeline};
 
 pub const ALGORITHMS: [&str; 4] = ["round-robin", "source-hash", "least-conn", "random"];
 const SERVERS: usize = 4;
@@ -136,16 +136,15 @@ async fn run_one(ctx: &Ctx, vsftpd: &str, files: &Path, sizes: &[u64], sessions_
     pb.finish_and_clear();
     let stats: Value = serde_json::from_slice(&client::fetch(f.admin, "/api/stats").await?)?;
     let sessions = stats["services"][0]["servers"].as_array().map(|a| a.iter().map(|s| s["total"].as_u64().unwrap_or(0)).collect()).unwrap_or_default();
-    let cpu = |i: usize| usage.last().and_then(|u| u.1.get(i)).map_or(0.0, |u| u.cpu_secs) - usage.first().and_then(|u| u.1.get(i)).map_or(0.0, |u| u.cpu_secs);
     let most_memory = |i: usize| usage.iter().filter_map(|u| u.1.get(i)).map(|u| u.rss_kib).max().unwrap_or(0);
     let run = FtpRun {
         algorithm,
         repeat,
         clients,
         sessions,
-        servers: (1..=SERVERS).map(|i| (cpu(i), most_memory(i))).collect(),
+        servers: (1..=SERVERS).map(|i| (cpu_used(&usage, i), most_memory(i))).collect(),
         fulcrum: f.proc.usage(),
-        fulcrum_cpu: cpu(0),
+        fulcrum_cpu: cpu_used(&usage, 0),
         seconds,
         server_timelines: (1..=SERVERS).map(|i| timeline(&usage, i)).collect(),
     };

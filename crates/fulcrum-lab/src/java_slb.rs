@@ -20,16 +20,13 @@ use super::plot::{self, Series};
 use super::procs::{Fulcrum, Usage};
 use super::report::{Report, Summary, Table};
 use super::stats::{self, Estimate, Measure, ranking, verdict};
-use super::{Ctx, ftp, sample_usage, served_by, service_toml, site, start_backends};
+use super::{Ctx, Point, cpu_used, ftp, sample_usage, served_by, service_toml, site, start_backends, timeline};
 
 const ALGORITHMS: [&str; 7] = ["round-robin", "source-hash", "least-conn", "random", "static-rr", "passive-ratio", "p2c-ewma"];
 /// The paper's four, by the names it gives them (Tables 3 to 6, Figures 6 to 10).
 pub const PAPER: [(&str, &str); 4] = [("round-robin", "Round Robin"), ("source-hash", "Hash IP Address"), ("least-conn", "Least Connection"), ("random", "Random")];
 const SERVERS: usize = 4;
 const CLIENTS: usize = 10;
-
-/// One point of a process's use over time: (s, CPU % of one core, resident MiB).
-pub type Point = (f64, f64, f64);
 
 /// What one algorithm's run (one repeat) measured.
 struct Run {
@@ -106,15 +103,7 @@ async fn run_one(ctx: &Ctx, algorithm: &'static str, repeat: usize, browsers: &[
     let usage = sampler.await?;
     let fulcrum = f.proc.usage();
     let per_server = served_by(samples.iter().flatten());
-    let (first, last) = (usage.first().map(|u| u.1.clone()).unwrap_or_default(), usage.last().map(|u| u.1.clone()).unwrap_or_default());
-    let servers = backends
-        .iter()
-        .enumerate()
-        .map(|(i, b)| {
-            let cpu = last.get(i + 1).map_or(0.0, |u| u.cpu_secs) - first.get(i + 1).map_or(0.0, |u| u.cpu_secs);
-            (per_server.get(&b.proc.name).copied().unwrap_or(0), cpu, b.proc.usage().peak_rss_kib)
-        })
-        .collect();
+    let servers = backends.iter().enumerate().map(|(i, b)| (per_server.get(&b.proc.name).copied().unwrap_or(0), cpu_used(&usage, i + 1), b.proc.usage().peak_rss_kib)).collect();
     let clients = samples
         .iter()
         .map(|c| {
@@ -123,31 +112,18 @@ async fn run_one(ctx: &Ctx, algorithm: &'static str, repeat: usize, browsers: &[
         })
         .collect();
     let all: Vec<f64> = samples.iter().flatten().filter(|s| s.ok()).map(|s| s.total.as_secs_f64() * 1e3).collect();
-    let fulcrum_cpu = last.first().map_or(0.0, |u| u.cpu_secs) - first.first().map_or(0.0, |u| u.cpu_secs);
     Ok(Run {
         algorithm,
         repeat,
         clients,
         servers,
         fulcrum,
-        fulcrum_cpu,
+        fulcrum_cpu: cpu_used(&usage, 0),
         seconds,
         response: Summary::of(&all),
         timeline: timeline(&usage, 0),
         server_timelines: (1..=SERVERS).map(|i| timeline(&usage, i)).collect(),
     })
-}
-
-/// Process `i` of a run's samples over time: CPU % of one core between samples, resident MiB.
-pub fn timeline(usage: &[(f64, Vec<Usage>)], i: usize) -> Vec<Point> {
-    usage
-        .windows(2)
-        .filter_map(|w| {
-            let (a, b) = (w[0].1.get(i)?, w[1].1.get(i)?);
-            let dt = (w[1].0 - w[0].0).max(1e-3);
-            Some((w[1].0, (b.cpu_secs - a.cpu_secs) / dt * 100.0, b.rss_kib as f64 / 1024.0))
-        })
-        .collect()
 }
 
 /// The spread of values across the real servers (the paper's measure of even load): the

@@ -216,3 +216,24 @@ pub fn sample_usage(pids: Vec<u32>, every: Duration, stop: tokio_util::sync::Can
         out
     })
 }
+
+/// One point of a process's use over time: (s, CPU % of one core, resident MiB).
+pub type Point = (f64, f64, f64);
+
+/// The CPU seconds process `i` of [`sample_usage`]'s samples used from the first to the last.
+pub fn cpu_used(usage: &[(f64, Vec<procs::Usage>)], i: usize) -> f64 {
+    let at = |sample: Option<&(f64, Vec<procs::Usage>)>| sample.and_then(|s| s.1.get(i)).map_or(0.0, |u| u.cpu_secs);
+    at(usage.last()) - at(usage.first())
+}
+
+/// Process `i` of a run's samples over time: CPU % of one core between samples, resident MiB.
+pub fn timeline(usage: &[(f64, Vec<procs::Usage>)], i: usize) -> Vec<Point> {
+    usage
+        .windows(2)
+        .filter_map(|w| {
+            let (a, b) = (w[0].1.get(i)?, w[1].1.get(i)?);
+            let dt = (w[1].0 - w[0].0).max(1e-3);
+            Some((w[1].0, (b.cpu_secs - a.cpu_secs) / dt * 100.0, b.rss_kib as f64 / 1024.0))
+        })
+        .collect()
+}
