@@ -15,7 +15,7 @@ use serde_json::{Value, json};
 use tokio_util::sync::CancellationToken;
 
 use super::client;
-use super::java_slb::{PAPER, client_label, server_plots, source, spread};
+use super::java_slb::{PAPER, client_label, server_plots, server_table, source, spread};
 use super::procs::{Fulcrum, Proc, Usage, free_addr};
 use super::report::{Report, Summary, Table};
 use super::stats::{self, Measure, verdict};
@@ -75,11 +75,11 @@ pub async fn run(ctx: &Ctx) -> anyhow::Result<Vec<FtpRun>> {
     let sizes: &[u64] = if ctx.quick { &[1 << 10, 5 << 10, 20 << 10, 100 << 10, 300 << 10, 1 << 20, 40 << 10, 3 << 10, 60 << 10, 200 << 10] } else { &[1 << 10, 5 << 10, 20 << 10, 100 << 10, 300 << 10, 1 << 20, 2 << 20, 4 << 20, 8 << 20, 16 << 20] };
     let files = ctx.work.join("ftp-files");
     make_files(&files, sizes)?;
-    let sessions_per_client = if ctx.quick { 2 } else { 6 };
+    let setup = Setup { vsftpd, files: &files, sizes, sessions_per_client: if ctx.quick { 2 } else { 6 } };
     let mut runs = Vec::new();
     for repeat in 0..ctx.repeat {
         for (k, algorithm) in ALGORITHMS.iter().enumerate() {
-            let r = run_one(ctx, vsftpd, &files, sizes, sessions_per_client, k, algorithm, repeat).await?;
+            let r = run_one(ctx, &setup, k, algorithm, repeat).await?;
             eprintln!("java-slb ftp {algorithm}, repeat {}: mean session {:.3} s, sessions per server {:?}", repeat + 1, r.mean_session(), r.sessions);
             runs.push(r);
         }
@@ -89,8 +89,18 @@ pub async fn run(ctx: &Ctx) -> anyhow::Result<Vec<FtpRun>> {
     Ok(runs)
 }
 
-#[allow(clippy::too_many_arguments)]
-async fn run_one(ctx: &Ctx, vsftpd: &str, files: &Path, sizes: &[u64], sessions_per_client: usize, k: usize, algorithm: &'static str, repeat: usize) -> anyhow::Result<FtpRun> {
+/// What every run of the FTP half shares: the server, the files it serves, and the sessions.
+struct Setup<'a> {
+    vsftpd: &'a str,
+    files: &'a Path,
+    /// The sizes of the files a session downloads, in order.
+    sizes: &'a [u64],
+    sessions_per_client: usize,
+}
+
+/// One algorithm (the `k`th of the paper's) and repeat: fresh servers and a fresh Fulcrum.
+async fn run_one(ctx: &Ctx, setup: &Setup<'_>, k: usize, algorithm: &'static str, repeat: usize) -> anyhow::Result<FtpRun> {
+    let Setup { vsftpd, files, sizes, sessions_per_client } = *setup;
     let dir = |i: usize| ctx.work.join(format!("vsftpd-{algorithm}-{i}"));
     let servers: Vec<Vsftpd> = (1..=SERVERS).map(|i| Vsftpd::start(vsftpd, &dir(i), &format!("ftp{i}"), files, free_addr()?)).collect::<anyhow::Result<_>>()?;
     let addrs: Vec<_> = servers.iter().map(|s| (s.addr, 1)).collect();
@@ -178,11 +188,8 @@ pub fn tables(r: &mut Report, ftp: &Result<Vec<FtpRun>, String>) {
         t.row([a.to_string(), format!("{sessions:?}"), failed.to_string(), over(a, &FtpRun::fulcrum_cpu_percent).show(1), over(a, &|x| x.fulcrum.peak_rss_kib as f64).show(0)]);
     }
     r.section("FTP: sessions, and Fulcrum's CPU and memory while they ran", &t.markdown());
-    let head = || std::iter::once(String::new()).chain((1..=SERVERS).map(|i| format!("real server {i}")));
     for (k, (a, paper)) in PAPER.iter().enumerate() {
-        let mut t = Table::new(head());
-        t.row(std::iter::once("Maximum memory usage (KiB)".to_string()).chain((0..SERVERS).map(|i| over(a, &|x| x.servers[i].1 as f64).show(0))));
-        t.row(std::iter::once("CPU (s)".to_string()).chain((0..SERVERS).map(|i| over(a, &|x| x.servers[i].0).show(2))));
+        let t = server_table(&[("Maximum memory usage (KiB)", 0, &|i| over(a, &|x| x.servers[i].1 as f64)), ("CPU (s)", 2, &|i| over(a, &|x| x.servers[i].0))]);
         r.section(&format!("FTP, as Table {}: the real servers with {paper} ({a})", k + 3), &format!("vsftpd with the session processes it forked, measured together.\n\n{}", t.markdown()));
         if let Some(x) = runs.iter().find(|x| x.algorithm == *a && x.repeat == 0) {
             server_plots(r, "ftp", a, &format!("6({})", (b'a' + k as u8) as char), &format!("{} ({paper})", 7 + k), &x.server_timelines);

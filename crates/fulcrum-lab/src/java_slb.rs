@@ -175,25 +175,21 @@ fn report(ctx: &Ctx, site_bytes: u64, pages: usize, runs: &[Run], ftp: &Result<V
     r.section("Table 2. Fulcrum's CPU and maximum memory", &t.markdown());
 
     // Tables 3 to 6: one per algorithm of the paper, in its layout; Fulcrum's others after.
-    let server_rows = |t: &mut Table, a: &str| {
-        let cells = |figure: &dyn Fn(&(usize, f64, u64)) -> f64, digits: usize| (0..SERVERS).map(move |i| over(a, &|x| figure(&x.servers[i])).show(digits)).collect::<Vec<_>>();
-        t.row(std::iter::once("Maximum memory usage (KiB)".to_string()).chain(cells(&|s| s.2 as f64, 0)));
-        t.row(std::iter::once("CPU (s)".to_string()).chain(cells(&|s| s.1, 2)));
-        t.row(std::iter::once("Requests".to_string()).chain(cells(&|s| s.0 as f64, 0)));
+    let servers = |a: &str| {
+        server_table(&[
+            ("Maximum memory usage (KiB)", 0, &|i| over(a, &|x| x.servers[i].2 as f64)),
+            ("CPU (s)", 2, &|i| over(a, &|x| x.servers[i].1)),
+            ("Requests", 0, &|i| over(a, &|x| x.servers[i].0 as f64)),
+        ])
     };
-    let head = || std::iter::once(String::new()).chain((1..=SERVERS).map(|i| format!("real server {i}")));
     for (k, (a, paper)) in PAPER.iter().enumerate() {
-        let mut t = Table::new(head());
-        server_rows(&mut t, a);
-        r.section(&format!("Table {}. Maximum memory usage with {paper} ({a})", k + 3), &t.markdown());
+        r.section(&format!("Table {}. Maximum memory usage with {paper} ({a})", k + 3), &servers(a).markdown());
         if let Some(x) = runs.iter().find(|x| x.algorithm == *a && x.repeat == 0) {
             server_plots(&mut r, "http", a, &format!("6({})", (b'a' + k as u8) as char), &format!("{} ({paper})", 7 + k), &x.server_timelines);
         }
     }
     for a in ALGORITHMS.iter().filter(|a| !PAPER.iter().any(|p| p.0 == **a)) {
-        let mut t = Table::new(head());
-        server_rows(&mut t, a);
-        r.section(&format!("The real servers with {a} (not in the paper)"), &t.markdown());
+        r.section(&format!("The real servers with {a} (not in the paper)"), &servers(a).markdown());
     }
 
     // Table 8: the algorithms ranked by each measure.
@@ -299,6 +295,18 @@ fn report(ctx: &Ctx, site_bytes: u64, pages: usize, runs: &[Run], ftp: &Result<V
 
 fn cpu_per_request(x: &Run) -> f64 {
     x.fulcrum_cpu * 1e6 / x.response.n.max(1) as f64
+}
+
+/// A row of [`server_table`]: the figure's name, its digits, and its estimate for server `i`.
+pub type ServerRow<'a> = (&'a str, usize, &'a dyn Fn(usize) -> Estimate);
+
+/// A table in the layout of the paper's Tables 3 to 6: a column per real server, a row per figure.
+pub fn server_table(rows: &[ServerRow]) -> Table {
+    let mut t = Table::new(std::iter::once(String::new()).chain((1..=SERVERS).map(|i| format!("real server {i}"))));
+    for (name, digits, figure) in rows {
+        t.row(std::iter::once(name.to_string()).chain((0..SERVERS).map(|i| figure(i).show(*digits))));
+    }
+    t
 }
 
 /// The real servers' CPU and memory over time under one algorithm, as the paper's Figures 6
