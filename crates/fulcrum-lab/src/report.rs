@@ -10,7 +10,7 @@ use anyhow::Context;
 use serde::Serialize;
 use serde_json::Value;
 
-use crate::stats::{Estimate, welch};
+use crate::stats::{self, Estimate, welch};
 
 /// Mean, spread and tail of a set of values.
 #[derive(Debug, Clone, Copy, Default, Serialize)]
@@ -216,7 +216,7 @@ pub fn compare(a: &Path, b: &Path) -> anyhow::Result<String> {
         let change = match (&ea, &eb) {
             (Some(x), Some(y)) if x.n() >= 2 && y.n() >= 2 => {
                 let c = welch(x, y);
-                format!("{} (p = {:.3})", if c.significant { "beyond noise" } else { "within noise" }, c.p)
+                format!("{} ({})", if c.significant { "beyond noise" } else { "within noise" }, stats::p_text(c.p))
             }
             _ => "no repeats to tell".into(),
         };
@@ -278,7 +278,7 @@ mod tests {
         }
         let t = compare(&dir.join("a"), &dir.join("b")).unwrap();
         // 100 ± 2 (sd 2, t(0.975, 2) = 4.303: 4.97) against 150 ± 2.48: beyond noise.
-        assert!(t.contains("| rps | 100 ± 4.97 | 150 ± 2.48 | 1.50 | beyond noise (p = 0.000) |"), "{t}");
+        assert!(t.contains("| rps | 100 ± 4.97 | 150 ± 2.48 | 1.50 | beyond noise (p < 0.001) |"), "{t}");
         assert!(t.lines().any(|l| l.starts_with("| ms |") && l.contains("within noise")), "{t}");
         let _ = std::fs::remove_dir_all(dir);
     }

@@ -109,13 +109,13 @@ pub fn verdict(name_a: &str, a: &Estimate, name_b: &str, b: &Estimate, better: &
     let c = welch(a, b);
     if c.significant {
         let (first, second) = if c.difference > 0.0 { (name_a, name_b) } else { (name_b, name_a) };
-        return format!("{first} is {better} than {second} (Welch's t-test, p = {})", p_text(c.p));
+        return format!("{first} is {better} than {second} (Welch's t-test, {})", p_text(c.p));
     }
     let need = match c.repeats_needed {
         Some(n) => format!("; about {n} repeats each would show the observed difference of {:.2}{unit}", c.difference.abs()),
         None => String::new(),
     };
-    format!("no significant difference between {name_a} and {name_b} at this sample size (n = {} and {}, p = {}{need})", a.n(), b.n(), p_text(c.p))
+    format!("no significant difference between {name_a} and {name_b} at this sample size (n = {} and {}, {}{need})", a.n(), b.n(), p_text(c.p))
 }
 
 /// A measure a report ranks runs by: its name, the digits it is shown with, and its figure of
@@ -146,8 +146,9 @@ pub fn ranking(entries: &[(String, Estimate)], digits: usize) -> String {
     if separated { out } else { format!("no significant difference at this sample size: {out}") }
 }
 
-fn p_text(p: f64) -> String {
-    if p < 0.001 { "< 0.001".into() } else { format!("{p:.3}") }
+/// "p = 0.031", or "p < 0.001" where three digits would round it to nothing.
+pub fn p_text(p: f64) -> String {
+    if p < 0.001 { "p < 0.001".into() } else { format!("p = {p:.3}") }
 }
 
 /// The `q` quantile of Student's t with `df` degrees of freedom.
@@ -193,6 +194,7 @@ mod tests {
         assert!(c.significant && c.repeats_needed.is_none());
         let v = verdict("a", &a, "b", &b, "faster", " ms");
         assert_eq!(v, "a is faster than b (Welch's t-test, p = 0.021)");
+        assert_eq!(p_text(0.0004), "p < 0.001", "not \"p = < 0.001\"");
         assert_eq!(verdict("b", &b, "a", &a, "faster", " ms"), v, "the same whichever is named first");
     }
 
