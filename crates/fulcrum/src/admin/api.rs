@@ -114,12 +114,12 @@ struct ExplainQuery {
     sni: Option<String>,
 }
 
-/// What Fulcrum would do now for a request from `client` (and `path`, `host`, `cookie`), and why.
 /// The running service named `name`, or the 404 that says there is none.
 fn service_named<'a>(generation: &'a crate::live::Generation, name: &str) -> Result<&'a Arc<crate::live::Service>, Box<Response>> {
     generation.services.iter().find(|s| s.config().name == name).ok_or_else(|| Box::new(refuse(StatusCode::NOT_FOUND, format!("no service {name:?}"))))
 }
 
+/// What Fulcrum would do now for a request from `client` (and `path`, `host`, `cookie`), and why.
 async fn explain<C: Control>(State(control): State<Arc<C>>, Query(q): Query<ExplainQuery>) -> Response {
     let generation = control.current();
     let service = match service_named(&generation, &q.service) {
