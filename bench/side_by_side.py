@@ -187,7 +187,8 @@ class Balancer:
             extra = ""
             if self.name == "fulcrum-sockmap":
                 extra = 'fast_path = "sockmap"\n'
-            service = (f'workers = {self.workers}\n[[service]]\nname = "bench"\nlisten = "127.0.0.1:{self.port}"\n'
+            top = "reuse_port = true\n" if self.name == "fulcrum-reuseport" else ""
+            service = (f'workers = {self.workers}\n{top}[[service]]\nname = "bench"\nlisten = "127.0.0.1:{self.port}"\n'
                        f'algorithm = "round-robin"\nclient_timeout = "10m"\nserver_timeout = "10m"\n{extra}')
             if http:
                 service += 'mode = "http"\n[service.http]\naccess_log = "off"\nhead_timeout = "10m"\nkeepalive_idle = "10m"\n'
@@ -261,11 +262,13 @@ listen bench
 """ + "".join(f"  server s{i} 127.0.0.1:{p}\n" for i, p in enumerate(SERVERS))
 
 
-def fulcrum_accepts(setting):
-    """Whether this Fulcrum build accepts a service setting (a variant it does not know is left out)."""
+def fulcrum_accepts(setting, top=False):
+    """Whether this Fulcrum build accepts a service setting, or with `top` a top-level one (a
+    variant it does not know is left out)."""
     d = work / "probe"
     d.mkdir(exist_ok=True)
-    (d / "f.toml").write_text(f'[[service]]\nname = "p"\nlisten = "127.0.0.1:1"\n{setting}\n[[service.server]]\naddress = "127.0.0.1:2"\n')
+    head, own = (f"{setting}\n", "") if top else ("", f"{setting}\n")
+    (d / "f.toml").write_text(f'{head}[[service]]\nname = "p"\nlisten = "127.0.0.1:1"\n{own}[[service.server]]\naddress = "127.0.0.1:2"\n')
     return subprocess.run([str(FULCRUM), "check", str(d / "f.toml")], capture_output=True).returncode == 0
 
 
@@ -426,10 +429,15 @@ def idle_memory(b):
 
 
 def scaling(b, servers):
-    """Keep-alive load with the balancer and the client free to use both cores."""
+    """Keep-alive load, then one request per connection, with the balancer and the client free to
+    use both cores."""
     r = figures(*measured(b, wrk(b, threads=2), servers))
     # Requests per second for each core the balancer kept busy.
     r["rps_per_balancer_core"] = r["requests"] / max(r["balancer_cpu_s"], 1e-9)
+    new = figures(*measured(b, wrk(b, "new_connection", threads=2), servers))
+    r["new_rps"] = new["rps"]
+    r["new_rps_per_balancer_core"] = new["requests"] / max(new["balancer_cpu_s"], 1e-9)
+    r["new_cpu_s_per_10k"] = new["cpu_s_per_10k"]
     return r
 
 
@@ -520,7 +528,8 @@ def main():
         say("TLS: handshakes, keep-alive, HTTP/2 and bulk")
         results["tls"] = tls_cases.run(sys.modules[__name__], servers, port)
     results["scaling"] = {}
-    scale = [Balancer(name, mode, next(port), cores="0,1", workers=2) for mode in MODES if mode != "tls" for name in ("haproxy", "nginx", "fulcrum")]
+    scaled = ["haproxy", "nginx", "fulcrum"] + (["fulcrum-reuseport"] if fulcrum_accepts("reuse_port = true", top=True) else [])
+    scale = [Balancer(name, mode, next(port), cores="0,1", workers=2) for mode in MODES if mode != "tls" for name in scaled]
     if scale:
         say("scaling: two workers, both cores")
     for b in scale:
@@ -533,7 +542,8 @@ def main():
             runs[b].append(scaling(b, servers))
     for b in scale:
         rs = runs[b]
-        results["scaling"][f"{b.name} {b.mode}"] = {k: median_of(rs, k) for k in ("rps", "rps_per_balancer_core", "cpu_s_per_10k", "p99_ms")} | {"rounds": rs}
+        keys = ("rps", "rps_per_balancer_core", "cpu_s_per_10k", "p99_ms", "new_rps", "new_rps_per_balancer_core", "new_cpu_s_per_10k")
+        results["scaling"][f"{b.name} {b.mode}"] = {k: median_of(rs, k) for k in keys} | {"rounds": rs}
         b.stop()
     report = render(results)
     print(report)
@@ -602,12 +612,18 @@ def render(r):
     if not r["scaling"]:
         return "\n".join(lines)
     lines += ["## Two workers on two cores", "",
-              "Each balancer with two workers (Fulcrum `workers = 2`, HAProxy `nbthread 2`, NGINX two worker processes with "
-              "`reuseport`), unpinned, wrk `-t2 -c100` keep-alive sharing the same two cores: medians of "
+              "Each balancer with two workers (Fulcrum `workers = 2`, one accept loop per address feeding both; "
+              "`fulcrum-reuseport` adds `reuse_port = true`, a listening socket and an event loop per worker; HAProxy "
+              "`nbthread 2`; NGINX two worker processes with `reuseport`), unpinned, wrk `-t2 -c100` sharing the same "
+              "two cores, keep-alive and then one request per connection: medians of "
               f"{1 if r['quick'] else 3} interleaved rounds, no clean-round check (the client shares the cores).", "",
-              "| balancer | req/s | requests per balancer CPU second | balancer CPU / 10k | p99 ms |", "|---|---:|---:|---:|---:|"]
+              "| balancer | keep-alive req/s | requests per balancer CPU second | balancer CPU / 10k | p99 ms "
+              "| new-connection req/s | requests per balancer CPU second | balancer CPU / 10k |",
+              "|---|---:|---:|---:|---:|---:|---:|---:|"]
     for n, x in r["scaling"].items():
-        lines.append(f"| {n} | {x['rps']:.0f} | {x['rps_per_balancer_core']:.0f} | {x['cpu_s_per_10k']:.3f} | {x['p99_ms']:.2f} |")
+        new = (f"{x['new_rps']:.0f} | {x['new_rps_per_balancer_core']:.0f} | {x['new_cpu_s_per_10k']:.3f}"
+               if "new_rps" in x else "- | - | -")
+        lines.append(f"| {n} | {x['rps']:.0f} | {x['rps_per_balancer_core']:.0f} | {x['cpu_s_per_10k']:.3f} | {x['p99_ms']:.2f} | {new} |")
     lines.append("")
     return "\n".join(lines)
 

@@ -49,6 +49,9 @@ pub struct App {
     pub history: stats::history::History,
     /// The fleet this instance runs in; its services come from there.
     pub fleet: Option<Arc<Fleet>>,
+    /// With `reuse_port` and more than one worker: the workers that each accept on a socket of
+    /// every address. `None`: one accept loop per address on the runtime that runs the app.
+    workers: Option<proxy::workers::Workers>,
 }
 
 impl App {
@@ -75,6 +78,8 @@ impl App {
             None => None,
         };
         let admin_addr = admin_listener.as_ref().map(|(_, addr)| *addr);
+        let threads = proxy::workers::threads(live.current().config.workers);
+        let workers = if live.current().config.reuse_port && threads > 1 { Some(proxy::workers::Workers::start(threads).map_err(StartError::Workers)?) } else { None };
         let auth = match &admin_cfg {
             Some(a) => admin::Auth::from_config(a)?,
             None => admin::Auth::default(),
@@ -90,6 +95,7 @@ impl App {
             auth,
             history: stats::history::History::default(),
             fleet: fleet.clone(),
+            workers,
         });
         tokio::spawn(record_history(Arc::downgrade(&app)));
         tokio::spawn(resolve::run(Arc::downgrade(&app)));
@@ -98,7 +104,7 @@ impl App {
         health::wait_first_round(&generation, first_round + Duration::from_millis(200)).await;
         let mut bound = Vec::new();
         for s in generation.services.iter().filter(|s| s.config().enabled) {
-            let l = proxy::listener::bind(s.listen).map_err(|cause| StartError::Bind { service: s.config().name.clone(), address: s.listen, cause })?;
+            let l = proxy::listener::bind(s.listen, app.sockets_per_address()).map_err(|cause| StartError::Bind { service: s.config().name.clone(), address: s.listen, cause })?;
             bound.push((s.listen, l));
         }
         app.start_listeners(bound);
@@ -176,9 +182,14 @@ impl App {
             let wanted = config.clone();
             let _ = tokio::task::spawn_blocking(move || proxy::sockmap::prepare(&wanted)).await;
         }
-        if config.admin != self.live.current().config.admin {
+        let running = self.live.current();
+        if config.admin != running.config.admin {
             warn!("admin listener changes take effect at the next restart");
         }
+        if (config.workers, config.reuse_port) != (running.config.workers, running.config.reuse_port) {
+            warn!("workers and reuse_port changes take effect at the next restart");
+        }
+        drop(running);
         let wanted: Vec<(String, SocketAddr)> = config
             .services
             .iter()
@@ -190,7 +201,7 @@ impl App {
             let listeners = self.listeners.lock().map_err(|_| ControlError::Poisoned)?;
             for (name, addr) in &wanted {
                 if !listeners.contains_key(addr) {
-                    let l = proxy::listener::bind(*addr).map_err(|cause| ControlError::Bind { service: name.clone(), address: *addr, cause })?;
+                    let l = proxy::listener::bind(*addr, self.sockets_per_address()).map_err(|cause| ControlError::Bind { service: name.clone(), address: *addr, cause })?;
                     bound.push((*addr, l));
                 }
             }
@@ -221,13 +232,27 @@ impl App {
         Ok(msg)
     }
 
-    fn start_listeners(&self, bound: Vec<(SocketAddr, std::net::TcpListener)>) {
+    /// Listening sockets per address: one per worker with `reuse_port`, else one.
+    fn sockets_per_address(&self) -> usize {
+        self.workers.as_ref().map_or(1, |w| w.count())
+    }
+
+    /// Starts an accept loop on each socket: the `i`th socket of an address on the `i`th worker
+    /// with `reuse_port`, else on the runtime that runs the app.
+    fn start_listeners(&self, bound: Vec<(SocketAddr, Vec<std::net::TcpListener>)>) {
         let Ok(mut listeners) = self.listeners.lock() else { return };
-        for (addr, l) in bound {
+        for (addr, sockets) in bound {
             let stop = CancellationToken::new();
-            let local = l.local_addr().unwrap_or(addr);
+            let local = sockets.first().and_then(|l| l.local_addr().ok()).unwrap_or(addr);
             listeners.insert(addr, (stop.clone(), local));
-            tokio::spawn(proxy::listener::serve(l, addr, self.live.clone(), stop, self.shutdown.clone()));
+            for (i, l) in sockets.into_iter().enumerate() {
+                let accept = proxy::listener::serve(l, addr, self.live.clone(), stop.clone(), self.shutdown.clone());
+                // Detached: `stop` ends the loop.
+                drop(match &self.workers {
+                    Some(w) => w.handle(i).spawn(accept),
+                    None => tokio::spawn(accept),
+                });
+            }
         }
     }
 

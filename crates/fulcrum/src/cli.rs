@@ -65,12 +65,12 @@ pub fn main() -> ExitCode {
         Command::Run { config } => run(config),
         Command::Demo(args) => {
             crate::live::budget::raise_descriptor_limit();
-            runtime(0).and_then(|rt| rt.block_on(crate::demo::run(args)))
+            runtime(0, false).and_then(|rt| rt.block_on(crate::demo::run(args)))
         }
         Command::HashPassword => hash_password(),
-        Command::Fleet(args) => runtime(1).and_then(|rt| rt.block_on(crate::fleet::cli::run(args))),
+        Command::Fleet(args) => runtime(1, false).and_then(|rt| rt.block_on(crate::fleet::cli::run(args))),
         Command::Lab { args } => lab(&args),
-        Command::Backend(args) => runtime(1).and_then(|rt| rt.block_on(realserver::serve(args, ctrl_c()))),
+        Command::Backend(args) => runtime(1, false).and_then(|rt| rt.block_on(realserver::serve(args, ctrl_c()))),
     };
     match result {
         Ok(()) => ExitCode::SUCCESS,
@@ -114,9 +114,10 @@ fn check(paths: &[PathBuf]) -> ExitCode {
 }
 
 /// The async runtime: `workers` threads (0: one per core). One worker runs on the calling thread
-/// itself, which spares every wake-up a hand-over between threads.
-fn runtime(workers: usize) -> anyhow::Result<tokio::runtime::Runtime> {
-    let mut b = if workers == 1 {
+/// itself, which spares every wake-up a hand-over between threads. With `reuse_port` the
+/// workers are threads of their own (`proxy::workers`), and this one thread keeps the rest.
+fn runtime(workers: usize, reuse_port: bool) -> anyhow::Result<tokio::runtime::Runtime> {
+    let mut b = if workers == 1 || reuse_port {
         tokio::runtime::Builder::new_current_thread()
     } else {
         let mut b = tokio::runtime::Builder::new_multi_thread();
@@ -131,7 +132,7 @@ fn runtime(workers: usize) -> anyhow::Result<tokio::runtime::Runtime> {
 fn run(path: PathBuf) -> anyhow::Result<()> {
     let loaded = config::load(&path).map_err(|d| anyhow::anyhow!("invalid config:\n{d}"))?;
     crate::live::budget::raise_descriptor_limit();
-    let rt = runtime(loaded.config.workers)?;
+    let rt = runtime(loaded.config.workers, loaded.config.reuse_port)?;
     rt.block_on(async move {
         let app = App::start(loaded.config, Some(path), Shutdown::new()).await?;
         let services = app.live.current().services.len();

@@ -1,4 +1,5 @@
-//! The L4 data path: half close, bulk integrity through splice, idle timeouts.
+//! The L4 data path: half close, bulk integrity through splice, idle timeouts, and the workers
+//! of `reuse_port` that each accept on a socket of their own.
 
 mod support;
 
@@ -68,4 +69,67 @@ fn an_idle_connection_is_closed_after_the_client_timeout() {
     assert_eq!(n, 0, "expected a close");
     let waited = started.elapsed();
     assert!(waited >= Duration::from_millis(250) && waited < Duration::from_secs(5), "closed after {waited:?}");
+}
+
+/// Listening sockets on `port`, whoever holds them (the port is the test's own).
+fn listening_sockets(port: u16) -> usize {
+    let out = std::process::Command::new("ss").args(["-Hltn", &format!("sport = :{port}")]).output().expect("ss runs (iproute2)");
+    String::from_utf8_lossy(&out.stdout).lines().filter(|l| !l.trim().is_empty()).count()
+}
+
+/// CPU clock ticks (user + system) of each of `pid`'s threads named `worker-N` (`proxy::workers`), by name.
+fn worker_ticks(pid: u32) -> std::collections::BTreeMap<String, u64> {
+    let mut ticks = std::collections::BTreeMap::new();
+    for task in std::fs::read_dir(format!("/proc/{pid}/task")).unwrap().flatten() {
+        let comm = std::fs::read_to_string(task.path().join("comm")).unwrap_or_default().trim().to_string();
+        let stat = std::fs::read_to_string(task.path().join("stat")).unwrap_or_default();
+        if !comm.starts_with("worker-") {
+            continue;
+        }
+        // Fields after the name: state is the first, utime and stime the 12th and 13th.
+        let fields: Vec<&str> = stat.rsplit_once(')').map_or("", |(_, rest)| rest).split_whitespace().collect();
+        let used = fields.get(11).and_then(|u| u.parse::<u64>().ok()).unwrap_or(0) + fields.get(12).and_then(|s| s.parse::<u64>().ok()).unwrap_or(0);
+        ticks.insert(comm, used);
+    }
+    ticks
+}
+
+#[test]
+fn with_reuse_port_each_worker_accepts_on_a_socket_of_its_own() {
+    let (a, b) = (Backend::start("a"), Backend::start("b"));
+    let tcp_check = "kind = \"tcp\"\ninterval = \"200ms\"";
+    let base = format!("workers = 2\nreuse_port = true\n\n{}", service_over("round-robin", "", tcp_check, &[(a.addr, ""), (b.addr, "")]));
+    let f = Fulcrum::start(&base);
+    f.wait_all_up();
+    assert_eq!(listening_sockets(f.listen.port()), 2, "a socket per worker on {}", f.listen);
+    let before = worker_ticks(f.pid());
+    assert_eq!(before.keys().collect::<Vec<_>>(), ["worker-0", "worker-1"]);
+
+    // New connections from 30 client addresses: the kernel spreads them over both sockets, and
+    // round robin holds across the workers, since the pool is shared.
+    let mut seen = std::collections::BTreeMap::new();
+    for i in 0..3000u32 {
+        let source = std::net::IpAddr::from([127, 0, 0, 10 + (i % 30) as u8]);
+        let (status, body) = http_get_from(Some(source), f.listen, "/name").unwrap_or_else(|e| panic!("request {i}: {e}"));
+        assert_eq!(status, 200);
+        *seen.entry(body.trim_end().to_string()).or_insert(0u32) += 1;
+    }
+    assert_eq!((seen.get("a"), seen.get("b")), (Some(&1500), Some(&1500)), "{seen:?}");
+    let after = worker_ticks(f.pid());
+    for (name, used) in &after {
+        assert!(used > &before[name], "{name} took no part: {before:?} then {after:?}");
+    }
+
+    // A reload's new address (an HTTP service) gets a socket per worker; dropped, it has none.
+    let port = free_port();
+    let http = format!("{base}\n[[service]]\nname = \"api\"\nlisten = \"127.0.0.1:{port}\"\nmode = \"http\"\n[service.health]\n{tcp_check}\n[[service.server]]\naddress = \"{}\"\n", a.addr);
+    f.reload(&http);
+    wait_until("a socket per worker on the new address", Duration::from_secs(10), || listening_sockets(port) == 2);
+    let api: std::net::SocketAddr = format!("127.0.0.1:{port}").parse().unwrap();
+    wait_until("the new service's server up", Duration::from_secs(10), || f.stats()["services"][1]["servers"][0]["state"] == "up");
+    assert_eq!(tally(api, 50).get("a"), Some(&50));
+    f.reload(&base);
+    wait_until("the dropped address's sockets closed", Duration::from_secs(10), || listening_sockets(port) == 0);
+    assert_eq!(listening_sockets(f.listen.port()), 2);
+    assert_eq!(tally(f.listen, 4).len(), 2);
 }

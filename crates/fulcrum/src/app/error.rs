@@ -26,6 +26,8 @@ pub enum StartError {
     Auth(#[from] AuthError),
     #[error("service {service}: cannot listen on {address}: {cause}")]
     Bind { service: String, address: SocketAddr, cause: std::io::Error },
+    #[error("cannot start the worker threads of reuse_port: {0}")]
+    Workers(std::io::Error),
     /// Building the first generation did not finish (it panicked, or the runtime is shutting down).
     #[error(transparent)]
     Task(#[from] JoinError),

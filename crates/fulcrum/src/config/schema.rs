@@ -17,6 +17,11 @@ pub struct Config {
     /// Runtime threads, 0 to 1024. 0 means one per core.
     #[serde(default)]
     pub workers: usize,
+    /// Each worker runs its own event loop with its own listening socket on every address
+    /// (SO_REUSEPORT), and a connection stays on the worker that accepted it (`proxy::workers`);
+    /// otherwise one accept loop per address feeds the shared pool of workers.
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub reuse_port: bool,
     /// How long SIGTERM waits for connections in flight before it closes them, 0s to 1 day.
     #[serde(default = "defaults::shutdown_grace", with = "duration")]
     pub shutdown_grace: Duration,

@@ -59,9 +59,9 @@ pub async fn run(args: FleetArgs) -> anyhow::Result<()> {
             let what = format!("import {} ({})", file.display(), config::services(loaded.config.services.len()));
             let revision = replace_services(&mut client, &keys, &loaded.config.services, &who, &what).await?;
             println!("imported {} from {} into {} at etcd revision {revision}", config::services(loaded.config.services.len()), file.display(), fleet.prefix);
-            let per_instance = loaded.config.admin.is_some() || loaded.config.workers != 0 || loaded.config.maxconn.is_some();
+            let per_instance = loaded.config.admin.is_some() || loaded.config.workers != 0 || loaded.config.reuse_port || loaded.config.maxconn.is_some();
             if per_instance {
-                println!("note: [admin], workers and maxconn are per instance: they stay in each instance's own file");
+                println!("note: [admin], workers, reuse_port and maxconn are per instance: they stay in each instance's own file");
             }
         }
         FleetCommand::Export => {

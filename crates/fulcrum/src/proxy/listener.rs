@@ -22,11 +22,26 @@ use crate::shutdown::Shutdown;
 
 pub const BACKLOG: i32 = 4096;
 
-/// Binds a listening socket (SO_REUSEADDR, nonblocking) so errors surface before a config is applied.
-pub fn bind(addr: SocketAddr) -> io::Result<std::net::TcpListener> {
+/// Binds the listening sockets of `addr` (SO_REUSEADDR, nonblocking) so errors surface before a
+/// config is applied: one, or with `reuse_port` one per worker (`copies`), all with SO_REUSEPORT
+/// on the port the first one got (a config may ask for port 0).
+pub fn bind(addr: SocketAddr, copies: usize) -> io::Result<Vec<std::net::TcpListener>> {
+    let first = bind_one(addr, copies > 1)?;
+    let port = first.local_addr()?.port();
+    let mut all = vec![first];
+    for _ in 1..copies {
+        all.push(bind_one(SocketAddr::new(addr.ip(), port), true)?);
+    }
+    Ok(all)
+}
+
+fn bind_one(addr: SocketAddr, reuse_port: bool) -> io::Result<std::net::TcpListener> {
     use socket2::{Domain, Protocol, Socket, Type};
     let socket = Socket::new(Domain::for_address(addr), Type::STREAM, Some(Protocol::TCP))?;
     socket.set_reuse_address(true)?;
+    if reuse_port {
+        socket.set_reuse_port(true)?;
+    }
     // Accepted sockets inherit TCP_NODELAY on Linux: one setsockopt per listener, not per client.
     socket.set_tcp_nodelay(true)?;
     if addr.is_ipv6() {

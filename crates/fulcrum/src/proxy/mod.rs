@@ -19,6 +19,7 @@ pub mod tcp;
 pub mod tcp_info;
 pub mod tls;
 pub mod why;
+pub mod workers;
 
 use std::net::SocketAddr;
 use std::sync::Arc;

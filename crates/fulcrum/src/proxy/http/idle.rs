@@ -3,6 +3,9 @@
 //! go away with the server when it leaves the config, and no lock is shared between servers: a
 //! request takes this server's short lock once to borrow and once to give back.
 //!
+//! With `reuse_port`, a connection goes only to requests of the worker thread that made it, whose
+//! event loop drives it (`proxy::workers::current`).
+//!
 //! Generic over the connection, so this file knows nothing of bodies or the request path.
 
 use std::fmt;
@@ -29,6 +32,7 @@ struct Idle<C> {
     /// The address it was made to: a reload that resolves the server anew must not reuse it.
     addr: SocketAddr,
     since: Instant,
+    worker: Option<usize>,
 }
 
 pub struct IdleConns<C> {
@@ -52,8 +56,15 @@ impl<C: Reusable> IdleConns<C> {
     /// The most recently used connection to `addr` that is still open and idled less than
     /// `max_idle`; older or closed ones met on the way are dropped.
     pub fn take(&self, addr: SocketAddr, max_idle: Duration) -> Option<C> {
+        let worker = crate::proxy::workers::current();
         let mut idle = self.idle.lock().ok()?;
-        while let Some(c) = idle.pop() {
+        let mut at = idle.len();
+        while at > 0 {
+            at -= 1;
+            if idle[at].worker != worker {
+                continue;
+            }
+            let c = idle.remove(at);
             // Just given back, a connection may not be ready yet (hyper finishes the exchange on
             // its own task); the sender waits for that.
             if c.addr == addr && !c.conn.is_closed() && c.since.elapsed() < max_idle {
@@ -71,7 +82,7 @@ impl<C: Reusable> IdleConns<C> {
         if let Ok(mut idle) = self.idle.lock()
             && idle.len() < MAX_IDLE
         {
-            idle.push(Idle { conn, addr, since: Instant::now() });
+            idle.push(Idle { conn, addr, since: Instant::now(), worker: crate::proxy::workers::current() });
         }
     }
 
@@ -146,5 +157,28 @@ mod tests {
         closed.store(true, Relaxed);
         Lent::new(conn, a, home.clone()).release();
         assert!(home.is_empty(), "a closed connection is not kept");
+    }
+
+    #[test]
+    fn with_reuse_port_a_connection_is_lent_only_on_the_worker_that_gave_it_back() {
+        let workers = crate::proxy::workers::Workers::start(2).unwrap();
+        let home = Arc::new(IdleConns::default());
+        let a: SocketAddr = "127.0.0.1:1".parse().unwrap();
+        type Step = Box<dyn FnOnce(&Arc<IdleConns<Fake>>) -> bool + Send>;
+        // Runs `f` on worker `i`'s thread and returns what it gave.
+        let on = |i: usize, f: Step| {
+            let (tx, rx) = std::sync::mpsc::channel();
+            let home = home.clone();
+            workers.handle(i).spawn(async move { tx.send(f(&home)).unwrap() });
+            rx.recv().unwrap()
+        };
+        assert!(on(0, Box::new(move |h| {
+            Lent::new(fake().0, a, h.clone()).release();
+            true
+        })));
+        assert!(!on(1, Box::new(move |h| h.take(a, Duration::from_secs(60)).is_some())), "worker 1 does not drive it");
+        assert!(home.take(a, Duration::from_secs(60)).is_none(), "nor does a thread outside the workers");
+        assert_eq!(home.len(), 1, "passed over, not dropped");
+        assert!(on(0, Box::new(move |h| h.take(a, Duration::from_secs(60)).is_some())));
     }
 }
