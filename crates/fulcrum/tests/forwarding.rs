@@ -102,6 +102,7 @@ fn with_reuse_port_each_worker_accepts_on_a_socket_of_its_own() {
     let f = Fulcrum::start(&base);
     f.wait_all_up();
     assert_eq!(listening_sockets(f.listen.port()), 2, "a socket per worker on {}", f.listen);
+    assert_eq!(f.stats()["services"][0]["queue_limit"], 8192, "two accept backlogs of 4096");
     let before = worker_ticks(f.pid());
     assert_eq!(before.keys().collect::<Vec<_>>(), ["worker-0", "worker-1"]);
 
@@ -132,4 +133,17 @@ fn with_reuse_port_each_worker_accepts_on_a_socket_of_its_own() {
     wait_until("the dropped address's sockets closed", Duration::from_secs(10), || listening_sockets(port) == 0);
     assert_eq!(listening_sockets(f.listen.port()), 2);
     assert_eq!(tally(f.listen, 4).len(), 2);
+
+    // At the service's maxconn, clients wait in the accept queues of both sockets (or in a loop
+    // that accepted one as the other filled the service), and the stats count them all.
+    f.reload(&base.replace("algorithm = \"round-robin\"", "algorithm = \"round-robin\"\nmaxconn = 1"));
+    wait_until("maxconn 1 applied", Duration::from_secs(10), || f.log().matches("config applied").count() >= 3);
+    let held = connect_from(None, f.listen).unwrap();
+    wait_until("the first client served", Duration::from_secs(5), || f.stats()["services"][0]["current"] == 1);
+    let waiting: Vec<_> = (0..6u8).map(|i| connect_from(Some([127, 0, 0, 50 + i].into()), f.listen).unwrap()).collect();
+    wait_until("six clients counted as waiting", Duration::from_secs(5), || f.stats()["services"][0]["queue"] == 6);
+    assert_eq!(f.stats()["services"][0]["current"], 1, "maxconn holds over both workers' loops");
+    drop(held);
+    wait_until("a waiting client served", Duration::from_secs(5), || f.stats()["services"][0]["queue"] == 5);
+    drop(waiting);
 }

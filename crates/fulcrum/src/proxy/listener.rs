@@ -17,7 +17,7 @@ use tokio_util::sync::CancellationToken;
 use tracing::{error, info, warn};
 
 use crate::error::Throttle;
-use crate::live::Live;
+use crate::live::{Live, Service};
 use crate::shutdown::Shutdown;
 
 pub const BACKLOG: i32 = 4096;
@@ -62,7 +62,12 @@ pub async fn serve(listener: std::net::TcpListener, addr: SocketAddr, live: Arc<
             return;
         }
     };
-    info!(%addr, "listening");
+    // With `reuse_port` each worker has its socket of the address: the log says whose.
+    let worker = super::workers::current();
+    match worker {
+        Some(w) => info!(%addr, worker = w, "listening"),
+        None => info!(%addr, "listening"),
+    }
     loop {
         let generation = live.current();
         let Some(service) = generation.service_at(addr).cloned() else {
@@ -73,23 +78,8 @@ pub async fn serve(listener: std::net::TcpListener, addr: SocketAddr, live: Arc<
             }
         };
         drop(generation);
-        let maxconn = service.config().maxconn as u64;
-        let mut paused = false;
-        while maxconn > 0 && service.state().current.load(Relaxed) >= maxconn {
-            paused = true;
-            if let Some((waiting, _)) = super::tcp_info::accept_queue(&listener) {
-                let state = service.state();
-                state.backlog.store(waiting as u64, Relaxed);
-                state.note_waiting_peak();
-            }
-            tokio::select! {
-                _ = service.state().freed.notified() => {}
-                _ = tokio::time::sleep(Duration::from_millis(50)) => {}
-                _ = stop.cancelled() => return,
-            }
-        }
-        if paused {
-            service.state().backlog.store(0, Relaxed);
+        if !until_room(&service, &listener, 0, &stop).await {
+            return;
         }
         tokio::select! {
             _ = live.budget().room() => {}
@@ -107,6 +97,11 @@ pub async fn serve(listener: std::net::TcpListener, addr: SocketAddr, live: Arc<
                 let generation = live.current();
                 let Some(service) = generation.service_at(addr).cloned() else { continue };
                 drop(generation);
+                // With `reuse_port` another worker's loop may have filled the service while this
+                // one waited in accept: its client waits here, counted with the backlog.
+                if !until_room(&service, &listener, 1, &stop).await {
+                    return;
+                }
                 let slot = live.budget().take();
                 let guard = service.state().open();
                 super::spawn(stream, peer, service, (slot, guard), shutdown.clone());
@@ -122,5 +117,36 @@ pub async fn serve(listener: std::net::TcpListener, addr: SocketAddr, live: Arc<
             Err(e) => warn!(%addr, "accept: {e}"),
         }
     }
-    info!(%addr, "stopped listening");
+    match worker {
+        Some(w) => info!(%addr, worker = w, "stopped listening"),
+        None => info!(%addr, "stopped listening"),
+    }
+}
+
+/// Waits while `service` is at its `maxconn`, counting as waiting the clients in this socket's
+/// accept queue and the `held` ones this loop accepted but has not served; false if `stop` came
+/// first. The service's backlog is the sum over its sockets: with `reuse_port` every worker's
+/// socket has an accept queue of its own.
+async fn until_room(service: &Service, listener: &TcpListener, held: u64, stop: &CancellationToken) -> bool {
+    let maxconn = service.config().maxconn as u64;
+    let state = service.state();
+    let mut counted = 0;
+    let mut room = true;
+    while maxconn > 0 && state.current.load(Relaxed) >= maxconn {
+        let waiting = super::tcp_info::accept_queue(listener).map_or(0, |(waiting, _)| waiting as u64) + held;
+        state.backlog.fetch_add(waiting, Relaxed);
+        state.backlog.fetch_sub(counted, Relaxed);
+        counted = waiting;
+        state.note_waiting_peak();
+        tokio::select! {
+            _ = state.freed.notified() => {}
+            _ = tokio::time::sleep(Duration::from_millis(50)) => {}
+            _ = stop.cancelled() => {
+                room = false;
+                break;
+            }
+        }
+    }
+    state.backlog.fetch_sub(counted, Relaxed);
+    room
 }

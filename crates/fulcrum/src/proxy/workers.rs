@@ -10,6 +10,7 @@
 
 use std::cell::Cell;
 use std::io;
+use std::sync::atomic::{AtomicUsize, Ordering::Relaxed};
 
 use tokio::runtime::Handle;
 use tokio_util::sync::CancellationToken;
@@ -34,6 +35,7 @@ impl Workers {
                 rt.block_on(stop.cancelled())
             })?;
         }
+        SOCKETS.store(n.max(1), Relaxed);
         Ok(Workers { handles, stop })
     }
 
@@ -51,7 +53,15 @@ impl Workers {
 impl Drop for Workers {
     fn drop(&mut self) {
         self.stop.cancel();
+        SOCKETS.store(1, Relaxed);
     }
+}
+
+static SOCKETS: AtomicUsize = AtomicUsize::new(1);
+
+/// Listening sockets each address has: what the stats count as the accept backlog's room.
+pub fn sockets_per_address() -> usize {
+    SOCKETS.load(Relaxed)
 }
 
 /// How many workers `workers` asks for: 0 is one per core.

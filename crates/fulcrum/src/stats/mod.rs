@@ -193,7 +193,7 @@ pub fn snapshot(generation: &Generation) -> Snapshot {
             rate_max: s.state.rate.max(),
             queue: s.state.waiting(),
             queue_max: s.state.queue_max.load(Relaxed),
-            queue_limit: crate::proxy::listener::BACKLOG as u32,
+            queue_limit: (crate::proxy::listener::BACKLOG as usize * crate::proxy::workers::sockets_per_address()) as u32,
             redispatches: s.state.redispatches.load(Relaxed),
             tls: service.tls.as_ref().filter(|_| Arc::ptr_eq(&service.pool, s)).map(|t| tls_stats(t, &s.state.tls)),
             servers: s
