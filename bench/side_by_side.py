@@ -621,9 +621,8 @@ def render(r):
               "| new-connection req/s | requests per balancer CPU second | balancer CPU / 10k |",
               "|---|---:|---:|---:|---:|---:|---:|---:|"]
     for n, x in r["scaling"].items():
-        new = (f"{x['new_rps']:.0f} | {x['new_rps_per_balancer_core']:.0f} | {x['new_cpu_s_per_10k']:.3f}"
-               if "new_rps" in x else "- | - | -")
-        lines.append(f"| {n} | {x['rps']:.0f} | {x['rps_per_balancer_core']:.0f} | {x['cpu_s_per_10k']:.3f} | {x['p99_ms']:.2f} | {new} |")
+        lines.append(f"| {n} | {x['rps']:.0f} | {x['rps_per_balancer_core']:.0f} | {x['cpu_s_per_10k']:.3f} | {x['p99_ms']:.2f} "
+                     f"| {x['new_rps']:.0f} | {x['new_rps_per_balancer_core']:.0f} | {x['new_cpu_s_per_10k']:.3f} |")
     lines.append("")
     return "\n".join(lines)
 

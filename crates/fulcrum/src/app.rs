@@ -78,12 +78,14 @@ impl App {
             None => None,
         };
         let admin_addr = admin_listener.as_ref().map(|(_, addr)| *addr);
-        let threads = proxy::workers::threads(live.current().config.workers);
-        let workers = if live.current().config.reuse_port && threads > 1 { Some(proxy::workers::Workers::start(threads).map_err(StartError::Workers)?) } else { None };
         let auth = match &admin_cfg {
             Some(a) => admin::Auth::from_config(a)?,
             None => admin::Auth::default(),
         };
+        // Started last of what can fail before the app exists, so a refused start leaves no threads.
+        let config = &live.current().config;
+        let threads = proxy::workers::threads(config.workers);
+        let workers = if config.reuse_port && threads > 1 { Some(proxy::workers::Workers::start(threads).map_err(StartError::Workers)?) } else { None };
         let app = Arc::new(App {
             live: live.clone(),
             shutdown: shutdown.clone(),
