@@ -497,23 +497,53 @@ impl Backend {
         Self::start_with(name, &[])
     }
 
-    /// A backend with extra `fulcrum backend` options (degradations).
+    /// A backend with extra `fulcrum backend` options (degradations). A port that another
+    /// process took between `free_port` and the backend's bind is given up for the next one.
     pub fn start_with(name: &str, extra: &[&str]) -> Backend {
-        let addr: SocketAddr = format!("127.0.0.1:{}", free_port()).parse().unwrap();
-        Self::start_at(name, addr, extra)
+        let mut failed = Vec::new();
+        for _ in 0..3 {
+            let addr: SocketAddr = format!("127.0.0.1:{}", free_port()).parse().unwrap();
+            match Self::spawn(name, addr, extra) {
+                Ok(b) => return b,
+                Err(why) => failed.push(why),
+            }
+        }
+        panic!("backend {name} did not start: {failed:#?}");
     }
 
     /// A backend on `addr`: one started again where an earlier one was stopped.
     pub fn start_at(name: &str, addr: SocketAddr, extra: &[&str]) -> Backend {
-        let child = Command::new(env!("CARGO_BIN_EXE_fulcrum"))
+        Self::spawn(name, addr, extra).unwrap_or_else(|why| panic!("{why}"))
+    }
+
+    /// Starts the backend and waits for the line it prints once it listens: its own word, where
+    /// a connection to the port could be answered by whoever else held it for a moment.
+    fn spawn(name: &str, addr: SocketAddr, extra: &[&str]) -> Result<Backend, String> {
+        let log = scratch("backend").join(format!("{name}.log"));
+        let mut child = Command::new(env!("CARGO_BIN_EXE_fulcrum"))
             .args(["backend", "--listen", &addr.to_string(), "--name", name])
             .args(extra)
-            .stdout(Stdio::null())
-            .stderr(Stdio::null())
+            .stdout(Stdio::piped())
+            .stderr(std::fs::File::create(&log).unwrap())
             .spawn()
             .unwrap();
-        wait_until(&format!("backend {name} on {addr}"), Duration::from_secs(10), || listening(addr));
-        Backend { addr, child }
+        let mut out = child.stdout.take().unwrap();
+        let (tx, rx) = std::sync::mpsc::channel();
+        std::thread::spawn(move || {
+            let mut line = Vec::new();
+            let mut byte = [0u8];
+            while out.read(&mut byte).is_ok_and(|n| n == 1) && byte[0] != b'\n' {
+                line.push(byte[0]);
+            }
+            let _ = tx.send(String::from_utf8_lossy(&line).into_owned());
+        });
+        let said = rx.recv_timeout(Duration::from_secs(10)).unwrap_or_default();
+        if said == addr.to_string() {
+            return Ok(Backend { addr, child });
+        }
+        let _ = child.kill();
+        let status = child.wait().map_or_else(|e| e.to_string(), |s| s.to_string());
+        Err(format!("backend {name} on {addr} did not say it listens ({status}): {}", std::fs::read_to_string(&log).unwrap_or_default().trim_end()))
     }
 }
 
