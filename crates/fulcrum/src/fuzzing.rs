@@ -71,6 +71,65 @@ fn scan_in_pieces(stream: &[u8], sizes: &[u8], max_head: usize) -> (usize, Optio
     (released, None)
 }
 
+/// An HTTP/2 request's method, target and fields through the conversion to HTTP/1.1 that a
+/// request from an HTTP/2 client gets before it goes to a server (`proxy::http::convert`).
+///
+/// The input's first line is the method, the second the `:path`, and each further line a field
+/// `name:value`; what `http` would not take as a method, target, name or value is left out, as
+/// h2 would refuse it before Fulcrum sees it. Invariants: a request that passes has no value
+/// with whitespace at an end, at most one `cookie` field, holding every cookie the client sent
+/// in order, and the target `*` only with OPTIONS; and the HTTP/1.1 head written from it is one
+/// head to the framing guard, never a line it refuses for its shape (folding, a bare CR or LF, a
+/// line without a colon).
+pub fn h2_to_h1(data: &[u8]) {
+    use hyper::header::{self, HeaderMap, HeaderName, HeaderValue};
+    use crate::proxy::http::convert;
+    let mut lines = data.split(|&b| b == b'\n');
+    let (Some(method), Some(path)) = (lines.next(), lines.next()) else { return };
+    let Ok(method) = hyper::Method::from_bytes(method) else { return };
+    // The asterisk form has no authority to go with it.
+    let built = if path == b"*" { hyper::Uri::try_from(path).ok() } else { hyper::Uri::builder().scheme("http").authority("a").path_and_query(path).build().ok() };
+    let Some(uri) = built else { return };
+    let mut headers = HeaderMap::new();
+    for line in lines {
+        let Some(colon) = line.iter().position(|&b| b == b':') else { continue };
+        if let (Ok(name), Ok(value)) = (HeaderName::from_bytes(&line[..colon]), HeaderValue::from_bytes(&line[colon + 1..])) {
+            headers.append(name, value);
+        }
+    }
+    let cookies: Vec<Vec<u8>> = headers.get_all(header::COOKIE).iter().map(|v| v.as_bytes().to_vec()).collect();
+    let asterisk = convert::target_problem(&method, &uri);
+    assert_eq!(asterisk.is_some(), uri.path() == "*" && method != hyper::Method::OPTIONS);
+    if asterisk.is_some() || convert::h2_fields_to_h1(&mut headers).is_err() {
+        return;
+    }
+    for (name, value) in &headers {
+        let v = value.as_bytes();
+        assert!(!v.starts_with(b" ") && !v.starts_with(b"\t") && !v.ends_with(b" ") && !v.ends_with(b"\t"), "{name}: {value:?} passed");
+    }
+    let joined: Vec<&HeaderValue> = headers.get_all(header::COOKIE).iter().collect();
+    assert!(joined.len() <= 1, "{} cookie fields", joined.len());
+    if let Some(one) = joined.first() {
+        assert_eq!(one.as_bytes(), cookies.join(&b"; "[..]).as_slice(), "the cookies joined out of order or changed");
+    }
+    let mut head = format!("{method} {} HTTP/1.1\r\nhost: a\r\n", uri.path_and_query().map_or("/", |p| p.as_str())).into_bytes();
+    for (name, value) in &headers {
+        head.extend_from_slice(name.as_str().as_bytes());
+        head.extend_from_slice(b": ");
+        head.extend_from_slice(value.as_bytes());
+        head.extend_from_slice(b"\r\n");
+    }
+    head.extend_from_slice(b"\r\n");
+    match Framing::new(head.len() + 1).scan(&head) {
+        Scan::Release(n) => assert_eq!(n, head.len(), "the converted head is not one head"),
+        Scan::NeedMore => panic!("the converted head is not complete"),
+        Scan::Bad(why) => {
+            use crate::proxy::http::guard::Refusal::*;
+            assert!(!matches!(why, Folding | BareCr | BareLf | NoColon | LineTooLong), "the converted head is refused for its shape: {why}");
+        }
+    }
+}
+
 /// The FTP control-channel parsers over every line of the input, both ways (client commands and
 /// server replies). Invariants: no panic, and whatever address or port a parser finds, the text
 /// Fulcrum writes for it parses back to the same value.

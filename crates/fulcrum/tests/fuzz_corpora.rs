@@ -55,3 +55,8 @@ fn the_client_hello_corpus_passes() {
 fn the_grpc_health_corpus_passes() {
     replay("grpc_health", fulcrum::fuzzing::grpc_health);
 }
+
+#[test]
+fn the_h2_to_h1_corpus_passes() {
+    replay("h2_to_h1", fulcrum::fuzzing::h2_to_h1);
+}

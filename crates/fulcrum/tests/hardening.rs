@@ -1,5 +1,6 @@
 //! What a crowd of clients can make Fulcrum hold: descriptors (the process-wide budget under a
-//! small `ulimit -n`) and memory (slow readers in HTTP mode), against real servers.
+//! small `ulimit -n`), memory (slow readers in HTTP mode) and CPU (stalled HTTP/2 prefaces),
+//! against real servers.
 
 mod support;
 
@@ -169,4 +170,44 @@ fn idle_keep_alive_connections_cost_little_and_still_answer() {
         let answered = idle.iter_mut().map(|s| keep_alive_get(s, "/name")).filter(|&status| status == 200).count();
         assert_eq!(answered, N, "{mode}: every idle connection answers its next request");
     }
+}
+
+/// With `h2c`, 3,000 clients that each sent part of the HTTP/2 preface and stopped cost Fulcrum
+/// under 0.05 CPU-seconds per second (each waits on its socket, never on a timer), are closed at
+/// `head_timeout`, and a client whose preface comes in pieces is still served in HTTP/2.
+#[test]
+fn stalled_http2_prefaces_cost_no_cpu_while_they_wait() {
+    const N: usize = 3000;
+    const QUIET: Duration = Duration::from_secs(4);
+    rlimit::increase_nofile_limit(u64::MAX).unwrap();
+    let backend = Backend::start("b1");
+    let f = Fulcrum::start(&service_over("round-robin", "mode = \"http\"\n[service.http]\nh2c = true\nhead_timeout = \"12s\"", "kind = \"none\"", &[(backend.addr, "")]));
+    let stalled = crowd(f.listen, N, b"PRI * HTTP/2.0\r\n", None);
+    wait_until("every stalled client accepted", Duration::from_secs(20), || f.stats()["services"][0]["current"].as_u64() == Some(N as u64));
+    let before = (f.cpu_seconds(), Instant::now());
+    std::thread::sleep(QUIET);
+    let per_second = (f.cpu_seconds() - before.0) / before.1.elapsed().as_secs_f64();
+    println!("{N} stalled prefaces: {per_second:.4} CPU-s per second");
+    assert!(per_second < 0.05, "{N} stalled HTTP/2 prefaces cost {per_second:.4} CPU-s per second");
+
+    // The rest of the preface, a while later, and an empty SETTINGS: Fulcrum answers in HTTP/2.
+    let mut late = TcpStream::connect(f.listen).unwrap();
+    late.write_all(b"PRI * HTTP/2.0\r\n").unwrap();
+    std::thread::sleep(Duration::from_millis(300));
+    late.write_all(b"\r\nSM\r\n\r\n\x00\x00\x00\x04\x00\x00\x00\x00\x00").unwrap();
+    late.set_read_timeout(Some(Duration::from_secs(10))).unwrap();
+    let mut head = [0u8; 9];
+    late.read_exact(&mut head).unwrap();
+    assert_eq!(head[3], 4, "the server's first frame is its SETTINGS: {head:?}");
+
+    // At head_timeout every stalled client is closed.
+    let mut closed = 0;
+    for mut s in stalled {
+        s.set_read_timeout(Some(Duration::from_secs(30))).unwrap();
+        let mut b = [0u8; 1];
+        if matches!(s.read(&mut b), Ok(0) | Err(_)) {
+            closed += 1;
+        }
+    }
+    assert_eq!(closed, N, "stalled clients closed at head_timeout");
 }

@@ -1,5 +1,7 @@
-//! HTTP/2 abuse limits (`proxy/http/h2.rs`), with frames written by hand so the test controls
-//! exactly what a hostile client sends; and routing and affinity over HTTP/2, with curl.
+//! HTTP/2 abuse limits (`proxy/http/h2.rs`) and the strict conversions between protocol
+//! versions (`proxy/http/convert.rs`: cookies, whitespace, the asterisk target, 101s and h2c
+//! upgrades), with frames written by hand so the test controls exactly what a hostile client
+//! sends; and routing and affinity over HTTP/2, with curl.
 
 mod support;
 
@@ -160,4 +162,162 @@ fn routes_and_cookie_affinity_work_the_same_over_http2() {
     assert!(jar_text.contains(&format!("SERVERID\t{first}")), "{jar_text}");
     let fresh: std::collections::BTreeSet<String> = (0..4).map(|_| get(&[]).0).collect();
     assert_eq!(fresh.len(), 2, "fresh clients are spread: {fresh:?}");
+}
+
+/// A header block of literal fields, none indexed (RFC 7541 section 6.2.2, new names).
+fn literal_headers(stream: u32, fields: &[(&str, &str)]) -> Vec<u8> {
+    let mut block = Vec::new();
+    for (name, value) in fields {
+        block.push(0x00);
+        block.push(name.len() as u8);
+        block.extend_from_slice(name.as_bytes());
+        block.push(value.len() as u8);
+        block.extend_from_slice(value.as_bytes());
+    }
+    frame(1, 0x5, stream, &block)
+}
+
+/// One request of `fields` on a new h2c connection; the text of the DATA frames of its answer,
+/// read until the frame that ends its stream.
+fn h2_request(f: &Fulcrum, fields: &[(&str, &str)]) -> String {
+    let mut conn = std::net::TcpStream::connect(f.listen).unwrap();
+    conn.set_read_timeout(Some(Duration::from_secs(10))).unwrap();
+    let mut out = PREFACE.to_vec();
+    out.extend(frame(4, 0, 0, &[]));
+    out.extend(literal_headers(1, fields));
+    conn.write_all(&out).unwrap();
+    let mut data = Vec::new();
+    loop {
+        let mut head = [0u8; 9];
+        conn.read_exact(&mut head).unwrap_or_else(|e| panic!("the answer to {fields:?} did not end: {e}"));
+        let len = (usize::from(head[0]) << 16) | (usize::from(head[1]) << 8) | usize::from(head[2]);
+        let mut payload = vec![0u8; len];
+        conn.read_exact(&mut payload).unwrap();
+        let stream = u32::from_be_bytes([head[5], head[6], head[7], head[8]]) & 0x7fff_ffff;
+        if stream != 1 {
+            continue;
+        }
+        // RST_STREAM: no answer at all.
+        assert_ne!(head[3], 3, "stream reset: {payload:?}");
+        if head[3] == 0 {
+            data.extend_from_slice(&payload);
+        }
+        // END_STREAM on DATA or HEADERS.
+        if (head[3] == 0 || head[3] == 1) && head[4] & 0x1 != 0 {
+            return String::from_utf8_lossy(&data).to_string();
+        }
+    }
+}
+
+/// Fulcrum with h2c before `server`, idle connections closed after a second.
+fn h2c_before(server: std::net::SocketAddr) -> Fulcrum {
+    Fulcrum::start(&format!(
+        "[[service]]\nname = \"web\"\nlisten = \"{{LISTEN}}\"\nmode = \"http\"\n[service.http]\nh2c = true\nhead_timeout = \"1s\"\n[service.health]\nkind = \"none\"\n[[service.server]]\naddress = \"{server}\"\n"
+    ))
+}
+
+/// HTTP/2 to HTTP/1.1: cookie fields are joined into one line with `; ` (RFC 9113 section
+/// 8.2.3); a value with whitespace at an end is refused (section 8.2.1); the target `*` goes on
+/// with OPTIONS only, from either version.
+#[test]
+fn http2_requests_become_strict_http_1_1_ones() {
+    let (server, heads) = head_keeper();
+    let f = h2c_before(server);
+    let base = [(":method", "GET"), (":scheme", "http"), (":path", "/c"), (":authority", "a")];
+    let body = h2_request(&f, &[&base[..], &[("cookie", "a=1"), ("x-n", "1"), ("cookie", "b=2"), ("cookie", "c=3")]].concat());
+    assert_eq!(body, "ok");
+    let head = heads.lock().unwrap().pop().unwrap();
+    assert!(head.starts_with("get /c http/1.1\r\n") && head.matches("cookie:").count() == 1 && head.contains("cookie: a=1; b=2; c=3\r\n"), "{head}");
+
+    for value in [" padded", "padded\t", "padded "] {
+        let body = h2_request(&f, &[&base[..], &[("x-a", value)]].concat());
+        assert!(body.starts_with("400 Bad Request: the value of x-a begins or ends with whitespace"), "{value:?}: {body}");
+    }
+    let star = [(":scheme", "http"), (":path", "*"), (":authority", "a")];
+    let body = h2_request(&f, &[&[(":method", "GET")][..], &star].concat());
+    assert!(body.starts_with("400 Bad Request: the request target * is for OPTIONS only"), "{body}");
+    assert_eq!(heads.lock().unwrap().len(), 0, "no refused request reached the server");
+    assert_eq!(h2_request(&f, &[&[(":method", "OPTIONS")][..], &star].concat()), "ok");
+    let head = heads.lock().unwrap().pop().unwrap();
+    assert!(head.starts_with("options * http/1.1\r\n"), "{head}");
+
+    // HTTP/1.1 alike.
+    let (status, body) = raw_http(f.listen, b"GET * HTTP/1.1\r\nHost: a\r\n\r\n");
+    assert_eq!(status, 400, "{body}");
+    assert!(body.contains("is for OPTIONS only"), "{body}");
+    assert_eq!(raw_http(f.listen, b"OPTIONS * HTTP/1.1\r\nHost: a\r\n\r\n").0, 200);
+}
+
+/// One request written as is; the status and body of its answer.
+fn raw_http(addr: std::net::SocketAddr, request: &[u8]) -> (u16, String) {
+    let mut conn = std::net::TcpStream::connect(addr).unwrap();
+    conn.set_read_timeout(Some(Duration::from_secs(10))).unwrap();
+    conn.write_all(request).unwrap();
+    let mut raw = Vec::new();
+    let _ = conn.read_to_end(&mut raw);
+    parse_response(&raw).unwrap_or((0, String::from_utf8_lossy(&raw).to_string()))
+}
+
+/// A server that answers every request with `101 Switching Protocols`, and counts the
+/// connections Fulcrum closed on it.
+fn switcher() -> (std::net::SocketAddr, std::sync::Arc<std::sync::atomic::AtomicUsize>) {
+    let l = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    let addr = l.local_addr().unwrap();
+    let closed = std::sync::Arc::new(std::sync::atomic::AtomicUsize::new(0));
+    let count = closed.clone();
+    std::thread::spawn(move || {
+        for mut c in l.incoming().flatten() {
+            let count = count.clone();
+            std::thread::spawn(move || {
+                let mut head = Vec::new();
+                let mut b = [0u8; 1];
+                while !head.ends_with(b"\r\n\r\n") && c.read(&mut b).is_ok_and(|n| n == 1) {
+                    head.push(b[0]);
+                }
+                let _ = c.write_all(b"HTTP/1.1 101 Switching Protocols\r\nConnection: upgrade\r\nUpgrade: tunnel\r\n\r\n");
+                c.set_read_timeout(Some(Duration::from_secs(30))).unwrap();
+                let mut rest = Vec::new();
+                if c.read_to_end(&mut rest).is_ok() {
+                    count.fetch_add(1, std::sync::atomic::Ordering::SeqCst);
+                }
+            });
+        }
+    });
+    (addr, closed)
+}
+
+/// A 101 to a request that did not ask to upgrade, or to an HTTP/2 client (which has no 101:
+/// RFC 9113 section 8.6), is a 502, and the server connection is closed; an HTTP/1.1 client's
+/// `Upgrade: h2c` never reaches a server, which hears a plain request.
+#[test]
+fn a_101_goes_only_to_an_http_1_1_client_that_asked_and_h2c_upgrades_never_pass() {
+    let (server, closed) = switcher();
+    let f = h2c_before(server);
+    let (status, body) = raw_http(f.listen, b"GET / HTTP/1.1\r\nHost: a\r\n\r\n");
+    assert_eq!(status, 502, "{body}");
+    assert!(body.contains("did not ask to upgrade"), "{body}");
+    let body = h2_request(&f, &[(":method", "GET"), (":scheme", "http"), (":path", "/"), (":authority", "a")]);
+    assert!(body.starts_with("502 Bad Gateway: the server switched protocols (101) for a request that did not ask to upgrade"), "{body}");
+    wait_until("both server connections closed", Duration::from_secs(10), || closed.load(std::sync::atomic::Ordering::SeqCst) == 2);
+    // A WebSocket-style request that asked is switched.
+    let mut conn = std::net::TcpStream::connect(f.listen).unwrap();
+    conn.set_read_timeout(Some(Duration::from_secs(10))).unwrap();
+    conn.write_all(b"GET / HTTP/1.1\r\nHost: a\r\nConnection: Upgrade\r\nUpgrade: tunnel\r\n\r\n").unwrap();
+    let mut got = [0u8; 12];
+    conn.read_exact(&mut got).unwrap();
+    assert_eq!(&got, b"HTTP/1.1 101");
+    drop(conn);
+
+    // curl's h2c upgrade: the server hears a plain HTTP/1.1 request, the client a 1.1 answer.
+    let (plain, heads) = head_keeper();
+    let g = h2c_before(plain);
+    let out = Command::new("curl").args(["-s", "--max-time", "10", "--http2", "-w", "\n%{http_version}"]).arg(format!("http://{}/up", g.listen)).output().unwrap();
+    assert_eq!(String::from_utf8_lossy(&out.stdout), "ok\n1.1");
+    let head = heads.lock().unwrap().pop().unwrap();
+    assert!(head.starts_with("get /up http/1.1\r\n") && !head.contains("upgrade") && !head.contains("http2-settings"), "{head}");
+    // Raw, with another protocol beside h2c: only h2c goes.
+    let (status, _) = raw_http(g.listen, b"GET /two HTTP/1.1\r\nHost: a\r\nConnection: Upgrade, HTTP2-Settings\r\nUpgrade: h2c\r\nHTTP2-Settings: AAMAAABkAAQAAP__\r\n\r\n");
+    assert_eq!(status, 200);
+    let head = heads.lock().unwrap().pop().unwrap();
+    assert!(!head.contains("upgrade") && !head.contains("http2-settings"), "{head}");
 }

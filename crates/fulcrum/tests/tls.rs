@@ -6,10 +6,9 @@
 mod support;
 
 use std::io::{BufRead, BufReader, Read, Write};
-use std::net::{SocketAddr, TcpListener};
+use std::net::SocketAddr;
 use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
-use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use rcgen::{BasicConstraints, CertificateParams, DnType, IsCa, Issuer, KeyPair};
@@ -79,26 +78,6 @@ fn metric(f: &Fulcrum, line_start: &str) -> u64 {
     let (status, body) = curl(f.admin, "GET", "/metrics", &[], None);
     assert_eq!(status, 200);
     body.lines().find(|l| l.starts_with(line_start)).and_then(|l| l.rsplit(' ').next()?.parse().ok()).unwrap_or_else(|| panic!("no {line_start} in /metrics:\n{body}"))
-}
-
-/// An HTTP server that keeps each request head it gets and answers `ok`.
-fn head_keeper() -> (SocketAddr, Arc<Mutex<Vec<String>>>) {
-    let l = TcpListener::bind("127.0.0.1:0").unwrap();
-    let addr = l.local_addr().unwrap();
-    let heads = Arc::new(Mutex::new(Vec::new()));
-    let kept = heads.clone();
-    std::thread::spawn(move || {
-        for mut c in l.incoming().flatten() {
-            let mut head = Vec::new();
-            let mut b = [0u8; 1];
-            while !head.ends_with(b"\r\n\r\n") && c.read(&mut b).is_ok_and(|n| n == 1) {
-                head.push(b[0]);
-            }
-            kept.lock().unwrap().push(String::from_utf8_lossy(&head).to_ascii_lowercase());
-            let _ = c.write_all(b"HTTP/1.1 200 OK\r\ncontent-length: 2\r\nconnection: close\r\n\r\nok");
-        }
-    });
-    (addr, heads)
 }
 
 #[test]
@@ -171,19 +150,25 @@ fn tls_in_tcp_mode_sends_the_decrypted_bytes_on_and_counts_a_plain_client_as_a_f
     assert!(metric(&f, "fulcrum_tls_handshake_failures_total{service=\"web\",reason=\"timeout\"}") >= 1);
 }
 
+/// A CA (`{stem}-ca`) and a client certificate it issued (`{stem}-client`).
+fn ca_and_client(dir: &Path, stem: &str) -> (Pem, Pem) {
+    let ca_key = KeyPair::generate().unwrap();
+    let mut ca_params = params(&["Test CA"], OffsetDateTime::now_utc() + time::Duration::days(30));
+    ca_params.distinguished_name.push(DnType::OrganizationName, stem);
+    ca_params.is_ca = IsCa::Ca(BasicConstraints::Unconstrained);
+    let ca_cert = ca_params.self_signed(&ca_key).unwrap();
+    let ca = write(dir, &format!("{stem}-ca"), &ca_cert, &ca_key);
+    let issuer = Issuer::new(ca_params, ca_key);
+    let client_key = KeyPair::generate().unwrap();
+    let client_cert = params(&["client"], OffsetDateTime::now_utc() + time::Duration::days(30)).signed_by(&client_key, &issuer).unwrap();
+    (ca, write(dir, &format!("{stem}-client"), &client_cert, &client_key))
+}
+
 #[test]
 fn client_certificates_are_required_when_a_client_ca_is_set() {
     let dir = scratch("tls-mtls");
     let a = self_signed(&dir, "a", &["a.test"], 30);
-    let ca_key = KeyPair::generate().unwrap();
-    let mut ca_params = params(&["Test CA"], OffsetDateTime::now_utc() + time::Duration::days(30));
-    ca_params.is_ca = IsCa::Ca(BasicConstraints::Unconstrained);
-    let ca_cert = ca_params.self_signed(&ca_key).unwrap();
-    let ca = write(&dir, "ca", &ca_cert, &ca_key);
-    let issuer = Issuer::new(ca_params, ca_key);
-    let client_key = KeyPair::generate().unwrap();
-    let client_cert = params(&["client"], OffsetDateTime::now_utc() + time::Duration::days(30)).signed_by(&client_key, &issuer).unwrap();
-    let client = write(&dir, "client", &client_cert, &client_key);
+    let (ca, client) = ca_and_client(&dir, "t");
     let backend = Backend::start("b1");
     let f = Fulcrum::start(&format!(
         "[[service]]\nname = \"web\"\nlisten = \"{{LISTEN}}\"\nmode = \"http\"\n[service.health]\nkind = \"none\"\n[[service.server]]\naddress = \"{}\"\n{}",
@@ -195,6 +180,139 @@ fn client_certificates_are_required_when_a_client_ca_is_set() {
     let (code, _) = curl_https(&f, "a.test", "/name", &a.cert, &[]);
     assert_ne!(code, 0, "no client certificate, no answer");
     wait_until("the refusal counted", Duration::from_secs(5), || metric(&f, "fulcrum_tls_handshake_failures_total{service=\"web\",reason=\"client_certificate\"}") >= 1);
+}
+
+/// One HTTP request over `openssl s_client` to `addr` as `name`, with `args` (a session to
+/// resume, a client certificate): what it printed, which says `Reused` or `New`, and the answer.
+fn s_client_request(addr: SocketAddr, name: &str, args: &[&str]) -> String {
+    let mut child = Command::new("openssl")
+        .args(["s_client", "-connect", &addr.to_string(), "-servername", name, "-ign_eof"])
+        .args(args)
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    // Connection: close, so the server's close ends s_client, after the session tickets came.
+    child.stdin.take().unwrap().write_all(format!("GET /name HTTP/1.1\r\nHost: {name}\r\nConnection: close\r\n\r\n").as_bytes()).unwrap();
+    let out = child.wait_with_output().unwrap();
+    format!("{}{}", String::from_utf8_lossy(&out.stdout), String::from_utf8_lossy(&out.stderr))
+}
+
+/// A session resumes only on the service that issued it, under the certificates and client CA
+/// it was issued under: one from a service without `client_ca` (the same certificate, another
+/// port) gets a full handshake on a `client_ca` one, which then wants a certificate (the class
+/// of nginx CVE-2025-23419); a session of CA1's client does not survive a reload to CA2. Within
+/// one service a session still resumes, with or without client certificates. TLS 1.3 and 1.2.
+#[test]
+fn a_tls_session_resumes_only_where_it_was_issued() {
+    let dir = scratch("tls-resume");
+    let cert = self_signed(&dir, "site", &["public.test", "internal.test"], 30);
+    let (ca1, client1) = ca_and_client(&dir, "one");
+    let (ca2, _) = ca_and_client(&dir, "two");
+    let backend = Backend::start("protected");
+    let internal_port = free_port();
+    let internal: SocketAddr = format!("127.0.0.1:{internal_port}").parse().unwrap();
+    let config = |ca: &Pem| {
+        let server = format!("[service.health]\nkind = \"none\"\n[[service.server]]\naddress = \"{}\"\n", backend.addr);
+        format!(
+            "[[service]]\nname = \"public\"\nlisten = \"{{LISTEN}}\"\nmode = \"http\"\n{server}{}\n[[service]]\nname = \"internal\"\nlisten = \"{internal}\"\nmode = \"http\"\n{server}{}",
+            tls_table(&[&cert], ""),
+            tls_table(&[&cert], &format!("client_ca = \"{}\"", ca.cert.display()))
+        )
+    };
+    let f = Fulcrum::start(&config(&ca1));
+    let with_cert = ["-cert", client1.cert.to_str().unwrap(), "-key", client1.key.to_str().unwrap()];
+    for version in ["-tls1_3", "-tls1_2"] {
+        let session = dir.join(format!("public{version}.pem"));
+        let first = s_client_request(f.listen, "public.test", &[version, "-sess_out", session.to_str().unwrap()]);
+        assert!(first.contains("HTTP/1.1 200") && first.contains("protected"), "{version}: public serves\n{first}");
+        // Within the service it resumes.
+        let again = s_client_request(f.listen, "public.test", &[version, "-sess_in", session.to_str().unwrap()]);
+        assert!(again.contains("Reused") && again.contains("HTTP/1.1 200"), "{version}: public resumes its own session\n{again}");
+        // On the client_ca service: no resumption, a full handshake that wants a certificate.
+        let crossed = s_client_request(internal, "internal.test", &[version, "-sess_in", session.to_str().unwrap()]);
+        assert!(!crossed.contains("Reused"), "{version}: public's session resumed on internal\n{crossed}");
+        assert!(!crossed.contains("HTTP/1.1 200") && !crossed.contains("protected"), "{version}: a request reached internal's servers with no certificate\n{crossed}");
+
+        // internal's own sessions resume for its clients.
+        let own = dir.join(format!("internal{version}.pem"));
+        let first = s_client_request(internal, "internal.test", &[&[version, "-sess_out", own.to_str().unwrap()][..], &with_cert].concat());
+        assert!(first.contains("HTTP/1.1 200"), "{version}: CA1's client is served\n{first}");
+        let again = s_client_request(internal, "internal.test", &[version, "-sess_in", own.to_str().unwrap()]);
+        assert!(again.contains("Reused") && again.contains("HTTP/1.1 200"), "{version}: internal resumes its client's session\n{again}");
+    }
+    wait_until("refusals counted", Duration::from_secs(5), || metric(&f, "fulcrum_tls_handshake_failures_total{service=\"internal\",reason=\"client_certificate\"}") >= 2);
+
+    // client_ca changes from CA1 to CA2: CA1's client is refused in full, and its session does
+    // not resume either.
+    let own = dir.join("before-reload.pem");
+    let first = s_client_request(internal, "internal.test", &[&["-sess_out", own.to_str().unwrap()][..], &with_cert].concat());
+    assert!(first.contains("HTTP/1.1 200"), "{first}");
+    f.reload(&config(&ca2));
+    wait_until("CA2 in force", Duration::from_secs(10), || !s_client_request(internal, "internal.test", &with_cert).contains("HTTP/1.1 200"));
+    for version in ["-tls1_3", "-tls1_2"] {
+        let old = s_client_request(internal, "internal.test", &[version, "-sess_in", own.to_str().unwrap()]);
+        assert!(!old.contains("Reused") && !old.contains("HTTP/1.1 200"), "{version}: CA1's session resumed under CA2\n{old}");
+    }
+    // The reload did not touch public's context: its sessions still resume.
+    let session = dir.join("public-tls1_3.pem");
+    let kept = s_client_request(f.listen, "public.test", &["-sess_in", session.to_str().unwrap()]);
+    assert!(kept.contains("Reused") && kept.contains("HTTP/1.1 200"), "public's session survives an unrelated reload\n{kept}");
+}
+
+/// `strict_sni_host`: a request whose Host is not a name of the certificate its handshake chose
+/// gets 421 Misdirected Request (domain fronting); on by default with `client_ca`, off without.
+#[test]
+fn a_host_outside_the_certificate_of_the_handshake_is_misdirected_when_strict() {
+    let dir = scratch("tls-strict-sni");
+    let a = self_signed(&dir, "a", &["a.test", "*.a.test"], 30);
+    let b = self_signed(&dir, "b", &["b.test"], 30);
+    let (ca, client) = ca_and_client(&dir, "sni");
+    let backend = Backend::start("b1");
+    let service = |name: &str, listen: &str, extra: &str| {
+        format!(
+            "[[service]]\nname = \"{name}\"\nlisten = \"{listen}\"\nmode = \"http\"\n[service.http]\nhttp2 = true\n[service.health]\nkind = \"none\"\n[[service.server]]\naddress = \"{}\"\n{}",
+            backend.addr,
+            tls_table(&[&a, &b], extra)
+        )
+    };
+    let mtls: SocketAddr = format!("127.0.0.1:{}", free_port()).parse().unwrap();
+    let strict: SocketAddr = format!("127.0.0.1:{}", free_port()).parse().unwrap();
+    let f = Fulcrum::start(&[
+        service("open", "{LISTEN}", ""),
+        service("mtls", &mtls.to_string(), &format!("client_ca = \"{}\"", ca.cert.display())),
+        service("strict", &strict.to_string(), "strict_sni_host = true"),
+    ]
+    .join("\n"));
+    let cert_args = ["--cert", client.cert.to_str().unwrap(), "--key", client.key.to_str().unwrap()];
+    let ask = |addr: SocketAddr, sni: &str, host: &str, http2: bool, extra: &[&str]| {
+        let ca = if sni.ends_with("a.test") { &a.cert } else { &b.cert };
+        let out = Command::new("curl")
+            .args(["-s", "--max-time", "10", "-o", "/dev/null", "-w", "%{http_code}", "--cacert", ca.to_str().unwrap()])
+            .args(["--resolve", &format!("{sni}:{}:127.0.0.1", addr.port()), "-H", &format!("Host: {host}")])
+            .arg(if http2 { "--http2" } else { "--http1.1" })
+            .args(extra)
+            .arg(format!("https://{sni}:{}/name", addr.port()))
+            .output()
+            .unwrap();
+        String::from_utf8_lossy(&out.stdout).to_string()
+    };
+    for http2 in [false, true] {
+        // Off without client_ca: the Host routes, whatever the handshake's name.
+        assert_eq!(ask(f.listen, "a.test", "b.test", http2, &[]), "200", "http2: {http2}");
+        // On with client_ca: fronting is refused, a matching name (or a wildcard's) is served.
+        assert_eq!(ask(mtls, "a.test", "b.test", http2, &cert_args), "421", "http2: {http2}");
+        assert_eq!(ask(mtls, "a.test", "x.a.test", http2, &cert_args), "200", "http2: {http2}");
+        assert_eq!(ask(mtls, "b.test", "B.test:443", http2, &cert_args), "200", "http2: {http2}");
+        assert_eq!(ask(strict, "b.test", "a.test", http2, &[]), "421", "http2: {http2}");
+        assert_eq!(ask(strict, "a.test", "a.test", http2, &[]), "200", "http2: {http2}");
+    }
+    f.wait_log("strict_sni_host");
+    // Only HTTP mode reads a Host: check refuses it elsewhere.
+    let tcp = service("tcp", "127.0.0.1:1", "strict_sni_host = true").replace("mode = \"http\"\n[service.http]\nhttp2 = true", "mode = \"tcp\"");
+    let (ok, out) = check_config(&tcp, &dir);
+    assert!(!ok && out.contains("strict_sni_host"), "{out}");
 }
 
 /// Fulcrum picks the cipher suite in its own order among those the client offers: AES-128-GCM

@@ -436,9 +436,22 @@ pub struct Tls {
     /// issued.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub client_ca: Option<String>,
+    /// HTTP mode: a request whose Host is not a name of the certificate its handshake chose (by
+    /// SNI) is answered 421 Misdirected Request, so a client cannot present one name and reach
+    /// another's routes (domain fronting). Unset: on with `client_ca` (where fronting would
+    /// pass a certificate check made for another name), off without.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub strict_sni_host: Option<bool>,
     /// Time for a client to complete its handshake, 1ms to 5 minutes.
     #[serde(default = "defaults::handshake_timeout", with = "duration")]
     pub handshake_timeout: Duration,
+}
+
+impl Tls {
+    /// `strict_sni_host`, with its default: on when client certificates are required.
+    pub fn strict_sni_host(&self) -> bool {
+        self.strict_sni_host.unwrap_or(self.client_ca.is_some())
+    }
 }
 
 /// One certificate chain and its private key, PEM files.

@@ -401,7 +401,14 @@ fn validate_tls(service: &Service, tls: &Tls, prefix: &[Seg<'_>], report: &mut R
         report.error(&at(&[]), "[service.tls] has no certificate".into(), "add [[service.tls.certificate]] with cert and key (PEM files)");
         return;
     }
-    if let Err(e) = crate::proxy::tls::Terminator::load(tls, service.mode, service.http.http2) {
+    if tls.strict_sni_host == Some(true) && service.mode != Mode::Http {
+        report.error(
+            &at(&[Seg::Key("strict_sni_host")]),
+            "strict_sni_host compares a request's Host with the certificate: it is for mode = \"http\"".into(),
+            "remove strict_sni_host: in TCP mode Fulcrum reads no Host",
+        );
+    }
+    if let Err(e) = crate::proxy::tls::Terminator::load(&service.name, tls, service.mode, service.http.http2) {
         let culprit = tls.certificates.iter().position(|c| c.cert == e.file || c.key == e.file);
         let (seg, hint) = match culprit {
             Some(j) => (at(&[Seg::Key("certificate"), Seg::Index(j)]), "check the file: a PEM chain (leaf first) and its matching, unexpired key"),

@@ -168,7 +168,7 @@ fn build(config: Config, registry: &mut Registry, budget: &Arc<Budget>, previous
             let listen: SocketAddr = sc.listen.parse().map_err(|_| BuildError::ListenAddress { service: sc.name.clone(), listen: sc.listen.clone() })?;
             let pools = sc.pools.iter().map(|p| build_pool(&sc.pool_settings(p), &[], registry, previous.is_some()).map(Arc::new)).collect::<Result<_, _>>()?;
             // Reads the certificate files: `build` runs on a blocking thread.
-            let tls = sc.tls.as_ref().map(|t| crate::proxy::tls::Terminator::load(t, sc.mode, sc.http.http2).map(Arc::new)).transpose().map_err(|cause| BuildError::Tls { service: sc.name.clone(), cause })?;
+            let tls = sc.tls.as_ref().map(|t| crate::proxy::tls::Terminator::load(&sc.name, t, sc.mode, sc.http.http2).map(Arc::new)).transpose().map_err(|cause| BuildError::Tls { service: sc.name.clone(), cause })?;
             if let Some(t) = &tls {
                 for (cert, left) in t.expiring(std::time::SystemTime::now()) {
                     tracing::warn!(service = %sc.name, file = %cert.file, "TLS certificate expires in {} (at {})", humantime::format_duration(std::time::Duration::from_secs(left.as_secs() / 3600 * 3600)), crate::proxy::tls::unix_to_text(cert.not_after));

@@ -295,6 +295,20 @@ impl Fulcrum {
         status.lines().find_map(|l| l.strip_prefix("VmRSS:")).and_then(|v| v.split_whitespace().next()?.parse().ok()).unwrap_or(0)
     }
 
+    /// CPU time (user and system) the process has used so far, in seconds.
+    pub fn cpu_seconds(&self) -> f64 {
+        static TICKS: std::sync::OnceLock<f64> = std::sync::OnceLock::new();
+        let ticks = *TICKS.get_or_init(|| {
+            let out = Command::new("getconf").arg("CLK_TCK").output().expect("getconf runs");
+            String::from_utf8_lossy(&out.stdout).trim().parse().expect("CLK_TCK is a number")
+        });
+        let stat = std::fs::read_to_string(format!("/proc/{}/stat", self.pid())).unwrap();
+        // Fields after the name: state is the first, utime and stime the 12th and 13th.
+        let fields: Vec<&str> = stat.rsplit_once(')').map_or("", |(_, rest)| rest).split_whitespace().collect();
+        let used: u64 = fields[11].parse::<u64>().unwrap() + fields[12].parse::<u64>().unwrap();
+        used as f64 / ticks
+    }
+
     pub fn log(&self) -> String {
         std::fs::read_to_string(&self.log_path).unwrap_or_default()
     }
@@ -571,4 +585,24 @@ impl Drop for Backend {
         let _ = self.child.kill();
         let _ = self.child.wait();
     }
+}
+
+/// An HTTP server that keeps each request head it gets and answers `ok`.
+pub fn head_keeper() -> (SocketAddr, std::sync::Arc<std::sync::Mutex<Vec<String>>>) {
+    let l = TcpListener::bind("127.0.0.1:0").unwrap();
+    let addr = l.local_addr().unwrap();
+    let heads = std::sync::Arc::new(std::sync::Mutex::new(Vec::new()));
+    let kept = heads.clone();
+    std::thread::spawn(move || {
+        for mut c in l.incoming().flatten() {
+            let mut head = Vec::new();
+            let mut b = [0u8; 1];
+            while !head.ends_with(b"\r\n\r\n") && c.read(&mut b).is_ok_and(|n| n == 1) {
+                head.push(b[0]);
+            }
+            kept.lock().unwrap().push(String::from_utf8_lossy(&head).to_ascii_lowercase());
+            let _ = c.write_all(b"HTTP/1.1 200 OK\r\ncontent-length: 2\r\nconnection: close\r\n\r\nok");
+        }
+    });
+    (addr, heads)
 }

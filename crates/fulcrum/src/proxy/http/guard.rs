@@ -201,7 +201,8 @@ impl Framing {
                 let last = value.rsplit(|&b| b == b',').next().map(trim).unwrap_or_default();
                 chunked = Some(chunked.unwrap_or(true) && last.eq_ignore_ascii_case(b"chunked"));
             } else if name.eq_ignore_ascii_case(b"upgrade") {
-                upgrade = true;
+                // An upgrade to HTTP/2 is taken out of the request: the connection stays HTTP/1.1.
+                upgrade |= super::headers::asks_upgrade(value);
             }
         }
         match (length, chunked) {
@@ -331,10 +332,9 @@ pub trait ClientIo: AsyncRead + AsyncWrite + Unpin + Send + 'static {
     fn chose_h2(&self) -> bool {
         false
     }
-    /// Copies the bytes the client has sent into `buf` without taking them; ready with 0 when
-    /// nothing can be peeked (a TLS session, whose bytes are not the socket's).
-    fn poll_peek(&self, _cx: &mut Context<'_>, _buf: &mut [u8]) -> Poll<io::Result<usize>> {
-        Poll::Ready(Ok(0))
+    /// The server name the client sent in its TLS handshake (SNI).
+    fn server_name(&self) -> Option<&str> {
+        None
     }
 }
 
@@ -346,9 +346,6 @@ impl ClientIo for TcpStream {
     }
     fn write_now(&self, bytes: &[u8]) {
         let _ = self.try_write(bytes);
-    }
-    fn poll_peek(&self, cx: &mut Context<'_>, buf: &mut [u8]) -> Poll<io::Result<usize>> {
-        TcpStream::poll_peek(self, cx, &mut ReadBuf::new(buf))
     }
     fn local_addr(&self) -> Option<std::net::SocketAddr> {
         TcpStream::local_addr(self).ok()
@@ -369,6 +366,9 @@ impl ClientIo for tokio_rustls::server::TlsStream<TcpStream> {
     }
     fn chose_h2(&self) -> bool {
         self.get_ref().1.alpn_protocol() == Some(b"h2")
+    }
+    fn server_name(&self) -> Option<&str> {
+        self.get_ref().1.server_name()
     }
 }
 
@@ -403,6 +403,12 @@ impl<S: ClientIo> Guarded<S> {
     /// start without waiting for the socket).
     pub fn buffered(&self) -> bool {
         !self.pending.is_empty()
+    }
+
+    /// Bytes read from the client before the guard was made (the opening an `h2c` service reads
+    /// to tell HTTP/2 from HTTP/1.1): they are checked as if just read.
+    pub fn read_first(&mut self, bytes: &[u8]) {
+        self.pending.extend_from_slice(bytes);
     }
 
     /// Takes back bytes hyper was given and did not use (its read buffer when it was taken
@@ -593,6 +599,12 @@ mod tests {
     fn an_upgraded_stream_is_passed_through_unread() {
         let s = b"GET /ws HTTP/1.1\r\nHost: a\r\nUpgrade: websocket\r\nConnection: Upgrade\r\n\r\n\x81\x05hello\r\rbinary";
         assert_eq!(run(s), Ok(s.len()));
+    }
+
+    #[test]
+    fn an_upgrade_to_h2c_leaves_the_connection_checked() {
+        let s = b"GET / HTTP/1.1\r\nHost: a\r\nUpgrade: h2c\r\nHTTP2-Settings: AAMAAABkAAQAAP__\r\nConnection: Upgrade, HTTP2-Settings\r\n\r\nGET / HTTP/1.1\r\nHost: a\r\nX: 1\r\n folded\r\n\r\n";
+        assert_eq!(run(s), Err(Refusal::Folding));
     }
 
     #[test]

@@ -14,12 +14,16 @@
 //! long as the connection.
 
 use std::future::poll_fn;
+use std::io;
 use std::net::SocketAddr;
+use std::pin::Pin;
 use std::sync::Arc;
-use std::task::Poll;
+use std::task::{Context, Poll};
 use std::time::Duration;
 
+use bytes::BytesMut;
 use hyper_util::rt::{TokioExecutor, TokioIo, TokioTimer};
+use tokio::io::{AsyncRead, AsyncReadExt, AsyncWrite, ReadBuf};
 use tokio::time::Instant;
 use tracing::debug;
 
@@ -37,39 +41,87 @@ pub const MAX_PENDING_RESETS: usize = 20;
 /// Streams Fulcrum reset because of the client's errors, over the connection's life.
 pub const MAX_LOCAL_RESETS: usize = 1024;
 
-/// Whether a plain client opens with the HTTP/2 preface, read without taking it, within `limit`.
-/// A client that sends fewer bytes and stops is HTTP/1.1's to judge.
-pub async fn preface<S: ClientIo>(client: &S, limit: Duration) -> bool {
+/// What a plain client of an `h2c` service opened with.
+pub enum Opening {
+    /// The whole HTTP/2 preface, read.
+    Preface,
+    /// Something else: these bytes, read already, begin an HTTP/1.1 request.
+    Other(BytesMut),
+    /// The client closed, failed, or sent part of the preface and stopped for `head_timeout`.
+    Gone(&'static str),
+}
+
+/// Reads a plain client's first bytes, as many as it takes to tell the HTTP/2 preface from
+/// anything else (at most its 24), waiting for each on the socket's readiness: a client that
+/// sends part of the preface and stops costs a parked task and its one deadline (`limit`),
+/// never a poll on a timer.
+pub async fn read_preface<S: ClientIo>(client: &mut S, limit: Duration) -> Opening {
     let deadline = Instant::now() + limit;
-    let mut buf = [0u8; 24];
+    let mut buf = [0u8; PREFACE.len()];
+    let mut n = 0;
     loop {
-        let peeked = tokio::time::timeout_at(deadline, poll_fn(|cx| client.poll_peek(cx, &mut buf))).await;
-        let n = match peeked {
-            Ok(Ok(n)) => n,
-            _ => return false,
+        let read = match tokio::time::timeout_at(deadline, client.read(&mut buf[n..])).await {
+            Err(_) if n == 0 => return Opening::Gone("no request within head_timeout"),
+            Err(_) => return Opening::Gone("part of the HTTP/2 preface, then nothing within head_timeout"),
+            Ok(Err(_)) => return Opening::Gone("the connection failed"),
+            Ok(Ok(0)) => return Opening::Gone("closed before a request"),
+            Ok(Ok(read)) => read,
         };
-        if n == 0 || buf[..n] != PREFACE[..n] {
-            return false;
+        n += read;
+        if buf[..n] != PREFACE[..n] {
+            return Opening::Other(BytesMut::from(&buf[..n]));
         }
         if n == PREFACE.len() {
-            return true;
+            return Opening::Preface;
         }
-        // A part of the preface: peeking again would find the same bytes at once, so wait a
-        // little for the rest (clients send it whole in one segment).
-        if Instant::now() >= deadline {
-            return false;
-        }
-        tokio::time::sleep(Duration::from_millis(5)).await;
     }
 }
 
-/// Serves an HTTP/2 client connection to its end.
-pub async fn serve<S: ClientIo>(client: S, peer: SocketAddr, service: Arc<Service>, shutdown: Shutdown) {
+/// A client connection whose preface was read already: it is given to hyper again first.
+struct Rewound<S> {
+    inner: S,
+    /// How much of `PREFACE` is still to give.
+    preface_left: usize,
+}
+
+impl<S: ClientIo> AsyncRead for Rewound<S> {
+    fn poll_read(mut self: Pin<&mut Self>, cx: &mut Context<'_>, buf: &mut ReadBuf<'_>) -> Poll<io::Result<()>> {
+        if self.preface_left > 0 {
+            let from = PREFACE.len() - self.preface_left;
+            let n = self.preface_left.min(buf.remaining());
+            buf.put_slice(&PREFACE[from..from + n]);
+            self.preface_left -= n;
+            return Poll::Ready(Ok(()));
+        }
+        Pin::new(&mut self.inner).poll_read(cx, buf)
+    }
+}
+
+impl<S: ClientIo> AsyncWrite for Rewound<S> {
+    fn poll_write(mut self: Pin<&mut Self>, cx: &mut Context<'_>, data: &[u8]) -> Poll<io::Result<usize>> {
+        Pin::new(&mut self.inner).poll_write(cx, data)
+    }
+    fn poll_flush(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<io::Result<()>> {
+        Pin::new(&mut self.inner).poll_flush(cx)
+    }
+    fn poll_shutdown(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<io::Result<()>> {
+        Pin::new(&mut self.inner).poll_shutdown(cx)
+    }
+    fn poll_write_vectored(mut self: Pin<&mut Self>, cx: &mut Context<'_>, bufs: &[io::IoSlice<'_>]) -> Poll<io::Result<usize>> {
+        Pin::new(&mut self.inner).poll_write_vectored(cx, bufs)
+    }
+    fn is_write_vectored(&self) -> bool {
+        self.inner.is_write_vectored()
+    }
+}
+
+/// Serves an HTTP/2 client connection to its end; `preface_read` when `read_preface` took it.
+pub async fn serve<S: ClientIo>(client: S, preface_read: bool, peer: SocketAddr, service: Arc<Service>, names: Option<Arc<[String]>>, shutdown: Shutdown) {
     let http = &service.config().http;
     let activity = Arc::new(Activity::default());
     // The framing guard reads HTTP/1.1; HTTP/2's framing is hyper's (h2's) to check. An HTTP/2
     // request always names its authority, so no Host is made from the local address.
-    let svc = super::requests::<S>(&service, peer, None, Verdict::default(), activity.clone());
+    let svc = super::requests::<S>(&service, peer, None, names, Verdict::default(), activity.clone());
     let mut builder = hyper::server::conn::http2::Builder::new(TokioExecutor::new());
     builder
         .timer(TokioTimer::new())
@@ -77,6 +129,7 @@ pub async fn serve<S: ClientIo>(client: S, peer: SocketAddr, service: Arc<Servic
         .max_header_list_size(u32::try_from(http.max_head_size).unwrap_or(u32::MAX))
         .max_pending_accept_reset_streams(MAX_PENDING_RESETS)
         .max_local_error_reset_streams(MAX_LOCAL_RESETS);
+    let client = Rewound { inner: client, preface_left: if preface_read { PREFACE.len() } else { 0 } };
     let conn = builder.serve_connection(TokioIo::new(client), svc);
     tokio::pin!(conn);
     let idle_limit = http.head_timeout;

@@ -1,6 +1,7 @@
 //! Header rules of HTTP mode: a request's `Host` must be unambiguous (RFC 9112 section 3.2),
 //! hop-by-hop headers stop at Fulcrum (RFC 9110 section 7.6.1) but a `Connection` option never
-//! removes a field the request needs, and the forwarded headers tell the server who the client is.
+//! removes a field the request needs, an upgrade to HTTP/2 (`h2c`) never passes, and the
+//! forwarded headers tell the server who the client is.
 
 use std::net::{IpAddr, SocketAddr};
 
@@ -36,6 +37,40 @@ fn valid_host(value: &[u8]) -> bool {
     let Ok(authority) = text.parse::<Authority>() else { return false };
     let port = text.strip_prefix(authority.host()).unwrap_or(text);
     !text.contains('@') && (port.is_empty() || port == ":" || authority.port_u16().is_some())
+}
+
+static HTTP2_SETTINGS: HeaderName = HeaderName::from_static("http2-settings");
+
+/// Whether an `Upgrade` value asks for a protocol Fulcrum passes on: anything but HTTP/2
+/// (`h2c`, or `h2`, which is never reached by Upgrade). An upgrade to HTTP/2 would open a tunnel
+/// to the server past routing and every rule, so it is taken out (RFC 9113 section 3.1 retired
+/// it), and the framing guard goes on reading such a request's connection as HTTP/1.1.
+pub fn asks_upgrade(value: &[u8]) -> bool {
+    value.split(|&b| b == b',').map(|t| t.trim_ascii()).any(|t| !t.is_empty() && !is_http2(t))
+}
+
+fn is_http2(token: &[u8]) -> bool {
+    let name = token.split(|&b| b == b'/').next().unwrap_or_default().trim_ascii();
+    name.eq_ignore_ascii_case(b"h2c") || name.eq_ignore_ascii_case(b"h2")
+}
+
+/// Takes HTTP/2 out of a request's `Upgrade` (with `HTTP2-Settings`, which only goes with it)
+/// and says whether an upgrade is still asked for.
+pub fn take_h2c_upgrade(headers: &mut HeaderMap) -> bool {
+    headers.remove(&HTTP2_SETTINGS);
+    if !headers.contains_key(header::UPGRADE) {
+        return false;
+    }
+    let kept: Vec<&[u8]> = headers.get_all(header::UPGRADE).iter().flat_map(|v| v.as_bytes().split(|&b| b == b',')).map(|t| t.trim_ascii()).filter(|t| !t.is_empty() && !is_http2(t)).collect();
+    let joined = HeaderValue::from_bytes(&kept.join(&b", "[..])).ok().filter(|v| !v.is_empty());
+    headers.remove(header::UPGRADE);
+    match joined {
+        Some(v) => {
+            headers.insert(header::UPGRADE, v);
+            true
+        }
+        None => false,
+    }
 }
 
 /// Fields a `Connection` option may name but never removes: the request needs them (`Host`),
@@ -208,6 +243,29 @@ mod tests {
         strip_hop_by_hop(&mut h, true);
         assert_eq!(h.get(header::UPGRADE).unwrap(), "websocket");
         assert_eq!(h.get(header::CONNECTION).unwrap(), "upgrade");
+    }
+
+    #[test]
+    fn an_upgrade_to_http2_never_passes() {
+        let upgrade = |values: &[&str]| {
+            let mut h = HeaderMap::new();
+            for v in values {
+                h.append(header::UPGRADE, v.parse().unwrap());
+            }
+            h.insert("http2-settings", "AAMAAABkAAQAAP__".parse().unwrap());
+            let asked = take_h2c_upgrade(&mut h);
+            assert!(!h.contains_key("http2-settings"));
+            (asked, h.get(header::UPGRADE).map(|v| v.to_str().unwrap().to_string()))
+        };
+        assert_eq!(upgrade(&["h2c"]), (false, None));
+        assert_eq!(upgrade(&["H2C, h2"]), (false, None));
+        assert_eq!(upgrade(&["websocket"]), (true, Some("websocket".into())));
+        assert_eq!(upgrade(&["h2c, websocket"]), (true, Some("websocket".into())));
+        assert_eq!(upgrade(&["h2c", "foo/2"]), (true, Some("foo/2".into())));
+        assert_eq!(upgrade(&[]), (false, None));
+        assert!(!asks_upgrade(b" h2c ,"));
+        assert!(asks_upgrade(b"h2c, websocket"));
+        assert!(!asks_upgrade(b""));
     }
 
     #[test]

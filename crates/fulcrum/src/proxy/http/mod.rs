@@ -4,16 +4,21 @@
 //! forwarded headers, and answers with a readable error when no server can: 502 (the server
 //! failed), 503 (none usable), 504 (no answer in time).
 //! An `Upgrade` request (WebSocket) goes to one server, and after its 101 the bytes flow both
-//! ways untouched.
+//! ways untouched; an upgrade to HTTP/2 (`h2c`) is taken out of the request, a 101 to a request
+//! that did not ask to upgrade (or to an HTTP/2 client, which has no 101) is a 502 and the
+//! server connection is closed, and a request that asked and got no 101 ends its connection.
 //!
 //! What Fulcrum refuses itself, before any server is contacted, and closes the connection after:
-//! 400 for bad framing (the guard), an ambiguous or missing `Host`, or a request body that is
+//! 400 for bad framing (the guard), an ambiguous or missing `Host`, a target `*` but for OPTIONS,
+//! an HTTP/2 request that cannot go on as HTTP/1.1 (`convert`), or a request body that is
 //! malformed or cut short within the read-ahead; 408 for a read-ahead not in within
-//! `head_timeout`; 501 for CONNECT (Fulcrum does not tunnel).
+//! `head_timeout`; 501 for CONNECT (Fulcrum does not tunnel). With `strict_sni_host`, a request
+//! whose Host is not a name of its TLS certificate gets 421 Misdirected Request.
 
 mod access;
 pub(crate) mod affinity;
 mod body;
+pub(crate) mod convert;
 pub(crate) mod guard;
 mod h2;
 mod headers;
@@ -55,18 +60,28 @@ pub(crate) type ServerH2 = std::sync::Mutex<Option<hyper::client::conn::http2::S
 /// Serves one client connection: as many requests as it sends. hyper runs only while the client
 /// is active (`park`): between bursts the connection is its socket and a few words of state.
 /// A client that chose HTTP/2 by ALPN, or (with `h2c`) opens with its preface, is `h2`'s.
-pub async fn serve<S: ClientIo>(client: S, peer: SocketAddr, service: Arc<Service>, shutdown: Shutdown) {
+pub async fn serve<S: ClientIo>(mut client: S, peer: SocketAddr, service: Arc<Service>, shutdown: Shutdown) {
     let http = &service.config().http;
-    if client.chose_h2() || (http.h2c && h2::preface(&client, http.head_timeout).await) {
-        // Boxed: an HTTP/1.1 connection's task does not carry HTTP/2's state.
-        return Box::pin(h2::serve(client, peer, service, shutdown)).await;
+    // With strict_sni_host: the names every request's host must be among.
+    let names = service.tls.as_ref().and_then(|t| t.strict_names(client.server_name()));
+    let mut first = bytes::BytesMut::new();
+    if client.chose_h2() {
+        return Box::pin(h2::serve(client, false, peer, service, names, shutdown)).await;
+    }
+    if http.h2c {
+        match h2::read_preface(&mut client, http.head_timeout).await {
+            h2::Opening::Preface => return Box::pin(h2::serve(client, true, peer, service, names, shutdown)).await,
+            h2::Opening::Other(read) => first = read,
+            h2::Opening::Gone(why) => return debug!(service = %service.config().name, client = %peer, "closing client: {why}"),
+        }
     }
     let activity = Arc::new(park::Activity::default());
     // The address the client connected to: the listen address, unless that is a wildcard.
     let local = if service.listen.ip().is_unspecified() { client.local_addr() } else { Some(service.listen) };
     let (mut io, verdict) = Guarded::new(client, http.max_head_size, activity.clone());
+    io.read_first(&first);
     let linger = park::LINGER.min(http.head_timeout / 4);
-    let svc = requests::<S>(&service, peer, local, verdict.clone(), activity.clone());
+    let svc = requests::<S>(&service, peer, local, names, verdict.clone(), activity.clone());
     loop {
         // Parked: wait for the client's next bytes with no buffer. `head_timeout` counts from
         // here, and hyper gets what is left of it for the head.
@@ -111,6 +126,7 @@ fn requests<S: ClientIo>(
     service: &Arc<Service>,
     peer: SocketAddr,
     local: Option<SocketAddr>,
+    names: Option<Arc<[String]>>,
     verdict: Verdict,
     activity: Arc<park::Activity>,
 ) -> impl hyper::service::Service<Request<Incoming>, Response = Response<park::Answer>, Error = std::convert::Infallible, Future: Send + 'static> + Clone + Send + 'static {
@@ -124,9 +140,10 @@ fn requests<S: ClientIo>(
         let verdict = verdict.clone();
         let node = node.clone();
         let hsts = hsts.clone();
+        let names = names.clone();
         let answer = park::InFlight::count(&activity);
         async move {
-            let mut response = handle(req, peer, &node, &service, &verdict).await;
+            let mut response = handle(req, peer, &node, names.as_deref(), &service, &verdict).await;
             if let Some(hsts) = hsts {
                 response.headers_mut().entry(header::STRICT_TRANSPORT_SECURITY).or_insert(hsts);
             }
@@ -157,7 +174,14 @@ pub(crate) fn server_builder(http: &crate::config::Http, head_timeout: Duration)
 /// into hyper's slot for HTTP/1.1: a function returning an async block, since an async fn
 /// keeps a second copy of its arguments (the request head among them).
 #[allow(clippy::manual_async_fn)]
-fn handle(mut req: Request<Incoming>, peer: SocketAddr, node: &headers::ClientNode, service: &Arc<Service>, verdict: &Verdict) -> impl Future<Output = Response<ProxyBody>> + Send {
+fn handle(
+    mut req: Request<Incoming>,
+    peer: SocketAddr,
+    node: &headers::ClientNode,
+    names: Option<&[String]>,
+    service: &Arc<Service>,
+    verdict: &Verdict,
+) -> impl Future<Output = Response<ProxyBody>> + Send {
     async move {
         let cfg = service.config();
         let target_len = req.uri().path_and_query().map_or(0, |p| p.as_str().len());
@@ -189,9 +213,26 @@ fn handle(mut req: Request<Incoming>, peer: SocketAddr, node: &headers::ClientNo
         if let Some(why) = headers::host_problem(req.headers(), req.version()) {
             return refuse(&cfg.name, record, StatusCode::BAD_REQUEST, why.into());
         }
-        if req.version() == hyper::Version::HTTP_2 && req.uri().authority().is_none() && !req.headers().contains_key(header::HOST) {
+        let client_version = req.version();
+        if client_version == hyper::Version::HTTP_2 && req.uri().authority().is_none() && !req.headers().contains_key(header::HOST) {
             // RFC 9113 section 8.3.1: an HTTP/1.1 request needs a Host to be made from it.
             return refuse(&cfg.name, record, StatusCode::BAD_REQUEST, "an HTTP/2 request without :authority or Host cannot go on as HTTP/1.1".into());
+        }
+        if let Some(why) = convert::target_problem(req.method(), req.uri()) {
+            return refuse(&cfg.name, record, StatusCode::BAD_REQUEST, why.to_string());
+        }
+        if client_version == hyper::Version::HTTP_2
+            && let Err(why) = convert::h2_fields_to_h1(req.headers_mut())
+        {
+            return refuse(&cfg.name, record, StatusCode::BAD_REQUEST, why.to_string());
+        }
+        if let Some(names) = names
+            && let Some(host) = request_host(&req)
+            && !crate::proxy::tls::covers(names, host)
+        {
+            let why = format!("{host} is not a name of the certificate this connection's handshake chose (strict_sni_host)");
+            warn!(service = %cfg.name, client = %peer, status = 421, "request refused, the client is at fault: {why}");
+            return answer(record, StatusCode::MISDIRECTED_REQUEST, why);
         }
         if cfg.http.redirect_https && !node.is_https() {
             return redirect_https(record, &req);
@@ -199,7 +240,7 @@ fn handle(mut req: Request<Incoming>, peer: SocketAddr, node: &headers::ClientNo
         if target_len > cfg.http.max_uri_length {
             return answer(record, StatusCode::URI_TOO_LONG, format!("the request target is longer than {} bytes", cfg.http.max_uri_length));
         }
-        let upgrade = req.headers().contains_key(header::UPGRADE);
+        let upgrade = headers::take_h2c_upgrade(req.headers_mut());
         let client_upgrade = upgrade.then(|| hyper::upgrade::on(&mut req));
         let (mut parts, incoming) = req.into_parts();
         // The body's front is read before any server is contacted: a short body that is malformed
@@ -248,7 +289,17 @@ fn handle(mut req: Request<Incoming>, peer: SocketAddr, node: &headers::ClientNo
         let steer = affinity::steer(&target.config, req.uri(), req.headers());
         match upstream::send(target, peer, req, steer.steer(), idempotent, upgrade).await {
             Ok(mut a) => {
-                if let (Some(client_side), StatusCode::SWITCHING_PROTOCOLS) = (client_upgrade, a.response.status()) {
+                let switching = a.response.status() == StatusCode::SWITCHING_PROTOCOLS;
+                if switching && (client_upgrade.is_none() || client_version != hyper::Version::HTTP_11) {
+                    // Dropped whole: the server connection, past its 101, is closed, never reused.
+                    let server = a.place.entry().addr;
+                    drop(a);
+                    let why = if client_upgrade.is_none() { "the server switched protocols (101) for a request that did not ask to upgrade" } else { "the server switched protocols (101) for an HTTP/2 client, which has no 101" };
+                    warn!(service = %cfg.name, client = %peer, %server, status = 502, "{why}");
+                    record.server = Some(server);
+                    return answer(record, StatusCode::BAD_GATEWAY, why.into());
+                }
+                if let (Some(client_side), true) = (client_upgrade, switching) {
                     tunnel(client_side, hyper::upgrade::on(&mut a.response), cfg.name.clone(), peer);
                 }
                 let entry = a.place.entry().clone();
@@ -261,8 +312,12 @@ fn handle(mut req: Request<Incoming>, peer: SocketAddr, node: &headers::ClientNo
                 record.response = a.response_time;
                 record.status = a.response.status().as_u16();
                 let (mut rparts, rbody) = a.response.into_parts();
-                let switching = rparts.status == StatusCode::SWITCHING_PROTOCOLS;
                 headers::strip_hop_by_hop(&mut rparts.headers, switching);
+                if upgrade && !switching {
+                    // The guard let the rest of this connection pass unread, ready for the
+                    // upgrade that did not come: nothing more is read from it as HTTP.
+                    rparts.headers.insert(header::CONNECTION, HeaderValue::from_static("close"));
+                }
                 affinity::stamp(&target.config, &steer, &entry.id, &mut rparts.headers);
                 debug!(service = %cfg.name, client = %peer, server = %entry.addr, status = record.status, response = ?record.response, "request forwarded");
                 Response::from_parts(rparts, ProxyBody::Response { body: rbody, lent: a.lent, record: logging.then(|| Box::new(record)), place: Some(a.place), fault })
@@ -378,7 +433,7 @@ fn to_h2(parts: &mut hyper::http::request::Parts, te_trailers: bool) {
 /// `redirect_https`. 308 keeps the method and body, unlike 301.
 fn redirect_https(record: Record, req: &Request<Incoming>) -> Response<ProxyBody> {
     // The host was checked (host_problem): one Host, or the target's authority.
-    let host = req.uri().host().or_else(|| req.headers().get(header::HOST).and_then(|h| h.to_str().ok()).map(without_port));
+    let host = request_host(req);
     let target = req.uri().path_and_query().map_or("/", |p| p.as_str());
     let location = host.and_then(|h| HeaderValue::from_str(&format!("https://{h}{target}")).ok());
     let Some(location) = location else {
@@ -387,6 +442,11 @@ fn redirect_https(record: Record, req: &Request<Incoming>) -> Response<ProxyBody
     let mut r = answer(record, StatusCode::PERMANENT_REDIRECT, format!("moved to {}", location.to_str().unwrap_or("")));
     r.headers_mut().insert(header::LOCATION, location);
     r
+}
+
+/// The host a request names, without its port: its target's authority, or its Host.
+fn request_host(req: &Request<Incoming>) -> Option<&str> {
+    req.uri().host().or_else(|| req.headers().get(header::HOST).and_then(|h| h.to_str().ok()).map(without_port)).filter(|h| !h.is_empty())
 }
 
 /// A Host value without its port: `a.test:8080` is `a.test`, `[::1]:8080` is `[::1]`.

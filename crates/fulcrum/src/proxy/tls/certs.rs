@@ -44,17 +44,24 @@ impl CertInfo {
 /// The CA certificates of the PEM file `ca`: every one must parse and be usable as a root, and
 /// there must be at least one.
 pub fn ca_roots(ca: &str) -> Result<rustls::RootCertStore, TlsError> {
+    ca_file(ca).map(|(roots, _)| roots)
+}
+
+/// `ca_roots`, and the DER of each certificate of the file (what a resumption context is made of).
+pub fn ca_file(ca: &str) -> Result<(rustls::RootCertStore, Vec<CertificateDer<'static>>), TlsError> {
     let fail = |reason: String| TlsError { file: ca.to_string(), reason };
     let mut roots = rustls::RootCertStore::empty();
-    let certs = CertificateDer::pem_file_iter(Path::new(ca)).map_err(|e| fail(format!("cannot read the CA file: {e}")))?;
-    for cert in certs {
-        let cert = cert.map_err(|e| fail(format!("not a PEM certificate: {e}")))?;
-        roots.add(cert).map_err(|e| fail(format!("not a CA certificate: {e}")))?;
+    let certs = CertificateDer::pem_file_iter(Path::new(ca))
+        .map_err(|e| fail(format!("cannot read the CA file: {e}")))?
+        .collect::<Result<Vec<_>, _>>()
+        .map_err(|e| fail(format!("not a PEM certificate: {e}")))?;
+    for cert in &certs {
+        roots.add(cert.clone()).map_err(|e| fail(format!("not a CA certificate: {e}")))?;
     }
     if roots.is_empty() {
         return Err(fail("holds no certificate".into()));
     }
-    Ok(roots)
+    Ok((roots, certs))
 }
 
 /// Loads `cert` (the PEM chain, leaf first) and `key` (PKCS#8, PKCS#1 or SEC1 PEM).

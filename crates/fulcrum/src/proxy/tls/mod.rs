@@ -4,28 +4,36 @@
 //! certificate files), so a reload or SIGHUP that changes a certificate serves new connections
 //! with it while connections in flight keep their sessions; a certificate that does not load
 //! refuses the whole change, and `check` runs the same loading. TLS 1.2 and 1.3 only, rustls's
-//! cipher suites in the server's order (`provider`), session resumption by tickets whose keys
-//! rotate (one ticketer for the process, so tickets outlive reloads), the certificate chosen by
-//! SNI (`sni`), and client certificates verified against `client_ca` when it is set. TLS that
-//! passes through to the servers, routed by the name the client asks for, is `passthrough`'s;
-//! TLS from Fulcrum to the servers (`server_tls`) is `origin`'s.
+//! cipher suites in the server's order (`provider`), the certificate chosen by SNI (`sni`), and
+//! client certificates verified against `client_ca` when it is set.
+//!
+//! Sessions resume only within the context they were issued in (`resumption`: the service, its
+//! certificates and its `client_ca`), and a resumed session on a `client_ca` service is served
+//! only when the client certificate it carries still verifies against the current `client_ca`.
+//! With `strict_sni_host`, HTTP requests must name a host of the certificate the handshake
+//! chose (`names`). TLS that passes through to the servers, routed by the name the client asks
+//! for, is `passthrough`'s; TLS from Fulcrum to the servers (`server_tls`) is `origin`'s.
 
 mod certs;
 pub mod origin;
 pub mod passthrough;
+mod resumption;
 mod sni;
 
+use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering::Relaxed};
-use std::sync::{Arc, OnceLock};
 use std::time::{Duration, SystemTime};
 
-use rustls::ServerConfig;
-use rustls::server::{ProducesTickets, WebPkiClientVerifier};
+use rustls::server::danger::ClientCertVerifier;
+use rustls::server::WebPkiClientVerifier;
+use rustls::{HandshakeKind, ServerConfig};
+use rustls_pki_types::UnixTime;
 use tokio::net::TcpStream;
 use tokio_rustls::TlsAcceptor;
 use tokio_rustls::server::TlsStream;
 
 pub use certs::{CertInfo, unix_to_text};
+pub use sni::covers;
 
 use crate::config::{self, Mode};
 
@@ -45,39 +53,70 @@ pub struct Terminator {
     acceptor: TlsAcceptor,
     pub certs: Vec<CertInfo>,
     handshake_timeout: Duration,
+    /// With `client_ca`: what a resumed session's client certificate is verified against again.
+    client_verifier: Option<Arc<dyn ClientCertVerifier>>,
+    resolver: Arc<sni::Resolver>,
+    strict_sni_host: bool,
+    /// Held for as long as this terminator serves: the context's ticket keys and cache live
+    /// while some generation uses them.
+    _resumption: Arc<resumption::Resumption>,
 }
 
 impl Terminator {
-    /// Loads every certificate and key of `tls` and the client CA, and builds the server config;
-    /// an HTTP service offers `h2` by ALPN when `h2`.
+    /// Loads every certificate and key of `tls` and the client CA of service `name`, and builds
+    /// the server config; an HTTP service offers `h2` by ALPN when `h2`.
     /// Reads files: call it off the runtime's threads.
-    pub fn load(tls: &config::Tls, mode: Mode, h2: bool) -> Result<Terminator, TlsError> {
+    pub fn load(name: &str, tls: &config::Tls, mode: Mode, h2: bool) -> Result<Terminator, TlsError> {
         let provider = Arc::new(provider());
         let now = SystemTime::now();
         let loaded = tls.certificates.iter().map(|c| certs::load(&c.cert, &c.key, &provider, now)).collect::<Result<Vec<_>, _>>()?;
         let infos: Vec<CertInfo> = loaded.iter().map(|l| l.info.clone()).collect();
+        let mut context = resumption::Context::of(name);
+        for cert in loaded.iter().flat_map(|l| l.key.cert.iter()) {
+            context.part(b"certificate", cert.as_ref());
+        }
         let resolver = sni::Resolver::new(loaded.into_iter().map(|l| (l.key, l.info.names)).collect())
             .ok_or_else(|| TlsError { file: "[service.tls]".into(), reason: "no [[service.tls.certificate]]".into() })?;
+        let resolver = Arc::new(resolver);
         let fail = |file: &str, reason: String| TlsError { file: file.into(), reason };
         let builder = ServerConfig::builder_with_provider(provider.clone())
             .with_protocol_versions(&[&rustls::version::TLS13, &rustls::version::TLS12])
             .map_err(|e| fail("[service.tls]", e.to_string()))?;
-        let builder = match &tls.client_ca {
+        let (builder, client_verifier) = match &tls.client_ca {
             Some(ca) => {
-                let roots = certs::ca_roots(ca)?;
+                let (roots, ders) = certs::ca_file(ca)?;
+                for der in &ders {
+                    context.part(b"client_ca", der.as_ref());
+                }
                 let verifier = WebPkiClientVerifier::builder_with_provider(Arc::new(roots), provider.clone()).build().map_err(|e| fail(ca, e.to_string()))?;
-                builder.with_client_cert_verifier(verifier)
+                (builder.with_client_cert_verifier(verifier.clone()), Some(verifier))
             }
-            None => builder.with_no_client_auth(),
+            None => (builder.with_no_client_auth(), None),
         };
-        let mut server = builder.with_cert_resolver(Arc::new(resolver));
+        let mut server = builder.with_cert_resolver(resolver.clone());
         // The server's order of `provider`'s suites, not the client's.
         server.ignore_client_order = true;
-        server.ticketer = ticketer().map_err(|e| fail("[service.tls]", e))?;
+        let resumption = resumption::for_context(context).map_err(|e| fail("[service.tls]", e))?;
+        server.ticketer = resumption.ticketer.clone();
+        server.session_storage = resumption.cache.clone();
         if mode == Mode::Http {
             server.alpn_protocols = if h2 { vec![b"h2".to_vec(), b"http/1.1".to_vec()] } else { vec![b"http/1.1".to_vec()] };
         }
-        Ok(Terminator { acceptor: TlsAcceptor::from(Arc::new(server)), certs: infos, handshake_timeout: tls.handshake_timeout })
+        Ok(Terminator {
+            acceptor: TlsAcceptor::from(Arc::new(server)),
+            certs: infos,
+            handshake_timeout: tls.handshake_timeout,
+            client_verifier,
+            resolver,
+            strict_sni_host: mode == Mode::Http && tls.strict_sni_host(),
+            _resumption: resumption,
+        })
+    }
+
+    /// With `strict_sni_host`: the names of the certificate a client that sent `server_name`
+    /// (SNI) was given, which its requests' hosts must be among.
+    pub fn strict_names(&self, server_name: Option<&str>) -> Option<Arc<[String]>> {
+        self.strict_sni_host.then(|| self.resolver.names_for(server_name))
     }
 
     /// Certificates that expire within `EXPIRY_WARNING` of `now`, with the time left.
@@ -88,6 +127,7 @@ impl Terminator {
     /// Runs a client's handshake within `handshake_timeout`, counting its outcome.
     pub async fn accept(&self, client: TcpStream, counters: &Counters) -> Result<TlsStream<TcpStream>, Failure> {
         let failure = match tokio::time::timeout(self.handshake_timeout, self.acceptor.accept(client)).await {
+            Ok(Ok(stream)) if !self.resumed_certificate_verifies(stream.get_ref().1) => Failure::ClientCertificate,
             Ok(Ok(stream)) => {
                 let version = stream.get_ref().1.protocol_version();
                 let counter = if version == Some(rustls::ProtocolVersion::TLSv1_3) { &counters.tls13 } else { &counters.tls12 };
@@ -99,6 +139,30 @@ impl Terminator {
         };
         counters.failed[failure as usize].fetch_add(1, Relaxed);
         Err(failure)
+    }
+}
+
+impl Terminator {
+    /// A resumed session on a `client_ca` service must carry a client certificate that the
+    /// current `client_ca` verifies now: the session was made under this service's context (its
+    /// ticket keys are the context's own), and this also holds when the certificate expired
+    /// since. A full handshake verifies its certificate itself.
+    fn resumed_certificate_verifies(&self, session: &rustls::ServerConnection) -> bool {
+        let Some(verifier) = &self.client_verifier else { return true };
+        if session.handshake_kind() != Some(HandshakeKind::Resumed) {
+            return true;
+        }
+        let Some((leaf, intermediates)) = session.peer_certificates().and_then(|c| c.split_first()) else {
+            tracing::warn!("TLS: a resumed session without a client certificate on a client_ca service, closed");
+            return false;
+        };
+        match verifier.verify_client_cert(leaf, intermediates, UnixTime::now()) {
+            Ok(_) => true,
+            Err(e) => {
+                tracing::debug!("TLS: a resumed session's client certificate no longer verifies: {e}");
+                false
+            }
+        }
     }
 }
 
@@ -183,11 +247,4 @@ pub struct Counters {
     pub tls13: AtomicU64,
     /// By `Failure as usize`.
     pub failed: [AtomicU64; 4],
-}
-
-/// The process's session ticket keys: rotated by rustls, shared by every service and
-/// generation so that a reload does not end resumption.
-fn ticketer() -> Result<Arc<dyn ProducesTickets>, String> {
-    static TICKETER: OnceLock<Result<Arc<dyn ProducesTickets>, String>> = OnceLock::new();
-    TICKETER.get_or_init(|| rustls::crypto::ring::Ticketer::new().map_err(|e| format!("session tickets: {e}"))).clone()
 }

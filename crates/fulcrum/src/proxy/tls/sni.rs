@@ -11,37 +11,61 @@ use rustls::sign::CertifiedKey;
 
 #[derive(Debug)]
 pub struct Resolver {
-    exact: HashMap<String, Arc<CertifiedKey>>,
+    /// In config order: the first is the default.
+    certs: Vec<(Arc<CertifiedKey>, Arc<[String]>)>,
+    /// Index into `certs` by name.
+    exact: HashMap<String, usize>,
     /// Keyed by the part after `*.`.
-    wildcard: HashMap<String, Arc<CertifiedKey>>,
-    default: Arc<CertifiedKey>,
+    wildcard: HashMap<String, usize>,
 }
 
 impl Resolver {
     /// `certs` in config order, each with its names; the first is the default. A name two
     /// certificates share goes to the first.
     pub fn new(certs: Vec<(Arc<CertifiedKey>, Vec<String>)>) -> Option<Resolver> {
-        let default = certs.first()?.0.clone();
+        if certs.is_empty() {
+            return None;
+        }
         let (mut exact, mut wildcard) = (HashMap::new(), HashMap::new());
-        for (key, names) in certs {
+        for (i, (_, names)) in certs.iter().enumerate() {
             for name in names {
                 match name.strip_prefix("*.") {
-                    Some(parent) => wildcard.entry(parent.to_string()).or_insert_with(|| key.clone()),
-                    None => exact.entry(name).or_insert_with(|| key.clone()),
+                    Some(parent) => wildcard.entry(parent.to_string()).or_insert(i),
+                    None => exact.entry(name.clone()).or_insert(i),
                 };
             }
         }
-        Some(Resolver { exact, wildcard, default })
+        let certs = certs.into_iter().map(|(key, names)| (key, names.into())).collect();
+        Some(Resolver { certs, exact, wildcard })
+    }
+
+    fn index(&self, name: Option<&str>) -> usize {
+        let Some(name) = name else { return 0 };
+        if let Some(&i) = self.exact.get(name) {
+            return i;
+        }
+        name.split_once('.').and_then(|(_, parent)| self.wildcard.get(parent)).copied().unwrap_or(0)
     }
 
     /// The certificate for `name` (already lower case, as rustls gives it).
     pub fn pick(&self, name: Option<&str>) -> &Arc<CertifiedKey> {
-        let Some(name) = name else { return &self.default };
-        if let Some(key) = self.exact.get(name) {
-            return key;
-        }
-        name.split_once('.').and_then(|(_, parent)| self.wildcard.get(parent)).unwrap_or(&self.default)
+        &self.certs[self.index(name)].0
     }
+
+    /// The names of the certificate a client that sent `name` gets.
+    pub fn names_for(&self, name: Option<&str>) -> Arc<[String]> {
+        self.certs[self.index(name)].1.clone()
+    }
+}
+
+/// Whether a certificate of `names` covers `host` (any case, a trailing dot allowed), with the
+/// wildcard rule above.
+pub fn covers(names: &[String], host: &str) -> bool {
+    let host = host.strip_suffix('.').unwrap_or(host).to_ascii_lowercase();
+    names.iter().any(|n| match n.strip_prefix("*.") {
+        Some(parent) => host.split_once('.').is_some_and(|(label, rest)| !label.is_empty() && rest == parent),
+        None => *n == host,
+    })
 }
 
 impl ResolvesServerCert for Resolver {
@@ -91,5 +115,18 @@ mod tests {
         is(Some("unknown.test"), &a);
         is(None, &a);
         assert!(Resolver::new(Vec::new()).is_none());
+        assert_eq!(&*r.names_for(Some("q.c.test")), ["x.b.test".to_string(), "*.c.test".to_string()]);
+        assert_eq!(&*r.names_for(None), ["a.test".to_string()]);
+    }
+
+    #[test]
+    fn a_host_is_covered_by_an_exact_name_or_a_one_label_wildcard() {
+        let names = vec!["a.test".to_string(), "*.b.test".to_string()];
+        for host in ["a.test", "A.Test", "a.test.", "x.b.test"] {
+            assert!(covers(&names, host), "{host}");
+        }
+        for host in ["b.test", "x.y.b.test", ".b.test", "c.test", "a.test.evil", ""] {
+            assert!(!covers(&names, host), "{host}");
+        }
     }
 }
