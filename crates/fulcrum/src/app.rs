@@ -6,8 +6,10 @@
 //! applies the result here, and an API change is written to etcd instead of applied directly.
 //!
 //! `apply` binds every new listen address before it swaps the generation, so a config whose port
-//! is taken is refused whole and the old one keeps running; then it stops the listeners the config
-//! dropped and restarts the health checks over the new generation.
+//! is taken is refused whole and the old one keeps running; the generation is built as a diff of
+//! the running one (`live`); then it stops the listeners the config dropped and hands the health
+//! checks the new generation (`health::Checks`: a server's checks go on with their streak unless
+//! its check changed).
 //!
 //! The admin listener reaches the process only through the [`admin::Control`] it implements.
 
@@ -25,7 +27,7 @@ use tokio_util::sync::CancellationToken;
 use tracing::{error, info, warn};
 
 use crate::config::{self, Config};
-use crate::live::{Generation, Live};
+use crate::live::{self, Generation, Live};
 use crate::shutdown::Shutdown;
 use crate::fleet::Fleet;
 use crate::{admin, health, proxy, stats};
@@ -40,7 +42,8 @@ pub struct App {
     /// The accept loop of each configured listen address: how to stop it, and the address it
     /// bound (the same, unless the config asked for port 0).
     listeners: Mutex<HashMap<SocketAddr, (CancellationToken, SocketAddr)>>,
-    health: Mutex<CancellationToken>,
+    /// The health checks, one task per server identity.
+    checks: health::Checks,
     /// Serialises config changes so two reloads cannot interleave their binds and swaps.
     changing: tokio::sync::Mutex<()>,
     /// Where the admin listener ended up (tests and the demo bind port 0).
@@ -91,7 +94,7 @@ impl App {
             shutdown: shutdown.clone(),
             path,
             listeners: Mutex::default(),
-            health: Mutex::new(CancellationToken::new()),
+            checks: health::Checks::default(),
             changing: tokio::sync::Mutex::new(()),
             admin_addr,
             auth,
@@ -102,7 +105,7 @@ impl App {
         tokio::spawn(record_history(Arc::downgrade(&app)));
         tokio::spawn(resolve::run(Arc::downgrade(&app)));
         let generation = live.current();
-        app.restart_health();
+        app.checks.follow(&generation);
         health::wait_first_round(&generation, first_round + Duration::from_millis(200)).await;
         let mut bound = Vec::new();
         for s in generation.services.iter().filter(|s| s.config().enabled) {
@@ -123,7 +126,8 @@ impl App {
     /// Re-reads the config file and applies it; on any error the running config stays.
     pub async fn reload(&self) -> Result<String, ControlError> {
         let Some(path) = self.path.clone() else { return Err(ControlError::NothingToReload) };
-        let loaded = tokio::task::spawn_blocking(move || config::load(&path)).await?;
+        let running = self.live.current();
+        let loaded = tokio::task::spawn_blocking(move || config::load_against(&path, Some(&running.config))).await?;
         match (loaded, &self.fleet) {
             (Ok(l), None) if l.config.fleet.is_some() => Err(ControlError::JoinsFleet),
             (Ok(l), None) => self.apply(l.config).await,
@@ -141,8 +145,9 @@ impl App {
         let _one_at_a_time = self.changing.lock().await;
         let mut next = self.live.current().config.clone();
         change.apply(&mut next)?;
-        let next = tokio::task::spawn_blocking(move || config::revalidate(&next)).await?.map_err(ControlError::ChangeRefused)?;
-        self.apply_locked(next).await
+        let running = self.live.current();
+        let next = tokio::task::spawn_blocking(move || config::revalidate_against(next, &running.config)).await?.map_err(ControlError::ChangeRefused)?;
+        self.apply_locked(next, live::Refresh::default()).await
     }
 
     /// Writes the running config to its file, keeping the previous file as `FILE.bak`.
@@ -173,11 +178,17 @@ impl App {
 
     /// Applies a validated config: bind new addresses, swap, stop dropped listeners, restart checks.
     pub async fn apply(&self, config: Config) -> Result<String, ControlError> {
-        let _one_at_a_time = self.changing.lock().await;
-        self.apply_locked(config).await
+        self.apply_refreshing(config, live::Refresh::default()).await
     }
 
-    async fn apply_locked(&self, config: Config) -> Result<String, ControlError> {
+    /// `apply`, looking up again the server names and SRV records `refresh` names although the
+    /// config names them as before (their addresses moved in DNS).
+    pub async fn apply_refreshing(&self, config: Config, refresh: live::Refresh) -> Result<String, ControlError> {
+        let _one_at_a_time = self.changing.lock().await;
+        self.apply_locked(config, refresh).await
+    }
+
+    async fn apply_locked(&self, config: Config, refresh: live::Refresh) -> Result<String, ControlError> {
         // A reload may add the first sockmap service; loading is once per process, off the
         // runtime's threads.
         if proxy::sockmap::needs_prepare(&config) {
@@ -209,7 +220,7 @@ impl App {
             }
         }
         let live = self.live.clone();
-        let applied = tokio::task::spawn_blocking(move || live.apply(config)).await??;
+        let applied = tokio::task::spawn_blocking(move || live.apply_refreshing(config, &refresh)).await??;
         for key in &applied.terminated {
             info!(service = %key.service, server = %key.address, "closed the connections of a disabled or removed server (terminate_on_disable)");
         }
@@ -226,10 +237,14 @@ impl App {
                 keep
             });
         }
-        self.restart_health();
         let generation = self.live.current();
+        self.checks.follow(&generation);
         let servers: usize = generation.pools().map(|(_, p)| p.servers().count()).sum();
-        let msg = format!("config applied: {}, {servers} servers, {added} listeners added, {removed} removed", config::services(generation.config.services.len()));
+        let msg = format!(
+            "config applied: {}, {servers} servers, {added} listeners added, {removed} removed; {}",
+            config::services(generation.config.services.len()),
+            applied.diff.describe()
+        );
         info!("{msg}");
         Ok(msg)
     }
@@ -264,21 +279,9 @@ impl App {
         self.listeners.lock().ok()?.get(&listen).map(|(_, local)| *local)
     }
 
-    fn restart_health(&self) {
-        let stop = CancellationToken::new();
-        if let Ok(mut h) = self.health.lock() {
-            h.cancel();
-            *h = stop.clone();
-        }
-        health::spawn(&self.live.current(), &stop);
-    }
-
     /// Serves until SIGTERM or SIGINT (reloading on SIGHUP), then drains.
-    pub async fn run_until_signal(self: Arc<Self>) -> std::io::Result<()> {
-        use tokio::signal::unix::{SignalKind, signal};
-        let mut hup = signal(SignalKind::hangup())?;
-        let mut term = signal(SignalKind::terminate())?;
-        let mut int = signal(SignalKind::interrupt())?;
+    pub async fn run_until_signal(self: Arc<Self>, signals: Signals) -> std::io::Result<()> {
+        let Signals { mut hup, mut term, mut int } = signals;
         loop {
             tokio::select! {
                 _ = hup.recv() => {
@@ -305,14 +308,29 @@ impl App {
         let grace = self.live.current().config.shutdown_grace;
         systemd::stopping();
         info!("shutting down: draining connections for up to {}", humantime::format_duration(grace));
-        if let Ok(h) = self.health.lock() {
-            h.cancel();
-        }
+        self.checks.stop();
         let left = self.shutdown.drain(grace).await;
         if left > 0 {
             warn!("closed {left} connections still open after the grace period");
         }
         info!("stopped");
+    }
+}
+
+/// The signals a running process answers, taken over before it starts: a SIGHUP (a `systemctl
+/// reload`, an operator's `kill -HUP`) that arrives while the listeners are being bound would
+/// otherwise end the process, as its default action does, instead of waiting to be handled.
+pub struct Signals {
+    hup: tokio::signal::unix::Signal,
+    term: tokio::signal::unix::Signal,
+    int: tokio::signal::unix::Signal,
+}
+
+impl Signals {
+    /// Installs the handlers; call on the runtime, before `App::start`.
+    pub fn install() -> std::io::Result<Signals> {
+        use tokio::signal::unix::{SignalKind, signal};
+        Ok(Signals { hup: signal(SignalKind::hangup())?, term: signal(SignalKind::terminate())?, int: signal(SignalKind::interrupt())? })
     }
 }
 

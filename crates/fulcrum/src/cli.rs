@@ -134,10 +134,11 @@ fn run(path: PathBuf) -> anyhow::Result<()> {
     crate::live::budget::raise_descriptor_limit();
     let rt = runtime(loaded.config.workers, loaded.config.reuse_port)?;
     rt.block_on(async move {
+        let signals = crate::app::Signals::install()?;
         let app = App::start(loaded.config, Some(path), Shutdown::new()).await?;
         let services = app.live.current().services.len();
         crate::app::systemd::ready(&format!("serving {services} service{}", if services == 1 { "" } else { "s" }));
-        app.run_until_signal().await?;
+        app.run_until_signal(signals).await?;
         Ok(())
     })
 }

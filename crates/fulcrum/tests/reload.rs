@@ -1,4 +1,5 @@
-//! Reload (SIGHUP), disable with and without terminate_on_disable, and SIGTERM drain.
+//! Reload (SIGHUP), disable with and without terminate_on_disable, SIGTERM drain, and edits
+//! applied as diffs: what an edit does not name keeps its health streak and balancer state.
 
 mod support;
 
@@ -137,4 +138,62 @@ fn sigterm_stops_accepting_and_drains_connections_in_flight() {
     assert_eq!(body_of(&raw).len(), LARGE, "the transfer in flight finishes during the drain");
     let status = f.wait_exit(Duration::from_secs(15)).expect("fulcrum exits after the drain");
     assert!(status.success(), "{status:?}");
+}
+
+/// Two services: `web` (round robin over `servers`, `health` checks) and `other` over `spare`,
+/// whose weight the tests edit; `other` listens on `other_listen`.
+fn two_services(servers: &[std::net::SocketAddr], health: &str, spare: std::net::SocketAddr, other_listen: std::net::SocketAddr) -> String {
+    let web = service_over("round-robin", "mode = \"http\"", health, &servers.iter().map(|a| (*a, "")).collect::<Vec<_>>());
+    format!("{web}\n[[service]]\nname = \"other\"\nlisten = \"{other_listen}\"\n[service.health]\nkind = \"none\"\n[[service.server]]\naddress = \"{spare}\"\n")
+}
+
+fn weight_other(f: &Fulcrum, spare: std::net::SocketAddr, weight: u32) {
+    let (status, answer) = f.api("POST", &format!("/api/services/other/servers/{spare}/weight"), Some(serde_json::json!({ "weight": weight })));
+    assert_eq!(status, 200, "{answer}");
+}
+
+/// `fall = 3`: a server failing its checks goes down at its third failure, though an unrelated
+/// edit came after its second (the edit neither resets its streak nor checks it early).
+#[test]
+fn an_unrelated_edit_keeps_a_failing_servers_streak() {
+    let failing = Backend::start("failing");
+    let (spare, other_listen) = (Backend::start("spare"), format!("127.0.0.1:{}", free_port()).parse().unwrap());
+    let check = "kind = \"tcp\"\ninterval = \"2s\"\ntimeout = \"1s\"\nfall = 3\nrise = 1";
+    let f = Fulcrum::start(&two_services(&[failing.addr], check, spare.addr, other_listen));
+    f.wait_all_up();
+    let server = failing.addr.to_string();
+    drop(failing);
+    let state = || f.server_stats(&server);
+    wait_until("two failed checks", Duration::from_secs(10), || state()["check_streak"] == 2);
+    weight_other(&f, spare.addr, 2);
+    let after = state();
+    assert_eq!((after["check_up"].as_bool(), after["check_streak"].as_u64()), (Some(true), Some(2)), "right after the edit: {after}");
+    wait_until("down at the third failure", Duration::from_secs(4), || state()["check_up"] == false);
+    assert_eq!(f.log().matches("server down").count(), 1, "{}", f.log());
+}
+
+/// Round robin over four servers stays exactly cyclic over 1,000 requests while another
+/// service is edited 50 times: the edits do not rebuild this service's balancer.
+#[test]
+fn round_robin_stays_cyclic_through_unrelated_edits() {
+    let backends: Vec<Backend> = (1..=4).map(|i| Backend::start(&format!("b{i}"))).collect();
+    let (spare, other_listen) = (Backend::start("spare"), format!("127.0.0.1:{}", free_port()).parse().unwrap());
+    let servers: Vec<_> = backends.iter().map(|b| b.addr).collect();
+    let f = Fulcrum::start(&two_services(&servers, "kind = \"none\"", spare.addr, other_listen));
+    let mut names = Vec::new();
+    for i in 0..1000 {
+        if i % 20 == 10 {
+            weight_other(&f, spare.addr, 2 + (i as u32 / 20) % 2);
+        }
+        let (status, body) = http_get(f.listen, "/name");
+        assert_eq!(status, 200, "request {i}: {body}");
+        names.push(body.trim().to_string());
+    }
+    let cycle: Vec<&String> = names.iter().take(4).collect();
+    let distinct: std::collections::BTreeSet<&String> = cycle.iter().copied().collect();
+    assert_eq!(distinct.len(), 4, "{cycle:?}");
+    for (i, name) in names.iter().enumerate() {
+        assert_eq!(name, cycle[i % 4], "request {i} broke the cycle: {:?}", &names[i.saturating_sub(4)..(i + 4).min(names.len())]);
+    }
+    assert!(f.log().matches("config applied").count() >= 50, "{}", f.log());
 }

@@ -4,8 +4,8 @@
 //! moves (a cloud instance replaced, a DNS failover) would keep its old address until the next
 //! reload, so this task asks the system's resolver again on a blocking thread, never on the
 //! traffic's. When any server's first address differs from the one running, the running config
-//! is applied again, which resolves every name anew; server state is kept by configured address,
-//! so counters and health carry over. Names whose lookup fails keep their address (a resolver
+//! is applied again, resolving anew the names that moved (and only those: `live::Refresh`);
+//! server state is kept by configured address, so counters and health carry over. Names whose lookup fails keep their address (a resolver
 //! outage must not take servers away) and are logged once per change of outcome.
 //!
 //! A service's `srv` name is asked again the same way ([`crate::dns`]); a change of the servers
@@ -63,6 +63,7 @@ pub async fn run(app: Weak<App>) {
         .await;
         let Ok((lookups, records)) = asked else { continue };
         let mut moved = Vec::new();
+        let mut refresh = crate::live::Refresh::default();
         for (found, service, name, mut running) in records {
             match found {
                 Ok(mut now) => {
@@ -73,6 +74,7 @@ pub async fn run(app: Weak<App>) {
                     running.sort_by(|a, b| a.address.cmp(&b.address));
                     if now != running {
                         moved.push(format!("{service}: SRV {name} now names {}", now.iter().map(|s| s.address.as_str()).collect::<Vec<_>>().join(", ")));
+                        refresh.srv.insert(service.clone());
                     }
                 }
                 Err(e) => {
@@ -90,6 +92,7 @@ pub async fn run(app: Weak<App>) {
                     }
                     if now != running {
                         moved.push(format!("{address}: {running} -> {now}"));
+                        refresh.addresses.insert(address.clone());
                     }
                 }
                 Err(e) => {
@@ -104,7 +107,7 @@ pub async fn run(app: Weak<App>) {
         }
         moved.dedup();
         info!("server addresses changed in DNS ({}); applying the config again", moved.join("; "));
-        if let Err(e) = app.apply(generation.config.clone()).await {
+        if let Err(e) = app.apply_refreshing(generation.config.clone(), refresh).await {
             warn!("the config with the new addresses was not applied: {e}");
         }
     }

@@ -7,6 +7,7 @@
 
 mod change;
 mod diagnostic;
+mod diff;
 mod error;
 mod network;
 pub mod range;
@@ -17,10 +18,11 @@ use std::path::{Path, PathBuf};
 
 pub use change::{Change, ServerAdmin, ServiceSettings};
 pub use diagnostic::{Diagnostic, Diagnostics};
+pub use diff::{Diff, ServiceDiff, diff};
 pub use error::{AddressError, ChangeError, PortRangeError};
 pub use network::Network;
 pub use schema::*;
-pub use validate::{resolve_address, resolve_server, validate};
+pub use validate::{resolve_address, resolve_server, validate, validate_against};
 
 /// A parsed, validated config and where it came from.
 #[derive(Debug, Clone)]
@@ -31,6 +33,11 @@ pub struct Loaded {
 
 /// Reads, parses and validates a config file.
 pub fn load(path: &Path) -> Result<Loaded, Diagnostics> {
+    load_against(path, None)
+}
+
+/// `load`, for a file that is to replace `running` (a reload): see `parse_against`.
+pub fn load_against(path: &Path, running: Option<&Config>) -> Result<Loaded, Diagnostics> {
     let text = std::fs::read_to_string(path).map_err(|e| {
         Diagnostics::single(Diagnostic {
             file: path.display().to_string(),
@@ -40,7 +47,7 @@ pub fn load(path: &Path) -> Result<Loaded, Diagnostics> {
             hint: Some("check the path and its permissions".into()),
         })
     })?;
-    let config = parse(&text, &path.display().to_string())?;
+    let config = parse_against(&text, &path.display().to_string(), Resolve::Yes, running)?;
     Ok(Loaded { config, path: Some(path.to_path_buf()) })
 }
 
@@ -57,13 +64,19 @@ pub enum Resolve {
 }
 
 pub fn parse_with(text: &str, file: &str, resolve: Resolve) -> Result<Config, Diagnostics> {
+    parse_against(text, file, resolve, None)
+}
+
+/// Parses and validates config text that is to replace `running`: host names the running config
+/// has and certificates it loaded are not looked up again here (`validate_against`).
+pub fn parse_against(text: &str, file: &str, resolve: Resolve, running: Option<&Config>) -> Result<Config, Diagnostics> {
     let config: Config = toml::from_str(text).map_err(|e| {
         let (line, column) = e.span().map(|s| diagnostic::line_col(text, s.start)).unwrap_or((0, 0));
         let message = e.message().to_string();
         let hint = diagnostic::hint_for_parse_error(&message);
         Diagnostics::single(Diagnostic { file: file.into(), line, column, message, hint })
     })?;
-    let problems = validate(&config, text, file, resolve);
+    let problems = validate_against(&config, text, file, resolve, running);
     if problems.is_empty() { Ok(config) } else { Err(problems) }
 }
 
@@ -75,6 +88,17 @@ pub fn revalidate(config: &Config) -> Result<Config, Diagnostics> {
         Diagnostics::single(Diagnostic { file: "running config".into(), line: 0, column: 0, message: format!("cannot write the config as TOML: {e}"), hint: Some("a number is larger than TOML can hold; see the ranges in the config reference".into()) })
     })?;
     parse(&text, "running config")
+}
+
+/// Validates a config built in memory by a change to `running` (an API edit), as a file would
+/// be but without writing it as TOML and reading it back, which costs more than the rest of an
+/// edit together in a config of thousands of servers: the ranges that validation checks keep
+/// every number within what TOML holds, so `save` writes what runs. Its messages name the key
+/// (no line: there is no file); what `running` has already is not looked up again
+/// (`parse_against`).
+pub fn revalidate_against(config: Config, running: &Config) -> Result<Config, Diagnostics> {
+    let problems = validate_against(&config, "", "running config", Resolve::Yes, Some(running));
+    if problems.is_empty() { Ok(config) } else { Err(problems) }
 }
 
 /// The config as TOML, as `save` writes it.

@@ -62,11 +62,37 @@ struct Report<'t> {
     locator: Locator<'t>,
     out: Vec<Diagnostic>,
     resolve: Resolve,
+    /// The running config, when this one is to replace it: what it has already (a server
+    /// address resolved, a service's certificates loaded) is not looked up again here; the
+    /// generation's build checks what changed (`live::build`).
+    /// The services of the running config, by name.
+    running: HashMap<&'t str, &'t Service>,
+    /// Every server address of the running config.
+    known: std::collections::HashSet<&'t str>,
+}
+
+impl Report<'_> {
+    /// Whether the running config has a server at `address` already.
+    fn resolved_already(&self, address: &str) -> bool {
+        self.known.contains(address)
+    }
+
+    /// Whether the running config's service of that name terminates TLS exactly so.
+    fn tls_loaded_already(&self, service: &Service) -> bool {
+        self.running.get(service.name.as_str()).is_some_and(|s| s.tls == service.tls && s.mode == service.mode && s.http.http2 == service.http.http2)
+    }
 }
 
 impl Report<'_> {
     fn error(&mut self, path: &[Seg<'_>], message: String, hint: &str) {
-        let (line, column) = self.locator.locate(path);
+        // A config built in memory (an API edit) has no text to point into: the key's path says
+        // where instead, e.g. `service[2].server[0].weight: ...`.
+        let (line, column, message) = if self.locator.text.is_empty() {
+            (0, 0, format!("{}: {message}", key_path(path)))
+        } else {
+            let (line, column) = self.locator.locate(path);
+            (line, column, message)
+        };
         self.out.push(Diagnostic {
             file: self.file.into(),
             line,
@@ -82,6 +108,22 @@ impl Report<'_> {
             self.error(path, format!("{key} = {} is out of range: use {range}", value.shown()), range.why);
         }
     }
+}
+
+/// `a.b[0].c` for a path.
+fn key_path(path: &[Seg<'_>]) -> String {
+    let mut out = String::new();
+    for seg in path {
+        match seg {
+            Seg::Key(k) if out.is_empty() => out.push_str(k),
+            Seg::Key(k) => {
+                out.push('.');
+                out.push_str(k);
+            }
+            Seg::Index(i) => out.push_str(&format!("[{i}]")),
+        }
+    }
+    out
 }
 
 /// `[fleet]`: where etcd is, and what this instance keeps for itself. The services come from etcd,
@@ -150,7 +192,15 @@ fn plain_name(name: &str) -> bool {
 
 /// Every problem in `config` beyond its types; `text` is the file it was parsed from.
 pub fn validate(config: &Config, text: &str, file: &str, resolve: Resolve) -> Diagnostics {
-    let mut report = Report { file, locator: Locator::new(text), out: Vec::new(), resolve };
+    validate_against(config, text, file, resolve, None)
+}
+
+/// `validate`, for a config that replaces `running`: see `Report::running`.
+pub fn validate_against(config: &Config, text: &str, file: &str, resolve: Resolve, running: Option<&Config>) -> Diagnostics {
+    let services = running.iter().flat_map(|r| &r.services);
+    let known = services.clone().flat_map(|s| s.servers.iter().chain(s.pools.iter().flat_map(|p| &p.servers))).map(|s| s.address.as_str()).collect();
+    let running = services.map(|s| (s.name.as_str(), s)).collect();
+    let mut report = Report { file, locator: Locator::new(text), out: Vec::new(), resolve, running, known };
     if let Some(admin) = &config.admin {
         match admin.listen.parse::<SocketAddr>() {
             Err(_) => report.error(
@@ -295,7 +345,8 @@ fn validate_service(service: &Service, prefix: &[Seg<'_>], report: &mut Report<'
     }
     for (j, server) in service.servers.iter().enumerate() {
         let sat = |key| path(prefix, &[Seg::Key("server"), Seg::Index(j), Seg::Key(key)]);
-        let checked = if report.resolve == Resolve::Yes { resolve_server(server).map(|_| ()) } else { split_host_port(&server.address).map(|_| ()) };
+        let lookup = report.resolve == Resolve::Yes && !report.resolved_already(&server.address);
+        let checked = if lookup { resolve_server(server).map(|_| ()) } else { split_host_port(&server.address).map(|_| ()) };
         if let Err(e) = checked {
             report.error(&sat("address"), e.to_string(), "write host:port or ip:port of a reachable real server");
         }
@@ -407,6 +458,9 @@ fn validate_tls(service: &Service, tls: &Tls, prefix: &[Seg<'_>], report: &mut R
             "strict_sni_host compares a request's Host with the certificate: it is for mode = \"http\"".into(),
             "remove strict_sni_host: in TCP mode Fulcrum reads no Host",
         );
+    }
+    if report.tls_loaded_already(service) {
+        return;
     }
     if let Err(e) = crate::proxy::tls::Terminator::load(&service.name, tls, service.mode, service.http.http2) {
         let culprit = tls.certificates.iter().position(|c| c.cert == e.file || c.key == e.file);

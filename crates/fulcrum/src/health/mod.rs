@@ -12,7 +12,7 @@ mod scheduler;
 mod tcp;
 
 pub use error::CheckError;
-pub use scheduler::{spawn, wait_first_round};
+pub use scheduler::{Checks, wait_first_round};
 
 use std::net::SocketAddr;
 
@@ -51,6 +51,11 @@ impl RiseFall {
 
     pub fn is_up(&self) -> bool {
         self.up
+    }
+
+    /// Samples in a row that disagree with the current state (failures of an up server).
+    pub fn streak(&self) -> u32 {
+        self.streak
     }
 
     /// Records one sample; returns the new state when it changed (or on the first sample).

@@ -1,22 +1,137 @@
-//! One check task per server of a generation. A reload cancels the old generation's tasks and
-//! starts the new one's; state lives in `ServerState`, so the hand-over loses nothing.
+//! One check task per server identity (service or pool, configured address), owned by
+//! [`Checks`] and outliving generations: a reload or an edit hands each task the new
+//! generation's view of its server, and the task goes on with its rise/fall streak, its last
+//! result and its schedule. Only a server whose check settings changed (the pool's `[health]`,
+//! its address, PROXY header, TLS or protocol) starts its checks again; a removed server's stop.
+//! So an operator's unrelated edit can neither keep a failing server in rotation nor check a
+//! server sooner than its interval.
 
-use std::sync::Arc;
+use std::collections::HashMap;
+use std::net::SocketAddr;
+use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
+use tokio::sync::watch;
 use tokio_util::sync::CancellationToken;
 use tracing::{info, warn};
 
 use super::{CheckError, RiseFall};
 use super::http::{HttpCheck, Target};
-use crate::config::{Health, HealthKind};
+use crate::config::{Health, HealthKind, Mode, ProxyProtocol, ServerProtocol, ServerTls};
 use crate::live::{Generation, Pool, ServerEntry};
 
-/// Starts the checks of every server in `generation`; they stop when `stop` fires.
-pub fn spawn(generation: &Generation, stop: &CancellationToken) {
-    for (_, pool) in generation.pools() {
-        for entry in pool.servers() {
-            tokio::spawn(run(pool.clone(), entry.clone(), stop.clone()));
+/// What a server's check is, apart from the generation it runs in: when any of it changes, the
+/// check starts again (with the server's health as it stood).
+#[derive(Debug, Clone, PartialEq)]
+struct Spec {
+    health: Health,
+    addr: SocketAddr,
+    proxy_protocol: Option<ProxyProtocol>,
+    server_tls: Option<ServerTls>,
+    sni: Option<String>,
+    protocol: ServerProtocol,
+    mode: Mode,
+}
+
+impl Spec {
+    fn of(pool: &Pool, entry: &ServerEntry) -> Spec {
+        let configured = pool.config.servers.iter().find(|s| s.address == entry.state.key.address);
+        Spec {
+            health: pool.config.health.clone(),
+            addr: entry.addr,
+            proxy_protocol: entry.proxy_protocol,
+            server_tls: pool.config.server_tls.clone(),
+            sni: configured.and_then(|s| s.sni.clone()),
+            protocol: pool.config.protocol,
+            mode: pool.config.mode,
+        }
+    }
+}
+
+/// The server as the newest generation has it.
+type View = (Arc<Pool>, Arc<ServerEntry>);
+
+struct Running {
+    spec: Spec,
+    view: watch::Sender<View>,
+    stop: CancellationToken,
+}
+
+impl Running {
+    fn start(spec: Spec, view: View) -> Running {
+        let (tx, rx) = watch::channel(view);
+        let stop = CancellationToken::new();
+        tokio::spawn(run(rx, stop.clone()));
+        Running { spec, view: tx, stop }
+    }
+}
+
+/// The checks of one pool's servers, by configured address, and the pool they last saw.
+struct PoolChecks {
+    pool: Arc<Pool>,
+    servers: HashMap<String, Running>,
+}
+
+/// The running check tasks, by pool name and server address.
+#[derive(Default)]
+pub struct Checks {
+    pools: Mutex<HashMap<String, PoolChecks>>,
+}
+
+impl Checks {
+    /// Makes the running checks those of `generation`: a pool it kept whole is not looked at; in
+    /// another, a server with the same check goes on (told of its new view), one whose check
+    /// changed starts again, a new one starts, and one it no longer has stops.
+    pub fn follow(&self, generation: &Generation) {
+        let Ok(mut pools) = self.pools.lock() else { return };
+        let mut next = HashMap::with_capacity(pools.len());
+        for (_, pool) in generation.pools() {
+            let name = pool.config.name.clone();
+            let old = match pools.remove(&name) {
+                Some(kept) if Arc::ptr_eq(&kept.pool, pool) => {
+                    next.insert(name, kept);
+                    continue;
+                }
+                other => other,
+            };
+            let mut before = old.map(|o| o.servers).unwrap_or_default();
+            let mut servers = HashMap::with_capacity(before.len());
+            for entry in pool.servers() {
+                let address = entry.state.key.address.clone();
+                let spec = Spec::of(pool, entry);
+                let view = (pool.clone(), entry.clone());
+                let running = match before.remove(&address) {
+                    Some(r) if r.spec == spec && !r.stop.is_cancelled() && Arc::ptr_eq(&r.view.borrow().1.state, &entry.state) => {
+                        // Ignored if the task is gone (only when it was stopped).
+                        let _ = r.view.send(view);
+                        r
+                    }
+                    other => {
+                        if let Some(old) = other {
+                            old.stop.cancel();
+                        }
+                        Running::start(spec, view)
+                    }
+                };
+                servers.insert(address, running);
+            }
+            for r in before.values() {
+                r.stop.cancel();
+            }
+            next.insert(name, PoolChecks { pool: pool.clone(), servers });
+        }
+        for old in pools.values() {
+            old.servers.values().for_each(|r| r.stop.cancel());
+        }
+        *pools = next;
+    }
+
+    /// Stops every check (the process is shutting down).
+    pub fn stop(&self) {
+        if let Ok(mut pools) = self.pools.lock() {
+            for (_, p) in pools.drain() {
+                p.servers.values().for_each(|r| r.stop.cancel());
+            }
         }
     }
 }
@@ -38,15 +153,21 @@ pub async fn wait_first_round(generation: &Generation, limit: Duration) {
     }
 }
 
-async fn run(pool: Arc<Pool>, entry: Arc<ServerEntry>, stop: CancellationToken) {
+/// One server's checks, each round against the newest view of it, until `stop`.
+async fn run(mut view: watch::Receiver<View>, stop: CancellationToken) {
+    let (pool, entry) = view.borrow_and_update().clone();
     let cfg: &Health = &pool.config.health;
-    let state = &entry.state;
-    let name = &pool.config.name;
-    let address = &state.key.address;
-    let mut machine = RiseFall::new(cfg.rise, cfg.fall, state.health_up(), state.checked());
+    let mut machine = RiseFall::new(cfg.rise, cfg.fall, entry.state.health_up(), entry.state.checked());
     let mut http = HttpCheck::default();
-    let target = Target { server: &entry, tls: pool.server_tls.as_deref(), h2: !pool.config.protocol.is_http1() };
     loop {
+        // The newest generation's pool and entry: the same check (`Spec`), its TLS client and
+        // name as that generation has them.
+        let (pool, entry) = view.borrow_and_update().clone();
+        let cfg: &Health = &pool.config.health;
+        let state = &entry.state;
+        let name = &pool.config.name;
+        let address = &state.key.address;
+        let target = Target { server: &entry, tls: pool.server_tls.as_deref(), h2: !pool.config.protocol.is_http1() };
         let started = Instant::now();
         let result = match cfg.kind {
             // No active check: a passive hold ends after one interval.
@@ -62,7 +183,9 @@ async fn run(pool: Arc<Pool>, entry: Arc<ServerEntry>, stop: CancellationToken) 
                 Err(t) => format!("fail: {t}"),
             };
             state.set_last_check(text, started.elapsed());
-            if let Some(up) = machine.record(ok) {
+            let changed = machine.record(ok);
+            state.set_check_streak(machine.streak());
+            if let Some(up) = changed {
                 state.set_health(up);
                 match &result {
                     Ok(t) => info!(service = %name, server = %address, "server up: {t}"),
@@ -108,13 +231,20 @@ mod tests {
         l.local_addr().unwrap().to_string()
     }
 
+    /// Runs `entry`'s checks as `Checks` would.
+    fn start(pool: Arc<Pool>, entry: Arc<ServerEntry>) -> CancellationToken {
+        let stop = CancellationToken::new();
+        let (_tx, rx) = watch::channel((pool, entry));
+        tokio::spawn(run(rx, stop.clone()));
+        stop
+    }
+
     #[tokio::test(start_paused = true)]
     async fn an_up_server_goes_down_after_fall_failed_checks_one_interval_apart() {
         let (pool, entry) = one_server("kind = \"tcp\"\ninterval = \"10s\"\ntimeout = \"1s\"\nfall = 3\nrise = 2", &closed_port());
         entry.state.set_last_check("pass".into(), Duration::ZERO);
         entry.state.set_health(true);
-        let stop = CancellationToken::new();
-        tokio::spawn(run(pool, entry.clone(), stop.clone()));
+        let stop = start(pool, entry.clone());
         // Failures at about 0 s, 10 s and 20 s: still up after two, down after the third.
         tokio::time::sleep(Duration::from_secs(15)).await;
         assert!(entry.state.health_up(), "down after two failures: {}", entry.state.last_check());
@@ -126,8 +256,7 @@ mod tests {
     #[tokio::test(start_paused = true)]
     async fn without_a_check_a_passive_hold_ends_after_one_interval() {
         let (pool, entry) = one_server("kind = \"none\"\ninterval = \"60s\"", "127.0.0.1:9");
-        let stop = CancellationToken::new();
-        tokio::spawn(run(pool, entry.clone(), stop.clone()));
+        let stop = start(pool, entry.clone());
         tokio::time::sleep(Duration::from_secs(1)).await;
         assert!(entry.state.record_connect_failure(1), "one failure reaches failure_limit = 1");
         tokio::time::sleep(Duration::from_secs(30)).await;

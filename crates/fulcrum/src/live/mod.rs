@@ -1,10 +1,15 @@
 //! Live state: the immutable [`Generation`] behind one `ArcSwap`, and the registry of server state
 //! that outlives generations.
 //!
-//! A config (at start, on SIGHUP or from the API) becomes a new generation: servers are resolved,
-//! their state is looked up by stable key (service name, configured address) so counters and health
-//! carry over, and the new generation is swapped in whole. Connections in flight keep the `Arc` of
-//! the generation they started in. A config that fails is refused and the old generation stays.
+//! A config (at start, on SIGHUP or from the API) becomes a new generation, built as a diff of
+//! the running one (`config::diff`): a service whose config is the same, whose certificate files
+//! did not change and whose servers' names did not move in DNS is the running one, untouched; in
+//! a changed service, a routed pool whose settings are the same is kept whole, so a balancer keeps
+//! its cursor and tables; the certificates of a changed service are read again only when their
+//! files changed; and a server keeps its resolved address unless its address is new. Server state
+//! is looked up by stable key (service name, configured address), so counters and health carry
+//! over, and the new generation is swapped in whole. Connections in flight keep the `Arc` of the
+//! generation they started in. A config that fails is refused and the old generation stays.
 
 pub mod budget;
 mod pool;
@@ -74,6 +79,18 @@ struct Registry {
 pub struct Applied {
     /// Servers that left or were disabled and whose connections were closed.
     pub terminated: Vec<ServerKey>,
+    /// What the config changed.
+    pub diff: config::Diff,
+}
+
+/// What an apply must look up again although the config names it the same way: server host
+/// names whose address moved in DNS, and services whose SRV records changed (`app::resolve`).
+#[derive(Debug, Default, Clone)]
+pub struct Refresh {
+    /// Configured server addresses (host names) to resolve again.
+    pub addresses: std::collections::HashSet<String>,
+    /// Services whose `srv` name to ask again.
+    pub srv: std::collections::HashSet<String>,
 }
 
 /// Why a config could not become a generation; the running generation stays.
@@ -104,7 +121,7 @@ impl Live {
     pub fn new(config: Config) -> Result<Self, BuildError> {
         let mut registry = Registry::default();
         let budget = Budget::new(0);
-        let generation = build(config, &mut registry, &budget, None)?;
+        let generation = build(config, &mut registry, &budget, None, &Refresh::default())?;
         budget.set_max(generation.maxconn());
         Ok(Live { current: ArcSwap::from_pointee(generation), registry: Mutex::new(registry), budget })
     }
@@ -123,12 +140,23 @@ impl Live {
     /// Servers that are disabled or removed by this config close their connections when their
     /// service has `terminate_on_disable`; otherwise those connections finish on their own.
     pub fn apply(&self, config: Config) -> Result<Applied, BuildError> {
+        self.apply_refreshing(config, &Refresh::default())
+    }
+
+    /// `apply`, looking up again what `refresh` names.
+    pub fn apply_refreshing(&self, config: Config, refresh: &Refresh) -> Result<Applied, BuildError> {
         let mut registry = self.registry.lock().map_err(|_| BuildError::Poisoned)?;
         let old = self.current();
-        let new = build(config, &mut registry, &self.budget, Some(&old))?;
-        let mut applied = Applied::default();
+        let diff = config::diff(&old.config, &config);
+        let new = build(config, &mut registry, &self.budget, Some(&old), refresh)?;
+        let mut applied = Applied { diff, ..Applied::default() };
+        let next_pools: HashMap<&str, &Arc<Pool>> = new.pools().map(|(_, p)| (p.config.name.as_str(), p)).collect();
         for (_, pool) in old.pools() {
-            let next = new.pool(&pool.config.name);
+            let next = next_pools.get(pool.config.name.as_str()).copied();
+            if next.is_some_and(|n| Arc::ptr_eq(n, pool)) {
+                // Kept whole: its servers and their state are the same.
+                continue;
+            }
             let terminate = next.map(|s| s.config.terminate_on_disable).unwrap_or(pool.config.terminate_on_disable);
             for entry in pool.servers() {
                 let kept = next.and_then(|s| s.servers().find(|e| Arc::ptr_eq(&e.state, &entry.state)));
@@ -142,8 +170,7 @@ impl Live {
                 }
             }
         }
-        let live: Vec<&str> = new.pools().map(|(_, p)| p.config.name.as_str()).collect();
-        registry.services.retain(|name, _| live.contains(&name.as_str()));
+        registry.services.retain(|name, _| next_pools.contains_key(name.as_str()));
         self.budget.set_max(new.maxconn());
         self.current.store(Arc::new(new));
         Ok(applied)
@@ -158,24 +185,51 @@ impl Live {
     }
 }
 
-/// Builds a generation; `previous`, the running one, lends a service the servers its SRV records
-/// gave when they cannot be asked now (a nameserver outage must not fail a reload or empty a pool).
-fn build(config: Config, registry: &mut Registry, budget: &Arc<Budget>, previous: Option<&Generation>) -> Result<Generation, BuildError> {
+/// Builds a generation as a diff of `previous`, the running one (see the module doc); `previous`
+/// also lends a service the servers its SRV records gave when they cannot be asked now (a
+/// nameserver outage must not fail a reload or empty a pool).
+fn build(config: Config, registry: &mut Registry, budget: &Arc<Budget>, previous: Option<&Generation>, refresh: &Refresh) -> Result<Generation, BuildError> {
+    let by_name: HashMap<&str, &Arc<Service>> = previous.iter().flat_map(|g| &g.services).map(|s| (s.config().name.as_str(), s)).collect();
     let services = config
         .services
         .iter()
         .map(|sc| {
+            let running = by_name.get(sc.name.as_str()).copied();
+            if let Some(running) = running
+                && unchanged(running, sc, refresh)
+            {
+                return Ok(running.clone());
+            }
             let listen: SocketAddr = sc.listen.parse().map_err(|_| BuildError::ListenAddress { service: sc.name.clone(), listen: sc.listen.clone() })?;
-            let pools = sc.pools.iter().map(|p| build_pool(&sc.pool_settings(p), &[], registry, previous.is_some()).map(Arc::new)).collect::<Result<_, _>>()?;
-            // Reads the certificate files: `build` runs on a blocking thread.
-            let tls = sc.tls.as_ref().map(|t| crate::proxy::tls::Terminator::load(&sc.name, t, sc.mode, sc.http.http2).map(Arc::new)).transpose().map_err(|cause| BuildError::Tls { service: sc.name.clone(), cause })?;
-            if let Some(t) = &tls {
+            let pools = sc
+                .pools
+                .iter()
+                .map(|p| {
+                    let settings = sc.pool_settings(p);
+                    let old = running.and_then(|r| r.routed(&p.name));
+                    match old {
+                        Some(old) if old.config == settings && !names_moved(old, refresh) => Ok(old.clone()),
+                        _ => build_pool(&settings, &[], registry, previous.is_some(), old.map(|o| &**o), refresh).map(Arc::new),
+                    }
+                })
+                .collect::<Result<_, _>>()?;
+            // Reads the certificate files (when they changed): `build` runs on a blocking thread.
+            let same_tls = running.and_then(|r| r.tls.as_ref().filter(|t| r.config().tls == sc.tls && r.config().mode == sc.mode && r.config().http.http2 == sc.http.http2 && t.unchanged_on_disk()));
+            let tls = match (same_tls, &sc.tls) {
+                (Some(t), _) => Some(t.clone()),
+                (None, Some(t)) => Some(crate::proxy::tls::Terminator::load(&sc.name, t, sc.mode, sc.http.http2).map(Arc::new).map_err(|cause| BuildError::Tls { service: sc.name.clone(), cause })?),
+                (None, None) => None,
+            };
+            if let Some(t) = tls.as_ref().filter(|_| same_tls.is_none()) {
                 for (cert, left) in t.expiring(std::time::SystemTime::now()) {
                     tracing::warn!(service = %sc.name, file = %cert.file, "TLS certificate expires in {} (at {})", humantime::format_duration(std::time::Duration::from_secs(left.as_secs() / 3600 * 3600)), crate::proxy::tls::unix_to_text(cert.not_after));
                 }
             }
-            // Servers from DNS SRV records join the service's own (`dns` asks them on a thread of its own).
+            // Servers from DNS SRV records join the service's own (`dns` asks them on a thread of
+            // its own), asked again only when the name is new or `refresh` says its records moved.
+            let kept_srv = running.filter(|r| r.config().srv == sc.srv && !refresh.srv.contains(&sc.name));
             let found = match &sc.srv {
+                Some(_) if kept_srv.is_some() => kept_srv.map(|r| r.from_srv()).unwrap_or_default(),
                 Some(name) => match crate::dns::srv(name, config.dns.as_ref()) {
                     Ok(found) => found,
                     Err(cause) => match previous.and_then(|g| g.services.iter().find(|s| s.config().name == sc.name && s.config().srv.as_ref() == Some(name))) {
@@ -188,15 +242,32 @@ fn build(config: Config, registry: &mut Registry, budget: &Arc<Budget>, previous
                 },
                 None => Vec::new(),
             };
-            Ok(Arc::new(Service { listen, pool: Arc::new(build_pool(sc, &found, registry, previous.is_some())?), pools, tls }))
+            let pool = build_pool(sc, &found, registry, previous.is_some(), running.map(|r| &*r.pool), refresh)?;
+            Ok(Arc::new(Service { listen, pool: Arc::new(pool), pools, tls }))
         })
         .collect::<Result<_, BuildError>>()?;
     Ok(Generation { config, services, budget: budget.clone() })
 }
 
+/// Whether the running service serves `sc` as it is: the same config, certificate files that did
+/// not change, and no server name or SRV record to look up again.
+fn unchanged(running: &Service, sc: &config::Service, refresh: &Refresh) -> bool {
+    running.config() == sc
+        && !refresh.srv.contains(&sc.name)
+        && running.tls.as_ref().is_none_or(|t| t.unchanged_on_disk())
+        && std::iter::once(&running.pool).chain(&running.pools).all(|p| !names_moved(p, refresh))
+}
+
+/// Whether `refresh` names a server of `pool` to resolve again.
+fn names_moved(pool: &Pool, refresh: &Refresh) -> bool {
+    !refresh.addresses.is_empty() && pool.servers().any(|e| refresh.addresses.contains(&e.state.key.address))
+}
+
 /// A pool from `sc` (a service, or a routed pool's `pool_settings`), its servers' state found or
 /// made by stable key. `running`: the process serves already, so a server new to it slow-starts.
-fn build_pool(sc: &config::Service, found: &[crate::dns::SrvServer], registry: &mut Registry, running: bool) -> Result<Pool, BuildError> {
+/// `old`, the running pool of that name: a server it has keeps its resolved address, unless
+/// `refresh` names it.
+fn build_pool(sc: &config::Service, found: &[crate::dns::SrvServer], registry: &mut Registry, running: bool, old: Option<&Pool>, refresh: &Refresh) -> Result<Pool, BuildError> {
     let shared = registry.services.entry(sc.name.clone()).or_default().clone();
     let events = shared.events.clone();
     let checked = sc.health.kind != HealthKind::None;
@@ -206,7 +277,14 @@ fn build_pool(sc: &config::Service, found: &[crate::dns::SrvServer], registry: &
         let server = config::Server { address: f.address.clone(), weight: f.weight, backup: f.backup, enabled: true, drain: false, maxconn: 0, id: None, proxy_protocol: None, sni: None };
         (server, Ok(f.addr))
     });
-    let configured = sc.servers.iter().map(|s| (s.clone(), config::resolve_server(s)));
+    let resolved = |s: &config::Server| {
+        let known = old.filter(|_| !refresh.addresses.contains(&s.address)).and_then(|o| o.servers().find(|e| e.state.key.address == s.address));
+        match known {
+            Some(e) => Ok(e.addr),
+            None => config::resolve_server(s),
+        }
+    };
+    let configured = sc.servers.iter().map(|s| (s.clone(), resolved(s)));
     for (server, addr) in configured.chain(from_srv) {
         let server = &server;
         let addr = addr.map_err(|cause| BuildError::Server { service: sc.name.clone(), cause })?;
@@ -255,6 +333,36 @@ mod tests {
     }
 
     #[test]
+    fn an_edit_rebuilds_only_what_it_names() {
+        let text = "[[service]]\nname = \"a\"\nlisten = \"127.0.0.1:1000\"\nmode = \"http\"\n[[service.server]]\naddress = \"127.0.0.1:1001\"\n\
+                    [[service.pool]]\nname = \"api\"\n[[service.pool.server]]\naddress = \"127.0.0.1:1002\"\n\
+                    [[service.pool]]\nname = \"img\"\n[[service.pool.server]]\naddress = \"127.0.0.1:1003\"\n\
+                    [[service.route]]\npool = \"api\"\npath_prefix = [\"/api\"]\n\
+                    [[service]]\nname = \"b\"\nlisten = \"127.0.0.1:2000\"\n[[service.server]]\naddress = \"127.0.0.1:2001\"\n";
+        let rt = Live::new(config::parse(text, "t.toml").unwrap()).unwrap();
+        let before = rt.current();
+        // The api pool's server gets another weight: service a is rebuilt around img, which is
+        // kept whole, and b is the running service itself.
+        let edited = text.replace("address = \"127.0.0.1:1002\"\n", "address = \"127.0.0.1:1002\"\nweight = 5\n");
+        let applied = rt.apply(config::parse(&edited, "t.toml").unwrap()).unwrap();
+        assert_eq!(applied.diff.describe(), "1 service changed (a)");
+        let after = rt.current();
+        assert!(Arc::ptr_eq(&before.services[1], &after.services[1]), "b untouched");
+        let (a0, a1) = (&before.services[0], &after.services[0]);
+        assert!(!Arc::ptr_eq(a0, a1));
+        assert!(Arc::ptr_eq(a0.routed("img").unwrap(), a1.routed("img").unwrap()), "img kept whole");
+        assert!(!Arc::ptr_eq(a0.routed("api").unwrap(), a1.routed("api").unwrap()), "api rebuilt");
+        assert_eq!(a1.routed("api").unwrap().servers().next().unwrap().state.weight(), 5);
+        // The same server's state carries over into the rebuilt pool.
+        let state = |g: &Generation| g.pool("a/api").unwrap().servers().next().unwrap().state.clone();
+        assert!(Arc::ptr_eq(&state(&before), &state(&after)));
+        // Applying the same config again changes nothing at all.
+        let again = rt.apply(config::parse(&edited, "t.toml").unwrap()).unwrap();
+        assert!(again.diff.is_empty());
+        assert!(Arc::ptr_eq(&after.services[0], &rt.current().services[0]));
+    }
+
+    #[test]
     fn a_health_flip_reaches_the_live_generations_balancer_and_moves_no_other_keys() {
         let rt = Live::new(config("source-hash")).unwrap();
         (1001..=1004).for_each(|port| set_up(&rt, port, true));
@@ -281,7 +389,10 @@ mod tests {
         let hub = rt.registry.lock().unwrap().services["web"].events.clone();
         assert_eq!(hub.len(), 2, "primary and backup");
         let held = rt.current();
-        rt.apply(config("static-rr")).unwrap();
+        // A change to the service (not to its servers) rebuilds its pool.
+        let mut changed = config("static-rr");
+        changed.services[0].connect_timeout = std::time::Duration::from_secs(3);
+        rt.apply(changed).unwrap();
         assert_eq!(hub.len(), 4, "a generation still in use keeps hearing changes");
         drop(held);
         set_up(&rt, 1001, false);

@@ -60,6 +60,9 @@ pub struct ServerState {
     checked: AtomicBool,
     /// How long the last active check took, in ms.
     last_check_ms: AtomicU64,
+    /// Active checks in a row that disagree with the health state (failures of an up server,
+    /// passes of a down one), toward `fall` or `rise`.
+    check_streak: AtomicU32,
     /// Unix ms since when the server is down (0: not down), and the downtime before that.
     down_since_ms: AtomicU64,
     downtime_ms: AtomicU64,
@@ -192,6 +195,7 @@ impl ServerState {
             terminate: Mutex::new(CancellationToken::new()),
             checked: AtomicBool::new(false),
             last_check_ms: AtomicU64::new(0),
+            check_streak: AtomicU32::new(0),
             down_since_ms: AtomicU64::new(0),
             downtime_ms: AtomicU64::new(0),
             slow_start_ms: AtomicU64::new(0),
@@ -442,6 +446,15 @@ impl ServerState {
 
     pub fn checked(&self) -> bool {
         self.checked.load(Relaxed)
+    }
+
+    pub fn set_check_streak(&self, streak: u32) {
+        self.check_streak.store(streak, Relaxed);
+    }
+
+    /// Active checks in a row toward `fall` (an up server) or `rise` (a down one).
+    pub fn check_streak(&self) -> u32 {
+        self.check_streak.load(Relaxed)
     }
 
     pub fn last_check_ms(&self) -> u64 {

@@ -28,6 +28,9 @@ pub struct ProcessStats {
     pub waits: u64,
     /// The soft descriptor limit in force.
     pub descriptors: u64,
+    /// Times a service's certificates were read from their files (at start, and by reloads and
+    /// edits that changed them or their files).
+    pub tls_loads: u64,
     /// CPU, memory, descriptors open and uptime: filled by the admin handlers (`process::read`
     /// reads `/proc`, kept off the snapshot, which the data path's callers take too).
     #[serde(flatten, skip_serializing_if = "Option::is_none")]
@@ -117,6 +120,9 @@ pub struct ServerStats {
     pub last_check: String,
     /// How long the last active check took.
     pub last_check_ms: u64,
+    /// Active checks in a row that disagree with the health state, toward `fall` (up) or `rise`
+    /// (down).
+    pub check_streak: u32,
     /// Seconds spent down since the server appeared.
     pub downtime_secs: u64,
     pub current: u64,
@@ -207,7 +213,7 @@ pub fn snapshot(generation: &Generation) -> Snapshot {
         })
         .collect();
     let b = &generation.budget;
-    let process = ProcessStats { maxconn: b.max(), current: b.current(), peak: b.peak(), waits: b.waits(), descriptors: crate::live::budget::descriptor_limit(), figures: None };
+    let process = ProcessStats { maxconn: b.max(), current: b.current(), peak: b.peak(), waits: b.waits(), descriptors: crate::live::budget::descriptor_limit(), tls_loads: crate::proxy::tls::loads(), figures: None };
     Snapshot { process, services }
 }
 
@@ -231,6 +237,7 @@ fn server(e: &ServerEntry, backup: bool, now: u64, algorithm: Option<AlgorithmMe
         passive_down: st.passive_down(),
         last_check: st.last_check(),
         last_check_ms: st.last_check_ms(),
+        check_streak: st.check_streak(),
         downtime_secs: st.downtime_ms(now) / 1000,
         current: c.current.load(Relaxed),
         max: c.max.load(Relaxed),

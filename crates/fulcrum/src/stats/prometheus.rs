@@ -95,6 +95,7 @@ fn tls_families(out: &mut String, snap: &Snapshot) {
             let _ = writeln!(out, "fulcrum_tls_handshake_failures_total{{service=\"{name}\",reason=\"{reason}\"}} {n}");
         }
     }
+    let _ = writeln!(out, "# HELP fulcrum_tls_certificate_loads_total Times a service's certificates were read from their files\n# TYPE fulcrum_tls_certificate_loads_total counter\nfulcrum_tls_certificate_loads_total {}", snap.process.tls_loads);
     let _ = writeln!(out, "# HELP fulcrum_tls_certificate_expiry_timestamp_seconds When a certificate expires, Unix time\n# TYPE fulcrum_tls_certificate_expiry_timestamp_seconds gauge");
     for (name, t) in &tls {
         for c in &t.certificates {

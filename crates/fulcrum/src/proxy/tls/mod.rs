@@ -60,6 +60,35 @@ pub struct Terminator {
     /// Held for as long as this terminator serves: the context's ticket keys and cache live
     /// while some generation uses them.
     _resumption: Arc<resumption::Resumption>,
+    /// Every file it was loaded from, as it was on disk just before: a reload reads them again
+    /// only when one changed.
+    files: Vec<(String, Option<FileStamp>)>,
+}
+
+/// What tells a file changed without reading it: its size, modification time and inode (a
+/// renewal written as a new file and renamed, or a symlink moved to a new one, as certbot does,
+/// has another inode).
+#[derive(Debug, Clone, PartialEq, Eq)]
+struct FileStamp {
+    len: u64,
+    modified: Option<SystemTime>,
+    inode: u64,
+}
+
+impl FileStamp {
+    fn of(path: &str) -> Option<FileStamp> {
+        use std::os::unix::fs::MetadataExt;
+        let m = std::fs::metadata(path).ok()?;
+        Some(FileStamp { len: m.len(), modified: m.modified().ok(), inode: m.ino() })
+    }
+}
+
+/// Certificate sets loaded (at start, on reloads, by `check`): what the diff of a reload saves.
+static LOADS: AtomicU64 = AtomicU64::new(0);
+
+/// How many times a service's certificates were read from their files in this process.
+pub fn loads() -> u64 {
+    LOADS.load(Relaxed)
 }
 
 impl Terminator {
@@ -67,6 +96,9 @@ impl Terminator {
     /// the server config; an HTTP service offers `h2` by ALPN when `h2`.
     /// Reads files: call it off the runtime's threads.
     pub fn load(name: &str, tls: &config::Tls, mode: Mode, h2: bool) -> Result<Terminator, TlsError> {
+        LOADS.fetch_add(1, Relaxed);
+        let paths = tls.certificates.iter().flat_map(|c| [&c.cert, &c.key]).chain(&tls.client_ca);
+        let files = paths.map(|p| (p.clone(), FileStamp::of(p))).collect();
         let provider = Arc::new(provider());
         let now = SystemTime::now();
         let loaded = tls.certificates.iter().map(|c| certs::load(&c.cert, &c.key, &provider, now)).collect::<Result<Vec<_>, _>>()?;
@@ -110,7 +142,13 @@ impl Terminator {
             resolver,
             strict_sni_host: mode == Mode::Http && tls.strict_sni_host(),
             _resumption: resumption,
+            files,
         })
+    }
+
+    /// Whether every file it was loaded from is as it was (checks metadata only, no read).
+    pub fn unchanged_on_disk(&self) -> bool {
+        self.files.iter().all(|(path, stamp)| stamp.is_some() && FileStamp::of(path) == *stamp)
     }
 
     /// With `strict_sni_host`: the names of the certificate a client that sent `server_name`
