@@ -155,7 +155,7 @@ fn hash_password() -> anyhow::Result<()> {
 /// The lab is its own binary, so the load balancer carries none of its plotting and reporting:
 /// `fulcrum lab ARGS` runs `fulcrum-lab ARGS` from beside this executable and tells it where this
 /// executable is (every scenario runs it as `fulcrum run` and `fulcrum backend`). Under `cargo
-/// run`, a lab not built yet is built first, so the README's commands work as typed.
+/// run`, a lab not built yet is built first, so the commands of docs/lab.md work as typed.
 fn lab(args: &[std::ffi::OsString]) -> anyhow::Result<()> {
     use std::os::unix::process::CommandExt;
     let me = std::env::current_exe().context("cannot find the fulcrum executable")?;

@@ -1,7 +1,7 @@
 //! The `fulcrum` command: argument parsing and the exit code; everything else is in the library.
 
 /// jemalloc (its background thread purges freed pages) gives memory back to the system; glibc's malloc kept most of what
-/// a thousand slow HTTP readers had used after they left (see the README's "Limits and hardening").
+/// a thousand slow HTTP readers had used after they left (see docs/hardening.md).
 #[global_allocator]
 static ALLOCATOR: tikv_jemallocator::Jemalloc = tikv_jemallocator::Jemalloc;
 

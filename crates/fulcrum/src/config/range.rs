@@ -6,7 +6,7 @@
 //! So every number a user writes has a range here, chosen to hold any value a production setup
 //! needs (HAProxy's limits are the guide) and nothing that breaks a dependency. `validate.rs`
 //! checks each field against its range, so `fulcrum check`, a reload and every admin API change
-//! refuse the same values with the same message. The schema's field docs and the README's config
+//! refuse the same values with the same message. The schema's field docs and docs/configuration.md's
 //! tables state the same ranges.
 
 use std::fmt;

@@ -305,3 +305,41 @@ fn slow_start_damping_and_all_down_are_a_services_and_a_pool_may_set_its_own() {
     let e = errors(&text.replace("slow_start = \"0s\"", "slow_start = \"2h\""));
     assert_eq!(e.matches("slow_start = 2h is out of range: use 0s to 1h").count(), 1, "{e}");
 }
+
+/// Every key the schema accepts is in `docs/configuration.md`, and every key its tables list is
+/// one the schema accepts. The keys are read from `schema.rs` itself: each `pub` field of a
+/// struct that derives `Deserialize`, by its `rename` when it has one.
+#[test]
+fn the_configuration_manual_documents_every_key_and_no_other() {
+    let root = concat!(env!("CARGO_MANIFEST_DIR"), "/../..");
+    let schema = std::fs::read_to_string(format!("{}/src/config/schema.rs", env!("CARGO_MANIFEST_DIR"))).unwrap();
+    let manual = std::fs::read_to_string(format!("{root}/docs/configuration.md")).unwrap();
+    let mut keys = std::collections::BTreeSet::new();
+    let (mut deserialized, mut inside, mut rename) = (false, false, None::<String>);
+    for line in schema.lines() {
+        let text = line.trim();
+        if text.starts_with("#[derive(") {
+            deserialized = text.contains("Deserialize");
+        } else if line.starts_with("pub struct ") && line.ends_with('{') {
+            inside = deserialized;
+            rename = None;
+        } else if line.starts_with('}') {
+            inside = false;
+        } else if inside && text.starts_with("#[serde(") {
+            rename = text.split("rename = \"").nth(1).and_then(|r| r.split('"').next()).map(str::to_string);
+        } else if inside && line.starts_with("    pub ") {
+            let name = text.trim_start_matches("pub ").split(':').next().unwrap().to_string();
+            keys.insert(rename.take().unwrap_or(name));
+        } else if inside && !text.starts_with("///") {
+            rename = None;
+        }
+    }
+    assert!(keys.len() > 100 && keys.contains("certificate") && keys.contains("strict_sni_host"), "the schema was not read: {keys:?}");
+    // A key is documented as `key`, or as a table: [key], [[...key]], [...key.] and the like.
+    let documented = |k: &str| manual.contains(&format!("`{k}`")) || manual.contains(&format!("[{k}]")) || manual.contains(&format!(".{k}]")) || manual.contains(&format!("[{k}.")) || manual.contains(&format!(".{k}."));
+    let missing: Vec<&String> = keys.iter().filter(|k| !documented(k)).collect();
+    assert!(missing.is_empty(), "keys the schema accepts but docs/configuration.md does not document: {missing:?}");
+    let listed: Vec<&str> = manual.lines().filter_map(|l| l.strip_prefix("| `")?.split('`').next()).filter(|k| k.chars().all(|c| c.is_ascii_lowercase() || c.is_ascii_digit() || c == '_')).collect();
+    let unknown: Vec<&&str> = listed.iter().filter(|k| !keys.contains(**k)).collect();
+    assert!(listed.len() > 80 && unknown.is_empty(), "docs/configuration.md lists keys the schema does not accept: {unknown:?}");
+}

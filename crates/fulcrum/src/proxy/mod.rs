@@ -48,7 +48,7 @@ pub fn spawn(client: TcpStream, peer: SocketAddr, service: Arc<Service>, counted
     }
 }
 
-/// Longest wait for a trusted proxy's PROXY header (README: accept_proxy).
+/// Longest wait for a trusted proxy's PROXY header (docs/configuration.md: accept_proxy).
 const PROXY_HEADER_TIMEOUT: std::time::Duration = std::time::Duration::from_secs(10);
 
 /// With `accept_proxy`: the connection and the client address its PROXY header gives, or `None`
@@ -409,7 +409,7 @@ mod tests {
     use std::time::Duration;
 
     /// What a connection's task holds while it is idle is at least the size of its future: keep
-    /// it small (README, Limits and hardening: memory per idle connection). tokio puts the future
+    /// it small (docs/hardening.md: memory per idle connection). tokio puts the future
     /// in a cell with about 110 bytes of its own, rounded up to 128, and jemalloc's size classes
     /// there are 1024, 1280, 1536: a TCP task under 1160 bytes takes 1280 a connection, one just
     /// over it 1536.
