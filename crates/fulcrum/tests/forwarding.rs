@@ -86,10 +86,7 @@ fn worker_ticks(pid: u32) -> std::collections::BTreeMap<String, u64> {
         if !comm.starts_with("worker-") {
             continue;
         }
-        // Fields after the name: state is the first, utime and stime the 12th and 13th.
-        let fields: Vec<&str> = stat.rsplit_once(')').map_or("", |(_, rest)| rest).split_whitespace().collect();
-        let used = fields.get(11).and_then(|u| u.parse::<u64>().ok()).unwrap_or(0) + fields.get(12).and_then(|s| s.parse::<u64>().ok()).unwrap_or(0);
-        ticks.insert(comm, used);
+        ticks.insert(comm, cpu_ticks(&stat).unwrap_or(0));
     }
     ticks
 }

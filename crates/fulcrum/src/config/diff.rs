@@ -35,7 +35,7 @@ impl Diff {
         self.added.is_empty() && self.removed.is_empty() && self.changed.is_empty() && !self.global
     }
 
-    /// One line for the log and the API's answer: `1 service changed (web: its servers), 1 added`.
+    /// One line for the log and the API's answer: `1 service changed (web), 1 added`.
     pub fn describe(&self) -> String {
         if self.is_empty() {
             return "nothing changed".into();

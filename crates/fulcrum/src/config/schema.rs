@@ -349,6 +349,12 @@ pub struct Service {
 }
 
 impl Service {
+    /// Whether `other` terminates TLS exactly as this service does: the same `[service.tls]` and
+    /// the same mode and ALPN offer, so the certificates this one loaded serve it too.
+    pub fn terminates_tls_as(&self, other: &Service) -> bool {
+        self.tls == other.tls && self.mode == other.mode && self.http.http2 == other.http.http2
+    }
+
     /// How long a connection or request waits in the queue for a server place.
     pub fn queue_timeout(&self) -> Duration {
         self.http.queue_timeout.unwrap_or(self.queue_timeout)

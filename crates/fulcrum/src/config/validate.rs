@@ -62,10 +62,9 @@ struct Report<'t> {
     locator: Locator<'t>,
     out: Vec<Diagnostic>,
     resolve: Resolve,
-    /// The running config, when this one is to replace it: what it has already (a server
-    /// address resolved, a service's certificates loaded) is not looked up again here; the
-    /// generation's build checks what changed (`live::build`).
-    /// The services of the running config, by name.
+    /// The services of the running config, by name, when this one is to replace it: what it has
+    /// already (a server address resolved, a service's certificates loaded) is not looked up
+    /// again here; the generation's build checks what changed (`live::build`).
     running: HashMap<&'t str, &'t Service>,
     /// Every server address of the running config.
     known: std::collections::HashSet<&'t str>,
@@ -79,7 +78,7 @@ impl Report<'_> {
 
     /// Whether the running config's service of that name terminates TLS exactly so.
     fn tls_loaded_already(&self, service: &Service) -> bool {
-        self.running.get(service.name.as_str()).is_some_and(|s| s.tls == service.tls && s.mode == service.mode && s.http.http2 == service.http.http2)
+        self.running.get(service.name.as_str()).is_some_and(|s| s.terminates_tls_as(service))
     }
 }
 

@@ -121,7 +121,7 @@ impl Live {
     pub fn new(config: Config) -> Result<Self, BuildError> {
         let mut registry = Registry::default();
         let budget = Budget::new(0);
-        let generation = build(config, &mut registry, &budget, None, &Refresh::default())?;
+        let generation = build(config, &mut registry, &budget, None, &config::Diff::default(), &Refresh::default())?;
         budget.set_max(generation.maxconn());
         Ok(Live { current: ArcSwap::from_pointee(generation), registry: Mutex::new(registry), budget })
     }
@@ -148,7 +148,7 @@ impl Live {
         let mut registry = self.registry.lock().map_err(|_| BuildError::Poisoned)?;
         let old = self.current();
         let diff = config::diff(&old.config, &config);
-        let new = build(config, &mut registry, &self.budget, Some(&old), refresh)?;
+        let new = build(config, &mut registry, &self.budget, Some(&old), &diff, refresh)?;
         let mut applied = Applied { diff, ..Applied::default() };
         let next_pools: HashMap<&str, &Arc<Pool>> = new.pools().map(|(_, p)| (p.config.name.as_str(), p)).collect();
         for (_, pool) in old.pools() {
@@ -185,17 +185,19 @@ impl Live {
     }
 }
 
-/// Builds a generation as a diff of `previous`, the running one (see the module doc); `previous`
-/// also lends a service the servers its SRV records gave when they cannot be asked now (a
-/// nameserver outage must not fail a reload or empty a pool).
-fn build(config: Config, registry: &mut Registry, budget: &Arc<Budget>, previous: Option<&Generation>, refresh: &Refresh) -> Result<Generation, BuildError> {
+/// Builds a generation as a diff of `previous`, the running one, by what `diff` names (see the
+/// module doc); `previous` also lends a service the servers its SRV records gave when they
+/// cannot be asked now (a nameserver outage must not fail a reload or empty a pool).
+fn build(config: Config, registry: &mut Registry, budget: &Arc<Budget>, previous: Option<&Generation>, diff: &config::Diff, refresh: &Refresh) -> Result<Generation, BuildError> {
     let by_name: HashMap<&str, &Arc<Service>> = previous.iter().flat_map(|g| &g.services).map(|s| (s.config().name.as_str(), s)).collect();
+    let changed: std::collections::HashSet<&str> = diff.changed.iter().map(|c| c.name.as_str()).collect();
     let services = config
         .services
         .iter()
         .map(|sc| {
             let running = by_name.get(sc.name.as_str()).copied();
             if let Some(running) = running
+                && !changed.contains(sc.name.as_str())
                 && unchanged(running, sc, refresh)
             {
                 return Ok(running.clone());
@@ -214,7 +216,7 @@ fn build(config: Config, registry: &mut Registry, budget: &Arc<Budget>, previous
                 })
                 .collect::<Result<_, _>>()?;
             // Reads the certificate files (when they changed): `build` runs on a blocking thread.
-            let same_tls = running.and_then(|r| r.tls.as_ref().filter(|t| r.config().tls == sc.tls && r.config().mode == sc.mode && r.config().http.http2 == sc.http.http2 && t.unchanged_on_disk()));
+            let same_tls = running.and_then(|r| r.tls.as_ref().filter(|t| r.config().terminates_tls_as(sc) && t.unchanged_on_disk()));
             let tls = match (same_tls, &sc.tls) {
                 (Some(t), _) => Some(t.clone()),
                 (None, Some(t)) => Some(crate::proxy::tls::Terminator::load(&sc.name, t, sc.mode, sc.http.http2).map(Arc::new).map_err(|cause| BuildError::Tls { service: sc.name.clone(), cause })?),
@@ -249,11 +251,10 @@ fn build(config: Config, registry: &mut Registry, budget: &Arc<Budget>, previous
     Ok(Generation { config, services, budget: budget.clone() })
 }
 
-/// Whether the running service serves `sc` as it is: the same config, certificate files that did
-/// not change, and no server name or SRV record to look up again.
+/// Whether the running service of a config the diff does not name serves `sc` as it is:
+/// certificate files that did not change, and no server name or SRV record to look up again.
 fn unchanged(running: &Service, sc: &config::Service, refresh: &Refresh) -> bool {
-    running.config() == sc
-        && !refresh.srv.contains(&sc.name)
+    !refresh.srv.contains(&sc.name)
         && running.tls.as_ref().is_none_or(|t| t.unchanged_on_disk())
         && std::iter::once(&running.pool).chain(&running.pools).all(|p| !names_moved(p, refresh))
 }

@@ -41,6 +41,15 @@ fn remove_scratch_of_ended_runs() {
     }
 }
 
+/// The CPU clock ticks (user + system) a `/proc/PID/stat` or `/proc/PID/task/TID/stat` line
+/// says were used; `None` for a line that does not parse (an empty read: the task ended).
+pub fn cpu_ticks(stat: &str) -> Option<u64> {
+    // Fields after the name: state is the first, utime and stime the 12th and 13th.
+    let fields: Vec<&str> = stat.rsplit_once(')')?.1.split_whitespace().collect();
+    let field = |i: usize| fields.get(i)?.parse::<u64>().ok();
+    Some(field(11)? + field(12)?)
+}
+
 /// A loopback port free right now, below the kernel's ephemeral range (32768 and up).
 ///
 /// A port the kernel hands out for `bind(0)` is also one it may give an outgoing connection
@@ -303,10 +312,7 @@ impl Fulcrum {
             String::from_utf8_lossy(&out.stdout).trim().parse().expect("CLK_TCK is a number")
         });
         let stat = std::fs::read_to_string(format!("/proc/{}/stat", self.pid())).unwrap();
-        // Fields after the name: state is the first, utime and stime the 12th and 13th.
-        let fields: Vec<&str> = stat.rsplit_once(')').map_or("", |(_, rest)| rest).split_whitespace().collect();
-        let used: u64 = fields[11].parse::<u64>().unwrap() + fields[12].parse::<u64>().unwrap();
-        used as f64 / ticks
+        cpu_ticks(&stat).unwrap_or_else(|| panic!("no CPU times in {stat:?}")) as f64 / ticks
     }
 
     pub fn log(&self) -> String {

@@ -46,7 +46,12 @@ static HTTP2_SETTINGS: HeaderName = HeaderName::from_static("http2-settings");
 /// to the server past routing and every rule, so it is taken out (RFC 9113 section 3.1 retired
 /// it), and the framing guard goes on reading such a request's connection as HTTP/1.1.
 pub fn asks_upgrade(value: &[u8]) -> bool {
-    value.split(|&b| b == b',').map(|t| t.trim_ascii()).any(|t| !t.is_empty() && !is_http2(t))
+    passed_protocols(value).next().is_some()
+}
+
+/// The protocols of an `Upgrade` value that are passed on: every one but HTTP/2.
+fn passed_protocols(value: &[u8]) -> impl Iterator<Item = &[u8]> {
+    value.split(|&b| b == b',').map(|t| t.trim_ascii()).filter(|t| !t.is_empty() && !is_http2(t))
 }
 
 fn is_http2(token: &[u8]) -> bool {
@@ -61,7 +66,7 @@ pub fn take_h2c_upgrade(headers: &mut HeaderMap) -> bool {
     if !headers.contains_key(header::UPGRADE) {
         return false;
     }
-    let kept: Vec<&[u8]> = headers.get_all(header::UPGRADE).iter().flat_map(|v| v.as_bytes().split(|&b| b == b',')).map(|t| t.trim_ascii()).filter(|t| !t.is_empty() && !is_http2(t)).collect();
+    let kept: Vec<&[u8]> = headers.get_all(header::UPGRADE).iter().flat_map(|v| passed_protocols(v.as_bytes())).collect();
     let joined = HeaderValue::from_bytes(&kept.join(&b", "[..])).ok().filter(|v| !v.is_empty());
     headers.remove(header::UPGRADE);
     match joined {

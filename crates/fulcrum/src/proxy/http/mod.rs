@@ -64,17 +64,19 @@ pub async fn serve<S: ClientIo>(mut client: S, peer: SocketAddr, service: Arc<Se
     let http = &service.config().http;
     // With strict_sni_host: the names every request's host must be among.
     let names = service.tls.as_ref().and_then(|t| t.strict_names(client.server_name()));
-    let mut first = bytes::BytesMut::new();
     if client.chose_h2() {
         return Box::pin(h2::serve(client, false, peer, service, names, shutdown)).await;
     }
-    if http.h2c {
+    // With h2c, the bytes read to tell HTTP/2 from HTTP/1.1 begin the first request.
+    let first = if http.h2c {
         match h2::read_preface(&mut client, http.head_timeout).await {
             h2::Opening::Preface => return Box::pin(h2::serve(client, true, peer, service, names, shutdown)).await,
-            h2::Opening::Other(read) => first = read,
+            h2::Opening::Other(read) => read,
             h2::Opening::Gone(why) => return debug!(service = %service.config().name, client = %peer, "closing client: {why}"),
         }
-    }
+    } else {
+        bytes::BytesMut::new()
+    };
     let activity = Arc::new(park::Activity::default());
     // The address the client connected to: the listen address, unless that is a wildcard.
     let local = if service.listen.ip().is_unspecified() { client.local_addr() } else { Some(service.listen) };
