@@ -16,7 +16,7 @@ use tokio_util::sync::CancellationToken;
 
 use super::client;
 use super::java_slb::{PAPER, client_label, server_plots, server_table, source, spread};
-use super::procs::{Fulcrum, Proc, Usage, free_addr};
+use super::procs::{self, Fulcrum, Proc, Usage, free_addr};
 use super::report::{Report, Summary, Table};
 use super::stats::{self, Measure, verdict};
 use super::{Ctx, Point, cpu_used, sample_usage, service_toml, timeline};
@@ -33,8 +33,8 @@ pub struct FtpRun {
     pub clients: Vec<(f64, usize, usize)>,
     /// Control sessions per real server, from Fulcrum's stats.
     pub sessions: Vec<u64>,
-    /// Per real server, its vsftpd with every session process it forked: CPU seconds and the
-    /// most resident memory sampled (KiB).
+    /// Per real server, its vsftpd with every session process it forked: CPU seconds over the
+    /// run (rusage, microseconds) and the most resident memory sampled (KiB).
     pub servers: Vec<(f64, u64)>,
     pub fulcrum: Usage,
     pub fulcrum_cpu: f64,
@@ -108,6 +108,9 @@ async fn run_one(ctx: &Ctx, setup: &Setup<'_>, k: usize, algorithm: &'static str
     let f = Fulcrum::start(&ctx.work, &format!("ftp-{algorithm}-{repeat}"), &service_toml("ftp", algorithm, &addrs, &ports))?;
     let pids: Vec<u32> = std::iter::once(f.proc.pid()).chain(servers.iter().filter_map(Vsftpd::pid)).collect();
     anyhow::ensure!(pids.len() == SERVERS + 1, "a vsftpd is not running");
+    // Each server's CPU before the clients: vsftpd has forked nothing yet, so its own run time is
+    // all of it, read in nanoseconds.
+    let before: Vec<f64> = servers.iter().filter_map(Vsftpd::pid).map(procs::cpu_secs_now).collect();
     let stop = CancellationToken::new();
     let sampler = sample_usage(pids, Duration::from_millis(if ctx.quick { 100 } else { 1000 }), stop.clone());
     let started = Instant::now();
@@ -147,12 +150,19 @@ async fn run_one(ctx: &Ctx, setup: &Setup<'_>, k: usize, algorithm: &'static str
     let stats: Value = serde_json::from_slice(&client::fetch(f.admin, "/api/stats").await?)?;
     let sessions = stats["services"][0]["servers"].as_array().map(|a| a.iter().map(|s| s["total"].as_u64().unwrap_or(0)).collect()).unwrap_or_default();
     let most_memory = |i: usize| usage.iter().filter_map(|u| u.1.get(i)).map(|u| u.rss_kib).max().unwrap_or(0);
+    // The samples' ticks serve the timelines; the totals come from each vsftpd's rusage, as
+    // /proc's 10 ms ticks round a server's few short sessions down to nothing.
+    let mut servers = servers;
+    let mut cpu = Vec::new();
+    for (s, before) in servers.iter_mut().zip(&before) {
+        cpu.push(s.end_measured()? - before);
+    }
     let run = FtpRun {
         algorithm,
         repeat,
         clients,
         sessions,
-        servers: (1..=SERVERS).map(|i| (cpu_used(&usage, i), most_memory(i))).collect(),
+        servers: (1..=SERVERS).map(|i| (cpu[i - 1], most_memory(i))).collect(),
         fulcrum: f.proc.usage(),
         fulcrum_cpu: cpu_used(&usage, 0),
         seconds,
@@ -298,7 +308,9 @@ impl Vsftpd {
         let child = Command::new(&self.bin).arg(&self.conf).stdin(Stdio::null()).stdout(Stdio::null()).stderr(Stdio::null()).spawn().context("cannot start vsftpd")?;
         let mut proc = Proc { name: self.name.clone(), child };
         let deadline = Instant::now() + Duration::from_secs(10);
-        while std::net::TcpStream::connect(self.addr).is_err() {
+        // Listening is read from /proc/net/tcp, not probed with a connection, which vsftpd would
+        // answer with a session process whose CPU would count with the run's.
+        while !procs::listens(self.addr) {
             if let Ok(Some(status)) = proc.child.try_wait() {
                 bail!("vsftpd {} exited ({status}) before listening on {}", self.name, self.addr);
             }
@@ -314,6 +326,18 @@ impl Vsftpd {
     /// The listening process's id, while it runs.
     pub fn pid(&self) -> Option<u32> {
         self.proc.as_ref().map(Proc::pid)
+    }
+
+    /// Once the sessions' processes have ended (waits up to 5 s), ends vsftpd and returns the CPU
+    /// seconds it used in its life with every session process it reaped, at microsecond
+    /// precision (see [`Proc::end_measured`]).
+    pub fn end_measured(&mut self) -> anyhow::Result<f64> {
+        let mut proc = self.proc.take().with_context(|| format!("vsftpd {} is not running", self.name))?;
+        let deadline = Instant::now() + Duration::from_secs(5);
+        while procs::has_children(proc.pid()) && Instant::now() < deadline {
+            std::thread::sleep(Duration::from_millis(10));
+        }
+        proc.end_measured()
     }
 
     /// Kills the listening process (SIGKILL) and reaps it; sessions in progress are left to
