@@ -15,15 +15,13 @@ use serde_json::{Value, json};
 use tokio_util::sync::CancellationToken;
 
 use super::client;
-use super::java_slb::{PAPER, client_label, server_plots, server_table, source, spread};
+use super::paper::{CLIENTS, PAPER, SERVERS, client_label, server_plots, server_table, source, spread};
 use super::procs::{self, Fulcrum, Proc, Usage, free_addr};
 use super::report::{Report, Summary, Table};
 use super::stats::{self, Measure, verdict};
 use super::{Ctx, Point, cpu_used, sample_usage, service_toml, timeline};
 
 pub const ALGORITHMS: [&str; 4] = ["round-robin", "source-hash", "least-conn", "random"];
-const SERVERS: usize = 4;
-const CLIENTS: usize = 10;
 
 /// What one algorithm's FTP run (one repeat) measured.
 pub struct FtpRun {

@@ -13,6 +13,7 @@ mod client;
 mod ftp;
 mod haproxy;
 mod java_slb;
+mod paper;
 mod passive;
 mod plot;
 mod procs;

@@ -61,7 +61,7 @@ impl App {
     /// Starts everything `config` describes: first health round, listeners, admin.
     pub async fn start(config: Config, path: Option<PathBuf>, shutdown: Shutdown) -> Result<Arc<App>, StartError> {
         let admin_cfg = config.admin.clone();
-        let fleet = Fleet::new(&config);
+        let (fleet, installs) = Fleet::new(&config).unzip();
         let first_round = config.services.iter().flat_map(|s| std::iter::once(s.health.timeout).chain(s.pools.iter().map(|p| p.health.timeout))).max().unwrap_or_default();
         // The sockmap program loads here, once, on a blocking thread with the first generation.
         let live = Arc::new(
@@ -117,8 +117,9 @@ impl App {
             info!(%addr, "admin API listening");
             tokio::spawn(admin::serve(listener, app.clone()));
         }
-        if let Some(fleet) = fleet {
-            tokio::spawn(fleet.run(app.clone()));
+        if let (Some(fleet), Some(installs)) = (fleet, installs) {
+            tokio::spawn(apply_installs(Arc::downgrade(&app), installs));
+            tokio::spawn(fleet.run(admin_addr, shutdown.stopping().clone()));
         }
         Ok(app)
     }
@@ -131,7 +132,7 @@ impl App {
         match (loaded, &self.fleet) {
             (Ok(l), None) if l.config.fleet.is_some() => Err(ControlError::JoinsFleet),
             (Ok(l), None) => self.apply(l.config).await,
-            (Ok(l), Some(fleet)) => Ok(fleet.reload(self, l.config).await?),
+            (Ok(l), Some(fleet)) => Ok(fleet.reload(l.config).await?),
             (Err(d), _) => Err(ControlError::Refused(d)),
         }
     }
@@ -140,7 +141,7 @@ impl App {
     /// written to etcd on behalf of `by` and applied from there.
     pub async fn change(&self, change: config::Change, by: admin::Editor) -> Result<String, ControlError> {
         if let Some(fleet) = &self.fleet {
-            return Ok(fleet.change(self, change, &by).await?);
+            return Ok(fleet.change(&self.live.current().config, change, &by).await?);
         }
         let _one_at_a_time = self.changing.lock().await;
         let mut next = self.live.current().config.clone();
@@ -372,6 +373,16 @@ impl admin::Control for App {
     }
     fn save(&self) -> impl Future<Output = Result<String, ControlError>> + Send {
         App::save(self)
+    }
+}
+
+/// Applies the configs the fleet composes, one at a time, while the app lives; each answer goes
+/// back to the fleet, which records it as applied or refused.
+async fn apply_installs(app: std::sync::Weak<App>, mut installs: tokio::sync::mpsc::Receiver<crate::fleet::Install>) {
+    while let Some(install) = installs.recv().await {
+        let Some(app) = app.upgrade() else { return };
+        let said = app.apply(install.config).await.map_err(|e| e.to_string());
+        let _ = install.done.send(said);
     }
 }
 

@@ -83,7 +83,7 @@ impl Throttle {
 
     /// `Some(lines held back since the last one)` when a line may be written now.
     pub fn ready(&self) -> Option<u64> {
-        self.ready_at(crate::live::unix_ms())
+        self.ready_at(crate::clock::unix_ms())
     }
 
     fn ready_at(&self, now_ms: u64) -> Option<u64> {

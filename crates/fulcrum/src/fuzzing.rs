@@ -302,7 +302,7 @@ fn assert_round_trip(c: &Config) {
 /// stops exactly at its end); and a header Fulcrum sends, for addresses taken from the input,
 /// reads back as those addresses.
 pub fn proxy_header(data: &[u8]) {
-    use crate::proxy::proxy_header::{MAX_V2_BODY, Received, header, parse};
+    use crate::proxy_header::{MAX_V2_BODY, Received, header, parse};
     if let Ok(Some((_, len))) = parse(data) {
         assert!((15..=16 + MAX_V2_BODY).contains(&len) && len <= data.len(), "a header of {len} bytes in {}", data.len());
         for cut in 0..len {
@@ -328,7 +328,7 @@ pub fn proxy_header(data: &[u8]) {
 /// pieces (cut where the input's first byte says) give the same answer as all at once; and a
 /// server name read routes without a panic.
 pub fn client_hello(data: &[u8]) {
-    use crate::proxy::tls::passthrough::{MAX_HELLO, feed, route, server_name};
+    use crate::proxy::passthrough::{MAX_HELLO, feed, route, server_name};
     let whole = server_name(data);
     if data.len() > MAX_HELLO {
         assert!(whole.is_err(), "{} bytes taken", data.len());

@@ -10,18 +10,24 @@
 //! - [`config`]: the TOML schema, defaults, the range of every number (`config::range`),
 //!   validation with line/column errors, and `Change`, the typed edits the admin API applies to
 //!   a copy of the running config.
+//! - [`tls`]: certificate material, the TLS acceptors (termination, per-context resumption, SNI)
+//!   and connectors (`server_tls`), used by `config` (validation), `live` and `proxy`.
 //! - [`live`]: the live generation behind an `ArcSwap` (services, each owning its pools of
-//!   servers), and the server and service state that outlives generations.
+//!   servers), the server and service state that outlives generations, and the ring of the
+//!   last picks with their reasons (`live::why`).
 //! - [`balance`]: the `Balancer` trait (pick, and update on every server event), the `Load`
 //!   metrics apart from the rules, and one file per algorithm.
 //! - [`health`]: active checks and the rise/fall state machine.
 //! - [`dns`]: DNS SRV records as a server source (hickory's resolver, off the traffic's threads).
 //! - [`error`]: the data path's error: kind, side (server or local), retryable.
+//! - [`clock`]: the runtime clock and the wall clock that state and stats read.
+//! - [`proxy_header`]: the PROXY protocol's wire format, sent by the data path and the checks.
 //! - [`shutdown`]: one shutdown signal and one drain.
 //! - [`proxy`]: listeners; `dispatch`, the one path to a server for every mode (pick, maxconn
 //!   and the queue, measured connect, redispatch, backups); L4 forwarding with splice(2);
 //!   `proxy::http` (hyper behind a framing guard, run only while a client is active, idle
-//!   server connections, routing, affinity, the replay rule) and `proxy::ftp` (control-channel rewriting and data ports).
+//!   server connections, routing, affinity, the replay rule), `proxy::ftp` (control-channel
+//!   rewriting and data ports) and `proxy::passthrough` (TLS routed by SNI, not terminated).
 //! - [`stats`]: read-only views over the counters, the 10 s traffic history, Prometheus text.
 //! - [`admin`]: the dashboard, the JSON API and `/metrics` on the admin listener, with auth
 //!   (passwords hashed in a bounded pool off the traffic's threads, failures throttled per
@@ -31,12 +37,17 @@
 //!   `Control` over it.
 //! - [`fleet`]: several instances as one load balancer: the services in etcd, followed by a
 //!   watch, edits written with a compare on their revision, membership under a lease, `fulcrum
-//!   fleet import/export`.
+//!   fleet import/export`. A config source: it sends what it composes to the app on a channel
+//!   and never calls the app.
 //! - [`demo`]: the embedded default: four real servers of the `realserver` crate, a service
 //!   over them, light traffic and the dashboard; with `--fleet`, a local etcd and two instances.
 //! - [`cli`]: the subcommands; `fulcrum lab` runs the `fulcrum-lab` binary of this workspace.
 //! - `fuzzing` (hidden): one entry point per fuzz target of `fuzz/`, shared with the test that
 //!   replays their corpora.
+//!
+//! Imports run down only: `config`, `tls`, `balance`, `live` and `proxy_header` know nothing of
+//! `proxy`, `health` or what is above them; `proxy`, `health` and `stats` nothing of `fleet`,
+//! `app` or `admin` (`scripts/layers` checks it).
 //!
 //! Beside this crate in the workspace: `crates/realserver` (the real server of the tests, the
 //! demo and the lab) and `crates/fulcrum-lab` (the papers' experiments, with reports and plots).
@@ -47,6 +58,7 @@ pub mod admin;
 pub mod app;
 pub mod balance;
 pub mod cli;
+pub mod clock;
 pub mod config;
 pub mod demo;
 pub mod dns;
@@ -57,5 +69,7 @@ pub mod fuzzing;
 pub mod health;
 pub mod live;
 pub mod proxy;
+pub mod proxy_header;
+pub mod tls;
 pub mod shutdown;
 pub mod stats;

@@ -151,10 +151,10 @@ async fn explain_recent<C: Control>(State(control): State<Arc<C>>, Query(q): Que
         Ok(s) => s,
         Err(no) => return *no,
     };
-    let most = crate::proxy::why::RECENT * (1 + service.pools.len());
-    let limit = q.limit.unwrap_or(crate::proxy::why::RECENT);
+    let most = crate::live::why::RECENT * (1 + service.pools.len());
+    let limit = q.limit.unwrap_or(crate::live::why::RECENT);
     if !(1..=most).contains(&limit) {
-        return refuse(StatusCode::BAD_REQUEST, format!("limit {limit}: from 1 to {most} (the last {} picks of each of its pools are kept)", crate::proxy::why::RECENT));
+        return refuse(StatusCode::BAD_REQUEST, format!("limit {limit}: from 1 to {most} (the last {} picks of each of its pools are kept)", crate::live::why::RECENT));
     }
     Json(serde_json::json!({ "service": q.service, "picks": crate::proxy::explain::recent(service, limit) })).into_response()
 }

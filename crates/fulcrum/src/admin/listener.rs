@@ -18,8 +18,9 @@ use tokio::net::{TcpListener, TcpStream};
 use tokio::sync::{OwnedSemaphorePermit, Semaphore};
 use tokio::time::{Instant, Sleep};
 
-/// Admin connections served at once: a dashboard takes a few, scripts a few more.
-pub const CONNECTIONS: usize = 64;
+/// Admin connections served at once: a dashboard takes a few, scripts a few more. The
+/// descriptor budget reserves as many (`live::budget`).
+pub const CONNECTIONS: usize = crate::live::budget::ADMIN_CONNECTIONS;
 /// How long a connection may move nothing: the dashboard polls every second, and a browser
 /// opens a new connection when it finds an old one closed.
 pub const IDLE: Duration = Duration::from_secs(60);

@@ -121,4 +121,6 @@ pub const MAX_STREAMS: Range<u32> = Range::new(1, 1000, "each open stream may ho
 pub const WEIGHT: Range<u32> = Range::new(1, super::MAX_WEIGHT, "weights go from 1 to 256; disable a server with enabled = false");
 
 #[cfg(test)]
+pub(crate) mod testing;
+#[cfg(test)]
 mod tests;

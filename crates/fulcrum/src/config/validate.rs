@@ -317,7 +317,7 @@ fn validate_service(service: &Service, prefix: &[Seg<'_>], report: &mut Report<'
         let sat = |key| path(prefix, &[Seg::Key("server_tls"), Seg::Key(key)]);
         if service.mode == Mode::Ftp {
             report.error(&path(prefix, &[Seg::Key("server_tls")]), "server_tls is for mode = \"tcp\" and \"http\"".into(), "FTP over TLS is not supported: remove server_tls");
-        } else if let Err(e) = crate::proxy::tls::origin::Originator::load(tls, service.mode == Mode::Http, service.protocol == crate::config::ServerProtocol::H2) {
+        } else if let Err(e) = crate::tls::origin::Originator::load(tls, service.mode == Mode::Http, service.protocol == crate::config::ServerProtocol::H2) {
             let key = if e.file == "sni" { "sni" } else { "ca" };
             report.error(&sat(key), format!("server_tls: {e}"), "ca is a PEM file of CA certificates (unset: the system's roots); sni a DNS name or IP address");
         }
@@ -355,7 +355,7 @@ fn validate_service(service: &Service, prefix: &[Seg<'_>], report: &mut Report<'
         if server.proxy_protocol.is_some() && service.mode == Mode::Http {
             proxy_protocol_in_http(&sat("proxy_protocol"), report);
         }
-        match server.sni.as_deref().map(crate::proxy::tls::origin::name) {
+        match server.sni.as_deref().map(crate::tls::origin::name) {
             Some(_) if service.server_tls.is_none() => {
                 report.error(&sat("sni"), "a server's sni is the name sent to it in TLS, but its pool has no server_tls".into(), "add [service.server_tls] (or the pool's), or remove sni");
             }
@@ -461,7 +461,7 @@ fn validate_tls(service: &Service, tls: &Tls, prefix: &[Seg<'_>], report: &mut R
     if report.tls_loaded_already(service) {
         return;
     }
-    if let Err(e) = crate::proxy::tls::Terminator::load(&service.name, tls, service.mode, service.http.http2) {
+    if let Err(e) = crate::tls::Terminator::load(&service.name, tls, service.mode, service.http.http2) {
         let culprit = tls.certificates.iter().position(|c| c.cert == e.file || c.key == e.file);
         let (seg, hint) = match culprit {
             Some(j) => (at(&[Seg::Key("certificate"), Seg::Index(j)]), "check the file: a PEM chain (leaf first) and its matching, unexpired key"),

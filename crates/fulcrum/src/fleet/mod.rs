@@ -2,8 +2,9 @@
 //!
 //! With `[fleet]` in its file, an instance takes its services from etcd instead ([`snapshot`]
 //! names the keys): it reads them once, then follows etcd's watch, and every snapshot is
-//! composed with the local file ([`Snapshot::compose`]) and applied through the same path as a
-//! reload. An edit made through any instance's API is written to etcd with a compare on the
+//! composed with the local file ([`Snapshot::compose`]) and sent to the app as an [`Install`]
+//! on the channel [`Fleet::new`] returns, which the app applies through the same path as a
+//! reload: the fleet is a config source and never calls the app. An edit made through any instance's API is written to etcd with a compare on the
 //! revision it was based on (`fleet::write`) and reaches this instance, like every other, through the
 //! watch. Each instance registers itself under a lease, renewed every third of it.
 //!
@@ -24,10 +25,10 @@ use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
 use etcd_client::{Client, GetOptions, PutOptions, WatchOptions};
 use serde::Serialize;
-use tokio::sync::watch;
+use tokio::sync::{mpsc, oneshot, watch};
+use tokio_util::sync::CancellationToken;
 use tracing::{error, info, warn};
 
-use crate::app::App;
 use crate::config::Config;
 pub use connect::connect;
 pub use error::FleetError;
@@ -49,6 +50,14 @@ pub struct Fleet {
     started: u64,
     /// Whether this outage's first failed connection was logged.
     unreachable_said: std::sync::atomic::AtomicBool,
+    /// Where composed configs go to be applied.
+    installs: mpsc::Sender<Install>,
+}
+
+/// A config the fleet composed, for the app to apply; `done` takes what applying said.
+pub struct Install {
+    pub config: Config,
+    pub done: oneshot::Sender<Result<String, String>>,
 }
 
 #[derive(Default)]
@@ -97,12 +106,14 @@ pub struct MemberStatus {
 }
 
 impl Fleet {
-    /// The fleet of the local file `local`; `None` without `[fleet]`.
-    pub fn new(local: &Config) -> Option<Arc<Fleet>> {
+    /// The fleet of the local file `local`, and the configs it composes for the app to apply,
+    /// one at a time; `None` without `[fleet]`.
+    pub fn new(local: &Config) -> Option<(Arc<Fleet>, mpsc::Receiver<Install>)> {
         let settings = local.fleet.as_ref()?;
         let name = settings.name.clone().unwrap_or_else(host_name);
         let (applied, _) = watch::channel(0);
-        Some(Arc::new(Fleet {
+        let (installs, receiver) = mpsc::channel(1);
+        let fleet = Arc::new(Fleet {
             keys: Keys::new(&settings.prefix),
             name,
             lease: settings.lease,
@@ -112,7 +123,9 @@ impl Fleet {
             writing: tokio::sync::Mutex::new(()),
             started: unix_now(),
             unreachable_said: Default::default(),
-        }))
+            installs,
+        });
+        Some((fleet, receiver))
     }
 
     pub fn name(&self) -> &str {
@@ -144,7 +157,7 @@ impl Fleet {
 
     /// Takes a re-read local file (SIGHUP, `POST /api/reload`) and applies it with the fleet's
     /// services as last read.
-    pub async fn reload(&self, app: &App, local: Config) -> Result<String, FleetError> {
+    pub async fn reload(&self, local: Config) -> Result<String, FleetError> {
         let Some(next) = &local.fleet else { return Err(FleetError::LeavesFleet) };
         {
             let mut l = self.local.lock().map_err(|_| FleetError::Poisoned)?;
@@ -154,12 +167,12 @@ impl Fleet {
             }
             *l = local;
         }
-        self.install(app).await
+        self.install().await
     }
 
-    /// Composes the snapshot with the local file and applies it; a snapshot that does not
-    /// compose is refused whole and the running config stays.
-    async fn install(&self, app: &App) -> Result<String, FleetError> {
+    /// Composes the snapshot with the local file and has the app apply it; a snapshot that does
+    /// not compose is refused whole and the running config stays.
+    async fn install(&self) -> Result<String, FleetError> {
         let (snapshot, local) = {
             let state = self.state.lock().map_err(|_| FleetError::Poisoned)?;
             let local = self.local.lock().map_err(|_| FleetError::Poisoned)?;
@@ -168,7 +181,7 @@ impl Fleet {
         let revision = snapshot.config_revision;
         let composed = tokio::task::spawn_blocking(move || snapshot.compose(&local).map(|c| (c, snapshot.digest()))).await?;
         let result = match composed {
-            Ok((config, digest)) => match app.apply(config).await {
+            Ok((config, digest)) => match self.apply(config).await {
                 Ok(message) => {
                     if let Ok(mut state) = self.state.lock() {
                         state.digest = digest;
@@ -177,7 +190,7 @@ impl Fleet {
                     self.applied.send_replace(revision);
                     Ok(message)
                 }
-                Err(e) => Err(FleetError::Apply { revision, error: e.to_string() }),
+                Err(error) => Err(FleetError::Apply { revision, error }),
             },
             Err(d) => Err(FleetError::Refused { revision, diagnostics: d }),
         };
@@ -190,14 +203,22 @@ impl Fleet {
         result
     }
 
-    /// Follows etcd until the process stops: one session at a time, each started afresh (read
-    /// everything, then watch) after the last one ended, with a growing pause.
-    pub async fn run(self: Arc<Self>, app: Arc<App>) {
-        let stopping = app.shutdown.stopping().clone();
+    /// Sends `config` to the app and waits for what applying it said.
+    async fn apply(&self, config: Config) -> Result<String, String> {
+        let (done, said) = oneshot::channel();
+        let stopped = || "the app stopped taking configs".to_string();
+        self.installs.send(Install { config, done }).await.map_err(|_| stopped())?;
+        said.await.map_err(|_| stopped())?
+    }
+
+    /// Follows etcd until `stopping`: one session at a time, each started afresh (read
+    /// everything, then watch) after the last one ended, with a growing pause. `admin` is where
+    /// this instance's admin API listens, for its registration.
+    pub async fn run(self: Arc<Self>, admin: Option<std::net::SocketAddr>, stopping: CancellationToken) {
         let mut pause = Duration::from_millis(250);
         loop {
             let ended = tokio::select! {
-                ended = self.session(&app) => ended,
+                ended = self.session(admin) => ended,
                 () = stopping.cancelled() => {
                     self.leave().await;
                     return;
@@ -234,7 +255,7 @@ impl Fleet {
 
     /// One connection to etcd: read the fleet, apply it, register, then follow the watch and
     /// renew the lease until either fails.
-    async fn session(&self, app: &App) -> Result<(), FleetError> {
+    async fn session(&self, admin: Option<std::net::SocketAddr>) -> Result<(), FleetError> {
         let settings = self.local.lock().map_err(|_| FleetError::Poisoned)?.fleet.clone().ok_or(FleetError::NotAFleet)?;
         let mut client = connect(&settings).await?;
         let read = client.get(self.keys.all(), Some(GetOptions::new().with_prefix())).await?;
@@ -249,14 +270,14 @@ impl Fleet {
             state.snapshot = snapshot;
         }
         if changed || *self.applied.borrow() == 0 {
-            let _ = self.install(app).await;
+            let _ = self.install().await;
         } else {
             // Nothing changed while away: what runs is the newest.
             self.applied.send_replace(self.state.lock().map_or(0, |s| s.snapshot.config_revision));
         }
         let lease = client.lease_grant(self.lease.as_secs().max(1) as i64, None).await?.id();
         let (mut keeper, mut acks) = client.lease_keep_alive(lease).await?;
-        self.register(&mut client, lease, app).await?;
+        self.register(&mut client, lease, admin).await?;
         if let Ok(mut state) = self.state.lock() {
             state.client = Some(client.clone());
             state.lease = Some(lease);
@@ -290,8 +311,8 @@ impl Fleet {
                         state.snapshot = snapshot;
                     }
                     if changed {
-                        let _ = self.install(app).await;
-                        self.register(&mut client, lease, app).await?;
+                        let _ = self.install().await;
+                        self.register(&mut client, lease, admin).await?;
                     }
                 }
                 _ = renew.tick() => {
@@ -321,12 +342,12 @@ impl Fleet {
     }
 
     /// Writes this instance's registration under its lease: what it runs, and where its admin is.
-    async fn register(&self, client: &mut Client, lease: i64, app: &App) -> Result<(), FleetError> {
+    async fn register(&self, client: &mut Client, lease: i64, admin: Option<std::net::SocketAddr>) -> Result<(), FleetError> {
         let digest = self.state.lock().map(|s| s.digest.clone()).unwrap_or_default();
         let member = Member {
             name: self.name.clone(),
             version: env!("CARGO_PKG_VERSION").into(),
-            admin: app.admin_addr.map(|a| a.to_string()),
+            admin: admin.map(|a| a.to_string()),
             revision: *self.applied.borrow(),
             digest,
             started: self.started,

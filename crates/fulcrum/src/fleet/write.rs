@@ -17,15 +17,15 @@ use serde_json::json;
 use super::snapshot::{Discovered, Key, Keys, Stored};
 use super::{Fleet, FleetError};
 use crate::admin::Editor;
-use crate::app::App;
-use crate::config::{self, Change, Service};
+use crate::config::{self, Change, Config, Service};
 
 /// How long an answer waits for the watch to bring the write back here.
 const APPLIED_WITHIN: Duration = Duration::from_secs(5);
 
 impl Fleet {
-    /// Writes `change` to the fleet on behalf of `by` and waits until it runs here.
-    pub async fn change(&self, app: &App, change: Change, by: &Editor) -> Result<String, FleetError> {
+    /// Writes `change` to the config running here (`running`) to the fleet on behalf of `by`,
+    /// and waits until it runs here.
+    pub async fn change(&self, running: &Config, change: Change, by: &Editor) -> Result<String, FleetError> {
         let _one_at_a_time = self.writing.lock().await;
         let (mut client, snapshot) = {
             let state = self.state.lock().map_err(|_| FleetError::Poisoned)?;
@@ -38,7 +38,7 @@ impl Fleet {
         // compare stricter. A sender that says what it saw is held to that.
         let applied = *self.applied.borrow();
         let based_on = by.based_on.map_or(applied, |seen| seen.min(applied));
-        let before = app.live.current().config.clone();
+        let before = running.clone();
         let what = change.summary();
         let mut next = before.clone();
         change.apply(&mut next)?;

@@ -6,7 +6,7 @@ use bytes::Bytes;
 use http_body_util::{BodyExt, Full, Limited};
 
 use super::CheckError;
-use super::http::{Target, scheme};
+use super::target::Target;
 
 const METHOD: &str = "/grpc.health.v1.Health/Check";
 
@@ -15,7 +15,7 @@ const MAX_ANSWER: usize = 64 * 1024;
 
 /// The `Check` call asking about `service` (empty: the server as a whole).
 pub fn request(target: &Target<'_>, service: &str) -> Result<hyper::Request<Full<Bytes>>, CheckError> {
-    hyper::Request::post(format!("{}://{}{METHOD}", scheme(target), target.address()))
+    hyper::Request::post(format!("{}://{}{METHOD}", target.scheme(), target.address()))
         .header(hyper::header::CONTENT_TYPE, "application/grpc")
         .header(hyper::header::TE, "trailers")
         .header(hyper::header::USER_AGENT, "fulcrum-health")

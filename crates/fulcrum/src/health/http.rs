@@ -13,28 +13,11 @@ use tokio_util::either::Either;
 
 use super::CheckError;
 use super::grpc;
+use super::target::Target;
 use crate::config::{Health, HealthKind};
-use crate::live::ServerEntry;
-use crate::proxy::tls::origin::Originator;
 
 /// Largest body read when looking for the expected text.
 const MAX_BODY: usize = 1 << 20;
-
-/// The server a check talks to, and how.
-pub struct Target<'a> {
-    /// Its address, the PROXY header it is sent and its own SNI name.
-    pub server: &'a ServerEntry,
-    pub tls: Option<&'a Originator>,
-    /// HTTP/2 (the pool's `protocol = "h2"`), else HTTP/1.1.
-    pub h2: bool,
-}
-
-impl Target<'_> {
-    /// The server's configured `host:port`: the Host header, and the TLS name to verify.
-    pub fn address(&self) -> &str {
-        &self.server.state.key.address
-    }
-}
 
 enum Conn {
     H1(http1::SendRequest<Full<Bytes>>),
@@ -88,7 +71,7 @@ impl HttpCheck {
             return grpc::verdict(resp).await;
         }
         // HTTP/2 carries the host in the URI (`:authority`), HTTP/1.1 in Host.
-        let uri = if target.h2 { format!("{}://{}{}", scheme(target), target.address(), cfg.path) } else { cfg.path.clone() };
+        let uri = if target.h2 { format!("{}://{}{}", target.scheme(), target.address(), cfg.path) } else { cfg.path.clone() };
         let mut req = hyper::Request::get(uri).header(hyper::header::USER_AGENT, "fulcrum-health");
         if !target.h2 {
             req = req.header(hyper::header::HOST, target.address());
@@ -111,17 +94,13 @@ impl HttpCheck {
     }
 }
 
-pub(super) fn scheme(target: &Target<'_>) -> &'static str {
-    if target.tls.is_some() { "https" } else { "http" }
-}
-
 /// Connects, handshakes TLS when the pool asks for it (within the check's timeout, which bounds
 /// the whole check), and opens the HTTP connection whose driver runs on a task of its own.
 async fn connect(target: &Target<'_>, cfg: &Health) -> Result<Conn, CheckError> {
     let stream = super::connect(target.server.addr, target.server.proxy_protocol).await?;
     let _ = stream.set_nodelay(true);
     let io = match target.tls {
-        Some(origin) => Either::Right(origin.connect(stream, target.server, cfg.timeout).await.map_err(CheckError::Tls)?),
+        Some(origin) => Either::Right(origin.connect(stream, target.server.sni.as_ref(), &target.server.state.key.address, cfg.timeout).await.map_err(CheckError::Tls)?),
         None => Either::Left(stream),
     };
     let io = TokioIo::new(io);

@@ -9,6 +9,7 @@ mod ftp;
 pub(crate) mod grpc;
 mod http;
 mod scheduler;
+mod target;
 mod tcp;
 
 pub use error::CheckError;
@@ -27,7 +28,7 @@ use crate::config::ProxyProtocol;
 async fn connect(addr: SocketAddr, proxy: Option<ProxyProtocol>) -> Result<TcpStream, CheckError> {
     let mut stream = TcpStream::connect(addr).await.map_err(CheckError::Connect)?;
     if let Some(version) = proxy {
-        stream.write_all(crate::proxy::proxy_header::local(version)).await.map_err(CheckError::ProxyHeader)?;
+        stream.write_all(crate::proxy_header::local(version)).await.map_err(CheckError::ProxyHeader)?;
     }
     Ok(stream)
 }

@@ -16,7 +16,8 @@ use tokio_util::sync::CancellationToken;
 use tracing::{info, warn};
 
 use super::{CheckError, RiseFall};
-use super::http::{HttpCheck, Target};
+use super::http::HttpCheck;
+use super::target::Target;
 use crate::config::{Health, HealthKind, Mode, ProxyProtocol, ServerProtocol, ServerTls};
 use crate::live::{Generation, Pool, ServerEntry};
 

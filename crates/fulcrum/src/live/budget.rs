@@ -15,9 +15,13 @@ use std::time::Duration;
 use tokio::sync::Notify;
 use tracing::{info, warn};
 
-/// Descriptors kept out of the client budget: the admin listener's connections (its own cap),
-/// and 64 for listeners, the runtime's own, log and config files.
-pub const RESERVED: u64 = crate::admin::listener::CONNECTIONS as u64 + 64;
+/// Connections the admin listener serves at once at most (`admin::listener`): its own cap, kept
+/// here so the descriptors it may take are known below the admin.
+pub const ADMIN_CONNECTIONS: usize = 64;
+
+/// Descriptors kept out of the client budget: the admin listener's connections, and 64 for
+/// listeners, the runtime's own, log and config files.
+pub const RESERVED: u64 = ADMIN_CONNECTIONS as u64 + 64;
 
 /// Descriptors a proxied connection needs: the client's and the server's.
 const PER_CONNECTION: u64 = 2;

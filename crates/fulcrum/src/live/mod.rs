@@ -16,6 +16,8 @@ mod pool;
 mod rate;
 mod server;
 mod service;
+mod service_state;
+pub mod why;
 #[cfg(test)]
 mod recovery_tests;
 
@@ -29,9 +31,10 @@ use crate::config::{self, Config, HealthKind};
 
 pub use budget::{Budget, Slot};
 pub use rate::Rate;
-pub use server::{ConnGuard, DampingNow, ServerEntry, ServerKey, ServerState, State, clock_ms, unix_ms};
+pub use server::{ConnGuard, DampingNow, ServerEntry, ServerKey, ServerState, State};
 pub use pool::{Avoid, Picked, Pool, Role, Tier};
-pub use service::{Service, ServiceGuard, ServiceState};
+pub use service::Service;
+pub use service_state::{ServiceGuard, ServiceState};
 
 /// One immutable view of the whole configuration.
 pub struct Generation {
@@ -102,7 +105,7 @@ pub enum BuildError {
     #[error("service {service}: {cause}")]
     Server { service: String, cause: config::AddressError },
     #[error("service {service}: TLS: {cause}")]
-    Tls { service: String, cause: crate::proxy::tls::TlsError },
+    Tls { service: String, cause: crate::tls::TlsError },
     #[error("service {service}: {cause}")]
     Srv { service: String, cause: String },
     #[error("runtime registry poisoned")]
@@ -219,12 +222,12 @@ fn build(config: Config, registry: &mut Registry, budget: &Arc<Budget>, previous
             let same_tls = running.and_then(|r| r.tls.as_ref().filter(|t| r.config().terminates_tls_as(sc) && t.unchanged_on_disk()));
             let tls = match (same_tls, &sc.tls) {
                 (Some(t), _) => Some(t.clone()),
-                (None, Some(t)) => Some(crate::proxy::tls::Terminator::load(&sc.name, t, sc.mode, sc.http.http2).map(Arc::new).map_err(|cause| BuildError::Tls { service: sc.name.clone(), cause })?),
+                (None, Some(t)) => Some(crate::tls::Terminator::load(&sc.name, t, sc.mode, sc.http.http2).map(Arc::new).map_err(|cause| BuildError::Tls { service: sc.name.clone(), cause })?),
                 (None, None) => None,
             };
             if let Some(t) = tls.as_ref().filter(|_| same_tls.is_none()) {
                 for (cert, left) in t.expiring(std::time::SystemTime::now()) {
-                    tracing::warn!(service = %sc.name, file = %cert.file, "TLS certificate expires in {} (at {})", humantime::format_duration(std::time::Duration::from_secs(left.as_secs() / 3600 * 3600)), crate::proxy::tls::unix_to_text(cert.not_after));
+                    tracing::warn!(service = %sc.name, file = %cert.file, "TLS certificate expires in {} (at {})", humantime::format_duration(std::time::Duration::from_secs(left.as_secs() / 3600 * 3600)), crate::tls::unix_to_text(cert.not_after));
                 }
             }
             // Servers from DNS SRV records join the service's own (`dns` asks them on a thread of
@@ -302,7 +305,7 @@ fn build_pool(sc: &config::Service, found: &[crate::dns::SrvServer], registry: &
         state.set_draining(server.drain);
         state.configure(sc.slow_start, &sc.damping, joined);
         let proxy_protocol = server.proxy_protocol.or(sc.proxy_protocol);
-        let sni = server.sni.as_deref().map(crate::proxy::tls::origin::name).transpose().map_err(|cause| BuildError::Tls { service: sc.name.clone(), cause })?;
+        let sni = server.sni.as_deref().map(crate::tls::origin::name).transpose().map_err(|cause| BuildError::Tls { service: sc.name.clone(), cause })?;
         let entry = Arc::new(ServerEntry { addr, state, id: server.cookie_id(), maxconn: server.maxconn, proxy_protocol, sni });
         if server.backup { backup.push(entry) } else { primary.push(entry) }
     }
@@ -310,7 +313,7 @@ fn build_pool(sc: &config::Service, found: &[crate::dns::SrvServer], registry: &
     let server_tls = sc
         .server_tls
         .as_ref()
-        .map(|t| crate::proxy::tls::origin::Originator::load(t, sc.mode == config::Mode::Http, sc.protocol == config::ServerProtocol::H2).map(Arc::new))
+        .map(|t| crate::tls::origin::Originator::load(t, sc.mode == config::Mode::Http, sc.protocol == config::ServerProtocol::H2).map(Arc::new))
         .transpose()
         .map_err(|cause| BuildError::Tls { service: sc.name.clone(), cause })?;
     Ok(Pool { primary: Tier::new(primary, sc, &events), backup: Tier::new(backup, sc, &events), config: sc.clone(), state: shared, server_tls })

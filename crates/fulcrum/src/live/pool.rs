@@ -11,7 +11,7 @@ use crate::balance::events::{Listener, Subscribers};
 use crate::balance::{self, Balancer, Pick, ServerView};
 use crate::config;
 
-use super::service::ServiceState;
+use super::service_state::ServiceState;
 use super::server::ServerEntry;
 
 /// The servers of one role (primary or backup) with the balancer that picks among them.
@@ -181,7 +181,7 @@ pub struct Pool {
     pub primary: Tier,
     pub backup: Tier,
     /// `server_tls`: the TLS client side for the pool's servers.
-    pub server_tls: Option<Arc<crate::proxy::tls::origin::Originator>>,
+    pub server_tls: Option<Arc<crate::tls::origin::Originator>>,
 }
 
 impl Pool {

@@ -4,13 +4,15 @@
 
 use std::net::SocketAddr;
 use std::sync::atomic::{AtomicBool, AtomicU32, AtomicU64, Ordering::Relaxed};
-use std::sync::{Arc, Mutex, Weak};
-use std::time::{Duration, SystemTime, UNIX_EPOCH};
+use std::any::Any;
+use std::sync::{Arc, Mutex, OnceLock, Weak};
+use std::time::Duration;
 
 use serde::Serialize;
 
 use super::rate::Rate;
 use crate::balance::RAMP_FULL;
+use crate::clock::{clock_ms, unix_ms};
 use crate::balance::events::Subscribers;
 use crate::balance::load::Measure;
 use crate::config::Damping;
@@ -39,7 +41,7 @@ pub struct ServerKey {
 #[derive(Debug)]
 pub struct ServerState {
     pub key: ServerKey,
-    /// Unique in the process: what a kept pick (`proxy::why::Recent`) names its server by.
+    /// Unique in the process: what a kept pick (`live::why::Recent`) names its server by.
     pub serial: u64,
     /// Itself, for the timers that end a ramp or a suppression.
     me: Weak<ServerState>,
@@ -66,7 +68,7 @@ pub struct ServerState {
     /// Unix ms since when the server is down (0: not down), and the downtime before that.
     down_since_ms: AtomicU64,
     downtime_ms: AtomicU64,
-    /// Slow start: its period in ms (0: off) and the [`clock_ms`] its ramp began at (0: none).
+    /// Slow start: its period in ms (0: off) and the [`clock_ms`](crate::clock::clock_ms) its ramp began at (0: none).
     slow_start_ms: AtomicU64,
     ramp_from: AtomicU64,
     /// Whether coming up ramps: not on the first up of a checked server the process started
@@ -83,10 +85,10 @@ pub struct ServerState {
     pub counters: Counters,
     /// Connect measurements for the load-aware algorithms.
     pub measure: Measure,
-    /// HTTP: idle keep-alive connections to this server, lent one request at a time.
-    pub idle: Arc<crate::proxy::http::ServerConns>,
-    /// HTTP with `protocol = "h2"`: the one connection to this server that every request shares.
-    pub h2: crate::proxy::http::ServerH2,
+    /// What a data path keeps for this server across requests (HTTP: its idle keep-alive
+    /// connections), made on first use ([`ServerState::kept`]). Opaque here, as `live` knows no
+    /// protocol; it outlives reloads as the counters do and goes with the server.
+    kept: OnceLock<Box<dyn Any + Send + Sync>>,
 }
 
 /// Per-server counters, as in HAProxy's stats table.
@@ -112,7 +114,7 @@ pub struct Counters {
     pub rate: Rate,
 }
 
-/// A server's flap penalty as of `at` (a [`clock_ms`]), under its service's damping settings.
+/// A server's flap penalty as of `at` (a [`clock_ms`](crate::clock::clock_ms)), under its service's damping settings.
 #[derive(Debug, Default)]
 struct Flaps {
     damping: Damping,
@@ -152,16 +154,6 @@ impl DampingNow {
 
 fn flapping(penalty: f64, back_in: Duration) -> String {
     format!("flapping (penalty {penalty:.0}, back in ~{})", humantime::format_duration(Duration::from_secs(back_in.as_secs().max(1))))
-}
-
-/// Milliseconds on the runtime's clock (tokio's, so a test with a paused clock moves it), from a
-/// base an hour before the first call, so 0 is never a reading and means "not set".
-pub fn clock_ms() -> u64 {
-    static BASE: std::sync::LazyLock<std::time::Instant> = std::sync::LazyLock::new(|| {
-        let now = std::time::Instant::now();
-        now.checked_sub(Duration::from_secs(3600)).unwrap_or(now)
-    });
-    tokio::time::Instant::now().into_std().saturating_duration_since(*BASE).as_millis() as u64
 }
 
 /// Runs `then` on the server after `delay`, if the runtime is there and the server still is.
@@ -208,9 +200,14 @@ impl ServerState {
             last_check: Mutex::new(if checked { "not checked yet".into() } else { "no check".into() }),
             counters: Counters::default(),
             measure: Measure::new(crate::config::P2c::default().decay),
-            idle: Arc::default(),
-            h2: Default::default(),
+            kept: OnceLock::new(),
         })
+    }
+
+    /// What the data path of type `T` keeps for this server, made on first use. `None` only if
+    /// another type was kept first, which one data path per server never does.
+    pub fn kept<T: Default + Send + Sync + 'static>(&self) -> Option<&T> {
+        self.kept.get_or_init(|| Box::new(T::default())).downcast_ref()
     }
 
     /// Takes a generation's slow start and damping settings. `joined` says the server was added
@@ -542,10 +539,6 @@ impl Drop for ConnGuard {
     fn drop(&mut self) {
         self.0.counters.current.fetch_sub(1, Relaxed);
     }
-}
-
-pub fn unix_ms() -> u64 {
-    SystemTime::now().duration_since(UNIX_EPOCH).map(|d| d.as_millis() as u64).unwrap_or(0)
 }
 
 /// One server of one generation: live state plus the address resolved when the generation was built.

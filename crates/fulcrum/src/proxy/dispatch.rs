@@ -18,7 +18,7 @@ use tracing::{debug, warn};
 
 use super::connect;
 use super::queue::Waiting;
-use super::why::{How, Why};
+use crate::live::why::{How, Why};
 use crate::config::Algorithm;
 use crate::error::{Error, Kind, Side};
 use crate::live::{Avoid, ConnGuard, Picked, Pool, Role, ServerEntry, ServiceState};

@@ -9,7 +9,7 @@
 //! connection is made.
 //!
 //! [`recent`] reads what the data path did instead: the last picks each pool kept
-//! (`proxy::why`), served by `GET /api/explain/recent`.
+//! (`live::why`), served by `GET /api/explain/recent`.
 
 use std::net::IpAddr;
 
@@ -20,7 +20,7 @@ use crate::config::{Algorithm, Mode};
 use crate::live::{Avoid, Pool, Service, State};
 
 use super::http::{affinity, route};
-use super::tls::passthrough;
+use super::passthrough;
 
 /// The request to explain.
 #[derive(Debug, Clone, Default)]

@@ -8,7 +8,6 @@ pub mod explain;
 pub mod ftp;
 pub mod http;
 pub mod listener;
-pub mod proxy_header;
 pub mod queue;
 #[allow(unsafe_code)]
 pub mod sockmap;
@@ -17,8 +16,7 @@ pub mod splice;
 pub mod tcp;
 #[allow(unsafe_code)]
 pub mod tcp_info;
-pub mod tls;
-pub mod why;
+pub mod passthrough;
 pub mod workers;
 
 use std::net::SocketAddr;
@@ -29,6 +27,7 @@ use tokio::net::TcpStream;
 use tracing::{debug, warn};
 
 use crate::error::{Side, Throttle};
+use crate::proxy_header;
 use crate::live::{Pool, Service, ServiceGuard, Slot};
 use crate::shutdown::Shutdown;
 
@@ -182,7 +181,7 @@ async fn connect_server(service: &Service, pool: &Pool, client: &TcpStream, peer
 /// TLS pass-through: reads the client's ClientHello and picks the pool its server name routes
 /// to; `None` (counted and logged, once a second) when the client sends no valid hello in time.
 async fn route_by_sni<'a>(service: &'a Service, client: &mut TcpStream, peer: SocketAddr) -> Option<(&'a Pool, Vec<u8>)> {
-    use tls::passthrough::{self, HelloError};
+    use passthrough::HelloError;
     let cfg = service.config();
     match passthrough::read_hello(client, passthrough::HELLO_TIMEOUT).await {
         Ok(hello) => {
@@ -216,9 +215,9 @@ async fn handle_tls(mut client: tokio_rustls::server::TlsStream<TcpStream>, peer
 
 /// `server_tls`: the TLS session to the server of `place`; `None` (counted as the server's
 /// connect failure, and logged) when the handshake or the server's certificate fails.
-async fn secure(origin: &tls::origin::Originator, server: TcpStream, place: &dispatch::Place, service: &Service, peer: SocketAddr) -> Option<tokio_rustls::client::TlsStream<TcpStream>> {
+async fn secure(origin: &crate::tls::origin::Originator, server: TcpStream, place: &dispatch::Place, service: &Service, peer: SocketAddr) -> Option<tokio_rustls::client::TlsStream<TcpStream>> {
     let entry = place.entry();
-    match origin.connect(server, entry, service.config().connect_timeout).await {
+    match origin.connect(server, entry.sni.as_ref(), &entry.state.key.address, service.config().connect_timeout).await {
         Ok(tls) => Some(tls),
         Err(e) => {
             entry.state.record_tls_failure(&service.config().name, service.config().failure_limit, &e);

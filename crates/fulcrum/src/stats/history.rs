@@ -9,7 +9,8 @@ use std::time::Duration;
 
 use serde::Serialize;
 
-use crate::live::{Generation, ServerKey, unix_ms};
+use crate::clock::unix_ms;
+use crate::live::{Generation, ServerKey};
 
 pub const INTERVAL: Duration = Duration::from_secs(10);
 /// 24 hours of 10 s points.

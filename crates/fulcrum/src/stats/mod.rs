@@ -10,7 +10,8 @@ use std::sync::atomic::Ordering::Relaxed;
 use serde::Serialize;
 
 use crate::balance::AlgorithmMetrics;
-use crate::live::{Generation, ServerEntry, State, unix_ms};
+use crate::clock::unix_ms;
+use crate::live::{Generation, ServerEntry, State};
 
 #[derive(Debug, Serialize)]
 pub struct Snapshot {
@@ -161,8 +162,8 @@ pub struct ServerStats {
     pub algorithm: Option<AlgorithmMetrics>,
 }
 
-fn tls_stats(t: &crate::proxy::tls::Terminator, counters: &crate::proxy::tls::Counters) -> TlsStats {
-    use crate::proxy::tls::{EXPIRY_WARNING, Failure, unix_to_text};
+fn tls_stats(t: &crate::tls::Terminator, counters: &crate::tls::Counters) -> TlsStats {
+    use crate::tls::{EXPIRY_WARNING, Failure, unix_to_text};
     let now = std::time::SystemTime::now();
     TlsStats {
         handshakes_tls12: counters.tls12.load(Relaxed),
@@ -213,7 +214,7 @@ pub fn snapshot(generation: &Generation) -> Snapshot {
         })
         .collect();
     let b = &generation.budget;
-    let process = ProcessStats { maxconn: b.max(), current: b.current(), peak: b.peak(), waits: b.waits(), descriptors: crate::live::budget::descriptor_limit(), tls_loads: crate::proxy::tls::loads(), figures: None };
+    let process = ProcessStats { maxconn: b.max(), current: b.current(), peak: b.peak(), waits: b.waits(), descriptors: crate::live::budget::descriptor_limit(), tls_loads: crate::tls::loads(), figures: None };
     Snapshot { process, services }
 }
 

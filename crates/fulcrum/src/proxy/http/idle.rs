@@ -1,5 +1,5 @@
 //! Idle keep-alive connections to one server, lent to one request at a time. Each server keeps
-//! its own list next to its state, so the connections outlive a reload the way its counters do,
+//! its own list in its state (what HTTP keeps there, `http::Kept`), so the connections outlive a reload the way its counters do,
 //! go away with the server when it leaves the config, and no lock is shared between servers: a
 //! request takes this server's short lock once to borrow and once to give back.
 //!
@@ -86,10 +86,12 @@ impl<C: Reusable> IdleConns<C> {
         }
     }
 
+    #[cfg(test)]
     pub fn len(&self) -> usize {
         self.idle.lock().map(|g| g.len()).unwrap_or(0)
     }
 
+    #[cfg(test)]
     pub fn is_empty(&self) -> bool {
         self.len() == 0
     }

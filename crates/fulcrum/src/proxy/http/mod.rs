@@ -50,12 +50,16 @@ use crate::error::{Kind, Side};
 use crate::live::Service;
 use crate::shutdown::Shutdown;
 
-/// A server's idle keep-alive connections, kept in its state (`live::ServerState::idle`).
-pub(crate) type ServerConns = idle::IdleConns<hyper::client::conn::http1::SendRequest<ProxyBody>>;
-
-/// A server's shared HTTP/2 connection (`protocol = "h2"`), kept in its state
-/// (`live::ServerState::h2`); a clone per request, each a stream of it.
-pub(crate) type ServerH2 = std::sync::Mutex<Option<hyper::client::conn::http2::SendRequest<ProxyBody>>>;
+/// What HTTP keeps per server between requests, in the server's state
+/// (`live::ServerState::kept`), so it outlives reloads and leaves with the server.
+#[derive(Default)]
+pub(crate) struct Kept {
+    /// Idle keep-alive connections, lent one request at a time.
+    pub idle: Arc<idle::IdleConns<hyper::client::conn::http1::SendRequest<ProxyBody>>>,
+    /// With `protocol = "h2"`: the one connection every request shares, a clone (a stream of
+    /// it) per request.
+    pub h2: std::sync::Mutex<Option<hyper::client::conn::http2::SendRequest<ProxyBody>>>,
+}
 
 /// Serves one client connection: as many requests as it sends. hyper runs only while the client
 /// is active (`park`): between bursts the connection is its socket and a few words of state.
@@ -230,7 +234,7 @@ fn handle(
         }
         if let Some(names) = names
             && let Some(host) = request_host(&req)
-            && !crate::proxy::tls::covers(names, host)
+            && !crate::tls::covers(names, host)
         {
             let why = format!("{host} is not a name of the certificate this connection's handshake chose (strict_sni_host)");
             warn!(service = %cfg.name, client = %peer, status = 421, "request refused, the client is at fault: {why}");
@@ -493,6 +497,8 @@ fn truncate(text: &str, max: usize) -> String {
     }
 }
 
+#[cfg(test)]
+mod limits_tests;
 #[cfg(test)]
 mod tests {
     #[test]

@@ -17,6 +17,7 @@ use tracing::debug;
 
 use super::body::ProxyBody;
 use super::idle::Lent;
+use super::Kept;
 use super::replay::{Next, Replay};
 use crate::error::{Error, Kind, Side};
 use crate::proxy::dispatch::{Dispatch, Place, Steer};
@@ -68,13 +69,13 @@ pub fn send(pool: &Pool, client: SocketAddr, mut req: Request<ProxyBody>, steer:
                 _ => Failure::Connect(e),
             })?;
             let entry = place.entry().clone();
-            let idle = &entry.state.idle;
+            let kept = entry.state.kept::<Kept>();
             let started = Instant::now();
             let h2 = cfg.protocol == ServerProtocol::H2;
-            let mut reused = match (h2, upgrade) {
-                (true, _) => shared_h2(&entry.state.h2).map(Sender::H2),
-                (false, false) => idle.take(entry.addr, cfg.http.keepalive_idle).map(Sender::H1),
-                (false, true) => None,
+            let mut reused = match (h2, upgrade, kept) {
+                (_, _, None) | (false, true, _) => None,
+                (true, _, Some(k)) => shared_h2(&k.h2).map(Sender::H2),
+                (false, false, Some(k)) => k.idle.take(entry.addr, cfg.http.keepalive_idle).map(Sender::H1),
             };
             if let Some(s) = reused.as_mut()
                 && s.ready().await.is_err()
@@ -99,8 +100,8 @@ pub fn send(pool: &Pool, client: SocketAddr, mut req: Request<ProxyBody>, steer:
             let sent = Instant::now();
             match tokio::time::timeout(cfg.http.response_timeout, sender.try_send(req)).await {
                 Ok(Ok(response)) => {
-                    let lent = match sender {
-                        Sender::H1(s) if !upgrade => Some(Lent::new(s, entry.addr, idle.clone())),
+                    let lent = match (sender, kept) {
+                        (Sender::H1(s), Some(k)) if !upgrade => Some(Lent::new(s, entry.addr, k.idle.clone())),
                         _ => None,
                     };
                     return Ok(Answer { response, lent, place, connect, response_time: sent.elapsed() });
@@ -162,7 +163,7 @@ impl Sender {
 }
 
 /// The server's shared HTTP/2 connection, while it is open.
-fn shared_h2(slot: &super::ServerH2) -> Option<http2::SendRequest<ProxyBody>> {
+fn shared_h2(slot: &std::sync::Mutex<Option<http2::SendRequest<ProxyBody>>>) -> Option<http2::SendRequest<ProxyBody>> {
     let shared = slot.lock().unwrap_or_else(|e| e.into_inner());
     shared.as_ref().filter(|s| !s.is_closed()).cloned()
 }
@@ -187,7 +188,9 @@ async fn open_h2(dispatch: &Dispatch<'_>, place: &Place, pool: &Pool) -> Result<
             sender
         }
     };
-    *entry.state.h2.lock().unwrap_or_else(|e| e.into_inner()) = Some(sender.clone());
+    if let Some(kept) = entry.state.kept::<Kept>() {
+        *kept.h2.lock().unwrap_or_else(|e| e.into_inner()) = Some(sender.clone());
+    }
     Ok(sender)
 }
 
@@ -225,7 +228,7 @@ async fn secure(dispatch: &Dispatch<'_>, place: &Place, pool: &Pool) -> Result<S
     let stream = dispatch.connect(place).await?;
     let Some(origin) = &pool.server_tls else { return Ok(Stream::Plain(stream)) };
     let entry = place.entry();
-    match origin.connect(stream, entry, pool.config.connect_timeout).await {
+    match origin.connect(stream, entry.sni.as_ref(), &entry.state.key.address, pool.config.connect_timeout).await {
         Ok(tls) => Ok(Stream::Tls(Box::new(tls))),
         Err(e) => {
             let e = std::io::Error::other(format!("TLS: {e}"));

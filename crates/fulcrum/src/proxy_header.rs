@@ -10,6 +10,9 @@
 //! addresses plus room for TLVs, which are skipped), so a header costs at most 528 bytes. LOCAL
 //! (v2) and UNKNOWN (v1) headers, and address families other than TCP over IP, leave the
 //! connection's own peer address in place.
+//!
+//! A wire format with no state of its own, below the data path: the data path (`proxy`) sends
+//! and receives it, the health checks send `local`.
 
 use std::net::{IpAddr, Ipv4Addr, Ipv6Addr, SocketAddr};
 use std::time::Duration;

@@ -14,7 +14,6 @@ use tokio_rustls::client::TlsStream;
 
 use super::TlsError;
 use crate::config;
-use crate::live::ServerEntry;
 
 /// A pool's TLS client side.
 pub struct Originator {
@@ -46,12 +45,13 @@ impl Originator {
         Ok(Originator { connector: TlsConnector::from(Arc::new(config)), sni })
     }
 
-    /// A TLS session over `stream` to `server`, handshaken within `limit`. The name sent and
-    /// verified is the server's own `sni`, else the pool's, else the host of its address.
-    pub async fn connect(&self, stream: TcpStream, server: &ServerEntry, limit: Duration) -> std::io::Result<TlsStream<TcpStream>> {
-        let name = match server.sni.as_ref().or(self.sni.as_ref()) {
+    /// A TLS session over `stream` to the server at `address` (`host:port` as configured),
+    /// handshaken within `limit`. The name sent and verified is the server's own `sni`, else the
+    /// pool's, else the host of its address.
+    pub async fn connect(&self, stream: TcpStream, sni: Option<&ServerName<'static>>, address: &str, limit: Duration) -> std::io::Result<TlsStream<TcpStream>> {
+        let name = match sni.or(self.sni.as_ref()) {
             Some(name) => name.clone(),
-            None => server_name(&server.state.key.address)?,
+            None => server_name(address)?,
         };
         match tokio::time::timeout(limit, self.connector.connect(name, stream)).await {
             Ok(r) => r,

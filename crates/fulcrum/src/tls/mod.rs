@@ -1,4 +1,7 @@
-//! TLS termination (`[service.tls]`) for TCP and HTTP modes, with rustls and its ring provider.
+//! TLS material: termination (`[service.tls]`) for TCP and HTTP modes and origination to the
+//! servers (`server_tls`, `origin`), with rustls and its ring provider. Below the data path:
+//! `config` (validation loads what `check` must), `live` (a generation holds what it built) and
+//! `proxy` (the handshakes) use it, and it uses none of them but `config`.
 //!
 //! A service's `Terminator` is built with its generation (on a blocking thread: it reads the
 //! certificate files), so a reload or SIGHUP that changes a certificate serves new connections
@@ -12,11 +15,10 @@
 //! only when the client certificate it carries still verifies against the current `client_ca`.
 //! With `strict_sni_host`, HTTP requests must name a host of the certificate the handshake
 //! chose (`names`). TLS that passes through to the servers, routed by the name the client asks
-//! for, is `passthrough`'s; TLS from Fulcrum to the servers (`server_tls`) is `origin`'s.
+//! for, is the data path's (`proxy::passthrough`); TLS from Fulcrum to the servers is `origin`'s.
 
 mod certs;
 pub mod origin;
-pub mod passthrough;
 mod resumption;
 mod sni;
 
