@@ -4,7 +4,7 @@
 "use strict";
 
 const $ = (sel) => document.querySelector(sel);
-const ui = { service: null, stats: null, config: null, file: null, tab: "overview", graphsAt: 0, revision: null, live: {}, charts: {}, cpu: null };
+const ui = { service: null, stats: null, config: null, file: null, tab: "overview", graphsAt: 0, revision: null, live: {}, charts: {}, cpu: null, algorithms: [] };
 
 // The Overview's window: one point per poll, 5 minutes of them.
 const LIVE_POINTS = 300;
@@ -98,10 +98,10 @@ function fillForms() {
   $("#lb-maxconn").value = s.maxconn;
   $("#lb-half-close").checked = s.half_close;
   $("#lb-terminate").checked = s.terminate_on_disable;
-  // The HTTP-only algorithms are offered to HTTP services only.
-  for (const o of document.querySelectorAll("#algorithm option[data-http]")) o.hidden = s.mode !== "http";
-  $("#algorithm").value = s.algorithm;
+  // The algorithms that serve the service's mode, as GET /api/algorithms lists them.
+  offerAlgorithms($("#algorithm"), s.mode, s.algorithm);
   $("#algorithm-current").textContent = `Running: ${s.algorithm}`;
+  describeAlgorithm();
   const h = s.health;
   $("#hc-kind").value = h.kind;
   $("#hc-interval").value = h.interval;
@@ -113,6 +113,22 @@ function fillForms() {
   $("#hc-expect-text").value = h.expect_text ?? "";
   // Not on the form: kept as it is when the form is sent.
   $("#health-form").dataset.grpcService = h.grpc_service ?? "";
+}
+
+// Fills `select` with the algorithms that serve `mode`, each described in its tooltip.
+function offerAlgorithms(select, mode, chosen) {
+  const offered = ui.algorithms.filter((a) => a.modes.includes(mode));
+  select.replaceChildren(...offered.map((a) => {
+    const o = new Option(a.title, a.name, false, a.name === chosen);
+    o.title = a.description;
+    return o;
+  }));
+}
+
+// The chosen algorithm's one-line description under the Algorithm tab's form.
+function describeAlgorithm() {
+  const a = ui.algorithms.find((x) => x.name === $("#algorithm").value);
+  $("#algorithm-about").textContent = a ? `${a.title}: ${a.description}${a.hashes ? " (hashes)" : ""}.` : "";
 }
 
 async function poll() {
@@ -538,6 +554,8 @@ function wire() {
   $("#config-apply").addEventListener("click", () => change("POST", "/api/config", toml()));
   $("#config-reload").addEventListener("click", () => change("POST", "/api/reload"));
   $("#why-form").addEventListener("submit", (e) => { e.preventDefault(); explain(); });
+  $("#algorithm").addEventListener("change", describeAlgorithm);
+  $("#ns-mode").addEventListener("change", () => offerAlgorithms($("#ns-algorithm"), $("#ns-mode").value, $("#ns-algorithm").value));
   $("#lb-delete").addEventListener("click", async () => {
     if (!confirm(`Delete service ${ui.service}? Its listener closes.`)) return;
     if (await change("DELETE", `/api/services/${encodeURIComponent(ui.service)}`)) ui.service = null;
@@ -572,6 +590,12 @@ function wire() {
 
 async function main() {
   wire();
+  try {
+    ui.algorithms = await api("GET", "/api/algorithms");
+    offerAlgorithms($("#ns-algorithm"), $("#ns-mode").value, "round-robin");
+  } catch (e) {
+    say(`cannot read the algorithms: ${e.message}`, false);
+  }
   try {
     await loadConfig();
   } catch (e) {

@@ -42,10 +42,10 @@ fn explain_names_the_route_the_key_the_skipped_servers_and_the_pick_that_traffic
     let pick = e["pick"].as_str().unwrap().to_string();
     assert!([a.addr.to_string(), b.addr.to_string()].contains(&pick), "{e}");
     assert!(e["why"].as_str().unwrap().contains("smooth weighted rotation, among 2 usable"), "{e}");
-    // Round robin's next turn after the explained one goes to the other server.
+    // Explaining moves nothing: the next request goes where the explanation said.
     let next = http_get(f.listen, "/index.html").1;
-    let other = if pick == a.addr.to_string() { "TARGET b" } else { "TARGET a" };
-    assert!(next.contains(other), "the explained pick took its turn: {next}");
+    let named = if pick == a.addr.to_string() { "TARGET a" } else { "TARGET b" };
+    assert!(next.contains(named), "the request did not go to the explained pick {pick}: {next}");
 
     // The routed pool: the client's address is hashed to a slot, and every request from that
     // client lands on the explained server.
@@ -65,6 +65,34 @@ fn explain_names_the_route_the_key_the_skipped_servers_and_the_pick_that_traffic
     assert!(status == 400 && body.to_string().contains("not an IP address"), "{body}");
     let (status, body) = f.api("GET", "/api/explain?service=web", None);
     assert!(status == 400 && body.to_string().contains("client"), "{body}");
+}
+
+#[test]
+fn a_hundred_explains_between_requests_leave_the_round_robin_sequence_as_it_was() {
+    let backends: Vec<Backend> = ["a", "b", "c", "d"].iter().map(|n| Backend::start(n)).collect();
+    let servers: String = backends.iter().map(|b| format!("[[service.server]]\naddress = \"{}\"\n", b.addr)).collect();
+    let f = Fulcrum::start(&format!("[[service]]\nname = \"web\"\nlisten = \"{{LISTEN}}\"\nmode = \"http\"\nalgorithm = \"round-robin\"\n{servers}"));
+    let name_of = |addr: &str| backends.iter().position(|b| b.addr.to_string() == addr).map(|i| ["a", "b", "c", "d"][i]).unwrap_or("?");
+    let mut sequence = Vec::new();
+    for _ in 0..12 {
+        let mut foretold = Vec::new();
+        for _ in 0..100 {
+            let (status, e) = f.api("GET", "/api/explain?service=web&client=127.0.0.9&path=/", None);
+            assert_eq!(status, 200, "{e}");
+            foretold.push(name_of(e["pick"].as_str().unwrap_or_default()));
+        }
+        let body = http_get(f.listen, "/index.html").1;
+        let served = body.split("TARGET ").nth(1).and_then(|t| t.split('<').next()).unwrap_or_default().to_string();
+        assert!(foretold.iter().all(|n| *n == served), "100 explains named {foretold:?}, the request went to {served}");
+        sequence.push(served);
+    }
+    // Exactly cyclic, as without the explains: each server once in every four requests.
+    for (k, s) in sequence.iter().enumerate() {
+        assert_eq!(s, &sequence[k % 4], "the sequence is cyclic: {sequence:?}");
+    }
+    let mut first_four = sequence[..4].to_vec();
+    first_four.sort();
+    assert_eq!(first_four, ["a", "b", "c", "d"], "{sequence:?}");
 }
 
 #[test]

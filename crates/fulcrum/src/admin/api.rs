@@ -20,6 +20,7 @@ pub fn routes<C: Control>() -> Router<Arc<C>> {
         .route("/api/stats", get(get_stats::<C>))
         .route("/api/stats.csv", get(get_csv::<C>))
         .route("/api/fleet", get(fleet::<C>))
+        .route("/api/algorithms", get(algorithms))
         .route("/metrics", get(metrics::<C>))
         .route("/api/history", get(history::<C>))
         .route("/api/explain", get(explain::<C>))
@@ -86,6 +87,12 @@ async fn fleet<C: Control>(State(control): State<Arc<C>>) -> Response {
         Some(status) => Json(status).into_response(),
         None => refuse(StatusCode::NOT_FOUND, "this instance is not in a fleet (no [fleet] in its config)"),
     }
+}
+
+/// Every balancing algorithm: its name, title, the modes it serves, whether it hashes, and a
+/// line on how it picks (the dashboard's lists are made from it).
+async fn algorithms() -> Response {
+    Json(Algorithm::ALL.map(Algorithm::about)).into_response()
 }
 
 /// 200 when this instance can take traffic, else 503: what keepalived's `track_script` and

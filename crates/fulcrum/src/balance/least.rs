@@ -16,11 +16,24 @@ pub struct Least<L> {
 
 impl<L: Load> Balancer for Least<L> {
     fn pick(&self, pick: &Pick<'_>, view: &dyn ServerView) -> Option<usize> {
+        self.scan(self.start.fetch_add(1, Relaxed), pick, view)
+    }
+
+    /// The scan from where the next pick starts, which stays there.
+    fn peek(&self, pick: &Pick<'_>, view: &dyn ServerView) -> Option<usize> {
+        self.scan(self.start.load(Relaxed), pick, view)
+    }
+}
+
+impl<L: Load> Least<L> {
+    /// The least loaded usable server, the scan starting at `start` (mod the servers): the
+    /// first of equals wins.
+    fn scan(&self, start: usize, pick: &Pick<'_>, view: &dyn ServerView) -> Option<usize> {
         let n = view.len();
         if n == 0 {
             return None;
         }
-        let start = self.start.fetch_add(1, Relaxed) % n;
+        let start = start % n;
         let mut best: Option<(usize, L::Metric)> = None;
         for k in 0..n {
             let i = (start + k) % n;

@@ -92,6 +92,11 @@ pub trait Balancer: Send + Sync {
     /// Runs on a connection task: it reads what `update` built and never rebuilds a table.
     fn pick(&self, pick: &Pick<'_>, view: &dyn ServerView) -> Option<usize>;
 
+    /// The server `pick` would choose now, leaving the balancer as it is: no cursor, rotation,
+    /// control step or generator of its own moves (`GET /api/explain` asks this). An algorithm
+    /// that draws at random draws from a generator of the moment instead of its own.
+    fn peek(&self, pick: &Pick<'_>, view: &dyn ServerView) -> Option<usize>;
+
     /// Told once when the balancer is built, before its first pick, and after every change of a
     /// server's state or weight in `view`. Precomputed tables are rebuilt here and published for
     /// `pick` to load. Runs on the task that changed the state (a health check, the admin API, a
@@ -133,6 +138,8 @@ pub fn build(algorithm: Algorithm, passive: passive_ratio::Tuning) -> Box<dyn Ba
 pub mod events;
 pub mod key;
 pub mod least;
+#[cfg(test)]
+mod peek_tests;
 pub mod least_conn;
 pub mod load;
 pub mod maglev;

@@ -24,14 +24,25 @@ impl<L: Default> P2c<L> {
 
 impl<L: Load> Balancer for P2c<L> {
     fn pick(&self, pick: &Pick<'_>, view: &dyn ServerView) -> Option<usize> {
+        self.choose(&self.rng, pick, view)
+    }
+
+    fn peek(&self, pick: &Pick<'_>, view: &dyn ServerView) -> Option<usize> {
+        self.choose(&Rng::default(), pick, view)
+    }
+}
+
+impl<L: Load> P2c<L> {
+    /// The less loaded of two distinct usable servers drawn with `rng`.
+    fn choose(&self, rng: &Rng, pick: &Pick<'_>, view: &dyn ServerView) -> Option<usize> {
         let usable = |i: usize| pick.usable(view, i);
         let n = (0..view.len()).filter(|&i| usable(i)).count();
         if n < 2 {
             return (0..view.len()).find(|&i| usable(i));
         }
-        let a = self.rng.index(n);
+        let a = rng.index(n);
         // A second rank drawn from the other n - 1, so the two choices are distinct.
-        let b = (a + 1 + self.rng.index(n - 1)) % n;
+        let b = (a + 1 + rng.index(n - 1)) % n;
         let (mut first, mut second) = (None, None);
         for (rank, i) in (0..view.len()).filter(|&i| usable(i)).enumerate() {
             if rank == a {

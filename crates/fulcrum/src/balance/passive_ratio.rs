@@ -236,30 +236,49 @@ impl PassiveRatio {
         }
         let st = g.as_mut()?;
         self.step_due(st, view, now);
-        let mut total = 0.0;
-        let mut best: Option<usize> = None;
-        for i in 0..view.len() {
-            // Slow start scales a returning server's ratio; the controller's own ratios stay.
-            let w = st.controller.ratios[i] * f64::from(view.ramp(i)) / f64::from(super::RAMP_FULL);
-            if w <= 0.0 || !pick.usable(view, i) {
-                st.current[i] = 0.0;
-                continue;
-            }
-            st.current[i] += w;
-            total += w;
-            if best.is_none_or(|b| st.current[i] > st.current[b]) {
-                best = Some(i);
-            }
-        }
-        let b = best?;
-        st.current[b] -= total;
-        Some(b)
+        turn(&st.controller.ratios, &mut st.current, pick, view)
     }
+}
+
+/// One turn of smooth weighted round robin by the traffic `ratios` over `current`, the servers'
+/// running scores.
+fn turn(ratios: &[f64], current: &mut [f64], pick: &Pick<'_>, view: &dyn ServerView) -> Option<usize> {
+    let mut total = 0.0;
+    let mut best: Option<usize> = None;
+    for i in 0..view.len().min(ratios.len()).min(current.len()) {
+        // Slow start scales a returning server's ratio; the controller's own ratios stay.
+        let w = ratios[i] * f64::from(view.ramp(i)) / f64::from(super::RAMP_FULL);
+        if w <= 0.0 || !pick.usable(view, i) {
+            current[i] = 0.0;
+            continue;
+        }
+        current[i] += w;
+        total += w;
+        if best.is_none_or(|b| current[i] > current[b]) {
+            best = Some(i);
+        }
+    }
+    let b = best?;
+    current[b] -= total;
+    Some(b)
 }
 
 impl Balancer for PassiveRatio {
     fn pick(&self, pick: &Pick<'_>, view: &dyn ServerView) -> Option<usize> {
         self.pick_at(pick, view, Instant::now())
+    }
+
+    /// The turn by the ratios as they are, on a copy of the scores: no control step is taken.
+    fn peek(&self, pick: &Pick<'_>, view: &dyn ServerView) -> Option<usize> {
+        let g = self.state.lock().unwrap_or_else(|p| p.into_inner());
+        match g.as_ref().filter(|s| s.windows.len() == view.len()) {
+            Some(st) => turn(&st.controller.ratios, &mut st.current.clone(), pick, view),
+            // Before its first update: the ratios it would start with.
+            None => {
+                let fresh = Self::fresh(view);
+                turn(&fresh.controller.ratios, &mut fresh.current.clone(), pick, view)
+            }
+        }
     }
 
     /// Builds the state at build time and renormalises the ratios when a server went down or

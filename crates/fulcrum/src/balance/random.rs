@@ -17,21 +17,30 @@ impl Random {
 
 impl Balancer for Random {
     fn pick(&self, pick: &Pick<'_>, view: &dyn ServerView) -> Option<usize> {
-        let usable = |i: usize| if pick.avoids(i) { 0 } else { view.share(i) };
-        let total: u64 = (0..view.len()).map(usable).sum();
-        if total == 0 {
-            return None;
-        }
-        let mut point = self.rng.below(total);
-        for i in 0..view.len() {
-            let w = usable(i);
-            if point < w {
-                return Some(i);
-            }
-            point -= w;
-        }
-        None
+        draw(&self.rng, pick, view)
     }
+
+    fn peek(&self, pick: &Pick<'_>, view: &dyn ServerView) -> Option<usize> {
+        draw(&Rng::default(), pick, view)
+    }
+}
+
+/// A usable server drawn with `rng` in proportion to its share.
+fn draw(rng: &Rng, pick: &Pick<'_>, view: &dyn ServerView) -> Option<usize> {
+    let usable = |i: usize| if pick.avoids(i) { 0 } else { view.share(i) };
+    let total: u64 = (0..view.len()).map(usable).sum();
+    if total == 0 {
+        return None;
+    }
+    let mut point = rng.below(total);
+    for i in 0..view.len() {
+        let w = usable(i);
+        if point < w {
+            return Some(i);
+        }
+        point -= w;
+    }
+    None
 }
 
 #[cfg(test)]

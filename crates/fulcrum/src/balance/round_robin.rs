@@ -26,32 +26,42 @@ fn sized(current: &mut Vec<i64>, n: usize) {
 
 impl Balancer for RoundRobin {
     fn pick(&self, pick: &Pick<'_>, view: &dyn ServerView) -> Option<usize> {
-        let mut current = self.current.lock().unwrap_or_else(|p| p.into_inner());
-        // A no-op once `update` has run; kept so a balancer used before its first update works.
-        sized(&mut current, view.len());
-        let mut total = 0i64;
-        let mut best: Option<usize> = None;
-        for i in 0..view.len() {
-            let w = view.share(i) as i64;
-            if w == 0 || pick.avoids(i) {
-                // A server out of rotation starts afresh when it returns.
-                current[i] = 0;
-                continue;
-            }
-            current[i] += w;
-            total += w;
-            if best.is_none_or(|b| current[i] > current[b]) {
-                best = Some(i);
-            }
-        }
-        let b = best?;
-        current[b] -= total;
-        Some(b)
+        turn(&mut self.current.lock().unwrap_or_else(|p| p.into_inner()), pick, view)
+    }
+
+    /// The same turn on a copy of the scores.
+    fn peek(&self, pick: &Pick<'_>, view: &dyn ServerView) -> Option<usize> {
+        let mut copy = self.current.lock().unwrap_or_else(|p| p.into_inner()).clone();
+        turn(&mut copy, pick, view)
     }
 
     fn update(&self, view: &dyn ServerView) {
         sized(&mut self.current.lock().unwrap_or_else(|p| p.into_inner()), view.len());
     }
+}
+
+/// One turn of smooth weighted round robin over `current`, the servers' running scores.
+fn turn(current: &mut Vec<i64>, pick: &Pick<'_>, view: &dyn ServerView) -> Option<usize> {
+    // A no-op once `update` has run; kept so a balancer used before its first update works.
+    sized(current, view.len());
+    let mut total = 0i64;
+    let mut best: Option<usize> = None;
+    for i in 0..view.len() {
+        let w = view.share(i) as i64;
+        if w == 0 || pick.avoids(i) {
+            // A server out of rotation starts afresh when it returns.
+            current[i] = 0;
+            continue;
+        }
+        current[i] += w;
+        total += w;
+        if best.is_none_or(|b| current[i] > current[b]) {
+            best = Some(i);
+        }
+    }
+    let b = best?;
+    current[b] -= total;
+    Some(b)
 }
 
 #[cfg(test)]

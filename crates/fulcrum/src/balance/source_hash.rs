@@ -56,6 +56,11 @@ impl Balancer for SourceHash {
         table.maglev.lookup_usable(hash, taken).or_else(|| table.maglev.lookup_usable(hash, |i| pick.usable(view, i)))
     }
 
+    /// A hash's pick moves nothing: the same as `pick`.
+    fn peek(&self, pick: &Pick<'_>, view: &dyn ServerView) -> Option<usize> {
+        self.pick(pick, view)
+    }
+
     fn update(&self, view: &dyn ServerView) {
         let _one_at_a_time = self.rebuild.lock().unwrap_or_else(|p| p.into_inner());
         if self.table.load().built_over(view) {

@@ -83,6 +83,14 @@ impl Balancer for StaticRr {
         (0..len).map(|k| seq.order[(start + k) % len]).find(|&i| pick.usable(view, i))
     }
 
+    /// The walk from the cursor, which stays where it is.
+    fn peek(&self, pick: &Pick<'_>, view: &dyn ServerView) -> Option<usize> {
+        let seq = self.sequence.load();
+        let len = seq.order.len();
+        let start = self.cursor.load(Relaxed);
+        (0..len).map(|k| seq.order[(start + k) % len]).find(|&i| pick.usable(view, i))
+    }
+
     fn update(&self, view: &dyn ServerView) {
         let _one_at_a_time = self.rebuild.lock().unwrap_or_else(|p| p.into_inner());
         let weights: Vec<u32> = (0..view.len()).map(|i| sixteenths(view.share(i))).collect();

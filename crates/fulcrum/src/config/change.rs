@@ -6,7 +6,8 @@
 use serde::Deserialize;
 
 use super::error::ChangeError;
-use super::schema::{Algorithm, Config, Health, Server, Service};
+use super::Algorithm;
+use super::schema::{Config, Health, Server, Service};
 
 /// An administrative state of a real server.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize)]

@@ -8,6 +8,7 @@ use std::time::Duration;
 
 use serde::{Deserialize, Serialize};
 
+use super::Algorithm;
 use super::error::PortRangeError;
 
 /// The whole config file.
@@ -196,42 +197,6 @@ impl Serialize for PortRange {
 impl<'de> Deserialize<'de> for PortRange {
     fn deserialize<D: serde::Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
         String::deserialize(d)?.parse().map_err(serde::de::Error::custom)
-    }
-}
-
-/// The balancing algorithm of a service.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
-#[serde(rename_all = "kebab-case")]
-pub enum Algorithm {
-    RoundRobin,
-    StaticRr,
-    Random,
-    LeastConn,
-    SourceHash,
-    PassiveRatio,
-    P2cEwma,
-    /// HTTP: Maglev over the request path (and query, with `hash_query`).
-    UriHash,
-    /// HTTP: Maglev over the value of `hash_header`.
-    HeaderHash,
-    /// HTTP: the server named by the affinity cookie, round robin for a client without one.
-    Cookie,
-}
-
-impl Algorithm {
-    pub fn as_str(self) -> &'static str {
-        match self {
-            Algorithm::RoundRobin => "round-robin",
-            Algorithm::StaticRr => "static-rr",
-            Algorithm::Random => "random",
-            Algorithm::LeastConn => "least-conn",
-            Algorithm::SourceHash => "source-hash",
-            Algorithm::PassiveRatio => "passive-ratio",
-            Algorithm::P2cEwma => "p2c-ewma",
-            Algorithm::UriHash => "uri-hash",
-            Algorithm::HeaderHash => "header-hash",
-            Algorithm::Cookie => "cookie",
-        }
     }
 }
 

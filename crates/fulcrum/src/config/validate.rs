@@ -11,7 +11,8 @@ use super::diagnostic::{Diagnostic, Diagnostics, line_col};
 use super::error::AddressError;
 use super::Resolve;
 use super::range::{self, Range, Shown};
-use super::schema::{Algorithm, Config, Damping, FastPath, Fleet, HealthKind, Mode, Server, Service, Tls};
+use super::Algorithm;
+use super::schema::{Config, Damping, FastPath, Fleet, HealthKind, Mode, Server, Service, Tls};
 
 /// One step of a path into the document: a key, or an index into an array of tables.
 #[derive(Debug, Clone, Copy)]
@@ -297,7 +298,7 @@ fn validate_service(service: &Service, prefix: &[Seg<'_>], report: &mut Report<'
     if health.kind == HealthKind::Http && (!health.path.starts_with('/') || health.path.chars().any(|c| c.is_whitespace() || c.is_control())) {
         report.error(&hat("path"), format!("health path {:?} is not an absolute path", health.path), "e.g. \"/index.html\"");
     }
-    if matches!(service.algorithm, Algorithm::UriHash | Algorithm::HeaderHash | Algorithm::Cookie) && service.mode != Mode::Http {
+    if !service.algorithm.serves(service.mode) {
         report.error(&at("algorithm"), format!("algorithm {} needs mode = \"http\"", service.algorithm.as_str()), "it reads the request; set mode = \"http\" or pick another algorithm");
     }
     if service.algorithm == Algorithm::HeaderHash && service.http.hash_header.is_none() {

@@ -63,16 +63,20 @@ impl Tier {
     }
 
     pub fn pick(&self, client: IpAddr, hash: Option<u64>, avoid: &[usize]) -> Option<usize> {
-        self.picker.balancer.pick(&Pick { client, avoid, hash }, &self.picker.view)
+        self.choose(client, hash, avoid, Look::Take)
+    }
+
+    fn choose(&self, client: IpAddr, hash: Option<u64>, avoid: &[usize], look: Look) -> Option<usize> {
+        look.pick(&*self.picker.balancer, &Pick { client, avoid, hash }, &self.picker.view)
     }
 
     /// `all_down = "use-all"`: a pick over every server in rotation, health ignored. The
     /// algorithm picks where it can (a hashing one keeps its table, so keys stay put); one whose
     /// precomputed order holds only usable servers (static-rr) hands over to a weighted random.
-    fn pick_any(&self, client: IpAddr, hash: Option<u64>, avoid: &[usize]) -> Option<usize> {
+    fn choose_any(&self, client: IpAddr, hash: Option<u64>, avoid: &[usize], look: Look) -> Option<usize> {
         let all = InRotation(&self.picker.view);
         let pick = Pick { client, avoid, hash };
-        self.picker.balancer.pick(&pick, &all).or_else(|| balance::random::Random::default().pick(&pick, &all))
+        look.pick(&*self.picker.balancer, &pick, &all).or_else(|| balance::random::Random::default().peek(&pick, &all))
     }
 }
 
@@ -154,6 +158,23 @@ impl Picked {
     }
 }
 
+/// Whether a choice is a connection's, which moves the balancer on, or a look at what it would
+/// be, which moves nothing.
+#[derive(Debug, Clone, Copy)]
+enum Look {
+    Take,
+    Peek,
+}
+
+impl Look {
+    fn pick(self, balancer: &dyn Balancer, pick: &Pick<'_>, view: &dyn ServerView) -> Option<usize> {
+        match self {
+            Look::Take => balancer.pick(pick, view),
+            Look::Peek => balancer.peek(pick, view),
+        }
+    }
+}
+
 /// Servers a connection already failed on, per role.
 #[derive(Debug, Default, Clone)]
 pub struct Avoid {
@@ -188,18 +209,27 @@ impl Pool {
     /// Picks a primary server, or a backup while no primary is usable; with `all_down =
     /// "use-all"`, any server in rotation while none at all is usable.
     pub fn pick(&self, client: IpAddr, hash: Option<u64>, avoid: &Avoid) -> Option<Picked> {
+        self.choose(client, hash, avoid, Look::Take)
+    }
+
+    /// The server `pick` would choose now, moving no balancer's state (`GET /api/explain`).
+    pub fn peek(&self, client: IpAddr, hash: Option<u64>, avoid: &Avoid) -> Option<Picked> {
+        self.choose(client, hash, avoid, Look::Peek)
+    }
+
+    fn choose(&self, client: IpAddr, hash: Option<u64>, avoid: &Avoid, look: Look) -> Option<Picked> {
         // Asked first: a pick over no usable server would start a rotation afresh each time.
         if self.panicking() {
-            if let Some(i) = self.primary.pick_any(client, hash, &avoid.primary) {
+            if let Some(i) = self.primary.choose_any(client, hash, &avoid.primary, look) {
                 return Some(Picked::of(&self.primary, Role::Primary, i, true));
             }
-            let i = self.backup.pick_any(client, hash, &avoid.backup)?;
+            let i = self.backup.choose_any(client, hash, &avoid.backup, look)?;
             return Some(Picked::of(&self.backup, Role::Backup, i, true));
         }
-        if let Some(i) = self.primary.pick(client, hash, &avoid.primary) {
+        if let Some(i) = self.primary.choose(client, hash, &avoid.primary, look) {
             return Some(Picked::of(&self.primary, Role::Primary, i, false));
         }
-        let i = self.backup.pick(client, hash, &avoid.backup)?;
+        let i = self.backup.choose(client, hash, &avoid.backup, look)?;
         Some(Picked::of(&self.backup, Role::Backup, i, false))
     }
 

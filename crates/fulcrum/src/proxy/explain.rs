@@ -4,9 +4,10 @@
 //! inputs (weights, ramps, loads, ratios, the hash key and its table slot, the affinity cookie),
 //! every server skipped with its reason, and the pick. `GET /api/explain` serves it.
 //!
-//! The pick is the algorithm's own, made as for a request: a rotating algorithm (round robin,
-//! static-rr) moves on by one turn, as the request would have moved it; nothing is counted and no
-//! connection is made.
+//! The pick is the algorithm's own, as a request now would get it, but only looked at
+//! (`Balancer::peek`): no rotation moves on, no control step is taken, nothing is counted and no
+//! connection is made, so asking changes nothing of what requests get. A random algorithm's
+//! answer is one draw of the moment.
 //!
 //! [`recent`] reads what the data path did instead: the last picks each pool kept
 //! (`live::why`), served by `GET /api/explain/recent`.
@@ -157,7 +158,7 @@ pub fn explain(service: &Service, q: &Question) -> Result<Explanation, String> {
     });
     let panic = pool.panicking();
     let candidates = candidates(pool, panic);
-    let picked = named.clone().or_else(|| pool.pick(client, steer.hash.or(hash.as_ref().map(|(_, h)| *h)), &busy));
+    let picked = named.clone().or_else(|| pool.peek(client, steer.hash.or(hash.as_ref().map(|(_, h)| *h)), &busy));
     let pick = picked.as_ref().map(|p| p.entry.state.key.address.clone());
     let why = match (&picked, &named, &key) {
         (None, _, _) if candidates.iter().any(|c| c.skipped.as_deref().is_some_and(|s| s.starts_with("full"))) => "every usable server is at its maxconn: the request would wait in the queue".to_string(),

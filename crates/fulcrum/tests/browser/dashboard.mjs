@@ -1,5 +1,6 @@
 // The dashboard in real headless Chromium, as a user drives it: four servers with rising counters,
-// disable one and watch its state and traffic change, switch the algorithm, edit the health check's
+// disable one and watch its state and traffic change, switch the algorithm (from the list the API
+// gives), edit the health check's
 // expected text, save, and find the change in the config file. Screenshots of every tab go to
 // $ARTIFACTS. Run by tests/dashboard.rs, which starts Fulcrum, the real servers and the traffic.
 import { launch } from "./chromium.mjs";
@@ -72,9 +73,16 @@ try {
   step(`${victim} disabled: its total stays at ${fourth[victim]}, the others go on`);
   await shot("real-servers-disabled");
 
-  // Switch the algorithm.
+  // The algorithms offered are GET /api/algorithms' for the service's mode (TCP here: no
+  // HTTP-only ones), each with its description; then switch it.
   await tab("algorithm");
+  const listed = await page.evaluate(async () => (await (await fetch("/api/algorithms")).json()).filter((a) => a.modes.includes("tcp")).map((a) => a.name));
+  const offered = await page.$$eval("#algorithm option", (os) => os.map((o) => o.value));
+  assert.deepEqual(offered, listed);
+  assert.ok(listed.includes("passive-ratio") && !listed.includes("uri-hash"), `${listed}`);
+  assert.match(await page.getAttribute("#algorithm option[value=source-hash]", "title"), /Maglev/);
   await page.selectOption("#algorithm", "least-conn");
+  assert.match(await page.textContent("#algorithm-about"), /fewest connections in flight/);
   await page.click("#algorithm-form button[type=submit]");
   await page.waitForFunction(() => document.querySelector("#algorithm-current").textContent.includes("least-conn"), null, { timeout: 5000 });
   assert.match(await page.textContent("#message"), /config applied/);
