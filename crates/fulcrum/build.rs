@@ -17,12 +17,7 @@ fn main() {
     // The asm/ headers linux/bpf.h includes live under the host's multiarch directory on Debian;
     // -target bpf does not look there on its own.
     let multiarch = format!("/usr/include/{}-linux-gnu", std::env::var("CARGO_CFG_TARGET_ARCH").unwrap_or_default());
-    let result = Command::new(&clang)
-        .args(["-O2", "-g", "-target", "bpf", "-Wall", "-Werror"])
-        .arg(format!("-I{multiarch}"))
-        .args(["-c", source, "-o"])
-        .arg(&out)
-        .output();
+    let result = Command::new(&clang).args(["-O2", "-g", "-target", "bpf", "-Wall", "-Werror"]).arg(format!("-I{multiarch}")).args(["-c", source, "-o"]).arg(&out).output();
     let failure = match result {
         Ok(o) if o.status.success() => return,
         Ok(o) => format!("{clang} failed: {}", String::from_utf8_lossy(&o.stderr).lines().take(3).collect::<Vec<_>>().join(" | ")),

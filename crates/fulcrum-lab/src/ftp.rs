@@ -70,7 +70,11 @@ pub const MEASURES: [Measure<FtpRun>; 5] = [
 pub async fn run(ctx: &Ctx) -> anyhow::Result<Vec<FtpRun>> {
     let vsftpd = vsftpd_bin()?;
     Command::new("curl").arg("--version").stdout(Stdio::null()).status().context("curl is not installed")?;
-    let sizes: &[u64] = if ctx.quick { &[1 << 10, 5 << 10, 20 << 10, 100 << 10, 300 << 10, 1 << 20, 40 << 10, 3 << 10, 60 << 10, 200 << 10] } else { &[1 << 10, 5 << 10, 20 << 10, 100 << 10, 300 << 10, 1 << 20, 2 << 20, 4 << 20, 8 << 20, 16 << 20] };
+    let sizes: &[u64] = if ctx.quick {
+        &[1 << 10, 5 << 10, 20 << 10, 100 << 10, 300 << 10, 1 << 20, 40 << 10, 3 << 10, 60 << 10, 200 << 10]
+    } else {
+        &[1 << 10, 5 << 10, 20 << 10, 100 << 10, 300 << 10, 1 << 20, 2 << 20, 4 << 20, 8 << 20, 16 << 20]
+    };
     let files = ctx.work.join("ftp-files");
     make_files(&files, sizes)?;
     let setup = Setup { vsftpd, files: &files, sizes, sessions_per_client: if ctx.quick { 2 } else { 6 } };
@@ -186,7 +190,10 @@ pub fn tables(r: &mut Report, ftp: &Result<Vec<FtpRun>, String>) {
     t.row(std::iter::once("**Algorithm average**".to_string()).chain(ALGORITHMS.iter().map(|a| format!("**{}**", over(a, &FtpRun::mean_session).show(3)))));
     r.section(
         "Table 7. FTP service response time (s per session of ten files)",
-        &format!("Four vsftpd servers, Fulcrum in FTP mode, each client a curl session (passive mode) that downloads ten files; mean over the repeats ± its 95% interval.\n\n{}", t.markdown()),
+        &format!(
+            "Four vsftpd servers, Fulcrum in FTP mode, each client a curl session (passive mode) that downloads ten files; mean over the repeats ± its 95% interval.\n\n{}",
+            t.markdown()
+        ),
     );
     let mut t = Table::new(["Algorithm", "Sessions per server (all repeats)", "Failed sessions", "Fulcrum CPU (% of a core)", "Fulcrum maximum memory (KiB)"]);
     for a in ALGORITHMS {
@@ -198,7 +205,10 @@ pub fn tables(r: &mut Report, ftp: &Result<Vec<FtpRun>, String>) {
     r.section("FTP: sessions, and Fulcrum's CPU and memory while they ran", &t.markdown());
     for (k, (a, paper)) in PAPER.iter().enumerate() {
         let t = server_table(&[("Maximum memory usage (KiB)", 0, &|i| over(a, &|x| x.servers[i].1 as f64)), ("CPU (s)", 2, &|i| over(a, &|x| x.servers[i].0))]);
-        r.section(&format!("FTP, as Table {}: the real servers with {paper} ({a})", k + 3), &format!("vsftpd with the session processes it forked, measured together.\n\n{}", t.markdown()));
+        r.section(
+            &format!("FTP, as Table {}: the real servers with {paper} ({a})", k + 3),
+            &format!("vsftpd with the session processes it forked, measured together.\n\n{}", t.markdown()),
+        );
         if let Some(x) = runs.iter().find(|x| x.algorithm == *a && x.repeat == 0) {
             server_plots(r, "ftp", a, &format!("6({})", (b'a' + k as u8) as char), &format!("{} ({paper})", 7 + k), &x.server_timelines);
         }
@@ -218,21 +228,29 @@ pub fn tables(r: &mut Report, ftp: &Result<Vec<FtpRun>, String>) {
 /// The Reading's FTP lines: each algorithm's session time against round robin's.
 pub fn reading(runs: &[FtpRun]) -> Vec<String> {
     let session = |a: &str| stats::over(runs, |x| x.algorithm == a, FtpRun::mean_session);
-    ALGORITHMS.iter().filter(|a| **a != "round-robin").map(|a| format!("- FTP session time: {}", verdict("round-robin", &session("round-robin"), a, &session(a), "faster", " s"))).collect()
+    ALGORITHMS
+        .iter()
+        .filter(|a| **a != "round-robin")
+        .map(|a| format!("- FTP session time: {}", verdict("round-robin", &session("round-robin"), a, &session(a), "faster", " s")))
+        .collect()
 }
 
 /// The FTP runs for results.json.
 pub fn raw(runs: &[FtpRun]) -> Value {
-    json!(runs.iter().map(|x| json!({
-        "algorithm": x.algorithm,
-        "repeat": x.repeat,
-        "seconds": x.seconds,
-        "clients": x.clients.iter().enumerate().map(|(i, c)| json!({"source": source(i), "mean_session_secs": c.0, "sessions": c.1, "failed": c.2})).collect::<Vec<_>>(),
-        "sessions_per_server": x.sessions,
-        "servers": x.servers.iter().enumerate().map(|(i, s)| json!({"name": format!("ftp{}", i + 1), "cpu_secs": s.0, "max_rss_kib": s.1})).collect::<Vec<_>>(),
-        "fulcrum": {"cpu_secs": x.fulcrum_cpu, "cpu_percent": x.fulcrum_cpu_percent(), "peak_rss_kib": x.fulcrum.peak_rss_kib},
-        "server_timelines": x.server_timelines,
-    })).collect::<Vec<_>>())
+    json!(
+        runs.iter()
+            .map(|x| json!({
+                "algorithm": x.algorithm,
+                "repeat": x.repeat,
+                "seconds": x.seconds,
+                "clients": x.clients.iter().enumerate().map(|(i, c)| json!({"source": source(i), "mean_session_secs": c.0, "sessions": c.1, "failed": c.2})).collect::<Vec<_>>(),
+                "sessions_per_server": x.sessions,
+                "servers": x.servers.iter().enumerate().map(|(i, s)| json!({"name": format!("ftp{}", i + 1), "cpu_secs": s.0, "max_rss_kib": s.1})).collect::<Vec<_>>(),
+                "fulcrum": {"cpu_secs": x.fulcrum_cpu, "cpu_percent": x.fulcrum_cpu_percent(), "peak_rss_kib": x.fulcrum.peak_rss_kib},
+                "server_timelines": x.server_timelines,
+            }))
+            .collect::<Vec<_>>()
+    )
 }
 
 /// One client session with curl: log in, download the ten files; the seconds it took. Every

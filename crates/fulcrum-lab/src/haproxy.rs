@@ -93,11 +93,19 @@ pub async fn run(ctx: &Ctx) -> anyhow::Result<Report> {
             let f = Fulcrum::start(&ctx.work, &format!("haproxy-{name}-{repeat}"), &service_toml("http", config.algorithm, &servers, ""))?;
             let before = f.proc.usage();
             let pb = ctx.progress(Some(total as u64), &format!("haproxy {name}, repeat {}", repeat + 1));
-            let (samples, wall) = client::fixed(total, config.concurrency, Traffic { sources: &sources, target: f.listen, link: &link, timeout: Duration::from_secs(30) }, &pb).await;
+            let (samples, wall) =
+                client::fixed(total, config.concurrency, Traffic { sources: &sources, target: f.listen, link: &link, timeout: Duration::from_secs(30) }, &pb).await;
             pb.finish_and_clear();
             let fulcrum = f.proc.usage();
             let r = Run { config, repeat, samples, wall, fulcrum, fulcrum_cpu: fulcrum.cpu_secs - before.cpu_secs };
-            eprintln!("haproxy {name}, repeat {}: {:.0} req/s, mean {:.1} ms, per server {:?}, {} failed", repeat + 1, total as f64 / wall.as_secs_f64(), r.times().mean, r.per_server(), r.failed());
+            eprintln!(
+                "haproxy {name}, repeat {}: {:.0} req/s, mean {:.1} ms, per server {:?}, {} failed",
+                repeat + 1,
+                total as f64 / wall.as_secs_f64(),
+                r.times().mean,
+                r.per_server(),
+                r.failed()
+            );
             runs.push(r);
         }
     }
@@ -131,9 +139,24 @@ fn report(ctx: &Ctx, total: usize, runs: &[Run]) -> Report {
         ),
     );
     let mut reading = Vec::new();
-    for (setup, title) in [(Setup::Paper, format!("Table 2. Results per algorithm, the paper's setup ({PAPER_CONCURRENCY} concurrent, static-rr 1:1)")), (Setup::Today, "Table 2, today's variant (100 concurrent, static-rr 2:1)".to_string())] {
+    for (setup, title) in [
+        (Setup::Paper, format!("Table 2. Results per algorithm, the paper's setup ({PAPER_CONCURRENCY} concurrent, static-rr 1:1)")),
+        (Setup::Today, "Table 2, today's variant (100 concurrent, static-rr 2:1)".to_string()),
+    ] {
         let configs: Vec<Config> = CONFIGS.into_iter().filter(|c| c.setup == setup).collect();
-        let mut t = Table::new(["Algorithm", "Mean ms", "Max ms", "Min ms", "Std dev ms", "Requests/s", "KB/s", "Errors %", "Fulcrum CPU %", "Fulcrum peak MiB", "server1 / server2 (all repeats)"]);
+        let mut t = Table::new([
+            "Algorithm",
+            "Mean ms",
+            "Max ms",
+            "Min ms",
+            "Std dev ms",
+            "Requests/s",
+            "KB/s",
+            "Errors %",
+            "Fulcrum CPU %",
+            "Fulcrum peak MiB",
+            "server1 / server2 (all repeats)",
+        ]);
         for c in &configs {
             let e = |f: &dyn Fn(&Run) -> f64, digits: usize| over(runs, c.name, f).show(digits);
             let split: [usize; 2] = runs.iter().filter(|x| x.config.name == c.name).fold([0, 0], |[a, b], x| {
@@ -195,7 +218,11 @@ fn report(ctx: &Ctx, total: usize, runs: &[Run]) -> Report {
             r.check(
                 &format!("{} spreads requests within 1% of its weights {}:{}", c.name, c.weights[0], c.weights[1]),
                 within,
-                format!("server1 / server2 per repeat: {}; weights want {:.2}% to server1", splits.iter().map(|[a, b]| format!("{a} / {b}")).collect::<Vec<_>>().join(", "), want * 100.0),
+                format!(
+                    "server1 / server2 per repeat: {}; weights want {:.2}% to server1",
+                    splits.iter().map(|[a, b]| format!("{a} / {b}")).collect::<Vec<_>>().join(", "),
+                    want * 100.0
+                ),
             );
         }
         r.estimate(format!("{}.requests_per_s", c.name), &over(runs, c.name, Run::per_second));

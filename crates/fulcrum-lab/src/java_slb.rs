@@ -16,11 +16,11 @@ use tokio_util::sync::CancellationToken;
 
 use super::client::{self, Browser, Until};
 use super::ftp::FtpRun;
+use super::paper::{CLIENTS, PAPER, SERVERS, client_label, server_plots, server_table, source, spread};
 use super::plot::{self, Series};
 use super::procs::{Fulcrum, Usage};
 use super::report::{Report, Summary, Table};
 use super::stats::{self, Estimate, Measure, ranking, verdict};
-use super::paper::{CLIENTS, PAPER, SERVERS, client_label, server_plots, server_table, source, spread};
 use super::{Ctx, Point, cpu_used, ftp, sample_usage, served_by, service_toml, site, start_backends, timeline};
 
 const ALGORITHMS: [&str; 7] = ["round-robin", "source-hash", "least-conn", "random", "static-rr", "passive-ratio", "p2c-ewma"];
@@ -61,11 +61,8 @@ pub async fn run(ctx: &Ctx) -> anyhow::Result<Report> {
     // algorithm instead of landing on one.
     for repeat in 0..ctx.repeat {
         let seed = ctx.seed + repeat as u64;
-        let browsers: Vec<Browser> = client::sources(CLIENTS)
-            .into_iter()
-            .enumerate()
-            .map(|(i, source)| Browser { source, links: site::links_for_client(&site, pages, seed * 1000 + i as u64) })
-            .collect();
+        let browsers: Vec<Browser> =
+            client::sources(CLIENTS).into_iter().enumerate().map(|(i, source)| Browser { source, links: site::links_for_client(&site, pages, seed * 1000 + i as u64) }).collect();
         for algorithm in ALGORITHMS {
             let len = match until {
                 Until::Requests(n) => Some((n * CLIENTS) as u64),
@@ -225,14 +222,16 @@ fn report(ctx: &Ctx, site_bytes: u64, pages: usize, runs: &[Run], ftp: &Result<V
 
     // Plots of the first repeat: Figures 4 and 5 (Fulcrum), and Table 1 as a chart.
     let first: Vec<&Run> = runs.iter().filter(|x| x.repeat == 0).collect();
-    let series = |f: fn(&Point) -> f64| -> Vec<Series> { first.iter().map(|x| Series { name: x.algorithm.into(), points: x.timeline.iter().map(|p| (p.0, f(p))).collect() }).collect() };
+    let series =
+        |f: fn(&Point) -> f64| -> Vec<Series> { first.iter().map(|x| Series { name: x.algorithm.into(), points: x.timeline.iter().map(|p| (p.0, f(p))).collect() }).collect() };
     if let Ok(svg) = plot::lines("Fulcrum CPU while the clients browse", "seconds", "% of one core", &series(|p| p.1)) {
         r.plot("fulcrum-cpu.svg", "Fulcrum CPU over time (the paper's Figure 4, first repeat)", svg);
     }
     if let Ok(svg) = plot::lines("Fulcrum memory while the clients browse", "seconds", "resident MiB", &series(|p| p.2)) {
         r.plot("fulcrum-memory.svg", "Fulcrum memory over time (the paper's Figure 5, first repeat)", svg);
     }
-    let per_client: Vec<Series> = ALGORITHMS.iter().map(|a| Series { name: a.to_string(), points: (0..CLIENTS).map(|c| ((c + 1) as f64, over(a, &|x| x.clients[c].0).mean)).collect() }).collect();
+    let per_client: Vec<Series> =
+        ALGORITHMS.iter().map(|a| Series { name: a.to_string(), points: (0..CLIENTS).map(|c| ((c + 1) as f64, over(a, &|x| x.clients[c].0).mean)).collect() }).collect();
     if let Ok(svg) = plot::lines("Mean response time per client", "client", "ms", &per_client) {
         r.plot("response-per-client.svg", "Mean response time per client and algorithm (Table 1, mean over the repeats)", svg);
     }
@@ -248,9 +247,17 @@ fn report(ctx: &Ctx, site_bytes: u64, pages: usize, runs: &[Run], ftp: &Result<V
         })
         .fold(0.0, f64::max);
     let splits: Vec<String> = rr.iter().map(|x| x.servers.iter().map(|s| s.0.to_string()).collect::<Vec<_>>().join("/")).collect();
-    r.check("round robin spreads requests within 1% of equal on every repeat", !rr.is_empty() && worst <= 0.01, format!("requests per server per repeat {}, worst {:.2}% off the mean", splits.join(", "), worst * 100.0));
+    r.check(
+        "round robin spreads requests within 1% of equal on every repeat",
+        !rr.is_empty() && worst <= 0.01,
+        format!("requests per server per repeat {}, worst {:.2}% off the mean", splits.join(", "), worst * 100.0),
+    );
     let sh: Vec<Vec<usize>> = runs.iter().filter(|x| x.algorithm == "source-hash").map(|x| x.clients.iter().map(|c| c.3).collect()).collect();
-    r.check("source-IP hash keeps each client on one server on every repeat", !sh.is_empty() && sh.iter().flatten().all(|&n| n == 1), format!("servers seen per client, per repeat {sh:?}"));
+    r.check(
+        "source-IP hash keeps each client on one server on every repeat",
+        !sh.is_empty() && sh.iter().flatten().all(|&n| n == 1),
+        format!("servers seen per client, per repeat {sh:?}"),
+    );
     let failed: usize = runs.iter().map(Run::failed).sum();
     r.check("no request failed", failed == 0, format!("{failed} failed of {}", runs.iter().map(|x| x.response.n).sum::<usize>() + failed));
 

@@ -2,11 +2,11 @@
 //! half (`ftp`): the four algorithms it names, its four real servers and ten clients, and its
 //! tables and figures of the real servers.
 
+use super::Point;
 use super::client;
 use super::plot::{self, Series};
 use super::report::{Report, Summary, Table};
 use super::stats::Estimate;
-use super::Point;
 
 /// The paper's four, by the names it gives them (Tables 3 to 6, Figures 6 to 10).
 pub const PAPER: [(&str, &str); 4] = [("round-robin", "Round Robin"), ("source-hash", "Hash IP Address"), ("least-conn", "Least Connection"), ("random", "Random")];
@@ -34,13 +34,19 @@ pub fn server_table(rows: &[ServerRow]) -> Table {
 /// The real servers' CPU and memory over time under one algorithm, as the paper's Figures 6
 /// (CPU, `cpu_figure`) and 7 to 10 (memory, `memory_figure`) show them.
 pub fn server_plots(r: &mut Report, service: &str, algorithm: &str, cpu_figure: &str, memory_figure: &str, timelines: &[Vec<Point>]) {
-    let lines = |f: fn(&Point) -> f64| -> Vec<Series> { timelines.iter().enumerate().map(|(i, t)| Series { name: format!("real server {}", i + 1), points: t.iter().map(|p| (p.0, f(p))).collect() }).collect() };
+    let lines = |f: fn(&Point) -> f64| -> Vec<Series> {
+        timelines.iter().enumerate().map(|(i, t)| Series { name: format!("real server {}", i + 1), points: t.iter().map(|p| (p.0, f(p))).collect() }).collect()
+    };
     let upper = service.to_uppercase();
     if let Ok(svg) = plot::lines(&format!("Real servers' CPU, {upper}, {algorithm}"), "seconds", "% of one core", &lines(|p| p.1)) {
         r.plot(&format!("{service}-servers-cpu-{algorithm}.svg"), &format!("{upper}: the real servers' CPU with {algorithm} (the paper's Figure {cpu_figure}, first repeat)"), svg);
     }
     if let Ok(svg) = plot::lines(&format!("Real servers' memory, {upper}, {algorithm}"), "seconds", "resident MiB", &lines(|p| p.2)) {
-        r.plot(&format!("{service}-servers-memory-{algorithm}.svg"), &format!("{upper}: the real servers' memory with {algorithm} (the paper's Figure {memory_figure}, first repeat)"), svg);
+        r.plot(
+            &format!("{service}-servers-memory-{algorithm}.svg"),
+            &format!("{upper}: the real servers' memory with {algorithm} (the paper's Figure {memory_figure}, first repeat)"),
+            svg,
+        );
     }
 }
 

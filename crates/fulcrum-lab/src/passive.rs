@@ -79,11 +79,7 @@ pub async fn run(ctx: &Ctx) -> anyhow::Result<Report> {
     // Each run warms up first, so the figures are the controllers' steady state, as the paper's.
     let (rates, warm_up, seconds, window): (&[f64], u64, u64, usize) = if ctx.quick { (&[20.0, 40.0], 2, 4, 5) } else { (&[10.0, 20.0, 40.0, 60.0, 80.0], 8, 16, 10) };
     let degraded = ["--backlog", "1", "--slow-accept-ms", "100"].map(String::from);
-    let backends = [
-        super::procs::Backend::start(NAMES[0], &[])?,
-        super::procs::Backend::start(NAMES[1], &[])?,
-        super::procs::Backend::start(NAMES[2], &degraded)?,
-    ];
+    let backends = [super::procs::Backend::start(NAMES[0], &[])?, super::procs::Backend::start(NAMES[1], &[])?, super::procs::Backend::start(NAMES[2], &degraded)?];
     let servers: Vec<_> = backends.iter().map(|b| (b.addr, 1)).collect();
     let extra = format!("[service.passive]\nslot = \"1s\"\nwindow_slots = {window}\nmin_samples = 10\n[service.p2c]\ndecay = \"5s\"\n");
     let sources = client::sources(10);
@@ -98,12 +94,27 @@ pub async fn run(ctx: &Ctx) -> anyhow::Result<Report> {
                 let f = Fulcrum::start(&ctx.work, &format!("passive-{algorithm}-{rate}-{repeat}"), &service_toml("tcp", balancer, &servers, &format!("{lines}{extra}")))?;
                 let stop = CancellationToken::new();
                 let poller = poll_ratios(f.admin, stop.clone());
-                let samples = client::poisson(rate, Duration::from_secs(warm_up + seconds), seed, Traffic { sources: &sources, target: f.listen, link: &Link::get("/name"), timeout: Duration::from_secs(20) }, 2000).await;
+                let samples = client::poisson(
+                    rate,
+                    Duration::from_secs(warm_up + seconds),
+                    seed,
+                    Traffic { sources: &sources, target: f.listen, link: &Link::get("/name"), timeout: Duration::from_secs(20) },
+                    2000,
+                )
+                .await;
                 stop.cancel();
                 let ratios = if algorithm == "passive-ratio" { poller.await.unwrap_or_default() } else { Vec::new() };
                 drop(f);
                 let r = Run { algorithm, rate, repeat, samples, warm_up: Duration::from_secs(warm_up), ratios };
-                pb.suspend(|| eprintln!("passive {algorithm} at {rate}/s, repeat {}: mean {:.1} ms, shares {:?}, {} failed", repeat + 1, r.times().mean, r.shares().iter().map(|s| (s * 100.0).round()).collect::<Vec<_>>(), r.failed()));
+                pb.suspend(|| {
+                    eprintln!(
+                        "passive {algorithm} at {rate}/s, repeat {}: mean {:.1} ms, shares {:?}, {} failed",
+                        repeat + 1,
+                        r.times().mean,
+                        r.shares().iter().map(|s| (s * 100.0).round()).collect::<Vec<_>>(),
+                        r.failed()
+                    )
+                });
                 runs.push(r);
                 pb.inc(1);
                 // Let the degraded server's queue drain, so runs do not inherit each other's backlog.
@@ -228,7 +239,8 @@ fn report(ctx: &Ctx, rates: &[f64], warm_up: u64, seconds: u64, window: usize, r
     let mut reading = String::new();
     for &rate in rates {
         let equal = cell(runs, EQUAL, rate).mean_ms();
-        let lines: Vec<String> = names.iter().filter(|a| **a != EQUAL).map(|a| format!("- {}", verdict(a, &cell(runs, a, rate).mean_ms(), EQUAL, &equal, "faster", " ms"))).collect();
+        let lines: Vec<String> =
+            names.iter().filter(|a| **a != EQUAL).map(|a| format!("- {}", verdict(a, &cell(runs, a, rate).mean_ms(), EQUAL, &equal, "faster", " ms"))).collect();
         reading.push_str(&format!("At {} req/s (equal split {} ms):\n\n{}\n\n", fmt(rate), equal.show(1), lines.join("\n")));
     }
     r.section("Reading (mean time to the response head; Welch's t-test over the repeats, 5% level)", reading.trim_end());

@@ -24,13 +24,8 @@ pub fn lines(title: &str, x_label: &str, y_label: &str, series: &[Series]) -> an
     {
         let root = SVGBackend::with_string(&mut svg, (800, 480)).into_drawing_area();
         root.fill(&WHITE).map_err(err)?;
-        let mut chart = ChartBuilder::on(&root)
-            .caption(title, ("sans-serif", 20))
-            .margin(12)
-            .x_label_area_size(40)
-            .y_label_area_size(64)
-            .build_cartesian_2d(x0..x1, 0.0..y1)
-            .map_err(err)?;
+        let mut chart =
+            ChartBuilder::on(&root).caption(title, ("sans-serif", 20)).margin(12).x_label_area_size(40).y_label_area_size(64).build_cartesian_2d(x0..x1, 0.0..y1).map_err(err)?;
         chart.configure_mesh().x_desc(x_label).y_desc(y_label).light_line_style(WHITE.mix(0.0)).draw().map_err(err)?;
         for (i, s) in series.iter().enumerate() {
             let color = Palette99::pick(i).to_rgba();

@@ -49,7 +49,9 @@ fn exited_cpu_secs(pid: u32) -> std::io::Result<f64> {
     let mut ru: libc::rusage = unsafe { std::mem::zeroed() };
     loop {
         // SAFETY: the pointers are to live, writable structs of the types the system call takes.
-        let r = unsafe { libc::syscall(libc::SYS_waitid, libc::P_PID, pid as libc::id_t, &mut info as *mut libc::siginfo_t, libc::WEXITED | libc::WNOWAIT, &mut ru as *mut libc::rusage) };
+        let r = unsafe {
+            libc::syscall(libc::SYS_waitid, libc::P_PID, pid as libc::id_t, &mut info as *mut libc::siginfo_t, libc::WEXITED | libc::WNOWAIT, &mut ru as *mut libc::rusage)
+        };
         if r == 0 {
             break;
         }
@@ -66,21 +68,14 @@ fn exited_cpu_secs(pid: u32) -> std::io::Result<f64> {
 /// (`/proc/PID/task/*/schedstat`) rather than ticks; 0 where it cannot be read.
 pub fn cpu_secs_now(pid: u32) -> f64 {
     let tasks = std::fs::read_dir(format!("/proc/{pid}/task")).into_iter().flatten().flatten();
-    let ns: u64 = tasks
-        .filter_map(|t| std::fs::read_to_string(t.path().join("schedstat")).ok()?.split_whitespace().next()?.parse::<u64>().ok())
-        .sum();
+    let ns: u64 = tasks.filter_map(|t| std::fs::read_to_string(t.path().join("schedstat")).ok()?.split_whitespace().next()?.parse::<u64>().ok()).sum();
     ns as f64 / 1e9
 }
 
 /// Whether `pid` has child processes now (a scan of `/proc`: not every kernel has
 /// `/proc/PID/task/TID/children`).
 pub fn has_children(pid: u32) -> bool {
-    std::fs::read_dir("/proc")
-        .into_iter()
-        .flatten()
-        .flatten()
-        .filter_map(|entry| entry.file_name().to_str()?.parse::<u32>().ok())
-        .any(|p| stat(p).is_some_and(|s| s.parent == pid))
+    std::fs::read_dir("/proc").into_iter().flatten().flatten().filter_map(|entry| entry.file_name().to_str()?.parse::<u32>().ok()).any(|p| stat(p).is_some_and(|s| s.parent == pid))
 }
 
 impl Drop for Proc {
@@ -155,7 +150,6 @@ impl Fulcrum {
         let proc = run_fulcrum(&path, &log, &[listen, admin])?;
         Ok(Fulcrum { listen, admin, proc })
     }
-
 }
 
 /// Runs `fulcrum run CONFIG` with its log in `log` and waits until every address of `ready`
@@ -204,14 +198,10 @@ pub fn listens(addr: SocketAddr) -> bool {
     // The kernel prints the address as the hex of its bytes in memory (network order read as a
     // native u32) and the port as plain hex; state 0A is LISTEN.
     let want = format!("{:08X}:{:04X}", u32::from_ne_bytes(v4.ip().octets()), v4.port());
-    std::fs::read_to_string("/proc/net/tcp")
-        .unwrap_or_default()
-        .lines()
-        .skip(1)
-        .any(|l| {
-            let f: Vec<&str> = l.split_whitespace().collect();
-            f.get(1) == Some(&want.as_str()) && f.get(3) == Some(&"0A")
-        })
+    std::fs::read_to_string("/proc/net/tcp").unwrap_or_default().lines().skip(1).any(|l| {
+        let f: Vec<&str> = l.split_whitespace().collect();
+        f.get(1) == Some(&want.as_str()) && f.get(3) == Some(&"0A")
+    })
 }
 
 pub fn accepts(addr: SocketAddr) -> bool {
@@ -334,7 +324,10 @@ mod tests {
         let mut seen = Usage::default();
         for _ in 0..400 {
             seen = tree_usages(&[pid])[0];
-            let sleeping = std::fs::read_dir("/proc").unwrap().flatten().any(|e| std::fs::read_to_string(e.path().join("stat")).is_ok_and(|s| s.contains("(sleep)") && s.split_whitespace().nth(3) == Some(&pid.to_string())));
+            let sleeping = std::fs::read_dir("/proc")
+                .unwrap()
+                .flatten()
+                .any(|e| std::fs::read_to_string(e.path().join("stat")).is_ok_and(|s| s.contains("(sleep)") && s.split_whitespace().nth(3) == Some(&pid.to_string())));
             if seen.cpu_secs > 0.0 && sleeping {
                 break;
             }

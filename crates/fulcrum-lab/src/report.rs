@@ -94,7 +94,18 @@ pub struct Report {
 
 impl Report {
     pub fn new(scenario: &'static str, quick: bool, seed: u64) -> Report {
-        Report { scenario, quick, seed, body: String::new(), figures: BTreeMap::new(), estimates: BTreeMap::new(), checks: Vec::new(), raw: Value::Null, plots: Vec::new(), duration: None }
+        Report {
+            scenario,
+            quick,
+            seed,
+            body: String::new(),
+            figures: BTreeMap::new(),
+            estimates: BTreeMap::new(),
+            checks: Vec::new(),
+            raw: Value::Null,
+            plots: Vec::new(),
+            duration: None,
+        }
     }
 
     pub fn section(&mut self, title: &str, text: &str) {
@@ -172,9 +183,8 @@ fn machine() -> Value {
     let cpuinfo = std::fs::read_to_string("/proc/cpuinfo").unwrap_or_default();
     let cpu = cpuinfo.lines().find_map(|l| l.strip_prefix("model name")).map(|v| v.trim_start_matches([' ', '\t', ':']).to_string());
     let kernel = std::fs::read_to_string("/proc/sys/kernel/osrelease").map(|s| s.trim().to_string()).ok();
-    let memory_kib = std::fs::read_to_string("/proc/meminfo")
-        .ok()
-        .and_then(|m| m.lines().find_map(|l| l.strip_prefix("MemTotal:"))?.split_whitespace().next()?.parse::<u64>().ok());
+    let memory_kib =
+        std::fs::read_to_string("/proc/meminfo").ok().and_then(|m| m.lines().find_map(|l| l.strip_prefix("MemTotal:"))?.split_whitespace().next()?.parse::<u64>().ok());
     serde_json::json!({
         "cores": std::thread::available_parallelism().map(|n| n.get()).unwrap_or(1),
         "cpu": cpu,

@@ -153,7 +153,8 @@ pub async fn run(ctx: &Ctx) -> anyhow::Result<Report> {
             let servers: Vec<_> = backends.iter().zip(&config.weights).map(|(b, w)| (b.addr, *w)).collect();
             let algorithm = if config.weights.iter().all(|w| *w == 1) { "round-robin" } else { "static-rr" };
             let f = Fulcrum::start(&ctx.work, &format!("scaling-{name}-{repeat}").replace(':', "-"), &service_toml("http", algorithm, &servers, ""))?;
-            let (samples, wall) = client::fixed(config.requests, config.concurrency, Traffic { sources: &sources, target: f.listen, link: &link, timeout: Duration::from_secs(30) }, &pb).await;
+            let (samples, wall) =
+                client::fixed(config.requests, config.concurrency, Traffic { sources: &sources, target: f.listen, link: &link, timeout: Duration::from_secs(30) }, &pb).await;
             let r = Run { config: config.clone(), repeat, samples, wall };
             pb.suspend(|| eprintln!("scaling {name}, repeat {}: {:.0} req/s, {} failed, per server {:?}", repeat + 1, r.rps(), r.failed(), r.per_server()));
             runs.push(r);
@@ -232,10 +233,19 @@ fn report(ctx: &Ctx, plan: &[Config], runs: &[Run]) -> Report {
     // Each added server: a gain is claimed only where the test shows one.
     let mut reading = Vec::new();
     let negated = |e: &Estimate| Estimate::of(&e.values.iter().map(|v| -v).collect::<Vec<_>>());
-    for (cluster, c, label) in [(Cluster::Equal, 2, "four workers, concurrency 2"), (Cluster::Equal, 50, "four workers, concurrency 50"), (Cluster::OneWorker, 2, "one worker, concurrency 2"), (Cluster::Overloaded, 50, "overloaded, concurrency 50")] {
+    for (cluster, c, label) in [
+        (Cluster::Equal, 2, "four workers, concurrency 2"),
+        (Cluster::Equal, 50, "four workers, concurrency 50"),
+        (Cluster::OneWorker, 2, "one worker, concurrency 2"),
+        (Cluster::Overloaded, 50, "overloaded, concurrency 50"),
+    ] {
         let e = sizes(cluster, c, Run::rps);
         for n in 1..e.len() {
-            reading.push(format!("- {label}, {} against {n} servers: {}", n + 1, verdict(&format!("{} servers", n + 1), &negated(&e[n]), &format!("{n} servers"), &negated(&e[n - 1]), "faster", " requests/s")));
+            reading.push(format!(
+                "- {label}, {} against {n} servers: {}",
+                n + 1,
+                verdict(&format!("{} servers", n + 1), &negated(&e[n]), &format!("{n} servers"), &negated(&e[n - 1]), "faster", " requests/s")
+            ));
         }
     }
     let failures = sizes(Cluster::Overloaded, 50, Run::failed_percent);
@@ -251,12 +261,20 @@ fn report(ctx: &Ctx, plan: &[Config], runs: &[Run]) -> Report {
     // The checks use the same rule.
     let gains = |e: &[Estimate]| e.windows(2).all(|w| w[1].mean > w[0].mean && (w[0].n() < 2 || welch(&w[0], &w[1]).significant));
     let high = sizes(Cluster::Equal, 50, Run::rps);
-    r.check("more servers give more requests/s at concurrency 50", gains(&high), format!("req/s with 1 to 4 servers: {}", high.iter().map(|e| e.show(0)).collect::<Vec<_>>().join(", ")));
+    r.check(
+        "more servers give more requests/s at concurrency 50",
+        gains(&high),
+        format!("req/s with 1 to 4 servers: {}", high.iter().map(|e| e.show(0)).collect::<Vec<_>>().join(", ")),
+    );
     let failed: usize = runs.iter().filter(|x| x.config.cluster != Cluster::Overloaded).map(Run::failed).sum();
     r.check("no request failed on servers that queue", failed == 0, format!("{failed} failed"));
     if let (Some(one), Some(four)) = (failures.first(), failures.last()) {
         let fewer = one.mean > 0.0 && four.mean < one.mean && (one.n() < 2 || welch(four, one).significant);
-        r.check("an overloaded server fails requests, and four fail fewer than one", fewer, format!("failed % with 1 to 4 servers: {}", failures.iter().map(|e| e.show(1)).collect::<Vec<_>>().join(", ")));
+        r.check(
+            "an overloaded server fails requests, and four fail fewer than one",
+            fewer,
+            format!("failed % with 1 to 4 servers: {}", failures.iter().map(|e| e.show(1)).collect::<Vec<_>>().join(", ")),
+        );
     }
     if let [even, weighted] = unequal.as_slice() {
         let better = weighted.mean > even.mean && (even.n() < 2 || welch(even, weighted).significant);

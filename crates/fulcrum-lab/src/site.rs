@@ -3,9 +3,9 @@
 //! named `NAME-SIZE.EXT` under `/site/`, so a real server serves any of them without a copy on
 //! disk; each client browses its own fixed list of pages and their images.
 
+use rand::rngs::SmallRng;
 use rand::seq::IndexedRandom;
 use rand::{Rng, SeedableRng};
-use rand::rngs::SmallRng;
 
 use super::client::Link;
 

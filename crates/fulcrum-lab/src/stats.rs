@@ -78,7 +78,14 @@ pub fn welch(a: &Estimate, b: &Estimate) -> Comparison {
         // at all is exact. A figure read at a coarse resolution can look like this too (CPU in
         // 10 ms ticks over a short run); full runs measure long enough for it not to.
         let significant = difference != 0.0;
-        return Comparison { difference, t: if significant { f64::INFINITY.copysign(difference) } else { 0.0 }, df: na + nb - 2.0, p: if significant { 0.0 } else { 1.0 }, significant, repeats_needed: None };
+        return Comparison {
+            difference,
+            t: if significant { f64::INFINITY.copysign(difference) } else { 0.0 },
+            df: na + nb - 2.0,
+            p: if significant { 0.0 } else { 1.0 },
+            significant,
+            repeats_needed: None,
+        };
     }
     let t = difference / se;
     let df = (va + vb).powi(2) / (va * va / (na - 1.0) + vb * vb / (nb - 1.0));

@@ -48,7 +48,14 @@ pub async fn run(ctx: &Ctx, degraded: &[String]) -> anyhow::Result<Vec<Point>> {
             // A fresh server per rate, so no run inherits another's queue.
             let slow = Backend::start("slow", degraded)?;
             let f = Fulcrum::start(&ctx.work, &format!("syn-time-{rate}-{repeat}"), &service_toml("tcp", "round-robin", &[(slow.addr, 1)], "retries = 0\n"))?;
-            let samples = client::poisson(rate, Duration::from_secs(seconds), seed, Traffic { sources: &sources, target: f.listen, link: &Link::get("/name"), timeout: Duration::from_secs(20) }, 2000).await;
+            let samples = client::poisson(
+                rate,
+                Duration::from_secs(seconds),
+                seed,
+                Traffic { sources: &sources, target: f.listen, link: &Link::get("/name"), timeout: Duration::from_secs(20) },
+                2000,
+            )
+            .await;
             let stats: Value = serde_json::from_slice(&client::fetch(f.admin, "/api/stats").await?)?;
             let s = &stats["services"][0]["servers"][0];
             let p = Point {
@@ -60,7 +67,9 @@ pub async fn run(ctx: &Ctx, degraded: &[String]) -> anyhow::Result<Vec<Point>> {
                 requests: samples.len(),
                 failed: samples.iter().filter(|s| !s.ok()).count(),
             };
-            pb.suspend(|| eprintln!("passive figure 2 at {rate}/s, repeat {}: R {:.3}, connection {:.0} ms, {} SYNs, {} SYN-ACKs", repeat + 1, p.r(), p.connect_ms, p.syn_sent, p.syn_acked));
+            pb.suspend(|| {
+                eprintln!("passive figure 2 at {rate}/s, repeat {}: R {:.3}, connection {:.0} ms, {} SYNs, {} SYN-ACKs", repeat + 1, p.r(), p.connect_ms, p.syn_sent, p.syn_acked)
+            });
             points.push(p);
             pb.inc(1);
         }
@@ -99,7 +108,14 @@ pub fn report(r: &mut Report, ctx: &Ctx, points: &Result<Vec<Point>, String>) {
     for &rate in &rates {
         let (syns, acks, failed) = points.iter().filter(|p| p.rate == rate).fold((0, 0, 0), |a, p| (a.0 + p.syn_sent, a.1 + p.syn_acked, a.2 + p.failed));
         let r_est = at(rate, Point::r);
-        t.row([fmt(rate), r_est.show(3), at(rate, |p| p.connect_ms).show(1), Estimate::of(&r_est.values.iter().map(|v| v * 1000.0).collect::<Vec<_>>()).show(0), format!("{syns} / {acks}"), failed.to_string()]);
+        t.row([
+            fmt(rate),
+            r_est.show(3),
+            at(rate, |p| p.connect_ms).show(1),
+            Estimate::of(&r_est.values.iter().map(|v| v * 1000.0).collect::<Vec<_>>()).show(0),
+            format!("{syns} / {acks}"),
+            failed.to_string(),
+        ]);
     }
     let fitted = fit(points);
     let line = match fitted {

@@ -27,9 +27,9 @@ use tokio_util::sync::CancellationToken;
 use tracing::{error, info, warn};
 
 use crate::config::{self, Config};
+use crate::fleet::Fleet;
 use crate::live::{self, Generation, Live};
 use crate::shutdown::Shutdown;
-use crate::fleet::Fleet;
 use crate::{admin, health, proxy, stats};
 
 pub use error::{ControlError, StartError};
@@ -204,12 +204,7 @@ impl App {
             warn!("workers and reuse_port changes take effect at the next restart");
         }
         drop(running);
-        let wanted: Vec<(String, SocketAddr)> = config
-            .services
-            .iter()
-            .filter(|s| s.enabled)
-            .filter_map(|s| s.listen.parse().ok().map(|a| (s.name.clone(), a)))
-            .collect();
+        let wanted: Vec<(String, SocketAddr)> = config.services.iter().filter(|s| s.enabled).filter_map(|s| s.listen.parse().ok().map(|a| (s.name.clone(), a))).collect();
         let mut bound = Vec::new();
         {
             let listeners = self.listeners.lock().map_err(|_| ControlError::Poisoned)?;

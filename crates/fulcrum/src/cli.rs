@@ -7,9 +7,9 @@ use anyhow::Context;
 use clap::{Parser, Subcommand};
 
 use crate::app::App;
-use realserver::BackendArgs;
 use crate::config;
 use crate::shutdown::Shutdown;
+use realserver::BackendArgs;
 
 #[derive(Debug, Parser)]
 #[command(name = "fulcrum", version, about = "A TCP, HTTP and FTP server load balancer")]
@@ -84,9 +84,7 @@ pub fn main() -> ExitCode {
 fn init_tracing(level: &str, format: LogFormat) {
     use std::io::IsTerminal;
     use tracing_subscriber::EnvFilter;
-    let filter = EnvFilter::try_from_default_env()
-        .or_else(|_| EnvFilter::try_new(level))
-        .unwrap_or_else(|_| EnvFilter::new("info"));
+    let filter = EnvFilter::try_from_default_env().or_else(|_| EnvFilter::try_new(level)).unwrap_or_else(|_| EnvFilter::new("info"));
     let fmt = tracing_subscriber::fmt().with_env_filter(filter).with_writer(std::io::stderr);
     match format {
         // Colour codes only where a terminal shows them: not in journald, a file or a pipe.

@@ -9,10 +9,10 @@
 use std::net::SocketAddr;
 use std::time::Duration;
 
+use hickory_resolver::Resolver;
 use hickory_resolver::config::{ConnectionConfig, NameServerConfig, ResolverConfig};
 use hickory_resolver::net::runtime::TokioRuntimeProvider;
 use hickory_resolver::proto::rr::RData;
-use hickory_resolver::Resolver;
 
 use crate::config::Dns;
 
@@ -37,7 +37,11 @@ pub fn srv(name: &str, dns: Option<&Dns>) -> Result<Vec<SrvServer>, String> {
     std::thread::scope(|s| {
         s.spawn(move || {
             let rt = tokio::runtime::Builder::new_current_thread().enable_all().build().map_err(|e| format!("cannot start a DNS runtime: {e}"))?;
-            rt.block_on(async { tokio::time::timeout(LOOKUP_TIMEOUT, lookup(&name, dns.as_ref())).await.unwrap_or_else(|_| Err(format!("SRV {name}: no answer within {} s", LOOKUP_TIMEOUT.as_secs()))) })
+            rt.block_on(async {
+                tokio::time::timeout(LOOKUP_TIMEOUT, lookup(&name, dns.as_ref()))
+                    .await
+                    .unwrap_or_else(|_| Err(format!("SRV {name}: no answer within {} s", LOOKUP_TIMEOUT.as_secs())))
+            })
         })
         .join()
         .unwrap_or_else(|_| Err("the DNS lookup thread failed".into()))
@@ -68,7 +72,12 @@ async fn lookup(name: &str, dns: Option<&Dns>) -> Result<Vec<SrvServer>, String>
         let target = target.trim_end_matches('.');
         let ips = resolver.lookup_ip(target).await.map_err(|e| format!("SRV {name}: target {target}: {e}"))?;
         let ip = ips.iter().next().ok_or_else(|| format!("SRV {name}: target {target} has no address"))?;
-        servers.push(SrvServer { address: format!("{target}:{}", r.port), addr: SocketAddr::new(ip, r.port), weight: u32::from(r.weight).clamp(1, 256), backup: r.priority > lowest });
+        servers.push(SrvServer {
+            address: format!("{target}:{}", r.port),
+            addr: SocketAddr::new(ip, r.port),
+            weight: u32::from(r.weight).clamp(1, 256),
+            backup: r.priority > lowest,
+        });
     }
     servers.sort_by(|a, b| (a.backup, &a.address).cmp(&(b.backup, &b.address)));
     servers.dedup_by(|a, b| a.address == b.address);

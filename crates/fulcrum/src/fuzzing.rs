@@ -82,8 +82,8 @@ fn scan_in_pieces(stream: &[u8], sizes: &[u8], max_head: usize) -> (usize, Optio
 /// head to the framing guard, never a line it refuses for its shape (folding, a bare CR or LF, a
 /// line without a colon).
 pub fn h2_to_h1(data: &[u8]) {
-    use hyper::header::{self, HeaderMap, HeaderName, HeaderValue};
     use crate::proxy::http::convert;
+    use hyper::header::{self, HeaderMap, HeaderName, HeaderValue};
     let mut lines = data.split(|&b| b == b'\n');
     let (Some(method), Some(path)) = (lines.next(), lines.next()) else { return };
     let Ok(method) = hyper::Method::from_bytes(method) else { return };
@@ -342,7 +342,17 @@ pub fn client_hello(data: &[u8]) {
             assert_eq!(late.ok().flatten().as_ref(), Some(name), "the hello cut at {cut}");
         }
         let sni = vec!["*.example.com".to_string(), "example.com".to_string()];
-        let routes = [config::Route { pool: "a".into(), path_prefix: Vec::new(), path_beg: Vec::new(), ignore_case: false, path_suffix: Vec::new(), host: Vec::new(), header: None, header_value: None, sni }];
+        let routes = [config::Route {
+            pool: "a".into(),
+            path_prefix: Vec::new(),
+            path_beg: Vec::new(),
+            ignore_case: false,
+            path_suffix: Vec::new(),
+            host: Vec::new(),
+            header: None,
+            header_value: None,
+            sni,
+        }];
         let _ = route(&routes, name.as_deref());
     }
 }

@@ -70,6 +70,6 @@ pub mod health;
 pub mod live;
 pub mod proxy;
 pub mod proxy_header;
-pub mod tls;
 pub mod shutdown;
 pub mod stats;
+pub mod tls;

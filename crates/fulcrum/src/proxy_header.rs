@@ -140,7 +140,8 @@ fn parse_v1(buf: &[u8]) -> Result<Option<(Received, usize)>, HeaderError> {
             }
             let ip = |w: Option<&str>| -> Result<IpAddr, HeaderError> {
                 let w = w.ok_or(HeaderError::V1("missing an address"))?;
-                if f == "TCP4" { w.parse::<Ipv4Addr>().map(IpAddr::V4) } else { w.parse::<Ipv6Addr>().map(IpAddr::V6) }.map_err(|_| HeaderError::V1("an address of the wrong family"))
+                if f == "TCP4" { w.parse::<Ipv4Addr>().map(IpAddr::V4) } else { w.parse::<Ipv6Addr>().map(IpAddr::V6) }
+                    .map_err(|_| HeaderError::V1("an address of the wrong family"))
             };
             let port = |w: Option<&str>| -> Result<u16, HeaderError> {
                 let w = w.ok_or(HeaderError::V1("missing a port"))?;

@@ -32,7 +32,12 @@ fn haproxy(to: SocketAddr) -> (Haproxy, SocketAddr, SocketAddr) {
     );
     let path = dir.join("haproxy.cfg");
     std::fs::write(&path, cfg).unwrap();
-    let child = Command::new("haproxy").args(["-db", "-f", path.to_str().unwrap()]).stdout(Stdio::null()).stderr(Stdio::null()).spawn().expect("haproxy must be installed (scripts/test installs it)");
+    let child = Command::new("haproxy")
+        .args(["-db", "-f", path.to_str().unwrap()])
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .spawn()
+        .expect("haproxy must be installed (scripts/test installs it)");
     wait_until("haproxy", Duration::from_secs(10), || std::net::TcpStream::connect(v2).is_ok() && std::net::TcpStream::connect(v1).is_ok());
     (Haproxy(child), v2, v1)
 }

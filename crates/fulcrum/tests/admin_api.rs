@@ -309,7 +309,10 @@ print(len(families), sum(conns.values()), families["fulcrum_server_traffic_ratio
     assert_eq!(fields[2], "gauge");
     assert_eq!(fields[3], "2");
     let p = &f.stats()["process"];
-    assert!(p["cpu_seconds_total"].as_f64().unwrap() > 0.0 && p["resident_memory_bytes"].as_u64().unwrap() > 1 << 20 && p["open_fds"].as_u64().unwrap() >= 3, "the same figures in /api/stats: {p}");
+    assert!(
+        p["cpu_seconds_total"].as_f64().unwrap() > 0.0 && p["resident_memory_bytes"].as_u64().unwrap() > 1 << 20 && p["open_fds"].as_u64().unwrap() >= 3,
+        "the same figures in /api/stats: {p}"
+    );
     assert!(p["uptime_seconds"].as_f64().unwrap() >= 0.0 && p["max_fds"].as_u64() == p["descriptors"].as_u64(), "{p}");
 }
 

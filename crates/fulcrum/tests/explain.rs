@@ -149,7 +149,9 @@ fn the_access_log_and_the_recent_picks_say_how_each_server_was_chosen() {
         .as_array()
         .unwrap()
         .iter()
-        .map(|p| (p["client"].as_str().unwrap().to_string(), p["pool"].as_str().unwrap().to_string(), p["server"].as_str().unwrap().to_string(), p["why"].as_str().unwrap().to_string()))
+        .map(|p| {
+            (p["client"].as_str().unwrap().to_string(), p["pool"].as_str().unwrap().to_string(), p["server"].as_str().unwrap().to_string(), p["why"].as_str().unwrap().to_string())
+        })
         .collect();
     let expected = [
         ("127.0.0.21".to_string(), "default".to_string(), b.addr.to_string(), "cookie affinity".to_string()),

@@ -31,7 +31,9 @@ fn import(etcd: &Etcd, servers: &[SocketAddr]) -> String {
 
 fn import_with(etcd: &Etcd, algorithm: &str, servers: &[SocketAddr]) -> String {
     let dir = scratch("fleet-import");
-    let mut text = format!("[[service]]\nname = \"web\"\nlisten = \"127.0.0.1:80\"\nmode = \"http\"\nalgorithm = \"{algorithm}\"\n[service.health]\nkind = \"http\"\ninterval = \"200ms\"\nrise = 1\npath = \"/name\"\n");
+    let mut text = format!(
+        "[[service]]\nname = \"web\"\nlisten = \"127.0.0.1:80\"\nmode = \"http\"\nalgorithm = \"{algorithm}\"\n[service.health]\nkind = \"http\"\ninterval = \"200ms\"\nrise = 1\npath = \"/name\"\n"
+    );
     for s in servers {
         text.push_str(&format!("[[service.server]]\naddress = \"{s}\"\n"));
     }
@@ -47,7 +49,10 @@ fn instance(etcd: &Etcd, name: &str) -> String {
 
 /// Like `instance`, with more of the instance's own settings for `web`.
 fn instance_with(etcd: &Etcd, name: &str, overrides: &str) -> String {
-    format!("[fleet]\nendpoints = {}\nprefix = \"{PREFIX}\"\nname = \"{name}\"\nlease = \"3s\"\n\n[fleet.override.web]\nlisten = \"{{LISTEN}}\"\n{overrides}", etcd.endpoints_toml())
+    format!(
+        "[fleet]\nendpoints = {}\nprefix = \"{PREFIX}\"\nname = \"{name}\"\nlease = \"3s\"\n\n[fleet.override.web]\nlisten = \"{{LISTEN}}\"\n{overrides}",
+        etcd.endpoints_toml()
+    )
 }
 
 fn registered(lb: &Fulcrum, n: usize) -> bool {
@@ -57,7 +62,10 @@ fn registered(lb: &Fulcrum, n: usize) -> bool {
 
 fn servers(lb: &Fulcrum) -> Vec<(String, u64)> {
     let stats = lb.stats();
-    stats["services"][0]["servers"].as_array().map(|s| s.iter().map(|v| (v["address"].as_str().unwrap_or_default().to_string(), v["weight"].as_u64().unwrap_or(0))).collect()).unwrap_or_default()
+    stats["services"][0]["servers"]
+        .as_array()
+        .map(|s| s.iter().map(|v| (v["address"].as_str().unwrap_or_default().to_string(), v["weight"].as_u64().unwrap_or(0))).collect())
+        .unwrap_or_default()
 }
 
 fn connected(lb: &Fulcrum) -> bool {

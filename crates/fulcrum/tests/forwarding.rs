@@ -18,10 +18,8 @@ fn one_server(extra: &str) -> (Nginx, Fulcrum) {
 /// A service over one `fulcrum backend`, which serves half-closed connections to the end.
 fn one_backend(extra: &str) -> (Backend, Fulcrum) {
     let b = Backend::start("b1");
-    let f = Fulcrum::start(&format!(
-        "[[service]]\nname = \"web\"\nlisten = \"{{LISTEN}}\"\n{extra}\n[service.health]\n{HTTP_CHECK}\n[[service.server]]\naddress = \"{}\"\n",
-        b.addr
-    ));
+    let f =
+        Fulcrum::start(&format!("[[service]]\nname = \"web\"\nlisten = \"{{LISTEN}}\"\n{extra}\n[service.health]\n{HTTP_CHECK}\n[[service.server]]\naddress = \"{}\"\n", b.addr));
     (b, f)
 }
 
@@ -120,7 +118,10 @@ fn with_reuse_port_each_worker_accepts_on_a_socket_of_its_own() {
 
     // A reload's new address (an HTTP service) gets a socket per worker; dropped, it has none.
     let port = free_port();
-    let http = format!("{base}\n[[service]]\nname = \"api\"\nlisten = \"127.0.0.1:{port}\"\nmode = \"http\"\n[service.health]\n{tcp_check}\n[[service.server]]\naddress = \"{}\"\n", a.addr);
+    let http = format!(
+        "{base}\n[[service]]\nname = \"api\"\nlisten = \"127.0.0.1:{port}\"\nmode = \"http\"\n[service.health]\n{tcp_check}\n[[service.server]]\naddress = \"{}\"\n",
+        a.addr
+    );
     f.reload(&http);
     wait_until("a socket per worker on the new address", Duration::from_secs(10), || listening_sockets(port) == 2);
     let api: std::net::SocketAddr = format!("127.0.0.1:{port}").parse().unwrap();

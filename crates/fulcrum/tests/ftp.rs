@@ -155,7 +155,15 @@ g.quit()
                 Client::FtplibPort => "port",
                 _ => "eprt",
             };
-            ok(Command::new("python3").args(["-c", script]).arg(source.to_string()).arg(vip.ip().to_string()).arg(vip.port().to_string()).arg(out).arg(upload).arg(&upload_name).arg(mode))
+            ok(Command::new("python3")
+                .args(["-c", script])
+                .arg(source.to_string())
+                .arg(vip.ip().to_string())
+                .arg(vip.port().to_string())
+                .arg(out)
+                .arg(upload)
+                .arg(&upload_name)
+                .arg(mode))
         }
         _ => {
             let mode: Vec<String> = match kind {
@@ -216,7 +224,8 @@ fn ten_clients_download_and_upload_through_four_vsftpd_servers_in_every_mode() {
     // At least 20 control sessions (a download and an upload session per client; a client may open
     // one more), round robin over four.
     let stats = f.stats();
-    let per_server: Vec<(u64, u64)> = stats["services"][0]["servers"].as_array().unwrap().iter().map(|v| (v["total"].as_u64().unwrap(), v["data_transfers"].as_u64().unwrap())).collect();
+    let per_server: Vec<(u64, u64)> =
+        stats["services"][0]["servers"].as_array().unwrap().iter().map(|v| (v["total"].as_u64().unwrap(), v["data_transfers"].as_u64().unwrap())).collect();
     println!("control sessions and data transfers per server: {per_server:?}");
     let sessions: Vec<u64> = per_server.iter().map(|(s, _)| *s).collect();
     assert!(sessions.iter().sum::<u64>() >= 20, "{per_server:?}");

@@ -42,7 +42,23 @@ fn forwarded_headers_reach_nginx_and_hop_by_hop_headers_do_not() {
     let f = Fulcrum::start(&http_service("round-robin", "", HTTP_CHECK, &[n.addr], &[]));
     f.wait_all_up();
     let url = format!("http://{}/headers", f.listen);
-    let (status, body) = curl_get(&url, &["--interface", "127.0.0.23", "-H", "X-Forwarded-For: 10.9.8.7", "-H", "Keep-Alive: timeout=99", "-H", "Connection: keep-alive, X-Drop", "-H", "X-Drop: 1", "-H", "TE: trailers"]);
+    let (status, body) = curl_get(
+        &url,
+        &[
+            "--interface",
+            "127.0.0.23",
+            "-H",
+            "X-Forwarded-For: 10.9.8.7",
+            "-H",
+            "Keep-Alive: timeout=99",
+            "-H",
+            "Connection: keep-alive, X-Drop",
+            "-H",
+            "X-Drop: 1",
+            "-H",
+            "TE: trailers",
+        ],
+    );
     assert_eq!(status, 200, "{body}");
     assert!(body.contains("xff=10.9.8.7, 127.0.0.23\n"), "X-Forwarded-For appends the client: {body}");
     assert!(body.contains("proto=http\n"), "{body}");
@@ -265,11 +281,7 @@ fn the_haproxy_papers_routing_rules_send_each_path_to_its_pool() {
     let a1 = Nginx::start("app1", "TARGET");
     let a2 = Nginx::start("app2", "TARGET");
     let example = include_str!("../../../examples/haproxy-paper-routing.toml");
-    let config = example
-        .split("[admin]")
-        .next()
-        .unwrap()
-        .to_string()
+    let config = example.split("[admin]").next().unwrap().to_string()
         + &example[example.find("[[service]]").unwrap()..]
             .replace("0.0.0.0:8080", "{LISTEN}")
             .replace("127.0.0.1:8101", &s1.addr.to_string())

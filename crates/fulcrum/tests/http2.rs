@@ -147,7 +147,12 @@ fn routes_and_cookie_affinity_work_the_same_over_http2() {
     ));
     let jar = scratch("h2-cookies").join("jar.txt");
     let get = |extra: &[&str]| -> (String, String) {
-        let out = Command::new("curl").args(["-s", "--max-time", "10", "--http2-prior-knowledge", "-w", "\n%{http_version}"]).args(extra).arg(format!("http://{}/name", f.listen)).output().unwrap();
+        let out = Command::new("curl")
+            .args(["-s", "--max-time", "10", "--http2-prior-knowledge", "-w", "\n%{http_version}"])
+            .args(extra)
+            .arg(format!("http://{}/name", f.listen))
+            .output()
+            .unwrap();
         let text = String::from_utf8_lossy(&out.stdout).to_string();
         let (body, version) = text.rsplit_once('\n').unwrap_or((&text, ""));
         (body.trim_end().to_string(), version.to_string())

@@ -89,7 +89,16 @@ fn java_slb_round_robin_is_even_and_source_hash_is_sticky() {
         assert!(r["fulcrum"]["cpu_percent"].as_f64().unwrap() > 0.0, "{r}");
     }
     let report = std::fs::read_to_string(out.join("report.md")).unwrap();
-    for table in ["Table 1.", "Table 2.", "Table 3. Maximum memory usage with Round Robin", "Table 6. Maximum memory usage with Random", "Table 7.", "Table 8.", "Client 10 (127.0.0.20)", "FTP, as Table 4"] {
+    for table in [
+        "Table 1.",
+        "Table 2.",
+        "Table 3. Maximum memory usage with Round Robin",
+        "Table 6. Maximum memory usage with Random",
+        "Table 7.",
+        "Table 8.",
+        "Client 10 (127.0.0.20)",
+        "FTP, as Table 4",
+    ] {
         assert!(report.contains(table), "report.md has {table}");
     }
     // Table 8: every row either ranks with a tested `<` or says there is no significant difference.
@@ -194,11 +203,7 @@ fn scaling_gives_more_requests_per_second_with_more_servers() {
     // The mean requests/s at concurrency 50 rises with each added server (the report's own
     // check, passed, also asks the t-test).
     let high = |n: u64| -> Vec<f64> {
-        runs(&results)
-            .iter()
-            .filter(|r| r["cluster"] == "equal" && u(&r["servers"]) == n && u(&r["concurrency"]) == 50)
-            .map(|r| r["requests_per_s"].as_f64().unwrap())
-            .collect()
+        runs(&results).iter().filter(|r| r["cluster"] == "equal" && u(&r["servers"]) == n && u(&r["concurrency"]) == 50).map(|r| r["requests_per_s"].as_f64().unwrap()).collect()
     };
     let means: Vec<f64> = (1..=4).map(|n| high(n).iter().sum::<f64>() / high(n).len() as f64).collect();
     assert!((1..=4).all(|n| high(n).len() == 4), "four repeats of each size");

@@ -10,7 +10,9 @@ use std::net::IpAddr;
 use support::*;
 
 fn config(server: std::net::SocketAddr, version: &str) -> String {
-    format!("[[service]]\nname = \"pp\"\nlisten = \"{{LISTEN}}\"\nproxy_protocol = \"{version}\"\n[service.health]\nkind = \"http\"\npath = \"/name\"\nexpect_text = \"n1\"\ninterval = \"200ms\"\n[[service.server]]\naddress = \"{server}\"\n")
+    format!(
+        "[[service]]\nname = \"pp\"\nlisten = \"{{LISTEN}}\"\nproxy_protocol = \"{version}\"\n[service.health]\nkind = \"http\"\npath = \"/name\"\nexpect_text = \"n1\"\ninterval = \"200ms\"\n[[service.server]]\naddress = \"{server}\"\n"
+    )
 }
 
 #[test]
@@ -44,7 +46,10 @@ fn http_mode_refuses_proxy_protocol_on_a_service_a_pool_and_a_server() {
     let pool = "[[service.pool]]\nname = \"p\"\n";
     for (config, at) in [
         (format!("{service}proxy_protocol = \"v2\"\n[[service.server]]\naddress = \"127.0.0.1:1001\"\n"), "check.toml:5:"),
-        (format!("{service}[[service.server]]\naddress = \"127.0.0.1:1001\"\n{pool}proxy_protocol = \"v1\"\n[[service.pool.server]]\naddress = \"127.0.0.1:1002\"\n"), "check.toml:9:"),
+        (
+            format!("{service}[[service.server]]\naddress = \"127.0.0.1:1001\"\n{pool}proxy_protocol = \"v1\"\n[[service.pool.server]]\naddress = \"127.0.0.1:1002\"\n"),
+            "check.toml:9:",
+        ),
         (format!("{service}[[service.server]]\naddress = \"127.0.0.1:1001\"\nproxy_protocol = \"v2\"\n"), "check.toml:7:"),
     ] {
         let (ok, text) = check_config(&config, &dir);

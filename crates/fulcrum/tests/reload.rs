@@ -65,7 +65,10 @@ fn a_broken_config_on_reload_is_refused_and_the_service_keeps_working() {
     assert_eq!(tally(f.listen, 40).len(), 4);
     // A port already taken is refused too, before anything changes.
     let taken = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
-    let second = format!("{good}\n{}", service("round-robin", "", HTTP_CHECK, &[(&servers[0], "")]).replace("{LISTEN}", &taken.local_addr().unwrap().to_string()).replace("name = \"web\"", "name = \"web2\""));
+    let second = format!(
+        "{good}\n{}",
+        service("round-robin", "", HTTP_CHECK, &[(&servers[0], "")]).replace("{LISTEN}", &taken.local_addr().unwrap().to_string()).replace("name = \"web\"", "name = \"web2\"")
+    );
     f.reload(&second);
     wait_until("bind refusal logged", Duration::from_secs(10), || f.log().matches("reload refused").count() >= 2);
     assert_eq!(f.stats()["services"].as_array().unwrap().len(), 1);

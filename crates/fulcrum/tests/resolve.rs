@@ -68,7 +68,7 @@ fn a_server_named_by_host_follows_its_address_when_dns_moves_it() {
     let root = Command::new("id").arg("-u").output().ok().is_some_and(|o| o.stdout.starts_with(b"0\n"));
     let ns = if root { Namespace::create() } else { None };
     let Some(mut ns) = ns else {
-        eprintln!("resolve: SKIPPED, this machine cannot make a network namespace (needs root and `ip netns`)");
+        cannot_run("resolve", "it makes a network namespace, which needs root and `ip netns`");
         return;
     };
     let dir = scratch("resolve");
@@ -130,7 +130,12 @@ impl Drop for Dnsmasq {
 
 fn srv_servers(f: &Fulcrum) -> Vec<(String, u64, bool)> {
     let stats = f.stats();
-    let mut v: Vec<_> = stats["services"][0]["servers"].as_array().unwrap().iter().map(|s| (s["address"].as_str().unwrap().to_string(), s["weight"].as_u64().unwrap(), s["backup"] == true)).collect();
+    let mut v: Vec<_> = stats["services"][0]["servers"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|s| (s["address"].as_str().unwrap().to_string(), s["weight"].as_u64().unwrap(), s["backup"] == true))
+        .collect();
     v.sort();
     v
 }
@@ -141,7 +146,9 @@ fn a_services_servers_come_from_its_srv_records_and_follow_them() {
     let port = free_port();
     let mut dns = Dnsmasq::start(port, &[("a.web.test", a.addr.port(), 0, 1), ("b.web.test", b.addr.port(), 0, 3)]);
     let config = |interval: &str| {
-        format!("resolve_interval = \"1s\"\n\n[dns]\nnameservers = [\"127.0.0.1:{port}\"]\n\n[[service]]\nname = \"web\"\nlisten = \"{{LISTEN}}\"\nmode = \"http\"\nsrv = \"_http._tcp.web.test\"\n[service.health]\ninterval = \"{interval}\"\n")
+        format!(
+            "resolve_interval = \"1s\"\n\n[dns]\nnameservers = [\"127.0.0.1:{port}\"]\n\n[[service]]\nname = \"web\"\nlisten = \"{{LISTEN}}\"\nmode = \"http\"\nsrv = \"_http._tcp.web.test\"\n[service.health]\ninterval = \"{interval}\"\n"
+        )
     };
     let f = Fulcrum::start(&config("200ms"));
     let (at_a, at_b) = (format!("a.web.test:{}", a.addr.port()), format!("b.web.test:{}", b.addr.port()));

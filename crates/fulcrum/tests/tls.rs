@@ -65,12 +65,7 @@ fn curl_https(f: &Fulcrum, name: &str, path: &str, ca: &Path, extra: &[&str]) ->
 
 /// What `openssl s_client` prints of a handshake with `args` (its stdin closed at once).
 fn s_client(addr: SocketAddr, args: &[&str]) -> String {
-    let out = Command::new("openssl")
-        .args(["s_client", "-connect", &addr.to_string()])
-        .args(args)
-        .stdin(Stdio::null())
-        .output()
-        .unwrap();
+    let out = Command::new("openssl").args(["s_client", "-connect", &addr.to_string()]).args(args).stdin(Stdio::null()).output().unwrap();
     format!("{}{}", String::from_utf8_lossy(&out.stdout), String::from_utf8_lossy(&out.stderr))
 }
 
@@ -279,12 +274,14 @@ fn a_host_outside_the_certificate_of_the_handshake_is_misdirected_when_strict() 
     };
     let mtls: SocketAddr = format!("127.0.0.1:{}", free_port()).parse().unwrap();
     let strict: SocketAddr = format!("127.0.0.1:{}", free_port()).parse().unwrap();
-    let f = Fulcrum::start(&[
-        service("open", "{LISTEN}", ""),
-        service("mtls", &mtls.to_string(), &format!("client_ca = \"{}\"", ca.cert.display())),
-        service("strict", &strict.to_string(), "strict_sni_host = true"),
-    ]
-    .join("\n"));
+    let f = Fulcrum::start(
+        &[
+            service("open", "{LISTEN}", ""),
+            service("mtls", &mtls.to_string(), &format!("client_ca = \"{}\"", ca.cert.display())),
+            service("strict", &strict.to_string(), "strict_sni_host = true"),
+        ]
+        .join("\n"),
+    );
     let cert_args = ["--cert", client.cert.to_str().unwrap(), "--key", client.key.to_str().unwrap()];
     let ask = |addr: SocketAddr, sni: &str, host: &str, http2: bool, extra: &[&str]| {
         let ca = if sni.ends_with("a.test") { &a.cert } else { &b.cert };
@@ -459,10 +456,8 @@ fn a_plain_service_redirects_to_https_and_the_tls_one_sends_hsts() {
         .unwrap();
     assert_eq!(String::from_utf8_lossy(&out.stdout), "308 https://a.test/path?q=1");
 
-    let secure = Fulcrum::start(&format!(
-        "[[service]]\nname = \"secure\"\nlisten = \"{{LISTEN}}\"\nmode = \"http\"\n[service.http]\nhsts = \"365d\"\n{server}{}",
-        tls_table(&[&a], "")
-    ));
+    let secure =
+        Fulcrum::start(&format!("[[service]]\nname = \"secure\"\nlisten = \"{{LISTEN}}\"\nmode = \"http\"\n[service.http]\nhsts = \"365d\"\n{server}{}", tls_table(&[&a], "")));
     let (code, head) = curl_https(&secure, "a.test", "/name", &a.cert, &["-D", "-", "-o", "/dev/null"]);
     assert_eq!(code, 0);
     assert!(head.to_ascii_lowercase().contains("strict-transport-security: max-age=31536000"), "{head}");
@@ -498,7 +493,14 @@ fn tls_passes_through_to_the_pool_its_server_name_routes_to() {
     let none = s_client(f.listen, &["-noservername", "-tls1_2"]);
     assert!(none.contains("TLSv1.2"), "a hello without a name goes to the default pool\n{none}");
     let served = |s: &serde_json::Value, addr: SocketAddr| {
-        s["services"].as_array().unwrap().iter().flat_map(|p| p["servers"].as_array().unwrap()).find(|x| x["address"] == addr.to_string()).map(|x| x["total"].as_u64().unwrap()).unwrap()
+        s["services"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .flat_map(|p| p["servers"].as_array().unwrap())
+            .find(|x| x["address"] == addr.to_string())
+            .map(|x| x["total"].as_u64().unwrap())
+            .unwrap()
     };
     let stats = f.stats();
     assert_eq!((served(&stats, api.addr), served(&stats, shop.addr), served(&stats, fallback.addr)), (1, 2, 2), "{stats}");
@@ -579,7 +581,8 @@ fn http2_clients_are_served_over_tls_and_h2c_and_servers_hear_http_1_1() {
         "[[service]]\nname = \"plain\"\nlisten = \"{{LISTEN}}\"\nmode = \"http\"\n[service.http]\nh2c = true\n[service.health]\nkind = \"none\"\n[[service.server]]\naddress = \"{}\"\n",
         nginx.addr
     ));
-    let out = Command::new("curl").args(["-s", "--max-time", "10", "--http2-prior-knowledge", "-w", "\n%{http_version}"]).arg(format!("http://{}/name", plain.listen)).output().unwrap();
+    let out =
+        Command::new("curl").args(["-s", "--max-time", "10", "--http2-prior-knowledge", "-w", "\n%{http_version}"]).arg(format!("http://{}/name", plain.listen)).output().unwrap();
     assert_eq!(String::from_utf8_lossy(&out.stdout), "n1\n\n2");
     let (status, body) = curl(plain.listen, "GET", "/name", &[], None);
     assert_eq!((status, body.as_str()), (200, "n1\n"), "HTTP/1.1 clients still served on an h2c service");
@@ -634,7 +637,8 @@ fn server_tls_verifies_the_servers_and_carries_http_and_tcp_to_them() {
     assert_eq!(http_get(by_system.listen, "/name"), (200, "s1\n".into()));
     let path = dir.join("system.toml");
     std::fs::write(&path, &system).unwrap();
-    let out = Command::new(env!("CARGO_BIN_EXE_fulcrum")).args(["check", path.to_str().unwrap()]).env("SSL_CERT_FILE", dir.join("none.pem")).env_remove("SSL_CERT_DIR").output().unwrap();
+    let out =
+        Command::new(env!("CARGO_BIN_EXE_fulcrum")).args(["check", path.to_str().unwrap()]).env("SSL_CERT_FILE", dir.join("none.pem")).env_remove("SSL_CERT_DIR").output().unwrap();
     let text = String::from_utf8_lossy(&out.stderr).to_string() + &String::from_utf8_lossy(&out.stdout);
     assert!(!out.status.success() && text.contains("the system's CA certificates"), "{text}");
 
@@ -646,7 +650,8 @@ fn server_tls_verifies_the_servers_and_carries_http_and_tcp_to_them() {
 
     // HTTP health checks go in TLS too: verified, they pass; with the wrong CA, the server is
     // down for the reason.
-    let checked = |ca: &Path| config("http", ca, "sni = \"origin.test\"").replace("kind = \"tcp\"", "kind = \"http\"\ninterval = \"100ms\"\npath = \"/name\"\nexpect_text = \"s1\"");
+    let checked =
+        |ca: &Path| config("http", ca, "sni = \"origin.test\"").replace("kind = \"tcp\"", "kind = \"http\"\ninterval = \"100ms\"\npath = \"/name\"\nexpect_text = \"s1\"");
     let http = Fulcrum::start(&checked(&good.cert));
     http.wait_all_up();
     let last = http.server_stats(&server.addr.to_string())["last_check"].as_str().unwrap().to_string();
@@ -665,7 +670,8 @@ fn server_tls_verifies_the_servers_and_carries_http_and_tcp_to_them() {
     let second = Nginx::start_https("s2", &second_cert.cert, &second_cert.key);
     let both = dir.join("both.pem");
     std::fs::write(&both, std::fs::read_to_string(&good.cert).unwrap() + &std::fs::read_to_string(&second_cert.cert).unwrap()).unwrap();
-    let pair = checked(&both).replace("sni = \"origin.test\"", "").replace("expect_text = \"s1\"", "") + &format!("[[service.server]]\naddress = \"{}\"\nsni = \"second.test\"\n", second.addr);
+    let pair = checked(&both).replace("sni = \"origin.test\"", "").replace("expect_text = \"s1\"", "")
+        + &format!("[[service.server]]\naddress = \"{}\"\nsni = \"second.test\"\n", second.addr);
     let f = Fulcrum::start(&pair);
     f.wait_all_up();
     let names = tally(f.listen, 4);

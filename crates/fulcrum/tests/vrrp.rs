@@ -85,7 +85,12 @@ impl Lab {
         self.spawn(ns, "server", fulcrum, &["backend", "--listen", "127.0.0.1:9001", "--name", ns]);
         self.start_fulcrum(ns);
         let template = std::fs::read_to_string(Path::new(env!("CARGO_MANIFEST_DIR")).join("../../contrib/keepalived/keepalived.conf")).unwrap();
-        let conf = template.replace("@ADMIN@", "127.0.0.1:9090").replace("@INTERFACE@", "eth0").replace("@ROUTER_ID@", "51").replace("@PRIORITY@", &priority.to_string()).replace("@VIP@", &format!("{VIP}/24"));
+        let conf = template
+            .replace("@ADMIN@", "127.0.0.1:9090")
+            .replace("@INTERFACE@", "eth0")
+            .replace("@ROUTER_ID@", "51")
+            .replace("@PRIORITY@", &priority.to_string())
+            .replace("@VIP@", &format!("{VIP}/24"));
         let left = conf.lines().filter(|l| !l.trim_start().starts_with('#') && l.contains('@')).collect::<Vec<_>>();
         assert!(left.is_empty(), "placeholders the template has and this test does not fill: {left:?}");
         let path = self.dir.join(format!("{ns}-keepalived.conf"));
@@ -104,10 +109,7 @@ impl Lab {
 
     /// One request from the client to the virtual IP: the name of the host that answered.
     fn ask(&self) -> Option<String> {
-        let out = Command::new("ip")
-            .args(["netns", "exec", &self.ns("cl"), "curl", "--silent", "--max-time", "0.3", &format!("http://{VIP}:8080/name")])
-            .output()
-            .ok()?;
+        let out = Command::new("ip").args(["netns", "exec", &self.ns("cl"), "curl", "--silent", "--max-time", "0.3", &format!("http://{VIP}:8080/name")]).output().ok()?;
         out.status.success().then(|| String::from_utf8_lossy(&out.stdout).trim_end().to_string())
     }
 }
@@ -147,7 +149,7 @@ fn cannot_run() -> Option<String> {
 #[test]
 fn keepalived_moves_the_virtual_ip_when_the_masters_fulcrum_stops_and_back_when_it_returns() {
     if let Some(why) = cannot_run() {
-        eprintln!("vrrp: SKIPPED, this machine cannot run it: {why}");
+        support::cannot_run("vrrp", &why);
         return;
     }
     let mut lab = Lab::build();

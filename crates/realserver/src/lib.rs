@@ -157,9 +157,7 @@ async fn accept_loop(listener: TcpListener, instance: Arc<Instance>, stop: Cance
         let stop = stop.clone();
         tokio::spawn(async move {
             let service = service_fn(move |req| routes::route(instance.clone(), req));
-            let conn = hyper::server::conn::http1::Builder::new()
-                .half_close(true)
-                .serve_connection(TokioIo::new(stream), service);
+            let conn = hyper::server::conn::http1::Builder::new().half_close(true).serve_connection(TokioIo::new(stream), service);
             tokio::select! {
                 _ = conn => {}
                 _ = stop.cancelled() => {}

@@ -106,9 +106,7 @@ fn builder(instance: &Instance, status: StatusCode, content_type: &str) -> hyper
 }
 
 fn text(instance: &Instance, status: StatusCode, body: String, content_type: &str) -> Response<Body> {
-    builder(instance, status, content_type)
-        .body(Full::new(Bytes::from(body)).boxed())
-        .unwrap_or_else(|_| Response::new(Full::new(Bytes::new()).boxed()))
+    builder(instance, status, content_type).body(Full::new(Bytes::from(body)).boxed()).unwrap_or_else(|_| Response::new(Full::new(Bytes::new()).boxed()))
 }
 
 /// A site file's size and content type from its name, `NAME-SIZE.EXT`.

@@ -12,14 +12,7 @@ async fn start(index: Option<&str>, large: u64) -> (SocketAddr, CancellationToke
 
 async fn start_with(index: Option<&str>, large: u64, degrade: Degrade) -> (SocketAddr, CancellationToken) {
     let stop = CancellationToken::new();
-    let args = BackendArgs {
-        listen: "127.0.0.1:0".parse().unwrap(),
-        name: "b7".into(),
-        index_text: index.map(str::to_string),
-        large_size: large,
-        backlog: 16,
-        degrade,
-    };
+    let args = BackendArgs { listen: "127.0.0.1:0".parse().unwrap(), name: "b7".into(), index_text: index.map(str::to_string), large_size: large, backlog: 16, degrade };
     let (addr, serving) = bind(args, stop.clone()).await.unwrap();
     tokio::spawn(serving);
     (addr, stop)
@@ -127,7 +120,9 @@ fn degradation_flags_beyond_their_range_are_refused_not_panics() {
     }
     use clap::Parser;
     assert!(Cli::try_parse_from(["b", "--workers", "1000000", "--delay-ms", "3600000", "--cpu-us", "60000000"]).is_ok());
-    for (flag, value) in [("--workers", "18446744073709551615"), ("--delay-ms", "18446744073709551615"), ("--jitter-ms", "3600001"), ("--slow-accept-ms", "3600001"), ("--cpu-us", "60000001")] {
+    for (flag, value) in
+        [("--workers", "18446744073709551615"), ("--delay-ms", "18446744073709551615"), ("--jitter-ms", "3600001"), ("--slow-accept-ms", "3600001"), ("--cpu-us", "60000001")]
+    {
         let e = Cli::try_parse_from(["b", flag, value]).err().unwrap_or_else(|| panic!("{flag} {value} was taken"));
         assert!(e.to_string().contains("is not in"), "{flag} {value}: {e}");
     }

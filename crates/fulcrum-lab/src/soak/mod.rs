@@ -75,13 +75,7 @@ pub async fn run(args: SoakArgs) -> anyhow::Result<bool> {
     let mut topo = Topology::start(&dir)?;
     let addrs = topo.addrs.clone();
     let pid = topo.fulcrum.pid();
-    eprintln!(
-        "soak: {:.1} min (warm-up {} s); Fulcrum pid {pid}, admin http://{}, work folder {}",
-        args.minutes,
-        warmup.as_secs(),
-        addrs.admin,
-        dir.display()
-    );
+    eprintln!("soak: {:.1} min (warm-up {} s); Fulcrum pid {pid}, admin http://{}, work folder {}", args.minutes, warmup.as_secs(), addrs.admin, dir.display());
 
     let start = Instant::now();
     let deadline = start + total;
@@ -159,7 +153,9 @@ pub async fn run(args: SoakArgs) -> anyhow::Result<bool> {
     let sockets = Growth::of(&samples, warmup, |s| s.sockets);
     for (what, g) in [("RSS", rss), ("open sockets", sockets)] {
         match g {
-            Some(g) if g.grew() => problems.push(format!("{what} grew {:.1}% after warm-up ({} -> {}), more than {:.0}%", g.percent(), g.reference, g.floor, table::GROWTH * 100.0)),
+            Some(g) if g.grew() => {
+                problems.push(format!("{what} grew {:.1}% after warm-up ({} -> {}), more than {:.0}%", g.percent(), g.reference, g.floor, table::GROWTH * 100.0))
+            }
             Some(_) => {}
             None => problems.push(format!("{what}: no samples after warm-up to judge growth")),
         }
@@ -363,14 +359,14 @@ fn summary(args: &SoakArgs, rows: &[Row], windows: &Windows, [rss, sockets]: [Op
     };
     out.push_str(&growth("RSS", rss, "KiB"));
     out.push_str(&growth("Open sockets", sockets, ""));
-    out.push_str(&format!(
-        "Pipe descriptors: at most {pipes_max} (spare splice pipes are bounded at {} per runtime thread, {} threads)\n",
-        table::SPARE_PIPES,
-        topology::WORKERS
-    ));
+    out.push_str(&format!("Pipe descriptors: at most {pipes_max} (spare splice pipes are bounded at {} per runtime thread, {} threads)\n", table::SPARE_PIPES, topology::WORKERS));
     if let Some(s) = stats {
         out.push_str(&format!("\nFulcrum's counters at the end:\n\n{s}"));
     }
-    out.push_str(&if problems.is_empty() { "\nVerdict: PASS\n".to_string() } else { format!("\nVerdict: FAIL\n\n{}\n", problems.iter().map(|p| format!("- {p}")).collect::<Vec<_>>().join("\n")) });
+    out.push_str(&if problems.is_empty() {
+        "\nVerdict: PASS\n".to_string()
+    } else {
+        format!("\nVerdict: FAIL\n\n{}\n", problems.iter().map(|p| format!("- {p}")).collect::<Vec<_>>().join("\n"))
+    });
     out
 }

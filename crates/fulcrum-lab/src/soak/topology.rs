@@ -41,10 +41,7 @@ impl Ports {
     pub fn new() -> Ports {
         // ip_local_port_range is "LOW HIGH"; start well below LOW, at a place that differs
         // between concurrent runs.
-        let low = std::fs::read_to_string("/proc/sys/net/ipv4/ip_local_port_range")
-            .ok()
-            .and_then(|s| s.split_whitespace().next()?.parse::<u16>().ok())
-            .unwrap_or(32768);
+        let low = std::fs::read_to_string("/proc/sys/net/ipv4/ip_local_port_range").ok().and_then(|s| s.split_whitespace().next()?.parse::<u16>().ok()).unwrap_or(32768);
         let base = low.saturating_sub(12_000).max(1024);
         Ports { next: base + (std::process::id() % 8000) as u16 }
     }
@@ -151,11 +148,8 @@ impl Topology {
         for (name, size) in ftp_files() {
             std::fs::write(files.join(&name), (0..size).map(pattern).collect::<Vec<u8>>()).with_context(|| format!("cannot write {name}"))?;
         }
-        let ftp = FTP_SERVERS
-            .iter()
-            .zip(&addrs.ftp_servers)
-            .map(|(n, a)| Vsftpd::start(vsftpd, &dir.join(format!("vsftpd-{n}")), n, &files, *a))
-            .collect::<anyhow::Result<Vec<_>>>()?;
+        let ftp =
+            FTP_SERVERS.iter().zip(&addrs.ftp_servers).map(|(n, a)| Vsftpd::start(vsftpd, &dir.join(format!("vsftpd-{n}")), n, &files, *a)).collect::<anyhow::Result<Vec<_>>>()?;
         let config = dir.join("fulcrum.toml");
         std::fs::write(&config, addrs.config(false)).with_context(|| format!("cannot write {}", config.display()))?;
         let log = dir.join("fulcrum.log");

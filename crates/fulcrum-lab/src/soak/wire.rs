@@ -284,7 +284,10 @@ async fn read_reply(control: &mut Control, codes: &[u16]) -> anyhow::Result<(u16
         }
         let line = line.trim_end();
         // The last line of a reply is "NNN text"; "NNN-text" and other lines continue it.
-        if line.len() >= 4 && line.as_bytes()[3] == b' ' && let Ok(code) = line[..3].parse::<u16>() {
+        if line.len() >= 4
+            && line.as_bytes()[3] == b' '
+            && let Ok(code) = line[..3].parse::<u16>()
+        {
             if !codes.contains(&code) {
                 bail!("wanted {codes:?}, got {line:?}");
             }

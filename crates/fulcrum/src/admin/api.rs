@@ -227,7 +227,12 @@ struct StateBody {
     state: ServerAdmin,
 }
 
-async fn server_state<C: Control>(State(control): State<Arc<C>>, Extension(editor): Extension<Editor>, Path((service, address)): Path<(String, String)>, Body(b): Body<StateBody>) -> Response {
+async fn server_state<C: Control>(
+    State(control): State<Arc<C>>,
+    Extension(editor): Extension<Editor>,
+    Path((service, address)): Path<(String, String)>,
+    Body(b): Body<StateBody>,
+) -> Response {
     answer(control.change(Change::ServerState { service, address, state: b.state }, editor).await)
 }
 
@@ -236,7 +241,12 @@ struct WeightBody {
     weight: u32,
 }
 
-async fn weight<C: Control>(State(control): State<Arc<C>>, Extension(editor): Extension<Editor>, Path((service, address)): Path<(String, String)>, Body(b): Body<WeightBody>) -> Response {
+async fn weight<C: Control>(
+    State(control): State<Arc<C>>,
+    Extension(editor): Extension<Editor>,
+    Path((service, address)): Path<(String, String)>,
+    Body(b): Body<WeightBody>,
+) -> Response {
     answer(control.change(Change::Weight { service, address, weight: b.weight }, editor).await)
 }
 

@@ -43,14 +43,16 @@ pub async fn run(app: Weak<App>) {
         // (configured address, the address running now) of every server named by host name.
         let named: Vec<(String, SocketAddr)> = generation
             .pools()
-            .flat_map(|(_, p)| p.servers().filter(|e| !is_ip(&e.state.key.address) && p.config.servers.iter().any(|s| s.address == e.state.key.address)).map(|e| (e.state.key.address.clone(), e.addr)).collect::<Vec<_>>())
+            .flat_map(|(_, p)| {
+                p.servers()
+                    .filter(|e| !is_ip(&e.state.key.address) && p.config.servers.iter().any(|s| s.address == e.state.key.address))
+                    .map(|e| (e.state.key.address.clone(), e.addr))
+                    .collect::<Vec<_>>()
+            })
             .collect();
         // Per service with `srv`: its name, and the servers its records gave (those not configured).
-        let srv: Vec<(String, String, Vec<SrvServer>)> = generation
-            .services
-            .iter()
-            .filter_map(|s| Some((s.config().name.clone(), s.config().srv.clone()?, s.from_srv())))
-            .collect();
+        let srv: Vec<(String, String, Vec<SrvServer>)> =
+            generation.services.iter().filter_map(|s| Some((s.config().name.clone(), s.config().srv.clone()?, s.from_srv()))).collect();
         if named.is_empty() && srv.is_empty() {
             continue;
         }

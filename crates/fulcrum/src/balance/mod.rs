@@ -138,14 +138,14 @@ pub fn build(algorithm: Algorithm, passive: passive_ratio::Tuning) -> Box<dyn Ba
 pub mod events;
 pub mod key;
 pub mod least;
-#[cfg(test)]
-mod peek_tests;
 pub mod least_conn;
 pub mod load;
 pub mod maglev;
 pub mod p2c;
 pub mod p2c_ewma;
 pub mod passive_ratio;
+#[cfg(test)]
+mod peek_tests;
 pub mod random;
 pub mod rng;
 pub mod round_robin;

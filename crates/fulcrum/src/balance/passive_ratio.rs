@@ -243,24 +243,9 @@ impl PassiveRatio {
 /// One turn of smooth weighted round robin by the traffic `ratios` over `current`, the servers'
 /// running scores.
 fn turn(ratios: &[f64], current: &mut [f64], pick: &Pick<'_>, view: &dyn ServerView) -> Option<usize> {
-    let mut total = 0.0;
-    let mut best: Option<usize> = None;
-    for i in 0..view.len().min(ratios.len()).min(current.len()) {
-        // Slow start scales a returning server's ratio; the controller's own ratios stay.
-        let w = ratios[i] * f64::from(view.ramp(i)) / f64::from(super::RAMP_FULL);
-        if w <= 0.0 || !pick.usable(view, i) {
-            current[i] = 0.0;
-            continue;
-        }
-        current[i] += w;
-        total += w;
-        if best.is_none_or(|b| current[i] > current[b]) {
-            best = Some(i);
-        }
-    }
-    let b = best?;
-    current[b] -= total;
-    Some(b)
+    let n = view.len().min(ratios.len()).min(current.len());
+    // Slow start scales a returning server's ratio; the controller's own ratios stay.
+    super::round_robin::smooth_turn(&mut current[..n], |i| if pick.usable(view, i) { ratios[i] * f64::from(view.ramp(i)) / f64::from(super::RAMP_FULL) } else { 0.0 })
 }
 
 impl Balancer for PassiveRatio {

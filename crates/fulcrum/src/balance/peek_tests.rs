@@ -9,8 +9,11 @@ use super::load::InFlight;
 use super::testing::FakePool;
 use super::{Balancer, Pick};
 
-/// Each algorithm by name, built afresh (seeded where it draws), and whether it draws at random.
-fn algorithms() -> Vec<(&'static str, fn() -> Box<dyn Balancer>, bool)> {
+/// An algorithm by name, how to build it afresh (seeded where it draws), and whether it draws at
+/// random.
+type Entry = (&'static str, fn() -> Box<dyn Balancer>, bool);
+
+fn algorithms() -> Vec<Entry> {
     vec![
         ("round-robin", || Box::new(super::round_robin::RoundRobin::default()), false),
         ("static-rr", || Box::new(super::static_rr::StaticRr::default()), false),

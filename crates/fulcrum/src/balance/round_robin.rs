@@ -44,13 +44,25 @@ impl Balancer for RoundRobin {
 fn turn(current: &mut Vec<i64>, pick: &Pick<'_>, view: &dyn ServerView) -> Option<usize> {
     // A no-op once `update` has run; kept so a balancer used before its first update works.
     sized(current, view.len());
-    let mut total = 0i64;
+    smooth_turn(current, |i| if pick.avoids(i) { 0 } else { view.share(i) as i64 })
+}
+
+/// One turn of smooth weighted round robin (nginx's) over the servers' running scores
+/// `current`: each server in rotation (`weight(i)` above zero) gains its weight, the highest
+/// score is chosen and set back by the sum of the weights, so over a cycle each server is
+/// chosen as often as its weight says, and evenly spread. A server out of rotation starts
+/// afresh when it returns. Passive measurement turns by its traffic ratios the same way.
+pub fn smooth_turn<T>(current: &mut [T], weight: impl Fn(usize) -> T) -> Option<usize>
+where
+    T: Copy + Default + PartialOrd + std::ops::AddAssign + std::ops::SubAssign,
+{
+    let zero = T::default();
+    let mut total = zero;
     let mut best: Option<usize> = None;
-    for i in 0..view.len() {
-        let w = view.share(i) as i64;
-        if w == 0 || pick.avoids(i) {
-            // A server out of rotation starts afresh when it returns.
-            current[i] = 0;
+    for i in 0..current.len() {
+        let w = weight(i);
+        if w <= zero {
+            current[i] = zero;
             continue;
         }
         current[i] += w;

@@ -112,8 +112,7 @@ mod tests {
         let (a, b) = (pool.attach(SourceHash::default()), pool.attach(SourceHash::default()));
         for host in 0..=255u8 {
             let ip = format!("192.0.2.{host}");
-            assert_eq!(a.pick(&from(&ip, &[]), &pool), b.pick(&from(&ip, &[])
-                , &pool));
+            assert_eq!(a.pick(&from(&ip, &[]), &pool), b.pick(&from(&ip, &[]), &pool));
         }
     }
 

@@ -63,16 +63,52 @@ impl Algorithm {
 
     pub fn about(self) -> About {
         let (name, title, modes, hashes, description) = match self {
-            Algorithm::RoundRobin => ("round-robin", "Round robin", EVERY_MODE, false, "each server in turn, as often as its weight says (smooth weighted rotation); a server coming back starts afresh"),
-            Algorithm::StaticRr => ("static-rr", "Static round robin (weights)", EVERY_MODE, false, "a fixed weighted sequence built when a weight or state changes, walked by one cursor (HAProxy's static-rr)"),
+            Algorithm::RoundRobin => {
+                ("round-robin", "Round robin", EVERY_MODE, false, "each server in turn, as often as its weight says (smooth weighted rotation); a server coming back starts afresh")
+            }
+            Algorithm::StaticRr => (
+                "static-rr",
+                "Static round robin (weights)",
+                EVERY_MODE,
+                false,
+                "a fixed weighted sequence built when a weight or state changes, walked by one cursor (HAProxy's static-rr)",
+            ),
             Algorithm::Random => ("random", "Random", EVERY_MODE, false, "a server drawn at random in proportion to its weight"),
             Algorithm::LeastConn => ("least-conn", "Least connection", EVERY_MODE, false, "the server with the fewest connections in flight per unit of weight; equals in turn"),
-            Algorithm::SourceHash => ("source-hash", "Source IP hash", EVERY_MODE, true, "the client's address hashed onto a Maglev table: a client keeps its server, and a server leaving moves only its own clients"),
-            Algorithm::PassiveRatio => ("passive-ratio", "Passive measurement (SYN / SYN-ACK ratio)", EVERY_MODE, false, "traffic ratios that move away from the server whose connects fail or lag most, measured from the SYNs sent and SYN-ACKs received"),
-            Algorithm::P2cEwma => ("p2c-ewma", "Power of two choices, peak EWMA", EVERY_MODE, false, "the less loaded of two servers drawn at random, load being the peak EWMA of connect time times connections in flight"),
-            Algorithm::UriHash => ("uri-hash", "URI hash (HTTP)", HTTP, true, "the request's path (and query, with hash_query) hashed onto a Maglev table: a path keeps its server, for caches"),
-            Algorithm::HeaderHash => ("header-hash", "Header hash (HTTP)", HTTP, true, "the value of the hash_header request header hashed onto a Maglev table; the client's address without it"),
-            Algorithm::Cookie => ("cookie", "Cookie affinity (HTTP)", HTTP, false, "the server the affinity cookie names while it is usable; round robin for a client without one, which then gets the cookie"),
+            Algorithm::SourceHash => (
+                "source-hash",
+                "Source IP hash",
+                EVERY_MODE,
+                true,
+                "the client's address hashed onto a Maglev table: a client keeps its server, and a server leaving moves only its own clients",
+            ),
+            Algorithm::PassiveRatio => (
+                "passive-ratio",
+                "Passive measurement (SYN / SYN-ACK ratio)",
+                EVERY_MODE,
+                false,
+                "traffic ratios that move away from the server whose connects fail or lag most, measured from the SYNs sent and SYN-ACKs received",
+            ),
+            Algorithm::P2cEwma => (
+                "p2c-ewma",
+                "Power of two choices, peak EWMA",
+                EVERY_MODE,
+                false,
+                "the less loaded of two servers drawn at random, load being the peak EWMA of connect time times connections in flight",
+            ),
+            Algorithm::UriHash => {
+                ("uri-hash", "URI hash (HTTP)", HTTP, true, "the request's path (and query, with hash_query) hashed onto a Maglev table: a path keeps its server, for caches")
+            }
+            Algorithm::HeaderHash => {
+                ("header-hash", "Header hash (HTTP)", HTTP, true, "the value of the hash_header request header hashed onto a Maglev table; the client's address without it")
+            }
+            Algorithm::Cookie => (
+                "cookie",
+                "Cookie affinity (HTTP)",
+                HTTP,
+                false,
+                "the server the affinity cookie names while it is usable; round robin for a client without one, which then gets the cookie",
+            ),
         };
         About { name, title, modes, hashes, description }
     }

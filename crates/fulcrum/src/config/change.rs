@@ -5,8 +5,8 @@
 
 use serde::Deserialize;
 
-use super::error::ChangeError;
 use super::Algorithm;
+use super::error::ChangeError;
 use super::schema::{Config, Health, Server, Service};
 
 /// An administrative state of a real server.
@@ -34,18 +34,46 @@ pub struct ServiceSettings {
 
 #[derive(Debug, Clone, PartialEq)]
 pub enum Change {
-    ServerState { service: String, address: String, state: ServerAdmin },
-    Weight { service: String, address: String, weight: u32 },
-    AddServer { service: String, server: Server },
-    RemoveServer { service: String, address: String },
-    Algorithm { service: String, algorithm: Algorithm },
-    Health { service: String, health: Health },
-    Settings { service: String, settings: ServiceSettings },
+    ServerState {
+        service: String,
+        address: String,
+        state: ServerAdmin,
+    },
+    Weight {
+        service: String,
+        address: String,
+        weight: u32,
+    },
+    AddServer {
+        service: String,
+        server: Server,
+    },
+    RemoveServer {
+        service: String,
+        address: String,
+    },
+    Algorithm {
+        service: String,
+        algorithm: Algorithm,
+    },
+    Health {
+        service: String,
+        health: Health,
+    },
+    Settings {
+        service: String,
+        settings: ServiceSettings,
+    },
     /// Start (true) or stop (false) a service's listener.
-    ServiceEnabled { service: String, enabled: bool },
+    ServiceEnabled {
+        service: String,
+        enabled: bool,
+    },
     /// A new service (a whole rule, as the config file writes one).
     AddService(Box<Service>),
-    RemoveService { service: String },
+    RemoveService {
+        service: String,
+    },
     Replace(Box<Config>),
 }
 
@@ -161,11 +189,7 @@ fn target_mut<'a>(config: &'a mut Config, name: &str) -> Result<Target<'a>, Chan
 }
 
 fn server_mut<'a>(config: &'a mut Config, service: &str, address: &str) -> Result<&'a mut Server, ChangeError> {
-    target_mut(config, service)?
-        .servers
-        .iter_mut()
-        .find(|s| s.address == address)
-        .ok_or_else(|| ChangeError::NoServer { service: service.into(), address: address.into() })
+    target_mut(config, service)?.servers.iter_mut().find(|s| s.address == address).ok_or_else(|| ChangeError::NoServer { service: service.into(), address: address.into() })
 }
 
 /// Optional durations as humans write them.
@@ -185,12 +209,8 @@ mod tests {
     use super::*;
 
     fn config() -> Config {
-        crate::config::parse_with(
-            "[[service]]\nname = \"web\"\nlisten = \"127.0.0.1:1000\"\n[[service.server]]\naddress = \"127.0.0.1:1001\"\n",
-            "t",
-            crate::config::Resolve::No,
-        )
-        .unwrap()
+        crate::config::parse_with("[[service]]\nname = \"web\"\nlisten = \"127.0.0.1:1000\"\n[[service.server]]\naddress = \"127.0.0.1:1001\"\n", "t", crate::config::Resolve::No)
+            .unwrap()
     }
 
     #[test]

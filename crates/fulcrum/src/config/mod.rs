@@ -87,7 +87,13 @@ pub fn parse_against(text: &str, file: &str, resolve: Resolve, running: Option<&
 /// (a number TOML cannot hold) is refused: read back, the placeholder text would be an empty config.
 pub fn revalidate(config: &Config) -> Result<Config, Diagnostics> {
     let text = toml::to_string_pretty(config).map_err(|e| {
-        Diagnostics::single(Diagnostic { file: "running config".into(), line: 0, column: 0, message: format!("cannot write the config as TOML: {e}"), hint: Some("a number is larger than TOML can hold; see the ranges in the config reference".into()) })
+        Diagnostics::single(Diagnostic {
+            file: "running config".into(),
+            line: 0,
+            column: 0,
+            message: format!("cannot write the config as TOML: {e}"),
+            hint: Some("a number is larger than TOML can hold; see the ranges in the config reference".into()),
+        })
     })?;
     parse(&text, "running config")
 }

@@ -69,11 +69,14 @@ const DAY: Duration = Duration::from_secs(86_400);
 pub const WORKERS: Range<usize> = Range::new(0, 1024, "0 is one thread per core; more threads than 1024 only add switching");
 pub const PROCESS_MAXCONN: Range<u32> = Range::new(1, 1_000_000, "leave it out to derive it from the descriptor limit (ulimit -n)");
 pub const SHUTDOWN_GRACE: Range<Duration> = Range::new(Duration::ZERO, DAY, "0 closes connections at once; a drain longer than a day is a hang");
-pub const RESOLVE_INTERVAL: Range<Duration> = Range::new(Duration::from_secs(1), DAY, "\"0s\" resolves only when a config is applied; more often than every second is a load on the resolver");
-pub const FLEET_LEASE: Range<Duration> = Range::new(Duration::from_secs(2), MINUTE, "the registration is renewed every third of it; a minute keeps a stopped instance listed long enough to notice");
+pub const RESOLVE_INTERVAL: Range<Duration> =
+    Range::new(Duration::from_secs(1), DAY, "\"0s\" resolves only when a config is applied; more often than every second is a load on the resolver");
+pub const FLEET_LEASE: Range<Duration> =
+    Range::new(Duration::from_secs(2), MINUTE, "the registration is renewed every third of it; a minute keeps a stopped instance listed long enough to notice");
 
 // A service.
-pub const CONNECT_TIMEOUT: Range<Duration> = Range::new(MS, Duration::from_secs(300), "the kernel gives up a connect after about 2 minutes of SYN retries (tcp_syn_retries); the paper's rule uses \"2s\"");
+pub const CONNECT_TIMEOUT: Range<Duration> =
+    Range::new(MS, Duration::from_secs(300), "the kernel gives up a connect after about 2 minutes of SYN retries (tcp_syn_retries); the paper's rule uses \"2s\"");
 pub const HSTS: Range<Duration> = Range::new(Duration::ZERO, Duration::from_secs(10 * 365 * 86_400), "browsers cap it near two years; \"0s\" makes them forget it");
 pub const HANDSHAKE_TIMEOUT: Range<Duration> = Range::new(MS, Duration::from_secs(300), "a TLS handshake takes a few round trips; \"10s\" is the default");
 pub const IDLE_TIMEOUT: Range<Duration> = Range::new(MS, Duration::from_secs(24 * 86_400), "up to 24 days, HAProxy's longest timeout; \"5m\" is the default");
@@ -85,7 +88,8 @@ pub const MAXCONN: Range<u32> = Range::new(0, 1_000_000, "0 is no limit");
 pub const DATA_PORT: Range<u16> = Range::new(1024, 65535, "use ports of 1024 and above, e.g. \"50000-50999\"");
 
 // `[service.health]`.
-pub const HEALTH_INTERVAL: Range<Duration> = Range::new(Duration::from_millis(10), DAY, "checks more often than every 10ms load the servers for nothing; the paper checks every \"60s\"");
+pub const HEALTH_INTERVAL: Range<Duration> =
+    Range::new(Duration::from_millis(10), DAY, "checks more often than every 10ms load the servers for nothing; the paper checks every \"60s\"");
 pub const HEALTH_TIMEOUT: Range<Duration> = Range::new(MS, MINUTE, "start waits up to the longest check timeout for the first round; the paper uses \"5s\"");
 pub const RISE_FALL: Range<u32> = Range::new(1, 1000, "checks in a row; 2 and 3 are the defaults");
 pub const EXPECT_STATUS: Range<u16> = Range::new(100, 599, "HTTP status codes go from 100 to 599");
@@ -115,7 +119,8 @@ pub const MAX_HEADERS: Range<usize> = Range::new(1, 1000, "hyper sets aside room
 pub const MAX_HEAD_SIZE: Range<usize> = Range::new(8192, 1 << 20, "hyper's read buffer needs at least 8192 bytes; 16384 is the default");
 /// The `http` crate refuses a request target of 65535 bytes or more whatever is configured.
 pub const MAX_URI_LENGTH: Range<usize> = Range::new(16, 65534, "hyper refuses longer targets itself; 8192 is the default");
-pub const MAX_STREAMS: Range<u32> = Range::new(1, 1000, "each open stream may hold a request's read-ahead and a server connection; 100 is the default (RFC 9113 asks for at least 100)");
+pub const MAX_STREAMS: Range<u32> =
+    Range::new(1, 1000, "each open stream may hold a request's read-ahead and a server connection; 100 is the default (RFC 9113 asks for at least 100)");
 
 // `[[service.server]]`.
 pub const WEIGHT: Range<u32> = Range::new(1, super::MAX_WEIGHT, "weights go from 1 to 256; disable a server with enabled = false");

@@ -641,12 +641,7 @@ pub struct Passive {
 
 impl Default for Passive {
     fn default() -> Self {
-        Passive {
-            delta: defaults::delta(),
-            slot: defaults::slot(),
-            window_slots: defaults::window_slots(),
-            min_samples: defaults::min_samples(),
-        }
+        Passive { delta: defaults::delta(), slot: defaults::slot(), window_slots: defaults::window_slots(), min_samples: defaults::min_samples() }
     }
 }
 
@@ -1033,10 +1028,6 @@ pub(crate) mod duration {
 
     pub fn deserialize<'de, D: Deserializer<'de>>(d: D) -> Result<Duration, D::Error> {
         let text = String::deserialize(d)?;
-        humantime::parse_duration(&text).map_err(|e| {
-            D::Error::custom(format!(
-                "invalid duration {text:?}: {e} (write a number and a unit, e.g. \"2s\", \"500ms\", \"1m\")"
-            ))
-        })
+        humantime::parse_duration(&text).map_err(|e| D::Error::custom(format!("invalid duration {text:?}: {e} (write a number and a unit, e.g. \"2s\", \"500ms\", \"1m\")")))
     }
 }

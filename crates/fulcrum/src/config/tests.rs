@@ -336,10 +336,17 @@ fn the_configuration_manual_documents_every_key_and_no_other() {
     }
     assert!(keys.len() > 100 && keys.contains("certificate") && keys.contains("strict_sni_host"), "the schema was not read: {keys:?}");
     // A key is documented as `key`, or as a table: [key], [[...key]], [...key.] and the like.
-    let documented = |k: &str| manual.contains(&format!("`{k}`")) || manual.contains(&format!("[{k}]")) || manual.contains(&format!(".{k}]")) || manual.contains(&format!("[{k}.")) || manual.contains(&format!(".{k}."));
+    let documented = |k: &str| {
+        manual.contains(&format!("`{k}`"))
+            || manual.contains(&format!("[{k}]"))
+            || manual.contains(&format!(".{k}]"))
+            || manual.contains(&format!("[{k}."))
+            || manual.contains(&format!(".{k}."))
+    };
     let missing: Vec<&String> = keys.iter().filter(|k| !documented(k)).collect();
     assert!(missing.is_empty(), "keys the schema accepts but docs/configuration.md does not document: {missing:?}");
-    let listed: Vec<&str> = manual.lines().filter_map(|l| l.strip_prefix("| `")?.split('`').next()).filter(|k| k.chars().all(|c| c.is_ascii_lowercase() || c.is_ascii_digit() || c == '_')).collect();
+    let listed: Vec<&str> =
+        manual.lines().filter_map(|l| l.strip_prefix("| `")?.split('`').next()).filter(|k| k.chars().all(|c| c.is_ascii_lowercase() || c.is_ascii_digit() || c == '_')).collect();
     let unknown: Vec<&&str> = listed.iter().filter(|k| !keys.contains(**k)).collect();
     assert!(listed.len() > 80 && unknown.is_empty(), "docs/configuration.md lists keys the schema does not accept: {unknown:?}");
 }

@@ -7,11 +7,11 @@ use std::time::Duration;
 use toml::Spanned;
 use toml::de::{DeTable, DeValue};
 
+use super::Algorithm;
+use super::Resolve;
 use super::diagnostic::{Diagnostic, Diagnostics, line_col};
 use super::error::AddressError;
-use super::Resolve;
 use super::range::{self, Range, Shown};
-use super::Algorithm;
 use super::schema::{Config, Damping, FastPath, Fleet, HealthKind, Mode, Server, Service, Tls};
 
 /// One step of a path into the document: a key, or an index into an array of tables.
@@ -93,13 +93,7 @@ impl Report<'_> {
             let (line, column) = self.locator.locate(path);
             (line, column, message)
         };
-        self.out.push(Diagnostic {
-            file: self.file.into(),
-            line,
-            column,
-            message,
-            hint: (!hint.is_empty()).then(|| hint.to_string()),
-        });
+        self.out.push(Diagnostic { file: self.file.into(), line, column, message, hint: (!hint.is_empty()).then(|| hint.to_string()) });
     }
 
     /// Reports `key = value` when it is outside `range`, naming the range and why it ends there.
@@ -226,7 +220,11 @@ pub fn validate_against(config: &Config, text: &str, file: &str, resolve: Resolv
         if let Some(file) = &admin.token_file {
             match std::fs::read_to_string(file) {
                 Ok(t) if t.trim().len() >= 16 => {}
-                Ok(_) => report.error(&[Seg::Key("admin"), Seg::Key("token_file")], format!("the token in {file} is shorter than 16 characters"), "use a long random token, e.g. openssl rand -hex 32"),
+                Ok(_) => report.error(
+                    &[Seg::Key("admin"), Seg::Key("token_file")],
+                    format!("the token in {file} is shorter than 16 characters"),
+                    "use a long random token, e.g. openssl rand -hex 32",
+                ),
                 Err(e) => report.error(&[Seg::Key("admin"), Seg::Key("token_file")], format!("cannot read token_file {file}: {e}"), "check the path and its permissions"),
             }
         }
@@ -262,11 +260,9 @@ pub fn validate_against(config: &Config, text: &str, file: &str, resolve: Resolv
             report.error(&at("name"), format!("service name {:?} is used twice (also by service #{})", service.name, first + 1), "give every service its own name");
         }
         match service.listen.parse::<SocketAddr>() {
-            Err(_) => report.error(
-                &at("listen"),
-                format!("listen address {:?} is not ip:port", service.listen),
-                "write an IP address and port, e.g. \"0.0.0.0:8080\" or \"[::1]:8080\"",
-            ),
+            Err(_) => {
+                report.error(&at("listen"), format!("listen address {:?} is not ip:port", service.listen), "write an IP address and port, e.g. \"0.0.0.0:8080\" or \"[::1]:8080\"")
+            }
             Ok(addr) => {
                 if addr.port() == 0 {
                     report.error(&at("listen"), format!("listen address {addr} has port 0"), "choose a fixed port");
@@ -299,7 +295,11 @@ fn validate_service(service: &Service, prefix: &[Seg<'_>], report: &mut Report<'
         report.error(&hat("path"), format!("health path {:?} is not an absolute path", health.path), "e.g. \"/index.html\"");
     }
     if !service.algorithm.serves(service.mode) {
-        report.error(&at("algorithm"), format!("algorithm {} needs mode = \"http\"", service.algorithm.as_str()), "it reads the request; set mode = \"http\" or pick another algorithm");
+        report.error(
+            &at("algorithm"),
+            format!("algorithm {} needs mode = \"http\"", service.algorithm.as_str()),
+            "it reads the request; set mode = \"http\" or pick another algorithm",
+        );
     }
     if service.algorithm == Algorithm::HeaderHash && service.http.hash_header.is_none() {
         report.error(&at("algorithm"), "algorithm header-hash needs [service.http] hash_header".into(), "e.g. hash_header = \"x-user\"");
@@ -308,10 +308,18 @@ fn validate_service(service: &Service, prefix: &[Seg<'_>], report: &mut Report<'
     for (j, server) in service.servers.iter().enumerate() {
         let id = server.cookie_id();
         if !id.bytes().all(|b| b.is_ascii_alphanumeric() || b == b'-' || b == b'_') || id.is_empty() {
-            report.error(&path(prefix, &[Seg::Key("server"), Seg::Index(j), Seg::Key("id")]), format!("server id {id:?} is not plain"), "use letters, digits, '-' and '_' (it goes into a cookie)");
+            report.error(
+                &path(prefix, &[Seg::Key("server"), Seg::Index(j), Seg::Key("id")]),
+                format!("server id {id:?} is not plain"),
+                "use letters, digits, '-' and '_' (it goes into a cookie)",
+            );
         }
         if let Some(first) = ids.insert(id.clone(), j) {
-            report.error(&path(prefix, &[Seg::Key("server"), Seg::Index(j), Seg::Key("id")]), format!("server id {id:?} is also server #{}'s", first + 1), "give every server its own id");
+            report.error(
+                &path(prefix, &[Seg::Key("server"), Seg::Index(j), Seg::Key("id")]),
+                format!("server id {id:?} is also server #{}'s", first + 1),
+                "give every server its own id",
+            );
         }
     }
     if let Some(tls) = &service.server_tls {
@@ -327,16 +335,26 @@ fn validate_service(service: &Service, prefix: &[Seg<'_>], report: &mut Report<'
         report.error(&at("protocol"), "protocol = \"h2\" is for mode = \"http\": it is how requests go to the servers".into(), "remove protocol, or set mode = \"http\"");
     }
     if health.kind == HealthKind::Grpc && (service.mode != Mode::Http || service.protocol.is_http1()) {
-        report.error(&hat("kind"), "kind = \"grpc\" speaks HTTP/2 to the servers, but the pool is not mode = \"http\" with protocol = \"h2\"".into(), "set protocol = \"h2\" for gRPC servers, or use kind = \"tcp\"");
+        report.error(
+            &hat("kind"),
+            "kind = \"grpc\" speaks HTTP/2 to the servers, but the pool is not mode = \"http\" with protocol = \"h2\"".into(),
+            "set protocol = \"h2\" for gRPC servers, or use kind = \"tcp\"",
+        );
     }
     if health.grpc_service.chars().count() > 200 || health.grpc_service.chars().any(char::is_control) {
-        report.error(&hat("grpc_service"), "grpc_service is at most 200 characters, none of them control characters".into(), "e.g. \"fulcrum.Echo\", or empty for the whole server");
+        report.error(
+            &hat("grpc_service"),
+            "grpc_service is at most 200 characters, none of them control characters".into(),
+            "e.g. \"fulcrum.Echo\", or empty for the whole server",
+        );
     }
     if health.kind == HealthKind::Ftp && service.mode != Mode::Ftp {
         report.error(&hat("kind"), "kind = \"ftp\" checks an FTP server, but the service is not mode = \"ftp\"".into(), "use kind = \"tcp\" or \"http\"");
     }
     if let Some(name) = &service.srv
-        && (name.is_empty() || name.len() > 253 || !name.split('.').all(|l| !l.is_empty() && l.len() <= 63 && l.bytes().all(|b| b.is_ascii_alphanumeric() || b == b'-' || b == b'_')))
+        && (name.is_empty()
+            || name.len() > 253
+            || !name.split('.').all(|l| !l.is_empty() && l.len() <= 63 && l.bytes().all(|b| b.is_ascii_alphanumeric() || b == b'-' || b == b'_')))
     {
         report.error(&at("srv"), format!("srv {name:?} is not a DNS name"), "e.g. \"_http._tcp.web.example\"");
     }
@@ -358,7 +376,11 @@ fn validate_service(service: &Service, prefix: &[Seg<'_>], report: &mut Report<'
         }
         match server.sni.as_deref().map(crate::tls::origin::name) {
             Some(_) if service.server_tls.is_none() => {
-                report.error(&sat("sni"), "a server's sni is the name sent to it in TLS, but its pool has no server_tls".into(), "add [service.server_tls] (or the pool's), or remove sni");
+                report.error(
+                    &sat("sni"),
+                    "a server's sni is the name sent to it in TLS, but its pool has no server_tls".into(),
+                    "add [service.server_tls] (or the pool's), or remove sni",
+                );
             }
             Some(Err(e)) => report.error(&sat("sni"), e.to_string(), "a DNS name or an IP address"),
             _ => {}
@@ -379,7 +401,11 @@ fn validate_edge(service: &Service, prefix: &[Seg<'_>], report: &mut Report<'_>)
     let at = |key| path(prefix, &[Seg::Key(key)]);
     let token = |t: &str| !t.is_empty() && t.bytes().all(|b| b.is_ascii_alphanumeric() || b"-_.!#$%&'*+^`|~".contains(&b));
     if !token(&service.http.cookie) {
-        report.error(&path(prefix, &[Seg::Key("http"), Seg::Key("cookie")]), format!("cookie name {:?} is not a cookie name", service.http.cookie), "use letters, digits, '-' and '_'");
+        report.error(
+            &path(prefix, &[Seg::Key("http"), Seg::Key("cookie")]),
+            format!("cookie name {:?} is not a cookie name", service.http.cookie),
+            "use letters, digits, '-' and '_'",
+        );
     }
     if service.http != crate::config::Http::default() && service.mode != Mode::Http {
         report.error(&path(prefix, &[Seg::Key("http")]), "[service.http] is only for mode = \"http\"".into(), "remove it, or set mode = \"http\"");
@@ -398,23 +424,43 @@ fn validate_edge(service: &Service, prefix: &[Seg<'_>], report: &mut Report<'_>)
     if let Some(hsts) = service.http.hsts {
         report.range(&hat_http("hsts"), "hsts", hsts, &range::HSTS);
         if service.tls.is_none() {
-            report.error(&hat_http("hsts"), "hsts needs [service.tls]: browsers take Strict-Transport-Security only over HTTPS (RFC 6797)".into(), "set it on the service that terminates TLS");
+            report.error(
+                &hat_http("hsts"),
+                "hsts needs [service.tls]: browsers take Strict-Transport-Security only over HTTPS (RFC 6797)".into(),
+                "set it on the service that terminates TLS",
+            );
         }
     }
     if service.http.h2c && service.tls.is_some() {
-        report.error(&hat_http("h2c"), "h2c is HTTP/2 without TLS: this service speaks TLS, where clients ask for HTTP/2 by ALPN".into(), "remove h2c (http2 = true offers HTTP/2 over TLS)");
+        report.error(
+            &hat_http("h2c"),
+            "h2c is HTTP/2 without TLS: this service speaks TLS, where clients ask for HTTP/2 by ALPN".into(),
+            "remove h2c (http2 = true offers HTTP/2 over TLS)",
+        );
     }
     if service.http.redirect_https && service.tls.is_some() {
-        report.error(&hat_http("redirect_https"), "redirect_https is for a plain-HTTP service: this one already speaks TLS".into(), "set it on the plain service that should send its clients to this one");
+        report.error(
+            &hat_http("redirect_https"),
+            "redirect_https is for a plain-HTTP service: this one already speaks TLS".into(),
+            "set it on the plain service that should send its clients to this one",
+        );
     }
     if service.accept_proxy && service.trusted_proxies.is_empty() {
-        report.error(&at("accept_proxy"), "accept_proxy needs trusted_proxies: a PROXY header from anyone could claim any client address".into(), "list the proxies' networks, e.g. trusted_proxies = [\"10.0.0.0/8\"]");
+        report.error(
+            &at("accept_proxy"),
+            "accept_proxy needs trusted_proxies: a PROXY header from anyone could claim any client address".into(),
+            "list the proxies' networks, e.g. trusted_proxies = [\"10.0.0.0/8\"]",
+        );
     }
     if !service.accept_proxy && !service.trusted_proxies.is_empty() {
         report.error(&at("trusted_proxies"), "trusted_proxies without accept_proxy = true does nothing".into(), "set accept_proxy = true, or remove trusted_proxies");
     }
     if service.accept_proxy && service.mode == Mode::Ftp {
-        report.error(&at("accept_proxy"), "accept_proxy is for mode = \"tcp\" and \"http\": FTP data connections would come from the proxy, not the client the header names".into(), "remove accept_proxy from the FTP service");
+        report.error(
+            &at("accept_proxy"),
+            "accept_proxy is for mode = \"tcp\" and \"http\": FTP data connections would come from the proxy, not the client the header names".into(),
+            "remove accept_proxy from the FTP service",
+        );
     }
     if service.proxy_protocol.is_some() && service.mode == Mode::Http {
         proxy_protocol_in_http(&at("proxy_protocol"), report);
@@ -423,7 +469,11 @@ fn validate_edge(service: &Service, prefix: &[Seg<'_>], report: &mut Report<'_>)
         report.error(&at("data_ports"), "data_ports is only for mode = \"ftp\"".into(), "remove it, or set mode = \"ftp\"");
     }
     if service.server_tls.is_some() && service.fast_path == Some(FastPath::Sockmap) {
-        report.error(&at("fast_path"), "fast_path = \"sockmap\" cannot carry a TLS session to the servers: the bytes must pass through Fulcrum to be encrypted".into(), "remove fast_path or server_tls");
+        report.error(
+            &at("fast_path"),
+            "fast_path = \"sockmap\" cannot carry a TLS session to the servers: the bytes must pass through Fulcrum to be encrypted".into(),
+            "remove fast_path or server_tls",
+        );
     }
 }
 
@@ -446,7 +496,11 @@ fn validate_tls(service: &Service, tls: &Tls, prefix: &[Seg<'_>], report: &mut R
         return;
     }
     if service.fast_path == Some(FastPath::Sockmap) {
-        report.error(&at(&[]), "fast_path = \"sockmap\" cannot carry a TLS session: the bytes must pass through Fulcrum to be decrypted".into(), "remove fast_path, or terminate TLS on the servers");
+        report.error(
+            &at(&[]),
+            "fast_path = \"sockmap\" cannot carry a TLS session: the bytes must pass through Fulcrum to be decrypted".into(),
+            "remove fast_path, or terminate TLS on the servers",
+        );
     }
     if tls.certificates.is_empty() {
         report.error(&at(&[]), "[service.tls] has no certificate".into(), "add [[service.tls.certificate]] with cert and key (PEM files)");
@@ -537,7 +591,11 @@ fn validate_recovery(slow_start: Option<Duration>, damping: Option<&Damping>, pr
     report.range(&at(&["damping", "suppress"]), "suppress", damping.suppress, &range::SUPPRESS);
     report.range(&at(&["damping", "reuse"]), "reuse", damping.reuse, &range::REUSE);
     if damping.suppress > 0 && damping.reuse >= damping.suppress {
-        report.error(&at(&["damping", "reuse"]), format!("reuse = {} is not below suppress = {}", damping.reuse, damping.suppress), "a suppressed server returns once its penalty falls below reuse, so reuse must be the lower");
+        report.error(
+            &at(&["damping", "reuse"]),
+            format!("reuse = {} is not below suppress = {}", damping.reuse, damping.suppress),
+            "a suppressed server returns once its penalty falls below reuse, so reuse must be the lower",
+        );
     }
 }
 
@@ -549,7 +607,11 @@ fn validate_routing(service: &Service, i: usize, report: &mut Report<'_>) {
     }
     let at = |rest: &[Seg<'static>]| path(&[Seg::Key("service"), Seg::Index(i)], rest);
     if service.mode == Mode::Ftp {
-        report.error(&at(&[Seg::Key("mode")]), "pools and routes need mode = \"http\" (requests) or \"tcp\" (TLS server names)".into(), "remove [[service.pool]] and [[service.route]] from the FTP service");
+        report.error(
+            &at(&[Seg::Key("mode")]),
+            "pools and routes need mode = \"http\" (requests) or \"tcp\" (TLS server names)".into(),
+            "remove [[service.pool]] and [[service.route]] from the FTP service",
+        );
         return;
     }
     let tcp = service.mode == Mode::Tcp;
@@ -570,7 +632,11 @@ fn validate_routing(service: &Service, i: usize, report: &mut Report<'_>) {
     let mut names: HashMap<&str, usize> = HashMap::new();
     for (k, pool) in service.pools.iter().enumerate() {
         if pool.name.is_empty() || !pool.name.chars().all(|c| c.is_ascii_alphanumeric() || "-_.".contains(c)) {
-            report.error(&at(&[Seg::Key("pool"), Seg::Index(k), Seg::Key("name")]), format!("pool name {:?} is not a plain name", pool.name), "use letters, digits, '-', '_' and '.'");
+            report.error(
+                &at(&[Seg::Key("pool"), Seg::Index(k), Seg::Key("name")]),
+                format!("pool name {:?} is not a plain name", pool.name),
+                "use letters, digits, '-', '_' and '.'",
+            );
         }
         if names.insert(&pool.name, k).is_some() {
             report.error(&at(&[Seg::Key("pool"), Seg::Index(k), Seg::Key("name")]), format!("pool name {:?} is used twice", pool.name), "give every pool its own name");
@@ -596,7 +662,11 @@ fn validate_routing(service: &Service, i: usize, report: &mut Report<'_>) {
         let reads_request = !route.path_prefix.is_empty() || !route.path_beg.is_empty() || !route.path_suffix.is_empty() || !route.host.is_empty() || route.header.is_some();
         if tcp {
             if reads_request {
-                report.error(&rat("pool"), "a route in mode = \"tcp\" matches only the TLS server name".into(), "give sni, or set mode = \"http\" to route by path, host or header");
+                report.error(
+                    &rat("pool"),
+                    "a route in mode = \"tcp\" matches only the TLS server name".into(),
+                    "give sni, or set mode = \"http\" to route by path, host or header",
+                );
             } else if route.sni.is_empty() {
                 report.error(&rat("pool"), "a route with nothing to match".into(), "give sni: the server names whose connections go to the pool");
             }

@@ -65,7 +65,10 @@ async fn find_or_install_etcd() -> anyhow::Result<PathBuf> {
 }
 
 fn is_root() -> bool {
-    std::fs::read_to_string("/proc/self/status").ok().and_then(|s| s.lines().find_map(|l| l.strip_prefix("Uid:").map(|v| v.split_whitespace().next() == Some("0")))).unwrap_or(false)
+    std::fs::read_to_string("/proc/self/status")
+        .ok()
+        .and_then(|s| s.lines().find_map(|l| l.strip_prefix("Uid:").map(|v| v.split_whitespace().next() == Some("0"))))
+        .unwrap_or(false)
 }
 
 fn free_port() -> anyhow::Result<u16> {

@@ -16,9 +16,9 @@ use tokio_util::sync::CancellationToken;
 
 use crate::admin::Control;
 use crate::app::App;
-use realserver::{self as backend, BackendArgs};
 use crate::config;
 use crate::shutdown::Shutdown;
+use realserver::{self as backend, BackendArgs};
 
 /// How often the demo prints what each server got.
 const REPORT_EVERY: Duration = Duration::from_secs(5);
@@ -59,14 +59,7 @@ pub async fn run(args: DemoArgs) -> anyhow::Result<()> {
     for i in 1..=4 {
         let name = format!("server{i}");
         let (addr, serving) = backend::bind(
-            BackendArgs {
-            listen: "127.0.0.1:0".parse()?,
-            name: name.clone(),
-            index_text: None,
-            large_size: 64 << 20,
-            backlog: 1024,
-                degrade: Default::default(),
-            },
+            BackendArgs { listen: "127.0.0.1:0".parse()?, name: name.clone(), index_text: None, large_size: 64 << 20, backlog: 1024, degrade: Default::default() },
             CancellationToken::new(),
         )
         .await
@@ -165,7 +158,8 @@ async fn fleet_report(name: String, app: std::sync::Arc<App>) {
     tick.tick().await;
     loop {
         tick.tick().await;
-        let revision = app.fleet.as_ref().map(|f| f.status()).map_or_else(|| "-".to_string(), |s| if s.connected { s.revision.to_string() } else { format!("{} (disconnected)", s.revision) });
+        let revision =
+            app.fleet.as_ref().map(|f| f.status()).map_or_else(|| "-".to_string(), |s| if s.connected { s.revision.to_string() } else { format!("{} (disconnected)", s.revision) });
         let snap = crate::stats::snapshot(&app.current());
         for s in &snap.services {
             let servers: Vec<String> = s.servers.iter().map(|v| format!("{} weight {} {} connections", v.address, v.weight, v.total)).collect();
@@ -217,11 +211,7 @@ async fn report(control: std::sync::Arc<impl Control>) {
         tick.tick().await;
         let snap = crate::stats::snapshot(&control.current());
         for s in &snap.services {
-            let line: Vec<String> = s
-                .servers
-                .iter()
-                .map(|v| format!("{} {} {} connections", v.address, format!("{:?}", v.state).to_lowercase(), v.total))
-                .collect();
+            let line: Vec<String> = s.servers.iter().map(|v| format!("{} {} {} connections", v.address, format!("{:?}", v.state).to_lowercase(), v.total)).collect();
             println!("  {}: {}", s.name, line.join(" | "));
         }
     }

@@ -54,7 +54,8 @@ pub fn disagreements(seen: &[Seen]) -> Vec<String> {
         }
         // The most reported value is the fleet's; a tie goes to the value the first instance
         // (by name) reports, so the output is stable.
-        let (common, holders) = by_value.iter().max_by(|a, b| a.1.len().cmp(&b.1.len()).then_with(|| b.1.first().cmp(&a.1.first()))).map(|(v, h)| (*v, h.clone())).unwrap_or_default();
+        let (common, holders) =
+            by_value.iter().max_by(|a, b| a.1.len().cmp(&b.1.len()).then_with(|| b.1.first().cmp(&a.1.first()))).map(|(v, h)| (*v, h.clone())).unwrap_or_default();
         for (value, names) in &by_value {
             if *value == common {
                 continue;

@@ -7,8 +7,8 @@ use anyhow::Context;
 use etcd_client::GetOptions;
 use serde_json::json;
 
-use super::connect;
 use super::agreement;
+use super::connect;
 use super::snapshot::{Keys, Member, Snapshot};
 use super::write::replace_services;
 use crate::config::{self, Resolve};
@@ -92,7 +92,12 @@ pub async fn run(args: FleetArgs) -> anyhow::Result<()> {
                 match agreement::ask(m, authorization.as_deref()).await {
                     Ok(s) => {
                         let revision = s.facts.get("config revision").cloned().unwrap_or_default();
-                        println!("{}: admin {}, config revision {revision}, {}", m.name, m.admin.as_deref().unwrap_or("-"), config::services(s.facts.keys().filter(|k| k.ends_with(": algorithm")).count()));
+                        println!(
+                            "{}: admin {}, config revision {revision}, {}",
+                            m.name,
+                            m.admin.as_deref().unwrap_or("-"),
+                            config::services(s.facts.keys().filter(|k| k.ends_with(": algorithm")).count())
+                        );
                         seen.push(s);
                     }
                     Err(e) => unreachable.push(format!("{} cannot be asked: {e:#}", m.name)),

@@ -14,9 +14,9 @@
 //! etcd's is the fleet's.
 
 mod agreement;
+pub mod cli;
 mod connect;
 mod error;
-pub mod cli;
 pub mod snapshot;
 mod write;
 
@@ -32,8 +32,8 @@ use tracing::{error, info, warn};
 use crate::config::Config;
 pub use connect::connect;
 pub use error::FleetError;
-pub use write::replace_services;
 use snapshot::{Keys, Member, Snapshot};
+pub use write::replace_services;
 
 /// One instance's part in the fleet.
 pub struct Fleet {
@@ -135,7 +135,17 @@ impl Fleet {
     pub fn status(&self) -> Status {
         let prefix = self.local.lock().ok().and_then(|l| l.fleet.as_ref().map(|f| f.prefix.clone())).unwrap_or_default();
         let Ok(state) = self.state.lock() else {
-            return Status { name: self.name.clone(), prefix, connected: false, since: 0, revision: 0, digest: String::new(), lost: None, refused: Some("state poisoned".into()), members: Vec::new() };
+            return Status {
+                name: self.name.clone(),
+                prefix,
+                connected: false,
+                since: 0,
+                revision: 0,
+                digest: String::new(),
+                lost: None,
+                refused: Some("state poisoned".into()),
+                members: Vec::new(),
+            };
         };
         let newest = state.snapshot.digest();
         let live = state.snapshot.members.values().map(|m| MemberStatus { member: m.clone(), lagging: m.digest != newest, gone_since: None });
@@ -162,7 +172,9 @@ impl Fleet {
         {
             let mut l = self.local.lock().map_err(|_| FleetError::Poisoned)?;
             let now = l.fleet.as_ref().ok_or(FleetError::NotAFleet)?;
-            if (&now.endpoints, &now.prefix, &now.name, &now.user, &now.password_file, &now.ca, now.lease) != (&next.endpoints, &next.prefix, &next.name, &next.user, &next.password_file, &next.ca, next.lease) {
+            if (&now.endpoints, &now.prefix, &now.name, &now.user, &now.password_file, &now.ca, now.lease)
+                != (&next.endpoints, &next.prefix, &next.name, &next.user, &next.password_file, &next.ca, next.lease)
+            {
                 warn!("fleet: a change of [fleet] other than its overrides takes effect at the next restart");
             }
             *l = local;

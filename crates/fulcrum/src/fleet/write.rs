@@ -128,7 +128,13 @@ pub async fn replace_services(client: &mut Client, keys: &Keys, services: &[Serv
 
 /// A service as the fleet holds it: as edited here, without this instance's overrides and
 /// without the servers that joined by themselves, which are not this edit's to write.
-fn shared_text(after: &Service, before: Option<&Service>, stored: Option<&Stored>, overrides: Option<&toml::Table>, discovered: Option<&BTreeMap<String, Discovered>>) -> Result<String, FleetError> {
+fn shared_text(
+    after: &Service,
+    before: Option<&Service>,
+    stored: Option<&Stored>,
+    overrides: Option<&toml::Table>,
+    discovered: Option<&BTreeMap<String, Discovered>>,
+) -> Result<String, FleetError> {
     let encode = |s: &Service| toml::Table::try_from(s).map_err(|e| FleetError::Encode { service: after.name.clone(), cause: e.to_string() });
     let mut table = encode(after)?;
     table.remove("name");
@@ -169,7 +175,8 @@ mod tests {
         parse_with(text, "t", Resolve::No).unwrap().services.remove(0)
     }
 
-    const WEB: &str = "[[service]]\nname = \"web\"\nlisten = \"127.0.0.1:18080\"\n[[service.server]]\naddress = \"127.0.0.1:9001\"\n[[service.server]]\naddress = \"127.0.0.1:9002\"\n";
+    const WEB: &str =
+        "[[service]]\nname = \"web\"\nlisten = \"127.0.0.1:18080\"\n[[service.server]]\naddress = \"127.0.0.1:9001\"\n[[service.server]]\naddress = \"127.0.0.1:9002\"\n";
 
     #[test]
     fn an_override_is_written_back_as_the_fleet_has_it_and_cannot_be_edited_through_the_fleet() {

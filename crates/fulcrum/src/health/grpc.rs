@@ -155,7 +155,15 @@ mod tests {
 
     #[test]
     fn a_malformed_answer_is_an_error_not_a_panic() {
-        for body in [&[][..], &[1, 0, 0, 0, 2, 0x08, 1], &[0, 0, 0, 0, 9, 0x08], &[0, 0, 0, 0, 1, 0x08], &[0, 0, 0, 0, 2, 0x12, 9], &[0, 0, 0, 0, 1, 0x0b], &[0, 0, 0, 0, 11, 0x08, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff]] {
+        for body in [
+            &[][..],
+            &[1, 0, 0, 0, 2, 0x08, 1],
+            &[0, 0, 0, 0, 9, 0x08],
+            &[0, 0, 0, 0, 1, 0x08],
+            &[0, 0, 0, 0, 2, 0x12, 9],
+            &[0, 0, 0, 0, 1, 0x0b],
+            &[0, 0, 0, 0, 11, 0x08, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff],
+        ] {
             assert!(serving_status(body).is_err(), "{body:?}");
         }
     }

@@ -79,11 +79,7 @@ impl HttpCheck {
         let req = req.body(Full::new(Bytes::new())).map_err(CheckError::BadRequest)?;
         let resp = conn.send(req).await?;
         let status = resp.status().as_u16();
-        let body = Limited::new(resp.into_body(), MAX_BODY)
-            .collect()
-            .await
-            .map_err(CheckError::Body)?
-            .to_bytes();
+        let body = Limited::new(resp.into_body(), MAX_BODY).collect().await.map_err(CheckError::Body)?.to_bytes();
         if status != cfg.expect_status {
             return Err(CheckError::Status { path: cfg.path.clone(), status, expected: cfg.expect_status });
         }

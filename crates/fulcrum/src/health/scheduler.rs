@@ -15,9 +15,9 @@ use tokio::sync::watch;
 use tokio_util::sync::CancellationToken;
 use tracing::{info, warn};
 
-use super::{CheckError, RiseFall};
 use super::http::HttpCheck;
 use super::target::Target;
+use super::{CheckError, RiseFall};
 use crate::config::{Health, HealthKind, Mode, ProxyProtocol, ServerProtocol, ServerTls};
 use crate::live::{Generation, Pool, ServerEntry};
 
@@ -141,14 +141,7 @@ impl Checks {
 /// serves the wrong page never sees traffic at start-up.
 pub async fn wait_first_round(generation: &Generation, limit: Duration) {
     let deadline = Instant::now() + limit;
-    let pending = || {
-        generation
-            .pools()
-            .map(|(_, p)| p)
-            .filter(|s| s.config.health.kind != HealthKind::None)
-            .flat_map(|s| s.servers())
-            .any(|e| !e.state.checked())
-    };
+    let pending = || generation.pools().map(|(_, p)| p).filter(|s| s.config.health.kind != HealthKind::None).flat_map(|s| s.servers()).any(|e| !e.state.checked());
     while pending() && Instant::now() < deadline {
         tokio::time::sleep(Duration::from_millis(10)).await;
     }

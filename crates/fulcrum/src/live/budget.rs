@@ -63,7 +63,12 @@ pub fn effective(configured: Option<u32>, descriptors: u64, servers: usize) -> u
         None => carried,
         Some(n) if u64::from(n) <= carried => u64::from(n),
         Some(n) => {
-            warn!(maxconn = n, descriptors, "maxconn is more than the descriptor limit carries (2 a connection, {RESERVED} kept for the admin and the rest); using {carried}: raise `ulimit -n` to at least {}", u64::from(n) * PER_CONNECTION + RESERVED + servers as u64);
+            warn!(
+                maxconn = n,
+                descriptors,
+                "maxconn is more than the descriptor limit carries (2 a connection, {RESERVED} kept for the admin and the rest); using {carried}: raise `ulimit -n` to at least {}",
+                u64::from(n) * PER_CONNECTION + RESERVED + servers as u64
+            );
             carried
         }
     }

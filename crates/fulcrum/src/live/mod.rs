@@ -14,12 +14,12 @@
 pub mod budget;
 mod pool;
 mod rate;
+#[cfg(test)]
+mod recovery_tests;
 mod server;
 mod service;
 mod service_state;
 pub mod why;
-#[cfg(test)]
-mod recovery_tests;
 
 use std::collections::HashMap;
 use std::net::SocketAddr;
@@ -30,9 +30,9 @@ use arc_swap::ArcSwap;
 use crate::config::{self, Config, HealthKind};
 
 pub use budget::{Budget, Slot};
+pub use pool::{Avoid, Picked, Pool, Role, Tier};
 pub use rate::Rate;
 pub use server::{ConnGuard, DampingNow, ServerEntry, ServerKey, ServerState, State};
-pub use pool::{Avoid, Picked, Pool, Role, Tier};
 pub use service::Service;
 pub use service_state::{ServiceGuard, ServiceState};
 
@@ -278,7 +278,8 @@ fn build_pool(sc: &config::Service, found: &[crate::dns::SrvServer], registry: &
     let mut primary = Vec::new();
     let mut backup = Vec::new();
     let from_srv = found.iter().map(|f| {
-        let server = config::Server { address: f.address.clone(), weight: f.weight, backup: f.backup, enabled: true, drain: false, maxconn: 0, id: None, proxy_protocol: None, sni: None };
+        let server =
+            config::Server { address: f.address.clone(), weight: f.weight, backup: f.backup, enabled: true, drain: false, maxconn: 0, id: None, proxy_protocol: None, sni: None };
         (server, Ok(f.addr))
     });
     let resolved = |s: &config::Server| {
@@ -294,11 +295,7 @@ fn build_pool(sc: &config::Service, found: &[crate::dns::SrvServer], registry: &
         let addr = addr.map_err(|cause| BuildError::Server { service: sc.name.clone(), cause })?;
         let key = ServerKey { service: sc.name.clone(), address: server.address.clone() };
         let joined = running && !registry.servers.contains_key(&key);
-        let state = registry
-            .servers
-            .entry(key.clone())
-            .or_insert_with(|| ServerState::new(key, events.clone(), server.weight, server.enabled, checked))
-            .clone();
+        let state = registry.servers.entry(key.clone()).or_insert_with(|| ServerState::new(key, events.clone(), server.weight, server.enabled, checked)).clone();
         state.measure.set_decay(sc.p2c.decay);
         state.set_weight(server.weight);
         state.set_enabled(server.enabled);
@@ -412,7 +409,9 @@ mod tests {
     #[test]
     fn the_cookie_algorithm_places_new_clients_in_turn_or_at_random() {
         let placed = |extra: &str| {
-            let text = format!("[[service]]\nname = \"web\"\nlisten = \"127.0.0.1:1000\"\nmode = \"http\"\nalgorithm = \"cookie\"\n[service.health]\nkind = \"none\"\n[service.http]\n{extra}\n[[service.server]]\naddress = \"127.0.0.1:1001\"\n[[service.server]]\naddress = \"127.0.0.1:1002\"\n");
+            let text = format!(
+                "[[service]]\nname = \"web\"\nlisten = \"127.0.0.1:1000\"\nmode = \"http\"\nalgorithm = \"cookie\"\n[service.health]\nkind = \"none\"\n[service.http]\n{extra}\n[[service.server]]\naddress = \"127.0.0.1:1001\"\n[[service.server]]\naddress = \"127.0.0.1:1002\"\n"
+            );
             let rt = Live::new(config::parse(&text, "t.toml").unwrap()).unwrap();
             let primary = &rt.current().services[0].pool.primary;
             (0..200).map(|_| primary.pick(IpAddr::from([127, 0, 0, 1]), None, &[]).unwrap()).collect::<Vec<_>>()

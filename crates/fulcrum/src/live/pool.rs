@@ -11,8 +11,8 @@ use crate::balance::events::{Listener, Subscribers};
 use crate::balance::{self, Balancer, Pick, ServerView};
 use crate::config;
 
-use super::service_state::ServiceState;
 use super::server::ServerEntry;
+use super::service_state::ServiceState;
 
 /// The servers of one role (primary or backup) with the balancer that picks among them.
 pub struct Tier {

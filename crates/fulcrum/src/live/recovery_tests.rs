@@ -68,7 +68,9 @@ async fn follows_the_ramp(algorithm: &str, tolerance: f64) {
 // of 1000 (a standard deviation of at most 0.016).
 #[tokio::test(start_paused = true)]
 async fn a_returning_server_takes_its_ramped_share_under_every_algorithm() {
-    for (algorithm, tolerance) in [("round-robin", 0.01), ("static-rr", 0.05), ("least-conn", 0.01), ("p2c-ewma", 0.1), ("passive-ratio", 0.01), ("random", 0.06), ("source-hash", 0.06)] {
+    for (algorithm, tolerance) in
+        [("round-robin", 0.01), ("static-rr", 0.05), ("least-conn", 0.01), ("p2c-ewma", 0.1), ("passive-ratio", 0.01), ("random", 0.06), ("source-hash", 0.06)]
+    {
         follows_the_ramp(algorithm, tolerance).await;
     }
 }

@@ -2,9 +2,9 @@
 //! reads and bumps them without a lock. A `ServerState` is keyed by (service, configured address)
 //! and outlives config generations, so a reload neither resets counters nor forgets health.
 
+use std::any::Any;
 use std::net::SocketAddr;
 use std::sync::atomic::{AtomicBool, AtomicU32, AtomicU64, Ordering::Relaxed};
-use std::any::Any;
 use std::sync::{Arc, Mutex, OnceLock, Weak};
 use std::time::Duration;
 
@@ -12,9 +12,9 @@ use serde::Serialize;
 
 use super::rate::Rate;
 use crate::balance::RAMP_FULL;
-use crate::clock::{clock_ms, unix_ms};
 use crate::balance::events::Subscribers;
 use crate::balance::load::Measure;
+use crate::clock::{clock_ms, unix_ms};
 use crate::config::Damping;
 use tokio_util::sync::CancellationToken;
 

@@ -74,4 +74,3 @@ impl Drop for ServiceGuard {
         self.0.freed.notify_one();
     }
 }
-

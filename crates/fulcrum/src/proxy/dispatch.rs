@@ -18,9 +18,9 @@ use tracing::{debug, warn};
 
 use super::connect;
 use super::queue::Waiting;
-use crate::live::why::{How, Why};
 use crate::config::Algorithm;
 use crate::error::{Error, Kind, Side};
+use crate::live::why::{How, Why};
 use crate::live::{Avoid, ConnGuard, Picked, Pool, Role, ServerEntry, ServiceState};
 
 /// What a request says about where it should go: the hash key of `uri-hash`/`header-hash`, and

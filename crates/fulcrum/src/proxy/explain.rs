@@ -161,11 +161,15 @@ pub fn explain(service: &Service, q: &Question) -> Result<Explanation, String> {
     let picked = named.clone().or_else(|| pool.peek(client, steer.hash.or(hash.as_ref().map(|(_, h)| *h)), &busy));
     let pick = picked.as_ref().map(|p| p.entry.state.key.address.clone());
     let why = match (&picked, &named, &key) {
-        (None, _, _) if candidates.iter().any(|c| c.skipped.as_deref().is_some_and(|s| s.starts_with("full"))) => "every usable server is at its maxconn: the request would wait in the queue".to_string(),
+        (None, _, _) if candidates.iter().any(|c| c.skipped.as_deref().is_some_and(|s| s.starts_with("full"))) => {
+            "every usable server is at its maxconn: the request would wait in the queue".to_string()
+        }
         (None, _, _) => format!("no server is usable{}", if pc.all_down.is_fail() { " (all_down = \"fail\": 503 or close)" } else { "" }),
         (Some(p), Some(_), _) => format!("the affinity cookie names {}, which is usable", p.entry.state.key.address),
         (Some(p), None, Some(k)) if k.owner == p.entry.state.key.address => format!("{} lands on slot {}, which {} owns", k.of, k.slot, k.owner),
-        (Some(p), None, Some(k)) => format!("{} lands on slot {}, owned by {}, which is passed over (or ramping); the table walk goes on to {}", k.of, k.slot, k.owner, p.entry.state.key.address),
+        (Some(p), None, Some(k)) => {
+            format!("{} lands on slot {}, owned by {}, which is passed over (or ramping); the table walk goes on to {}", k.of, k.slot, k.owner, p.entry.state.key.address)
+        }
         (Some(p), None, None) => {
             let usable = candidates.iter().filter(|c| c.skipped.is_none()).count();
             let tier = if p.role == crate::live::Role::Backup { "no primary is usable, so a backup: " } else { "" };

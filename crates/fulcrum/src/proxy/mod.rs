@@ -8,6 +8,7 @@ pub mod explain;
 pub mod ftp;
 pub mod http;
 pub mod listener;
+pub mod passthrough;
 pub mod queue;
 #[allow(unsafe_code)]
 pub mod sockmap;
@@ -16,7 +17,6 @@ pub mod splice;
 pub mod tcp;
 #[allow(unsafe_code)]
 pub mod tcp_info;
-pub mod passthrough;
 pub mod workers;
 
 use std::net::SocketAddr;
@@ -27,8 +27,8 @@ use tokio::net::TcpStream;
 use tracing::{debug, warn};
 
 use crate::error::{Side, Throttle};
-use crate::proxy_header;
 use crate::live::{Pool, Service, ServiceGuard, Slot};
+use crate::proxy_header;
 use crate::shutdown::Shutdown;
 
 /// Serves one client connection of `service` to its end on a task of its own; `counted` holds
@@ -97,11 +97,7 @@ fn start(client: TcpStream, peer: SocketAddr, service: Arc<Service>, counted: (S
                 },
                 _ = shutdown.terminating().cancelled() => return,
             };
-            if service.config().mode == crate::config::Mode::Http {
-                http::serve(client, peer, service, shutdown).await
-            } else {
-                handle_tls(client, peer, service, shutdown).await
-            }
+            if service.config().mode == crate::config::Mode::Http { http::serve(client, peer, service, shutdown).await } else { handle_tls(client, peer, service, shutdown).await }
         });
     } else if service.config().mode == crate::config::Mode::Http {
         // Each request picks its own server; the connection is the client's only.
@@ -215,7 +211,13 @@ async fn handle_tls(mut client: tokio_rustls::server::TlsStream<TcpStream>, peer
 
 /// `server_tls`: the TLS session to the server of `place`; `None` (counted as the server's
 /// connect failure, and logged) when the handshake or the server's certificate fails.
-async fn secure(origin: &crate::tls::origin::Originator, server: TcpStream, place: &dispatch::Place, service: &Service, peer: SocketAddr) -> Option<tokio_rustls::client::TlsStream<TcpStream>> {
+async fn secure(
+    origin: &crate::tls::origin::Originator,
+    server: TcpStream,
+    place: &dispatch::Place,
+    service: &Service,
+    peer: SocketAddr,
+) -> Option<tokio_rustls::client::TlsStream<TcpStream>> {
     let entry = place.entry();
     match origin.connect(server, entry.sni.as_ref(), &entry.state.key.address, service.config().connect_timeout).await {
         Ok(tls) => Some(tls),
@@ -366,7 +368,14 @@ async fn relay(client: TcpStream, server: TcpStream, place: &dispatch::Place, se
 /// the program is loaded, else (or when linking the pair fails) by copy and splice.
 /// (An async block for the reason `handle` is one.)
 #[allow(clippy::manual_async_fn)]
-fn forward<'a>(mut client: TcpStream, mut server: TcpStream, sockmap: bool, service: &'a Service, opts: tcp::Options, meters: tcp::Meters<'a>) -> impl Future<Output = std::io::Result<(u64, u64)>> + Send + 'a {
+fn forward<'a>(
+    mut client: TcpStream,
+    mut server: TcpStream,
+    sockmap: bool,
+    service: &'a Service,
+    opts: tcp::Options,
+    meters: tcp::Meters<'a>,
+) -> impl Future<Output = std::io::Result<(u64, u64)>> + Send + 'a {
     async move {
         if sockmap {
             // Boxed: what the sockmap path holds is not in every copied connection's task (the
@@ -381,7 +390,13 @@ fn forward<'a>(mut client: TcpStream, mut server: TcpStream, sockmap: bool, serv
 }
 
 /// The sockmap path of `forward`; gives the pair back when nothing went into the map.
-async fn through_sockmap(mut client: TcpStream, mut server: TcpStream, service: &Service, opts: tcp::Options, meters: tcp::Meters<'_>) -> Result<std::io::Result<(u64, u64)>, (TcpStream, TcpStream)> {
+async fn through_sockmap(
+    mut client: TcpStream,
+    mut server: TcpStream,
+    service: &Service,
+    opts: tcp::Options,
+    meters: tcp::Meters<'_>,
+) -> Result<std::io::Result<(u64, u64)>, (TcpStream, TcpStream)> {
     let name = &service.config().name;
     match sockmap::Pair::link(&client, &server) {
         sockmap::Linked::Yes(pair) => {

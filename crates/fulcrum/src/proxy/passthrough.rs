@@ -51,9 +51,7 @@ pub enum HelloError {
 
 /// Reads `stream` until a whole ClientHello is in, within `limit`.
 pub async fn read_hello(stream: &mut TcpStream, limit: Duration) -> Result<Hello, HelloError> {
-    tokio::time::timeout(limit, read(stream))
-        .await
-        .map_err(|_| HelloError::Timeout(limit))?
+    tokio::time::timeout(limit, read(stream)).await.map_err(|_| HelloError::Timeout(limit))?
 }
 
 async fn read(stream: &mut TcpStream) -> Result<Hello, HelloError> {
@@ -65,51 +63,28 @@ async fn read(stream: &mut TcpStream) -> Result<Hello, HelloError> {
             return Err(HelloError::TooLong);
         }
         let before = bytes.len();
-        let n = (&mut *stream)
-            .take(room as u64)
-            .read_buf(&mut bytes)
-            .await?;
+        let n = (&mut *stream).take(room as u64).read_buf(&mut bytes).await?;
         if n == 0 {
-            return Err(if before == 0 {
-                HelloError::Empty
-            } else {
-                HelloError::Closed
-            });
+            return Err(if before == 0 { HelloError::Empty } else { HelloError::Closed });
         }
         if let Some(hello) = feed(&mut acceptor, &bytes, before)? {
-            return Ok(Hello {
-                bytes,
-                server_name: hello,
-            });
+            return Ok(Hello { bytes, server_name: hello });
         }
     }
 }
 
 /// Feeds `bytes[from..]` to `acceptor`: the server name once the hello is complete (`None`
 /// inside when it names none), `None` while more is needed.
-pub fn feed(
-    acceptor: &mut Acceptor,
-    bytes: &[u8],
-    from: usize,
-) -> Result<Option<Option<String>>, HelloError> {
+pub fn feed(acceptor: &mut Acceptor, bytes: &[u8], from: usize) -> Result<Option<Option<String>>, HelloError> {
     let mut fresh = &bytes[from..];
     while !fresh.is_empty() {
         // Takes what its buffer has room for; a hello that overflows it is too long.
-        if acceptor
-            .read_tls(&mut fresh)
-            .map_err(|_| HelloError::TooLong)?
-            == 0
-        {
+        if acceptor.read_tls(&mut fresh).map_err(|_| HelloError::TooLong)? == 0 {
             return Err(HelloError::TooLong);
         }
     }
     match acceptor.accept() {
-        Ok(Some(accepted)) => Ok(Some(
-            accepted
-                .client_hello()
-                .server_name()
-                .map(str::to_ascii_lowercase),
-        )),
+        Ok(Some(accepted)) => Ok(Some(accepted.client_hello().server_name().map(str::to_ascii_lowercase))),
         Ok(None) => Ok(None),
         Err((e, _alert)) => Err(HelloError::NotTls(e)),
     }
@@ -145,8 +120,10 @@ mod tests {
     use super::*;
 
     fn routes() -> Vec<Route> {
-        toml::from_str::<toml::Table>("[[route]]\npool = \"api\"\nsni = [\"API.example.com\"]\n[[route]]\npool = \"wild\"\nsni = [\"*.example.com\"]\n[[route]]\npool = \"other\"\nsni = [\"example.com\"]\n")
-            .unwrap()["route"]
+        toml::from_str::<toml::Table>(
+            "[[route]]\npool = \"api\"\nsni = [\"API.example.com\"]\n[[route]]\npool = \"wild\"\nsni = [\"*.example.com\"]\n[[route]]\npool = \"other\"\nsni = [\"example.com\"]\n",
+        )
+        .unwrap()["route"]
             .clone()
             .try_into()
             .unwrap()
@@ -166,18 +143,12 @@ mod tests {
     /// A ClientHello as rustls's own client writes it, for `name`.
     fn client_hello(name: &str) -> Vec<u8> {
         let roots = rustls::RootCertStore::empty();
-        let config = rustls::ClientConfig::builder_with_provider(std::sync::Arc::new(
-            rustls::crypto::ring::default_provider(),
-        ))
-        .with_safe_default_protocol_versions()
-        .unwrap()
-        .with_root_certificates(roots)
-        .with_no_client_auth();
-        let mut client = rustls::ClientConnection::new(
-            std::sync::Arc::new(config),
-            name.to_string().try_into().unwrap(),
-        )
-        .unwrap();
+        let config = rustls::ClientConfig::builder_with_provider(std::sync::Arc::new(rustls::crypto::ring::default_provider()))
+            .with_safe_default_protocol_versions()
+            .unwrap()
+            .with_root_certificates(roots)
+            .with_no_client_auth();
+        let mut client = rustls::ClientConnection::new(std::sync::Arc::new(config), name.to_string().try_into().unwrap()).unwrap();
         let mut out = Vec::new();
         client.write_tls(&mut out).unwrap();
         out
@@ -186,26 +157,17 @@ mod tests {
     #[test]
     fn the_server_name_is_read_from_a_whole_hello_and_more_is_asked_for_a_part() {
         let hello = client_hello("Shop.Example.com");
-        assert_eq!(
-            server_name(&hello).unwrap(),
-            Some(Some("shop.example.com".into()))
-        );
+        assert_eq!(server_name(&hello).unwrap(), Some(Some("shop.example.com".into())));
         assert_eq!(server_name(&hello[..hello.len() / 2]).unwrap(), None);
         // The same hello arriving in pieces.
         let mut acceptor = Acceptor::default();
         let cut = 7;
         assert_eq!(feed(&mut acceptor, &hello[..cut], 0).unwrap(), None);
-        assert_eq!(
-            feed(&mut acceptor, &hello, cut).unwrap(),
-            Some(Some("shop.example.com".into()))
-        );
+        assert_eq!(feed(&mut acceptor, &hello, cut).unwrap(), Some(Some("shop.example.com".into())));
     }
 
     #[test]
     fn bytes_that_are_not_tls_are_refused() {
-        assert!(matches!(
-            server_name(b"GET / HTTP/1.1\r\nHost: a\r\n\r\n"),
-            Err(HelloError::NotTls(_))
-        ));
+        assert!(matches!(server_name(b"GET / HTTP/1.1\r\nHost: a\r\n\r\n"), Err(HelloError::NotTls(_))));
     }
 }

@@ -25,16 +25,16 @@
 //! TIOCOUTQ, and marking the maps' value types as plain data for aya.
 
 use std::cell::RefCell;
-use std::future::poll_fn;
 use std::collections::HashMap;
+use std::future::poll_fn;
 use std::io;
 use std::mem::MaybeUninit;
 use std::os::fd::{AsFd, AsRawFd, OwnedFd};
 use std::sync::atomic::AtomicU64;
-use std::sync::{Mutex, OnceLock};
-use std::task::{Context, Waker};
 use std::sync::atomic::Ordering::Relaxed;
+use std::sync::{Mutex, OnceLock};
 use std::task::Poll;
+use std::task::{Context, Waker};
 use std::time::Duration;
 
 use aya::maps::{HashMap as BpfHashMap, Map, MapData, SockHash};

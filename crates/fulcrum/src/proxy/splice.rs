@@ -65,7 +65,6 @@ impl Pipe {
     }
 }
 
-
 /// Keeps an empty pipe for this thread to reuse; a pipe still holding bytes is closed instead.
 pub fn recycle(pipe: Pipe) {
     if pipe.pending == 0 {
@@ -82,16 +81,7 @@ fn splice(from: RawFd, to: RawFd, len: usize) -> io::Result<usize> {
     // SAFETY: both descriptors are open for the duration of the call (borrowed from live sockets
     // and pipes); null offsets are required for sockets and pipes. Nonblocking: never parks the
     // runtime thread, EAGAIN comes back as WouldBlock for the caller's readiness loop.
-    let n = unsafe {
-        libc::splice(
-            from,
-            std::ptr::null_mut(),
-            to,
-            std::ptr::null_mut(),
-            len,
-            libc::SPLICE_F_MOVE | libc::SPLICE_F_NONBLOCK,
-        )
-    };
+    let n = unsafe { libc::splice(from, std::ptr::null_mut(), to, std::ptr::null_mut(), len, libc::SPLICE_F_MOVE | libc::SPLICE_F_NONBLOCK) };
     if n < 0 { Err(io::Error::last_os_error()) } else { Ok(n as usize) }
 }
 

@@ -58,12 +58,7 @@ impl History {
                 live.push(key.clone());
                 // A new series starts from zero: its first point holds what the server did since it appeared.
                 let s = series.entry(key).or_default();
-                s.points.push_back(Point {
-                    t,
-                    connections: now.0.saturating_sub(s.last.0),
-                    bytes_in: now.1.saturating_sub(s.last.1),
-                    bytes_out: now.2.saturating_sub(s.last.2),
-                });
+                s.points.push_back(Point { t, connections: now.0.saturating_sub(s.last.0), bytes_in: now.1.saturating_sub(s.last.1), bytes_out: now.2.saturating_sub(s.last.2) });
                 s.last = now;
                 while s.points.len() > POINTS {
                     s.points.pop_front();
@@ -79,11 +74,7 @@ impl History {
         let mut out: Vec<ServerHistory> = series
             .iter()
             .filter(|(k, _)| service.is_none_or(|s| s == k.service))
-            .map(|(k, s)| ServerHistory {
-                service: k.service.clone(),
-                server: k.address.clone(),
-                points: s.points.iter().filter(|p| p.t > since).copied().collect(),
-            })
+            .map(|(k, s)| ServerHistory { service: k.service.clone(), server: k.address.clone(), points: s.points.iter().filter(|p| p.t > since).copied().collect() })
             .collect();
         out.sort_by(|a, b| (&a.service, &a.server).cmp(&(&b.service, &b.server)));
         out

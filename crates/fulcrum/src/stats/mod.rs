@@ -172,7 +172,13 @@ fn tls_stats(t: &crate::tls::Terminator, counters: &crate::tls::Counters) -> Tls
         certificates: t
             .certs
             .iter()
-            .map(|c| CertificateStats { file: c.file.clone(), names: c.names.clone(), expires: unix_to_text(c.not_after), expires_unix: c.not_after, expiring: c.remaining(now) < EXPIRY_WARNING })
+            .map(|c| CertificateStats {
+                file: c.file.clone(),
+                names: c.names.clone(),
+                expires: unix_to_text(c.not_after),
+                expires_unix: c.not_after,
+                expiring: c.remaining(now) < EXPIRY_WARNING,
+            })
             .collect(),
     }
 }
@@ -214,7 +220,15 @@ pub fn snapshot(generation: &Generation) -> Snapshot {
         })
         .collect();
     let b = &generation.budget;
-    let process = ProcessStats { maxconn: b.max(), current: b.current(), peak: b.peak(), waits: b.waits(), descriptors: crate::live::budget::descriptor_limit(), tls_loads: crate::tls::loads(), figures: None };
+    let process = ProcessStats {
+        maxconn: b.max(),
+        current: b.current(),
+        peak: b.peak(),
+        waits: b.waits(),
+        descriptors: crate::live::budget::descriptor_limit(),
+        tls_loads: crate::tls::loads(),
+        figures: None,
+    };
     Snapshot { process, services }
 }
 
@@ -274,10 +288,32 @@ pub fn csv(snap: &Snapshot) -> String {
             let a = v.algorithm.unwrap_or_default();
             out.push_str(&format!(
                 "{},{},{},{},{},{},{},{},{},{},{},{},{},{},{},{},{},{},{},{},{},{:.3},{},{},{},{}\n",
-                field(&s.name), field(&v.address), v.backup, state, v.weight, v.current, v.max, v.total, v.lb_total, v.rate,
-                v.rate_max, v.connect_failures, v.redispatches, v.transfer_errors, v.bytes_in, v.bytes_out,
-                v.last_use_secs.map(|x| x.to_string()).unwrap_or_default(), v.downtime_secs, v.syn_sent, v.syn_acked,
-                opt(v.connect_ms), v.ewma_connect_ms, opt(a.ratio), opt(a.r), field(&v.last_check), v.last_check_ms,
+                field(&s.name),
+                field(&v.address),
+                v.backup,
+                state,
+                v.weight,
+                v.current,
+                v.max,
+                v.total,
+                v.lb_total,
+                v.rate,
+                v.rate_max,
+                v.connect_failures,
+                v.redispatches,
+                v.transfer_errors,
+                v.bytes_in,
+                v.bytes_out,
+                v.last_use_secs.map(|x| x.to_string()).unwrap_or_default(),
+                v.downtime_secs,
+                v.syn_sent,
+                v.syn_acked,
+                opt(v.connect_ms),
+                v.ewma_connect_ms,
+                opt(a.ratio),
+                opt(a.r),
+                field(&v.last_check),
+                v.last_check_ms,
             ));
         }
     }

@@ -4,7 +4,7 @@
 
 use std::fmt::Write;
 
-use super::{Snapshot, ServerStats};
+use super::{ServerStats, Snapshot};
 use crate::live::State;
 
 /// One metric family: name, type, help, and a value per server (None: no sample).
@@ -16,15 +16,30 @@ struct Family {
 }
 
 const SERVER_FAMILIES: &[Family] = &[
-    Family { name: "fulcrum_server_up", kind: "gauge", help: "1 when the server takes traffic (enabled, checks passing, not held down)", value: |s| Some((s.state == State::Up) as u8 as f64) },
+    Family {
+        name: "fulcrum_server_up",
+        kind: "gauge",
+        help: "1 when the server takes traffic (enabled, checks passing, not held down)",
+        value: |s| Some((s.state == State::Up) as u8 as f64),
+    },
     Family { name: "fulcrum_server_weight", kind: "gauge", help: "Configured weight", value: |s| Some(s.weight as f64) },
     Family { name: "fulcrum_server_current_connections", kind: "gauge", help: "Connections in flight", value: |s| Some(s.current as f64) },
     Family { name: "fulcrum_server_max_connections", kind: "gauge", help: "Most connections in flight at once", value: |s| Some(s.max as f64) },
     Family { name: "fulcrum_server_connections_total", kind: "counter", help: "Connections handed to the server", value: |s| Some(s.total as f64) },
-    Family { name: "fulcrum_server_selected_total", kind: "counter", help: "Times the balancer picked the server (LbTot), failed connects included", value: |s| Some(s.lb_total as f64) },
+    Family {
+        name: "fulcrum_server_selected_total",
+        kind: "counter",
+        help: "Times the balancer picked the server (LbTot), failed connects included",
+        value: |s| Some(s.lb_total as f64),
+    },
     Family { name: "fulcrum_server_redispatches_total", kind: "counter", help: "Failed connects sent on to another server", value: |s| Some(s.redispatches as f64) },
     Family { name: "fulcrum_server_transfer_errors_total", kind: "counter", help: "Connections that ended on a reset or timeout", value: |s| Some(s.transfer_errors as f64) },
-    Family { name: "fulcrum_server_ftp_data_transfers_total", kind: "counter", help: "FTP data connections forwarded (connections_total counts control sessions)", value: |s| Some(s.data_transfers as f64) },
+    Family {
+        name: "fulcrum_server_ftp_data_transfers_total",
+        kind: "counter",
+        help: "FTP data connections forwarded (connections_total counts control sessions)",
+        value: |s| Some(s.data_transfers as f64),
+    },
     Family { name: "fulcrum_server_downtime_seconds_total", kind: "counter", help: "Time spent down", value: |s| Some(s.downtime_secs as f64) },
     Family { name: "fulcrum_server_check_duration_seconds", kind: "gauge", help: "Duration of the last active health check", value: |s| Some(s.last_check_ms as f64 / 1000.0) },
     Family { name: "fulcrum_server_connect_failures_total", kind: "counter", help: "Connects that failed or timed out", value: |s| Some(s.connect_failures as f64) },
@@ -59,7 +74,9 @@ pub fn render(snap: &Snapshot) -> String {
     service_family(&mut out, snap, "fulcrum_service_redispatches_total", "counter", "Failed connects sent on to another server", |s| s.redispatches);
     service_family(&mut out, snap, "fulcrum_service_up", "gauge", "1 when the service's listener runs", |s| s.enabled as u64);
     service_family(&mut out, snap, "fulcrum_service_refused_total", "counter", "Clients closed because no server could take them", |s| s.refused);
-    service_family(&mut out, snap, "fulcrum_fast_path_sockmap_connections_total", "counter", "Connections whose bytes the kernel moved through the BPF sockmap", |s| s.sockmap_connections);
+    service_family(&mut out, snap, "fulcrum_fast_path_sockmap_connections_total", "counter", "Connections whose bytes the kernel moved through the BPF sockmap", |s| {
+        s.sockmap_connections
+    });
     tls_families(&mut out, snap);
     for f in SERVER_FAMILIES {
         let _ = writeln!(out, "# HELP {} {}\n# TYPE {} {}", f.name, f.help, f.name, f.kind);
@@ -95,8 +112,15 @@ fn tls_families(out: &mut String, snap: &Snapshot) {
             let _ = writeln!(out, "fulcrum_tls_handshake_failures_total{{service=\"{name}\",reason=\"{reason}\"}} {n}");
         }
     }
-    let _ = writeln!(out, "# HELP fulcrum_tls_certificate_loads_total Times a service's certificates were read from their files\n# TYPE fulcrum_tls_certificate_loads_total counter\nfulcrum_tls_certificate_loads_total {}", snap.process.tls_loads);
-    let _ = writeln!(out, "# HELP fulcrum_tls_certificate_expiry_timestamp_seconds When a certificate expires, Unix time\n# TYPE fulcrum_tls_certificate_expiry_timestamp_seconds gauge");
+    let _ = writeln!(
+        out,
+        "# HELP fulcrum_tls_certificate_loads_total Times a service's certificates were read from their files\n# TYPE fulcrum_tls_certificate_loads_total counter\nfulcrum_tls_certificate_loads_total {}",
+        snap.process.tls_loads
+    );
+    let _ = writeln!(
+        out,
+        "# HELP fulcrum_tls_certificate_expiry_timestamp_seconds When a certificate expires, Unix time\n# TYPE fulcrum_tls_certificate_expiry_timestamp_seconds gauge"
+    );
     for (name, t) in &tls {
         for c in &t.certificates {
             let _ = writeln!(out, "fulcrum_tls_certificate_expiry_timestamp_seconds{{service=\"{name}\",file=\"{}\"}} {}", escape(&c.file), c.expires_unix);

@@ -89,7 +89,8 @@ pub fn load(cert: &str, key: &str, provider: &CryptoProvider, now: SystemTime) -
 /// Reads a leaf's names and expiry.
 fn describe(leaf: &CertificateDer<'_>, file: &str) -> Result<CertInfo, TlsError> {
     use x509_parser::extensions::GeneralName;
-    let (_, x509) = x509_parser::parse_x509_certificate(leaf.as_ref()).map_err(|e| TlsError { file: file.to_string(), reason: format!("the first certificate does not parse: {e}") })?;
+    let (_, x509) =
+        x509_parser::parse_x509_certificate(leaf.as_ref()).map_err(|e| TlsError { file: file.to_string(), reason: format!("the first certificate does not parse: {e}") })?;
     let mut names: Vec<String> = match x509.subject_alternative_name() {
         Ok(Some(san)) => san.value.general_names.iter().filter_map(|n| if let GeneralName::DNSName(d) = n { Some(d.to_ascii_lowercase()) } else { None }).collect(),
         _ => Vec::new(),

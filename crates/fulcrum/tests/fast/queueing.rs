@@ -21,7 +21,7 @@ fn tcp_maxconn_queues_connections_and_the_queue_times_out() {
     // A third connection waits; when it has waited its whole queue_timeout it is closed unserved.
     let started = Instant::now();
     let mut third = TcpStream::connect(f.listen).unwrap();
-    third.write_all( b"GET /name HTTP/1.0\r\n\r\n").unwrap();
+    third.write_all(b"GET /name HTTP/1.0\r\n\r\n").unwrap();
     wait_until("the third connection queued", Duration::from_secs(5), || f.stats()["services"][0]["queue"] == 1);
     let mut raw = Vec::new();
     third.set_read_timeout(Some(Duration::from_secs(10))).unwrap();
@@ -31,7 +31,7 @@ fn tcp_maxconn_queues_connections_and_the_queue_times_out() {
 
     // A fourth waits too, and is served once one of the held connections ends.
     let mut fourth = TcpStream::connect(f.listen).unwrap();
-    fourth.write_all( b"GET /name HTTP/1.0\r\n\r\n").unwrap();
+    fourth.write_all(b"GET /name HTTP/1.0\r\n\r\n").unwrap();
     wait_until("the fourth connection queued", Duration::from_secs(5), || f.stats()["services"][0]["queue"] == 1);
     drop(held);
     let mut raw = Vec::new();

@@ -37,14 +37,8 @@ impl Fast {
         let servers: Vec<SocketAddr> = rt.block_on(async {
             let mut addrs = Vec::new();
             for i in 1..=n {
-                let args = BackendArgs {
-                    listen: ANY_PORT.parse().unwrap(),
-                    name: format!("s{i}"),
-                    index_text: None,
-                    large_size: 1 << 20,
-                    backlog: 1024,
-                    degrade: Default::default(),
-                };
+                let args =
+                    BackendArgs { listen: ANY_PORT.parse().unwrap(), name: format!("s{i}"), index_text: None, large_size: 1 << 20, backlog: 1024, degrade: Default::default() };
                 let (addr, serving) = realserver::bind(args, stop_servers.clone()).await.expect("a real server");
                 tokio::spawn(serving);
                 addrs.push(addr);

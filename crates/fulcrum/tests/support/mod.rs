@@ -20,8 +20,7 @@ static SEQ: AtomicU32 = AtomicU32::new(0);
 pub fn scratch(name: &str) -> PathBuf {
     static SWEEP: std::sync::Once = std::sync::Once::new();
     SWEEP.call_once(remove_scratch_of_ended_runs);
-    let dir = PathBuf::from(env!("CARGO_TARGET_TMPDIR"))
-        .join(format!("{name}-{}-{}", std::process::id(), SEQ.fetch_add(1, Ordering::Relaxed)));
+    let dir = PathBuf::from(env!("CARGO_TARGET_TMPDIR")).join(format!("{name}-{}-{}", std::process::id(), SEQ.fetch_add(1, Ordering::Relaxed)));
     let _ = std::fs::remove_dir_all(&dir);
     std::fs::create_dir_all(&dir).unwrap();
     dir
@@ -73,6 +72,17 @@ pub fn free_port() -> u16 {
         }
     }
     panic!("no free loopback port between {FIRST} and {}", FIRST + COUNT);
+}
+
+/// A test that cannot run here fails with `why`, unless `FULCRUM_TEST_SKIP` (names separated
+/// by commas) names it: then it says SKIPPED and the caller returns. No test passes unrun.
+pub fn cannot_run(test: &str, why: &str) {
+    let skip = std::env::var("FULCRUM_TEST_SKIP").unwrap_or_default();
+    if skip.split(',').any(|name| name.trim() == test) {
+        eprintln!("{test}: SKIPPED (FULCRUM_TEST_SKIP): {why}");
+        return;
+    }
+    panic!("{test} cannot run on this machine: {why}; FULCRUM_TEST_SKIP={test} skips it where that is known");
 }
 
 pub fn wait_until(what: &str, limit: Duration, mut f: impl FnMut() -> bool) {
@@ -581,7 +591,10 @@ impl Backend {
             Err(e) => format!("refuses ({e})"),
         };
         // Who holds the port, listening or connected, with their processes.
-        let sockets = Command::new("ss").args(["-tanpH", &format!("( sport = :{} or dport = :{} )", self.addr.port(), self.addr.port())]).output().map_or_else(|e| format!("ss: {e}"), |o| String::from_utf8_lossy(&o.stdout).trim_end().to_string());
+        let sockets = Command::new("ss")
+            .args(["-tanpH", &format!("( sport = :{} or dport = :{} )", self.addr.port(), self.addr.port())])
+            .output()
+            .map_or_else(|e| format!("ss: {e}"), |o| String::from_utf8_lossy(&o.stdout).trim_end().to_string());
         format!("backend on {}: process {} {process}, port {port}; sockets:\n{sockets}", self.addr, self.child.id())
     }
 }

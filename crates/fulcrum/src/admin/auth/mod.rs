@@ -115,7 +115,8 @@ impl Auth {
         // The hash runs even for a wrong user name, so the time taken does not tell user names apart.
         let user_matches = bool::from(user.as_bytes().ct_eq(want_user.as_bytes()));
         let hash = hash.clone();
-        let password_matches = place.run(move || PasswordHash::new(&hash).is_ok_and(|parsed| argon2::Argon2::default().verify_password(password.as_bytes(), &parsed).is_ok())).await;
+        let password_matches =
+            place.run(move || PasswordHash::new(&hash).is_ok_and(|parsed| argon2::Argon2::default().verify_password(password.as_bytes(), &parsed).is_ok())).await;
         attempt.accepted = user_matches && password_matches == Some(true);
         if attempt.accepted {
             let mut v = self.verified.lock().unwrap_or_else(PoisonError::into_inner);

@@ -12,12 +12,25 @@ use super::*;
 #[derive(Debug, Clone, Copy)]
 pub(crate) enum Kind {
     /// `wide`: the field's type holds 4294967295, the issue's `max_headers`.
-    Count { min: u64, max: u64, wide: bool },
+    Count {
+        min: u64,
+        max: u64,
+        wide: bool,
+    },
     /// Durations, in whole milliseconds (every range ends on one).
-    Time { min: u64, max: u64 },
-    Share { min: f64, max: f64 },
+    Time {
+        min: u64,
+        max: u64,
+    },
+    Share {
+        min: f64,
+        max: f64,
+    },
     /// `data_ports`: its first port is ranged, the last follows it.
-    Ports { min: u16, max: u16 },
+    Ports {
+        min: u16,
+        max: u16,
+    },
 }
 
 /// One numeric key of the test config: the table it is written in and its accepted range.
@@ -200,4 +213,3 @@ pub(crate) fn below_suppress(settings: &[Setting], values: &mut [String]) {
         }
     }
 }
-

@@ -66,7 +66,8 @@ fn a_value_outside_its_range_is_refused_at_its_line_with_the_range() {
 
 #[test]
 fn the_issues_max_headers_is_refused_with_the_range() {
-    let text = "[[service]]\nname = \"web\"\nlisten = \"127.0.0.1:1000\"\nmode = \"http\"\n[service.http]\nmax_headers = 4294967295\n[[service.server]]\naddress = \"127.0.0.1:1001\"\n";
+    let text =
+        "[[service]]\nname = \"web\"\nlisten = \"127.0.0.1:1000\"\nmode = \"http\"\n[service.http]\nmax_headers = 4294967295\n[[service.server]]\naddress = \"127.0.0.1:1001\"\n";
     let d = parse(text, "t.toml").unwrap_err();
     assert_eq!((d.0[0].line, d.0[0].column), (6, 15), "{d}");
     assert_eq!(d.0[0].message, "max_headers = 4294967295 is out of range: use 1 to 1000");

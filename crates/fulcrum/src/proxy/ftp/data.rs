@@ -29,8 +29,8 @@ use tokio_util::sync::CancellationToken;
 use tracing::{debug, warn};
 
 use crate::config::PortRange;
-use crate::proxy::tcp;
 use crate::live::{ServerEntry, Service};
+use crate::proxy::tcp;
 use crate::shutdown::Shutdown;
 
 /// How long an opened data port waits for its connection.

@@ -26,11 +26,11 @@ use tokio::sync::oneshot;
 use tokio_util::sync::{CancellationToken, DropGuard};
 use tracing::{debug, warn};
 
-use command::Eprt;
-use data::{Claim, ClaimRequest, Direction, Transfer};
 use crate::config::PortRange;
 use crate::live::{ServerEntry, Service};
 use crate::shutdown::Shutdown;
+use command::Eprt;
+use data::{Claim, ClaimRequest, Direction, Transfer};
 
 /// Longest control line accepted either way (RFC 959 sets no limit; real lines are short).
 const MAX_LINE: usize = 8 * 1024;
@@ -152,7 +152,11 @@ impl Relay {
             }
             v if TRANSFER_COMMANDS.contains(&v) => {
                 if self.claim().await == Some(Claim::Contested) {
-                    return reply(client, "425 Can't open data connection: another connection from your address came to the data port, so it is closed and nothing was sent. Send PASV again.").await;
+                    return reply(
+                        client,
+                        "425 Can't open data connection: another connection from your address came to the data port, so it is closed and nothing was sent. Send PASV again.",
+                    )
+                    .await;
                 }
                 send(server, line).await
             }

@@ -10,9 +10,9 @@
 use hyper::Uri;
 use hyper::header::{self, HeaderMap, HeaderValue};
 
-use crate::proxy::dispatch::Steer;
 use crate::balance::key;
 use crate::config::{Algorithm, CookieMode, Service};
+use crate::proxy::dispatch::Steer;
 
 /// How a request steers the pick: the hash key of `uri-hash`/`header-hash`, the server id a
 /// `cookie` names, and that cookie's value as the client sent it.
@@ -118,7 +118,9 @@ mod tests {
     use super::*;
 
     fn service(extra: &str) -> Service {
-        let text = format!("[[service]]\nname = \"w\"\nlisten = \"127.0.0.1:1\"\nmode = \"http\"\nalgorithm = \"cookie\"\n[service.http]\n{extra}\n[[service.server]]\naddress = \"127.0.0.1:2\"\n");
+        let text = format!(
+            "[[service]]\nname = \"w\"\nlisten = \"127.0.0.1:1\"\nmode = \"http\"\nalgorithm = \"cookie\"\n[service.http]\n{extra}\n[[service.server]]\naddress = \"127.0.0.1:2\"\n"
+        );
         crate::config::parse_with(&text, "t", crate::config::Resolve::No).unwrap().services.remove(0)
     }
 

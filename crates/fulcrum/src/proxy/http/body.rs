@@ -15,8 +15,8 @@
 
 use std::collections::VecDeque;
 use std::pin::Pin;
-use std::sync::{Arc, OnceLock};
 use std::sync::atomic::{AtomicU64, Ordering::Relaxed};
+use std::sync::{Arc, OnceLock};
 use std::task::{Context, Poll};
 
 use bytes::Bytes;
@@ -36,7 +36,12 @@ pub enum ProxyBody {
     Text(Option<Bytes>),
     /// A client's body, counted into `bytes` as it goes: the frames read ahead, then the rest
     /// (none when the body ended within the read-ahead).
-    Request { ahead: VecDeque<Frame<Bytes>>, rest: Option<Incoming>, bytes: Arc<AtomicU64>, fault: ClientFault },
+    Request {
+        ahead: VecDeque<Frame<Bytes>>,
+        rest: Option<Incoming>,
+        bytes: Arc<AtomicU64>,
+        fault: ClientFault,
+    },
     /// A server's response body; `place` holds the request's place on the server until the
     /// body has gone out.
     Response {

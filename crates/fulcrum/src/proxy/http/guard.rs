@@ -435,10 +435,7 @@ impl<S: ClientIo> Guarded<S> {
             return;
         }
         let body = format!("400 Bad Request: {why}\n");
-        self.reply = Some(bytes::Bytes::from(format!(
-            "HTTP/1.1 400 Bad Request\r\ncontent-type: text/plain\r\ncontent-length: {}\r\nconnection: close\r\n\r\n{body}",
-            body.len()
-        )));
+        self.reply = Some(bytes::Bytes::from(format!("HTTP/1.1 400 Bad Request\r\ncontent-type: text/plain\r\ncontent-length: {}\r\nconnection: close\r\n\r\n{body}", body.len())));
     }
 
     /// Writes the pending 400, if any.

@@ -157,9 +157,12 @@ pub async fn serve<S: ClientIo>(client: S, preface_read: bool, peer: SocketAddr,
     debug!(service = %service.config().name, client = %peer, "closing HTTP/2 connection: {closing}");
     // GOAWAY: streams in flight finish, within the response timeout.
     conn.as_mut().graceful_shutdown();
-    let _ = tokio::time::timeout(http.response_timeout, poll_fn(|cx| match conn.as_mut().poll(cx) {
-        Poll::Ready(_) => Poll::Ready(()),
-        Poll::Pending => Poll::Pending,
-    }))
+    let _ = tokio::time::timeout(
+        http.response_timeout,
+        poll_fn(|cx| match conn.as_mut().poll(cx) {
+            Poll::Ready(_) => Poll::Ready(()),
+            Poll::Pending => Poll::Pending,
+        }),
+    )
     .await;
 }

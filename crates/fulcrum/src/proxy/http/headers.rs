@@ -277,7 +277,11 @@ mod tests {
     fn forwarded_headers_append_to_earlier_proxies() {
         let mut h = HeaderMap::new();
         h.insert("x-forwarded-for", "10.0.0.1".parse().unwrap());
-        add_forwarded(&mut h, &ClientNode::with_scheme("127.0.0.11".parse().unwrap(), None, "http"), &[ForwardedHeader::XForwardedFor, ForwardedHeader::XForwardedProto, ForwardedHeader::Forwarded]);
+        add_forwarded(
+            &mut h,
+            &ClientNode::with_scheme("127.0.0.11".parse().unwrap(), None, "http"),
+            &[ForwardedHeader::XForwardedFor, ForwardedHeader::XForwardedProto, ForwardedHeader::Forwarded],
+        );
         assert_eq!(h.get("x-forwarded-for").unwrap(), "10.0.0.1, 127.0.0.11");
         assert_eq!(h.get("x-forwarded-proto").unwrap(), "http");
         assert_eq!(h.get("forwarded").unwrap(), "for=127.0.0.11;proto=http");

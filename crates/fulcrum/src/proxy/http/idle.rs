@@ -174,10 +174,13 @@ mod tests {
             workers.handle(i).spawn(async move { tx.send(f(&home)).unwrap() });
             rx.recv().unwrap()
         };
-        assert!(on(0, Box::new(move |h| {
-            Lent::new(fake().0, a, h.clone()).release();
-            true
-        })));
+        assert!(on(
+            0,
+            Box::new(move |h| {
+                Lent::new(fake().0, a, h.clone()).release();
+                true
+            })
+        ));
         assert!(!on(1, Box::new(move |h| h.take(a, Duration::from_secs(60)).is_some())), "worker 1 does not drive it");
         assert!(home.take(a, Duration::from_secs(60)).is_none(), "nor does a thread outside the workers");
         assert_eq!(home.len(), 1, "passed over, not dropped");

@@ -20,7 +20,17 @@ fn run(config: &Config) {
         }
     });
     let durations = config.services.iter().flat_map(|s| {
-        let own = [s.connect_timeout, s.client_timeout, s.server_timeout, s.queue_timeout(), s.http.head_timeout, s.http.response_timeout, s.http.keepalive_idle, s.slow_start, s.damping.half_life];
+        let own = [
+            s.connect_timeout,
+            s.client_timeout,
+            s.server_timeout,
+            s.queue_timeout(),
+            s.http.head_timeout,
+            s.http.response_timeout,
+            s.http.keepalive_idle,
+            s.slow_start,
+            s.damping.half_life,
+        ];
         let pooled = std::iter::once((&s.health, &s.passive, &s.p2c)).chain(s.pools.iter().map(|p| (&p.health, &p.passive, &p.p2c)));
         own.into_iter().chain(pooled.flat_map(|(h, p, c)| [h.interval, h.timeout, p.slot, c.decay]))
     });

@@ -40,15 +40,15 @@ use hyper::{Method, Request, Response, StatusCode};
 use hyper_util::rt::{TokioIo, TokioTimer};
 use tracing::{debug, warn};
 
-use access::Record;
-use body::{ClientFault, ProxyBody, READ_AHEAD};
-use guard::{Guarded, Verdict};
-pub use guard::ClientIo;
-use upstream::Failure;
 use crate::config::{AccessLog, ServerProtocol};
 use crate::error::{Kind, Side};
 use crate::live::Service;
 use crate::shutdown::Shutdown;
+use access::Record;
+use body::{ClientFault, ProxyBody, READ_AHEAD};
+pub use guard::ClientIo;
+use guard::{Guarded, Verdict};
+use upstream::Failure;
 
 /// What HTTP keeps per server between requests, in the server's state
 /// (`live::ServerState::kept`), so it outlives reloads and leaves with the server.
@@ -203,7 +203,11 @@ fn handle(
             server: None,
             method: if logging { req.method().to_string() } else { String::new() },
             // A CONNECT's target is an authority, with no path.
-            path: if logging { truncate(req.uri().path_and_query().map(|p| p.as_str()).or_else(|| req.uri().authority().map(|a| a.as_str())).unwrap_or(""), 512) } else { String::new() },
+            path: if logging {
+                truncate(req.uri().path_and_query().map(|p| p.as_str()).or_else(|| req.uri().authority().map(|a| a.as_str())).unwrap_or(""), 512)
+            } else {
+                String::new()
+            },
             status: 0,
             bytes_in: Arc::new(AtomicU64::new(0)),
             bytes_out: 0,
@@ -262,7 +266,8 @@ fn handle(
                     return refuse(&cfg.name, record, StatusCode::BAD_REQUEST, why);
                 }
                 Err(_) => {
-                    let why = format!("the request body's first {} KiB did not arrive within head_timeout ({})", READ_AHEAD / 1024, humantime::format_duration(cfg.http.head_timeout));
+                    let why =
+                        format!("the request body's first {} KiB did not arrive within head_timeout ({})", READ_AHEAD / 1024, humantime::format_duration(cfg.http.head_timeout));
                     return refuse(&cfg.name, record, StatusCode::REQUEST_TIMEOUT, why);
                 }
             }
@@ -300,7 +305,11 @@ fn handle(
                     // Dropped whole: the server connection, past its 101, is closed, never reused.
                     let server = a.place.entry().addr;
                     drop(a);
-                    let why = if client_upgrade.is_none() { "the server switched protocols (101) for a request that did not ask to upgrade" } else { "the server switched protocols (101) for an HTTP/2 client, which has no 101" };
+                    let why = if client_upgrade.is_none() {
+                        "the server switched protocols (101) for a request that did not ask to upgrade"
+                    } else {
+                        "the server switched protocols (101) for an HTTP/2 client, which has no 101"
+                    };
                     warn!(service = %cfg.name, client = %peer, %server, status = 502, "{why}");
                     record.server = Some(server);
                     return answer(record, StatusCode::BAD_GATEWAY, why.into());
@@ -335,8 +344,12 @@ fn handle(
                     // This host ran out of something (descriptors, ports): no server is to blame.
                     Failure::Connect(e) if e.side == Side::Local => (StatusCode::SERVICE_UNAVAILABLE, e.to_string(), None),
                     Failure::Connect(e) => (StatusCode::BAD_GATEWAY, format!("cannot connect to a server: {e}"), e.server),
-                    Failure::Queue(t) => (StatusCode::SERVICE_UNAVAILABLE, format!("every server stayed at its maxconn for {} (queue timeout)", humantime::format_duration(t)), None),
-                    Failure::Timeout(s) => (StatusCode::GATEWAY_TIMEOUT, format!("the server did not answer within {}", humantime::format_duration(cfg.http.response_timeout)), Some(s)),
+                    Failure::Queue(t) => {
+                        (StatusCode::SERVICE_UNAVAILABLE, format!("every server stayed at its maxconn for {} (queue timeout)", humantime::format_duration(t)), None)
+                    }
+                    Failure::Timeout(s) => {
+                        (StatusCode::GATEWAY_TIMEOUT, format!("the server did not answer within {}", humantime::format_duration(cfg.http.response_timeout)), Some(s))
+                    }
                     Failure::Broken(s, e) => (StatusCode::BAD_GATEWAY, format!("the server broke the connection: {e}"), Some(s)),
                     // The client's fault: nothing is held against the server it was going to.
                     Failure::Client(why) => return refuse(&cfg.name, record, StatusCode::BAD_REQUEST, verdict.get().unwrap_or(why)),

@@ -15,14 +15,14 @@ use hyper::{Request, Response};
 use hyper_util::rt::{TokioExecutor, TokioIo, TokioTimer};
 use tracing::debug;
 
+use super::Kept;
 use super::body::ProxyBody;
 use super::idle::Lent;
-use super::Kept;
 use super::replay::{Next, Replay};
-use crate::error::{Error, Kind, Side};
-use crate::proxy::dispatch::{Dispatch, Place, Steer};
 use crate::config::ServerProtocol;
+use crate::error::{Error, Kind, Side};
 use crate::live::Pool;
+use crate::proxy::dispatch::{Dispatch, Place, Steer};
 
 /// Why no response came from any server.
 pub enum Failure {
@@ -57,7 +57,14 @@ pub struct Answer {
 /// so the arguments are held once, and the connects of a new server connection boxed, so a
 /// request on a kept-alive connection does not carry their state.
 #[allow(clippy::manual_async_fn)]
-pub fn send(pool: &Pool, client: SocketAddr, mut req: Request<ProxyBody>, steer: Steer<'_>, idempotent: bool, upgrade: bool) -> impl Future<Output = Result<Answer, Failure>> + Send {
+pub fn send(
+    pool: &Pool,
+    client: SocketAddr,
+    mut req: Request<ProxyBody>,
+    steer: Steer<'_>,
+    idempotent: bool,
+    upgrade: bool,
+) -> impl Future<Output = Result<Answer, Failure>> + Send {
     async move {
         let cfg = &pool.config;
         let mut dispatch = Dispatch::new(pool, client, steer);
