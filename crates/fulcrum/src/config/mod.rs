@@ -109,12 +109,12 @@ pub fn revalidate_against(config: Config, running: &Config) -> Result<Config, Di
     if problems.is_empty() { Ok(config) } else { Err(problems) }
 }
 
-/// The config as TOML, as `save` writes it.
 /// "1 service", "2 services": how messages count a config's services.
 pub fn services(n: usize) -> String {
     format!("{n} service{}", if n == 1 { "" } else { "s" })
 }
 
+/// The config as TOML, as `save` writes it.
 pub fn to_toml(config: &Config) -> String {
     toml::to_string_pretty(config).unwrap_or_else(|e| format!("# cannot write config: {e}\n"))
 }

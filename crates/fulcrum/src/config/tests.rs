@@ -307,12 +307,15 @@ fn slow_start_damping_and_all_down_are_a_services_and_a_pool_may_set_its_own() {
 }
 
 /// Every key the schema accepts is in `docs/configuration.md`, and every key its tables list is
-/// one the schema accepts. The keys are read from `schema.rs` itself: each `pub` field of a
+/// one the schema accepts. The keys are read from `schema.rs` and `schema/` themselves: each `pub` field of a
 /// struct that derives `Deserialize`, by its `rename` when it has one.
 #[test]
 fn the_configuration_manual_documents_every_key_and_no_other() {
     let root = concat!(env!("CARGO_MANIFEST_DIR"), "/../..");
-    let schema = std::fs::read_to_string(format!("{}/src/config/schema.rs", env!("CARGO_MANIFEST_DIR"))).unwrap();
+    // schema.rs and the files of its concerns (schema/).
+    let dir = format!("{}/src/config", env!("CARGO_MANIFEST_DIR"));
+    let parts = std::fs::read_dir(format!("{dir}/schema")).unwrap().map(|e| e.unwrap().path());
+    let schema: String = std::iter::once(format!("{dir}/schema.rs").into()).chain(parts).map(|p: std::path::PathBuf| std::fs::read_to_string(p).unwrap()).collect();
     let manual = std::fs::read_to_string(format!("{root}/docs/configuration.md")).unwrap();
     let mut keys = std::collections::BTreeSet::new();
     let (mut deserialized, mut inside, mut rename) = (false, false, None::<String>);

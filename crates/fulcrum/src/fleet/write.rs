@@ -42,7 +42,9 @@ impl Fleet {
         let what = change.summary();
         let mut next = before.clone();
         change.apply(&mut next)?;
-        let next = tokio::task::spawn_blocking(move || config::revalidate(&next)).await?.map_err(FleetError::ChangeRefused)?;
+        // Validated in memory against what runs (lookups only of addresses that are new).
+        let running = before.clone();
+        let next = tokio::task::spawn_blocking(move || config::revalidate_against(next, &running)).await?.map_err(FleetError::ChangeRefused)?;
         let overrides = self.local.lock().map_err(|_| FleetError::Poisoned)?.fleet.as_ref().map(|f| f.overrides.clone()).unwrap_or_default();
 
         let marker = self.keys.marker();

@@ -1,0 +1,155 @@
+//! HTTP mode (`[service.http]`): limits, timeouts, forwarded headers, the access log and cookie affinity.
+
+use super::*;
+
+/// A header HTTP mode adds so the server knows the client (HAProxy's `option forwardfor`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum ForwardedHeader {
+    XForwardedFor,
+    XForwardedProto,
+    Forwarded,
+}
+
+/// The access log's format: one line per request.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum AccessLog {
+    Off,
+    Text,
+    Json,
+}
+
+/// `[service.http]`: what HTTP mode adds, waits for and accepts.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct Http {
+    #[serde(default = "defaults::forwarded_headers")]
+    pub forwarded_headers: Vec<ForwardedHeader>,
+    /// Clients in these networks are not named in `X-Forwarded-For` or `Forwarded` (HAProxy's
+    /// `forwardfor except`): a local proxy in front that names its own clients.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub forwarded_except: Vec<crate::config::Network>,
+    /// Time to receive a whole request head, counted from when Fulcrum starts waiting for it, so
+    /// it also ends idle keep-alive connections and stops slowloris. 1ms to 1 hour.
+    #[serde(default = "defaults::head_timeout", with = "duration")]
+    pub head_timeout: Duration,
+    /// Time for a server to start its response once the request is sent, 1ms to 1 day.
+    #[serde(default = "defaults::response_timeout", with = "duration")]
+    pub response_timeout: Duration,
+    /// The older place of the service's `queue_timeout`, still read; when set, it wins.
+    #[serde(default, with = "optional_duration", skip_serializing_if = "Option::is_none")]
+    pub queue_timeout: Option<Duration>,
+    /// How long an idle keep-alive connection to a server is kept for reuse, 1ms to 1 hour.
+    #[serde(default = "defaults::keepalive_idle", with = "duration")]
+    pub keepalive_idle: Duration,
+    /// Most header fields in a request (431 above), 1 to 1000: hyper sets aside room for this
+    /// many headers every time it parses a head, so the bound is memory a client can make it take.
+    #[serde(default = "defaults::max_headers")]
+    pub max_headers: usize,
+    /// Most bytes in a request head (431 above), 8192 (hyper's smallest read buffer) to 1 MiB.
+    #[serde(default = "defaults::max_head_size")]
+    pub max_head_size: usize,
+    /// Longest request target (414 above), 16 to 65534 (the `http` crate's own limit).
+    #[serde(default = "defaults::max_uri_length")]
+    pub max_uri_length: usize,
+    #[serde(default = "defaults::access_log")]
+    pub access_log: AccessLog,
+    /// Adds `why` to each access log line: how its server was picked, in the compact form of
+    /// `GET /api/explain/recent` (e.g. `source-hash slot=4211`, `cookie affinity`).
+    #[serde(default, skip_serializing_if = "is_false")]
+    pub access_log_why: bool,
+    /// `uri-hash`: hash the query string too.
+    #[serde(default, skip_serializing_if = "is_false")]
+    pub hash_query: bool,
+    /// `header-hash`: the header whose value is hashed.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub hash_header: Option<String>,
+    /// `cookie`: the cookie that names the server (`insert`), or the application's session
+    /// cookie that gets `.server-id` appended (`jserv`).
+    #[serde(default = "defaults::cookie_name")]
+    pub cookie: String,
+    #[serde(default = "defaults::cookie_mode")]
+    pub cookie_mode: CookieMode,
+    /// `cookie`: how a client without the cookie gets its server.
+    #[serde(default, skip_serializing_if = "CookieNew::is_round_robin")]
+    pub cookie_new: CookieNew,
+    /// A plain-HTTP service answers every request with a 308 to the same URL over https.
+    #[serde(default, skip_serializing_if = "is_false")]
+    pub redirect_https: bool,
+    /// With `[service.tls]`: `Strict-Transport-Security: max-age=...` on every response,
+    /// 0s to 10 years (0s tells browsers to forget it).
+    #[serde(default, with = "optional_duration", skip_serializing_if = "Option::is_none")]
+    pub hsts: Option<Duration>,
+    /// With `[service.tls]`: offer HTTP/2 by ALPN (`h2`, then `http/1.1`).
+    #[serde(default = "defaults::yes")]
+    pub http2: bool,
+    /// A plain service also takes HTTP/2 with prior knowledge (h2c): a connection that opens
+    /// with the HTTP/2 preface.
+    #[serde(default, skip_serializing_if = "is_false")]
+    pub h2c: bool,
+    /// HTTP/2: streams a client may have open at once, 1 to 1000.
+    #[serde(default = "defaults::max_streams")]
+    pub max_streams: u32,
+}
+
+/// How the `cookie` algorithm carries the server's id.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum CookieMode {
+    /// Fulcrum sets a cookie of its own, `NAME=server-id`.
+    Insert,
+    /// Apache JServ style: the application's session cookie `NAME=session.server-id`.
+    Jserv,
+}
+
+/// Where the `cookie` algorithm places a client that has no affinity yet.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum CookieNew {
+    /// In turn, by weight (smooth weighted round robin).
+    #[default]
+    RoundRobin,
+    /// At random, by weight, as Apache's mod_jserv placed new sessions.
+    Random,
+}
+
+impl CookieNew {
+    pub fn is_round_robin(&self) -> bool {
+        *self == CookieNew::RoundRobin
+    }
+}
+
+impl Default for Http {
+    fn default() -> Self {
+        Http {
+            forwarded_headers: defaults::forwarded_headers(),
+            forwarded_except: Vec::new(),
+            head_timeout: defaults::head_timeout(),
+            response_timeout: defaults::response_timeout(),
+            keepalive_idle: defaults::keepalive_idle(),
+            queue_timeout: None,
+            max_headers: defaults::max_headers(),
+            max_head_size: defaults::max_head_size(),
+            max_uri_length: defaults::max_uri_length(),
+            access_log: defaults::access_log(),
+            access_log_why: false,
+            hash_query: false,
+            hash_header: None,
+            cookie: defaults::cookie_name(),
+            cookie_mode: defaults::cookie_mode(),
+            cookie_new: CookieNew::RoundRobin,
+            redirect_https: false,
+            hsts: None,
+            http2: true,
+            h2c: false,
+            max_streams: defaults::max_streams(),
+        }
+    }
+}
+
+impl Http {
+    pub(super) fn is_default(&self) -> bool {
+        *self == Http::default()
+    }
+}
