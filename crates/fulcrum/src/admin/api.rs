@@ -140,7 +140,7 @@ async fn explain<C: Control>(State(control): State<Arc<C>>, Query(q): Query<Expl
     let question = crate::proxy::explain::Question { client, path: q.path, host: q.host, cookie: q.cookie, sni: q.sni };
     match crate::proxy::explain::explain(service, &question) {
         Ok(e) => Json(e).into_response(),
-        Err(why) => refuse(StatusCode::BAD_REQUEST, why),
+        Err(why) => refuse(StatusCode::BAD_REQUEST, why.to_string()),
     }
 }
 

@@ -47,3 +47,12 @@ pub enum PortRangeError {
     #[error("port range {text:?} is empty or starts at 0")]
     Empty { text: String },
 }
+
+/// Why a text is not an IP network (`forwarded_except`, `trusted_proxies` and the like).
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum NetworkError {
+    #[error("{text:?} is not an IP network (address/prefix, e.g. \"10.0.0.0/8\")")]
+    NotANetwork { text: String },
+    #[error("{text:?}: the prefix length must be 0 to {max}")]
+    Prefix { text: String, max: u8 },
+}

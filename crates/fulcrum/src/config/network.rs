@@ -7,6 +7,8 @@ use std::str::FromStr;
 
 use serde::{Deserialize, Deserializer, Serialize, Serializer};
 
+use super::error::NetworkError;
+
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct Network {
     addr: IpAddr,
@@ -29,14 +31,14 @@ impl Network {
 }
 
 impl FromStr for Network {
-    type Err = String;
-    fn from_str(s: &str) -> Result<Network, String> {
+    type Err = NetworkError;
+    fn from_str(s: &str) -> Result<Network, NetworkError> {
         let (addr, prefix) = s.split_once('/').map_or((s, None), |(a, p)| (a, Some(p)));
-        let addr: IpAddr = addr.parse().map_err(|_| format!("{s:?} is not an IP network (address/prefix, e.g. \"10.0.0.0/8\")"))?;
+        let addr: IpAddr = addr.parse().map_err(|_| NetworkError::NotANetwork { text: s.to_string() })?;
         let max = if addr.is_ipv4() { 32 } else { 128 };
         let prefix = match prefix {
             None => max,
-            Some(p) => p.parse::<u8>().ok().filter(|p| *p <= max).ok_or_else(|| format!("{s:?}: the prefix length must be 0 to {max}"))?,
+            Some(p) => p.parse::<u8>().ok().filter(|p| *p <= max).ok_or_else(|| NetworkError::Prefix { text: s.to_string(), max })?,
         };
         Ok(Network { addr, prefix })
     }

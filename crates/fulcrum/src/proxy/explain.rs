@@ -107,16 +107,27 @@ pub struct Candidate {
     pub ewma_connect_ms: f64,
 }
 
+/// Why a question cannot be explained: it does not describe a request.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum QuestionError {
+    #[error("client: give the client's IP address, e.g. client=203.0.113.9")]
+    NoClient,
+    #[error("path {path:?} is not a request target")]
+    Path { path: String },
+    #[error("{name}: {value:?} is not a header value")]
+    HeaderValue { name: String, value: String },
+}
+
 /// Explains the request `q` to `service` as the data path would decide it now.
-pub fn explain(service: &Service, q: &Question) -> Result<Explanation, String> {
+pub fn explain(service: &Service, q: &Question) -> Result<Explanation, QuestionError> {
     let cfg = service.config();
-    let client = q.client.ok_or("client: give the client's IP address, e.g. client=203.0.113.9")?;
+    let client = q.client.ok_or(QuestionError::NoClient)?;
     let path = q.path.clone().unwrap_or_else(|| "/".into());
-    let uri: hyper::Uri = path.parse().map_err(|_| format!("path {path:?} is not a request target"))?;
+    let uri: hyper::Uri = path.parse().map_err(|_| QuestionError::Path { path: path.clone() })?;
     let mut headers = HeaderMap::new();
     for (name, value) in [(header::HOST, &q.host), (header::COOKIE, &q.cookie)] {
         if let Some(v) = value {
-            headers.insert(name.clone(), HeaderValue::from_str(v).map_err(|_| format!("{name}: {v:?} is not a header value"))?);
+            headers.insert(name.clone(), HeaderValue::from_str(v).map_err(|_| QuestionError::HeaderValue { name: name.to_string(), value: v.clone() })?);
         }
     }
     let host = q.host.as_deref().map(route::strip_port);
