@@ -102,6 +102,10 @@ impl App {
             fleet: fleet.clone(),
             workers,
         });
+        // From here, balancer updates run on their own thread, off the tasks that change servers.
+        if let Err(e) = crate::balance::events::start_updates() {
+            warn!("cannot start the balancer update thread ({e}); updates run where servers change");
+        }
         tokio::spawn(record_history(Arc::downgrade(&app)));
         tokio::spawn(resolve::run(Arc::downgrade(&app)));
         let generation = live.current();

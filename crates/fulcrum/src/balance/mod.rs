@@ -97,11 +97,11 @@ pub trait Balancer: Send + Sync {
     /// that draws at random draws from a generator of the moment instead of its own.
     fn peek(&self, pick: &Pick<'_>, view: &dyn ServerView) -> Option<usize>;
 
-    /// Told once when the balancer is built, before its first pick, and after every change of a
-    /// server's state or weight in `view`. Precomputed tables are rebuilt here and published for
-    /// `pick` to load. Runs on the task that changed the state (a health check, the admin API, a
-    /// connect failure on the data path), so an algorithm whose tables do not depend on what
-    /// changed returns at once.
+    /// Told once when the balancer is built, before its first pick, and after changes of a
+    /// server's state or weight in `view` (a burst of them may be one call, which sees them all).
+    /// Precomputed tables are rebuilt here and published for `pick` to load. Runs on the update
+    /// thread (`events`), never on a connection's task; an algorithm whose tables do not depend
+    /// on what changed returns at once.
     fn update(&self, _view: &dyn ServerView) {}
 
     /// What this algorithm measures of server `i`, if anything.
