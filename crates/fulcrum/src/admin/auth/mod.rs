@@ -4,12 +4,12 @@
 //! dashboard polling every second does not pay for an Argon2 hash each time.
 //!
 //! A password costs an Argon2 hash to check, so checking must not let wrong passwords take the
-//! CPU from the traffic: hashes run in a small pool off the runtime's threads ([`pool`]), and an
+//! CPU from the traffic: hashes run on a few threads off the runtime's ([`hashers`]), and an
 //! address whose passwords keep failing waits longer and longer before its next one is hashed
 //! ([`throttle`]). Tokens are compared in constant time at no cost and, at 16 characters or
 //! more, cannot be guessed, so only passwords are throttled.
 
-mod pool;
+mod hashers;
 mod throttle;
 
 use std::collections::HashSet;
@@ -29,7 +29,7 @@ pub struct Auth {
     basic: Option<(String, String)>,
     /// `Authorization` header values already verified against the password hash.
     verified: Mutex<HashSet<String>>,
-    pool: pool::Pool,
+    hashers: hashers::Hashers,
     throttle: Mutex<throttle::Throttle>,
 }
 
@@ -40,7 +40,7 @@ pub enum Verdict {
     Refused,
     /// Not checked: the client's address must wait this long after its failures.
     Throttled(Duration),
-    /// Not checked: as many passwords are being checked as the pool holds.
+    /// Not checked: as many passwords are being checked as the hashers take.
     Busy,
 }
 
@@ -80,7 +80,7 @@ impl Auth {
     }
 
     /// Whether an `Authorization` header value sent from `client` is accepted. A password is
-    /// hashed only when the client's address is not waiting and the hashing pool has room.
+    /// hashed only when the client's address is not waiting and the hashers have room.
     pub async fn check(&self, header: Option<&str>, client: IpAddr) -> Verdict {
         if !self.required() {
             return Verdict::Accepted;
@@ -105,7 +105,7 @@ impl Auth {
         if self.verified.lock().unwrap_or_else(PoisonError::into_inner).contains(value) {
             return Verdict::Accepted;
         }
-        let Some(place) = self.pool.enter() else { return Verdict::Busy };
+        let Some(place) = self.hashers.enter() else { return Verdict::Busy };
         if let Err(wait) = self.throttle().begin(client, tokio::time::Instant::now()) {
             return Verdict::Throttled(wait);
         }
@@ -233,9 +233,9 @@ mod tests {
     }
 
     #[tokio::test]
-    async fn a_full_pool_answers_busy_without_hashing() {
-        let auth = Auth { pool: pool::Pool::new(1, 0), ..with_password("s3cret") };
-        let held = auth.pool.enter().unwrap();
+    async fn full_hashers_answer_busy_without_hashing() {
+        let auth = Auth { hashers: hashers::Hashers::new(1, 0), ..with_password("s3cret") };
+        let held = auth.hashers.enter().unwrap();
         assert_eq!(auth.check(Some(&basic("admin:s3cret")), HERE).await, Verdict::Busy);
         drop(held);
         assert_eq!(auth.check(Some(&basic("admin:s3cret")), HERE).await, Verdict::Accepted);

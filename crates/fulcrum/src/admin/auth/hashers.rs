@@ -19,31 +19,32 @@ pub fn hashers() -> usize {
     if cores <= 2 { 1 } else { 2 }
 }
 
-pub struct Pool {
+/// The bounded set of password-hashing threads and the checks waiting for one.
+pub struct Hashers {
     /// Checks admitted: hashing or waiting to.
     admitted: Arc<Semaphore>,
     /// Checks hashing.
     hashing: Arc<Semaphore>,
 }
 
-impl Default for Pool {
-    fn default() -> Pool {
-        Pool::new(hashers(), WAITING)
+impl Default for Hashers {
+    fn default() -> Hashers {
+        Hashers::new(hashers(), WAITING)
     }
 }
 
-/// A place in the pool, taken without waiting; dropping it gives it back.
+/// A place among the hashers, taken without waiting; dropping it gives it back.
 pub struct Place {
     admitted: OwnedSemaphorePermit,
     hashing: Arc<Semaphore>,
 }
 
-impl Pool {
-    pub fn new(hashers: usize, waiting: usize) -> Pool {
-        Pool { admitted: Arc::new(Semaphore::new(hashers + waiting)), hashing: Arc::new(Semaphore::new(hashers)) }
+impl Hashers {
+    pub fn new(hashers: usize, waiting: usize) -> Hashers {
+        Hashers { admitted: Arc::new(Semaphore::new(hashers + waiting)), hashing: Arc::new(Semaphore::new(hashers)) }
     }
 
-    /// A place for one check, or `None` when as many are hashing and waiting as the pool holds.
+    /// A place for one check, or `None` when as many are hashing and waiting as allowed.
     pub fn enter(&self) -> Option<Place> {
         let admitted = self.admitted.clone().try_acquire_owned().ok()?;
         Some(Place { admitted, hashing: self.hashing.clone() })
@@ -53,7 +54,7 @@ impl Pool {
 impl Place {
     /// Runs `hash` on a blocking thread once a hashing place is free. `None` if it panicked.
     pub async fn run<T: Send + 'static>(self, hash: impl FnOnce() -> T + Send + 'static) -> Option<T> {
-        // The pool's semaphores are never closed.
+        // The semaphores are never closed.
         let hashing = self.hashing.acquire_owned().await.ok()?;
         let admitted = self.admitted;
         // The permits go with the hash: if the request is dropped meanwhile, the hash still
@@ -78,20 +79,20 @@ mod tests {
 
     #[test]
     fn no_more_places_than_hashers_and_waiters() {
-        let pool = Pool::new(1, 2);
-        let places: Vec<Place> = (0..3).map(|_| pool.enter().expect("a place")).collect();
-        assert!(pool.enter().is_none(), "the fourth check is refused at once");
+        let hashers = Hashers::new(1, 2);
+        let places: Vec<Place> = (0..3).map(|_| hashers.enter().expect("a place")).collect();
+        assert!(hashers.enter().is_none(), "the fourth check is refused at once");
         drop(places);
-        assert!(pool.enter().is_some());
+        assert!(hashers.enter().is_some());
     }
 
     #[tokio::test]
     async fn hashes_run_off_the_runtime_thread_one_at_a_time() {
-        let pool = Pool::new(1, 4);
+        let hashers = Hashers::new(1, 4);
         let running = Arc::new(std::sync::atomic::AtomicUsize::new(0));
         let runtime_thread = std::thread::current().id();
         let checks = (0..4).map(|_| {
-            let place = pool.enter().unwrap();
+            let place = hashers.enter().unwrap();
             let running = running.clone();
             place.run(move || {
                 let at_once = running.fetch_add(1, std::sync::atomic::Ordering::SeqCst) + 1;
