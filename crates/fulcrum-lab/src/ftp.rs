@@ -104,7 +104,7 @@ struct Setup<'a> {
 async fn run_one(ctx: &Ctx, setup: &Setup<'_>, k: usize, algorithm: &'static str, repeat: usize) -> anyhow::Result<FtpRun> {
     let Setup { vsftpd, files, sizes, sessions_per_client } = *setup;
     let dir = |i: usize| ctx.work.join(format!("vsftpd-{algorithm}-{i}"));
-    let servers: Vec<Vsftpd> = (1..=SERVERS).map(|i| Vsftpd::start(vsftpd, &dir(i), &format!("ftp{i}"), files, free_addr()?)).collect::<anyhow::Result<_>>()?;
+    let mut servers: Vec<Vsftpd> = (1..=SERVERS).map(|i| Vsftpd::start(vsftpd, &dir(i), &format!("ftp{i}"), files, free_addr()?)).collect::<anyhow::Result<_>>()?;
     let addrs: Vec<_> = servers.iter().map(|s| (s.addr, 1)).collect();
     let ports = format!("data_ports = \"{}-{}\"\n", 46000 + k * 200, 46199 + k * 200);
     let f = Fulcrum::start(&ctx.work, &format!("ftp-{algorithm}-{repeat}"), &service_toml("ftp", algorithm, &addrs, &ports))?;
@@ -154,7 +154,6 @@ async fn run_one(ctx: &Ctx, setup: &Setup<'_>, k: usize, algorithm: &'static str
     let most_memory = |i: usize| usage.iter().filter_map(|u| u.1.get(i)).map(|u| u.rss_kib).max().unwrap_or(0);
     // The samples' ticks serve the timelines; the totals come from each vsftpd's rusage, as
     // /proc's 10 ms ticks round a server's few short sessions down to nothing.
-    let mut servers = servers;
     let mut cpu = Vec::new();
     for (s, before) in servers.iter_mut().zip(&before) {
         cpu.push(s.end_measured()? - before);

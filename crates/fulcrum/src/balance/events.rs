@@ -38,15 +38,15 @@ static UPDATES: OnceLock<mpsc::Sender<Arc<Subscribers>>> = OnceLock::new();
 /// Starts the thread that runs every balancer update from now on; once per process (the apps of
 /// one process share it).
 pub fn start_updates() -> std::io::Result<()> {
-    static STARTED: Mutex<bool> = Mutex::new(false);
-    let mut started = STARTED.lock().unwrap_or_else(|p| p.into_inner());
-    if *started {
+    // Held while starting, so two apps starting at once start one thread.
+    static STARTING: Mutex<()> = Mutex::new(());
+    let _one_at_a_time = STARTING.lock().unwrap_or_else(|p| p.into_inner());
+    if UPDATES.get().is_some() {
         return Ok(());
     }
     let (queue, queued) = mpsc::channel::<Arc<Subscribers>>();
     std::thread::Builder::new().name("fulcrum-updates".into()).spawn(move || serve(queued))?;
     let _ = UPDATES.set(queue);
-    *started = true;
     Ok(())
 }
 

@@ -260,8 +260,8 @@ impl Balancer for PassiveRatio {
             Some(st) => turn(&st.controller.ratios, &mut st.current.clone(), pick, view),
             // Before its first update: the ratios it would start with.
             None => {
-                let fresh = Self::fresh(view);
-                turn(&fresh.controller.ratios, &mut fresh.current.clone(), pick, view)
+                let mut fresh = Self::fresh(view);
+                turn(&fresh.controller.ratios, &mut fresh.current, pick, view)
             }
         }
     }

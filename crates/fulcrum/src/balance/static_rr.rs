@@ -72,23 +72,26 @@ fn build(weights: &[u32]) -> Vec<usize> {
     out
 }
 
-impl Balancer for StaticRr {
-    fn pick(&self, pick: &Pick<'_>, view: &dyn ServerView) -> Option<usize> {
+impl StaticRr {
+    /// The first usable server of the sequence from position `start` on.
+    fn walk(&self, start: usize, pick: &Pick<'_>, view: &dyn ServerView) -> Option<usize> {
         let seq = self.sequence.load();
         let len = seq.order.len();
-        if len == 0 {
+        (0..len).map(|k| seq.order[(start + k) % len]).find(|&i| pick.usable(view, i))
+    }
+}
+
+impl Balancer for StaticRr {
+    fn pick(&self, pick: &Pick<'_>, view: &dyn ServerView) -> Option<usize> {
+        if self.sequence.load().order.is_empty() {
             return None;
         }
-        let start = self.cursor.fetch_add(1, Relaxed);
-        (0..len).map(|k| seq.order[(start + k) % len]).find(|&i| pick.usable(view, i))
+        self.walk(self.cursor.fetch_add(1, Relaxed), pick, view)
     }
 
     /// The walk from the cursor, which stays where it is.
     fn peek(&self, pick: &Pick<'_>, view: &dyn ServerView) -> Option<usize> {
-        let seq = self.sequence.load();
-        let len = seq.order.len();
-        let start = self.cursor.load(Relaxed);
-        (0..len).map(|k| seq.order[(start + k) % len]).find(|&i| pick.usable(view, i))
+        self.walk(self.cursor.load(Relaxed), pick, view)
     }
 
     fn update(&self, view: &dyn ServerView) {

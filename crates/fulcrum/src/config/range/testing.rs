@@ -198,6 +198,19 @@ pub(crate) fn minimal(settings: &[Setting]) -> Vec<String> {
         .collect()
 }
 
+/// Values drawn for every setting, each from its range.
+pub(crate) fn drawn_values() -> Vec<BoxedStrategy<String>> {
+    settings().into_iter().map(|s| in_range(s.kind)).collect()
+}
+
+/// The config of drawn `values` (a `reuse` above its `suppress` lowered to fit), as parsed.
+pub(crate) fn drawn_config(mut values: Vec<String>) -> Result<crate::config::Config, TestCaseError> {
+    let settings = settings();
+    below_suppress(&settings, &mut values);
+    let (text, _) = config_text(&settings, &values);
+    crate::config::parse(&text, "t.toml").map_err(|d| TestCaseError::fail(format!("{d}\n{text}")))
+}
+
 /// `reuse` must be below `suppress` (or damping off), a rule between two values that each
 /// range alone does not state: a drawn `reuse` is lowered to fit.
 pub(crate) fn below_suppress(settings: &[Setting], values: &mut [String]) {

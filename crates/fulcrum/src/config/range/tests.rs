@@ -86,11 +86,8 @@ proptest! {
     #![proptest_config(ProptestConfig::with_cases(48))]
 
     #[test]
-    fn any_config_within_the_ranges_is_accepted_and_reads_back(mut values in settings().into_iter().map(|s| in_range(s.kind)).collect::<Vec<_>>()) {
-        let settings = settings();
-        below_suppress(&settings, &mut values);
-        let (text, _) = config_text(&settings, &values);
-        let config = parse(&text, "t.toml").map_err(|d| TestCaseError::fail(format!("{d}\n{text}")))?;
+    fn any_config_within_the_ranges_is_accepted_and_reads_back(values in drawn_values()) {
+        let config = drawn_config(values)?;
         let read_back = crate::config::revalidate(&config).map_err(|d| TestCaseError::fail(format!("written back: {d}")))?;
         prop_assert_eq!(&read_back, &config);
     }

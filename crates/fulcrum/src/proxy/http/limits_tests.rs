@@ -67,11 +67,7 @@ proptest! {
     #![proptest_config(ProptestConfig::with_cases(48))]
 
     #[test]
-    fn any_config_within_the_ranges_runs(mut values in settings().into_iter().map(|s| in_range(s.kind)).collect::<Vec<_>>()) {
-        let settings = settings();
-        below_suppress(&settings, &mut values);
-        let (text, _) = config_text(&settings, &values);
-        let config = parse(&text, "t.toml").map_err(|d| TestCaseError::fail(format!("{d}\n{text}")))?;
-        run(&config);
+    fn any_config_within_the_ranges_runs(values in drawn_values()) {
+        run(&drawn_config(values)?);
     }
 }
