@@ -8,6 +8,9 @@
 //! `scaling` (1 to 4 servers at low and high concurrency); `compare` sets two runs side by side.
 //! `soak` is not an experiment but a long mixed-load run under chaos that fails when Fulcrum errs
 //! towards a healthy server or grows (`scripts/soak`).
+// The lab measures real time: it reads the system clocks directly (clippy.toml keeps them to
+// `fulcrum::clock` in the balancer).
+#![allow(clippy::disallowed_methods)]
 
 mod client;
 mod ftp;

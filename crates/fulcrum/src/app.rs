@@ -380,7 +380,7 @@ impl admin::Control for App {
 async fn apply_installs(app: std::sync::Weak<App>, mut installs: tokio::sync::mpsc::Receiver<crate::fleet::Install>) {
     while let Some(install) = installs.recv().await {
         let Some(app) = app.upgrade() else { return };
-        let said = app.apply(install.config).await.map_err(|e| e.to_string());
+        let said = app.apply(install.config).await.map_err(|e| crate::fleet::InstallError::Refused(Box::new(e)));
         let _ = install.done.send(said);
     }
 }

@@ -11,6 +11,7 @@ use std::time::Duration;
 
 use hickory_resolver::Resolver;
 use hickory_resolver::config::{ConnectionConfig, NameServerConfig, ResolverConfig};
+use hickory_resolver::net::NetError;
 use hickory_resolver::net::runtime::TokioRuntimeProvider;
 use hickory_resolver::proto::rr::RData;
 
@@ -31,29 +32,46 @@ pub struct SrvServer {
     pub backup: bool,
 }
 
+/// Why an SRV name gave no servers; the service keeps the servers it had, or is refused if new.
+#[derive(Debug, thiserror::Error)]
+pub enum SrvError {
+    #[error("cannot start a DNS runtime: {0}")]
+    Runtime(std::io::Error),
+    #[error("the DNS lookup thread failed")]
+    Thread,
+    #[error("SRV {name}: no answer within {} s", LOOKUP_TIMEOUT.as_secs())]
+    Timeout { name: String },
+    #[error("nameserver {0:?} is not ip:port")]
+    Nameserver(String),
+    #[error("cannot make a DNS resolver: {0}")]
+    Resolver(Box<NetError>),
+    #[error("SRV {name}: {cause}")]
+    Lookup { name: String, cause: Box<NetError> },
+    #[error("SRV {name}: target {target}: {cause}")]
+    Target { name: String, target: String, cause: Box<NetError> },
+    #[error("SRV {name}: target {target} has no address")]
+    NoAddress { name: String, target: String },
+}
+
 /// The servers `name`'s SRV records name, in a stable order (priority, then target and port).
-pub fn srv(name: &str, dns: Option<&Dns>) -> Result<Vec<SrvServer>, String> {
+pub fn srv(name: &str, dns: Option<&Dns>) -> Result<Vec<SrvServer>, SrvError> {
     let (name, dns) = (name.to_string(), dns.cloned());
     std::thread::scope(|s| {
         s.spawn(move || {
-            let rt = tokio::runtime::Builder::new_current_thread().enable_all().build().map_err(|e| format!("cannot start a DNS runtime: {e}"))?;
-            rt.block_on(async {
-                tokio::time::timeout(LOOKUP_TIMEOUT, lookup(&name, dns.as_ref()))
-                    .await
-                    .unwrap_or_else(|_| Err(format!("SRV {name}: no answer within {} s", LOOKUP_TIMEOUT.as_secs())))
-            })
+            let rt = tokio::runtime::Builder::new_current_thread().enable_all().build().map_err(SrvError::Runtime)?;
+            rt.block_on(async { tokio::time::timeout(LOOKUP_TIMEOUT, lookup(&name, dns.as_ref())).await.unwrap_or_else(|_| Err(SrvError::Timeout { name: name.clone() })) })
         })
         .join()
-        .unwrap_or_else(|_| Err("the DNS lookup thread failed".into()))
+        .unwrap_or(Err(SrvError::Thread))
     })
 }
 
-async fn lookup(name: &str, dns: Option<&Dns>) -> Result<Vec<SrvServer>, String> {
+async fn lookup(name: &str, dns: Option<&Dns>) -> Result<Vec<SrvServer>, SrvError> {
     let resolver = match dns {
         Some(d) => {
             let mut config = ResolverConfig::from_parts(None, Vec::new(), Vec::new());
             for ns in &d.nameservers {
-                let at: SocketAddr = ns.parse().map_err(|_| format!("nameserver {ns:?} is not ip:port"))?;
+                let at: SocketAddr = ns.parse().map_err(|_| SrvError::Nameserver(ns.clone()))?;
                 let (mut udp, mut tcp) = (ConnectionConfig::udp(), ConnectionConfig::tcp());
                 (udp.port, tcp.port) = (at.port(), at.port());
                 config.add_name_server(NameServerConfig::new(at.ip(), true, vec![udp, tcp]));
@@ -62,16 +80,16 @@ async fn lookup(name: &str, dns: Option<&Dns>) -> Result<Vec<SrvServer>, String>
         }
         None => Resolver::builder_tokio().and_then(|b| b.build()),
     }
-    .map_err(|e| format!("cannot make a DNS resolver: {e}"))?;
-    let answer = resolver.srv_lookup(name).await.map_err(|e| format!("SRV {name}: {e}"))?;
+    .map_err(|e| SrvError::Resolver(Box::new(e)))?;
+    let answer = resolver.srv_lookup(name).await.map_err(|cause| SrvError::Lookup { name: name.into(), cause: Box::new(cause) })?;
     let records: Vec<_> = answer.answers().iter().filter_map(|r| if let RData::SRV(srv) = &r.data { Some(srv.clone()) } else { None }).collect();
     let lowest = records.iter().map(|r| r.priority).min().unwrap_or(0);
     let mut servers = Vec::with_capacity(records.len());
     for r in &records {
         let target = r.target.to_utf8();
         let target = target.trim_end_matches('.');
-        let ips = resolver.lookup_ip(target).await.map_err(|e| format!("SRV {name}: target {target}: {e}"))?;
-        let ip = ips.iter().next().ok_or_else(|| format!("SRV {name}: target {target} has no address"))?;
+        let ips = resolver.lookup_ip(target).await.map_err(|cause| SrvError::Target { name: name.into(), target: target.into(), cause: Box::new(cause) })?;
+        let ip = ips.iter().next().ok_or_else(|| SrvError::NoAddress { name: name.into(), target: target.into() })?;
         servers.push(SrvServer {
             address: format!("{target}:{}", r.port),
             addr: SocketAddr::new(ip, r.port),

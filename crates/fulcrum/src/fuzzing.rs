@@ -1,5 +1,5 @@
 //! The entry points of the fuzz targets (`fuzz/` at the repository root) and of the test that
-//! replays their corpora on stable (`tests/fuzz_corpora.rs`): one function per target, taking the
+//! replays their corpora on stable (`tests/fast/fuzz_corpora.rs`): one function per target, taking the
 //! raw input, so both call the very same code and the parsers stay crate-private.
 //!
 //! Each function feeds peer- or user-controlled bytes to one parser the way the process does, and

@@ -16,7 +16,7 @@ use axum::serve::{IncomingStream, Listener};
 use tokio::io::{AsyncRead, AsyncWrite, ReadBuf};
 use tokio::net::{TcpListener, TcpStream};
 use tokio::sync::{OwnedSemaphorePermit, Semaphore};
-use tokio::time::{Instant, Sleep};
+use tokio::time::Sleep;
 
 /// Admin connections served at once: a dashboard takes a few, scripts a few more. The
 /// descriptor budget reserves as many (`live::budget`).
@@ -76,7 +76,7 @@ impl Held {
             }
             Poll::Pending => Poll::Pending,
             ready => {
-                self.idle.as_mut().reset(Instant::now() + IDLE);
+                self.idle.as_mut().reset(crate::clock::timer_now() + IDLE);
                 ready
             }
         }
@@ -138,7 +138,7 @@ mod tests {
         let mut capped = Capped::new(inner, 2);
         let mut client = TcpStream::connect(addr).await.unwrap();
         let (mut held, _) = capped.accept().await;
-        let started = Instant::now();
+        let started = crate::clock::timer_now();
         // Bytes arriving within the idle time keep it open.
         for _ in 0..3 {
             tokio::time::sleep(IDLE / 2).await;
@@ -149,7 +149,7 @@ mod tests {
         let mut got = [0u8; 1];
         let err = held.read(&mut got).await.expect_err("idle");
         assert_eq!(err.kind(), std::io::ErrorKind::TimedOut);
-        assert!(started.elapsed() >= IDLE / 2 * 3 + IDLE, "{:?}", started.elapsed());
+        assert!(crate::clock::since(started) >= IDLE / 2 * 3 + IDLE, "{:?}", crate::clock::since(started));
     }
 
     #[tokio::test]

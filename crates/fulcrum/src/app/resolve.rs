@@ -80,8 +80,9 @@ pub async fn run(app: Weak<App>) {
                     }
                 }
                 Err(e) => {
-                    if failing.insert(name.clone(), e.clone()).as_ref() != Some(&e) {
-                        warn!(service = %service, "{e}; keeping the servers it named");
+                    let said = e.to_string();
+                    if failing.insert(name.clone(), said.clone()).as_ref() != Some(&said) {
+                        warn!(service = %service, "{said}; keeping the servers it named");
                     }
                 }
             }

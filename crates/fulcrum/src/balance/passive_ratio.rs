@@ -250,7 +250,7 @@ fn turn(ratios: &[f64], current: &mut [f64], pick: &Pick<'_>, view: &dyn ServerV
 
 impl Balancer for PassiveRatio {
     fn pick(&self, pick: &Pick<'_>, view: &dyn ServerView) -> Option<usize> {
-        self.pick_at(pick, view, Instant::now())
+        self.pick_at(pick, view, crate::clock::now())
     }
 
     /// The turn by the ratios as they are, on a copy of the scores: no control step is taken.

@@ -19,7 +19,7 @@ pub enum FleetError {
     #[error("the fleet's config at etcd revision {revision} is refused, the running config stays:\n{diagnostics}")]
     Refused { revision: i64, diagnostics: Diagnostics },
     #[error("the fleet's config at etcd revision {revision} could not be applied, the running config stays: {error}")]
-    Apply { revision: i64, error: String },
+    Apply { revision: i64, error: super::InstallError },
     #[error("change refused, the fleet's config stays:\n{0}")]
     ChangeRefused(Diagnostics),
     #[error(transparent)]

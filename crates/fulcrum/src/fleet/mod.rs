@@ -21,7 +21,7 @@ pub mod snapshot;
 mod write;
 
 use std::sync::{Arc, Mutex};
-use std::time::{Duration, SystemTime, UNIX_EPOCH};
+use std::time::{Duration, UNIX_EPOCH};
 
 use etcd_client::{Client, GetOptions, PutOptions, WatchOptions};
 use serde::Serialize;
@@ -57,7 +57,17 @@ pub struct Fleet {
 /// A config the fleet composed, for the app to apply; `done` takes what applying said.
 pub struct Install {
     pub config: Config,
-    pub done: oneshot::Sender<Result<String, String>>,
+    pub done: oneshot::Sender<Result<String, InstallError>>,
+}
+
+/// Why a composed config was not applied. The app's own error is carried whole: the fleet sits
+/// below the app and does not name its types.
+#[derive(Debug, thiserror::Error)]
+pub enum InstallError {
+    #[error("the app stopped taking configs")]
+    Stopped,
+    #[error(transparent)]
+    Refused(Box<dyn std::error::Error + Send + Sync>),
 }
 
 #[derive(Default)]
@@ -216,11 +226,10 @@ impl Fleet {
     }
 
     /// Sends `config` to the app and waits for what applying it said.
-    async fn apply(&self, config: Config) -> Result<String, String> {
+    async fn apply(&self, config: Config) -> Result<String, InstallError> {
         let (done, said) = oneshot::channel();
-        let stopped = || "the app stopped taking configs".to_string();
-        self.installs.send(Install { config, done }).await.map_err(|_| stopped())?;
-        said.await.map_err(|_| stopped())?
+        self.installs.send(Install { config, done }).await.map_err(|_| InstallError::Stopped)?;
+        said.await.map_err(|_| InstallError::Stopped)?
     }
 
     /// Follows etcd until `stopping`: one session at a time, each started afresh (read
@@ -377,7 +386,7 @@ impl Fleet {
 }
 
 fn unix_now() -> u64 {
-    SystemTime::now().duration_since(UNIX_EPOCH).map_or(0, |d| d.as_secs())
+    crate::clock::wall().duration_since(UNIX_EPOCH).map_or(0, |d| d.as_secs())
 }
 
 fn host_name() -> String {

@@ -9,7 +9,7 @@
 use std::collections::HashMap;
 use std::net::SocketAddr;
 use std::sync::{Arc, Mutex};
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use tokio::sync::watch;
 use tokio_util::sync::CancellationToken;
@@ -140,9 +140,9 @@ impl Checks {
 /// Waits until every checked server has its first result, or `limit` passes, so a server that
 /// serves the wrong page never sees traffic at start-up.
 pub async fn wait_first_round(generation: &Generation, limit: Duration) {
-    let deadline = Instant::now() + limit;
+    let deadline = crate::clock::now() + limit;
     let pending = || generation.pools().map(|(_, p)| p).filter(|s| s.config.health.kind != HealthKind::None).flat_map(|s| s.servers()).any(|e| !e.state.checked());
-    while pending() && Instant::now() < deadline {
+    while pending() && crate::clock::now() < deadline {
         tokio::time::sleep(Duration::from_millis(10)).await;
     }
 }
@@ -162,7 +162,7 @@ async fn run(mut view: watch::Receiver<View>, stop: CancellationToken) {
         let name = &pool.config.name;
         let address = &state.key.address;
         let target = Target { server: &entry, tls: pool.server_tls.as_deref(), h2: !pool.config.protocol.is_http1() };
-        let started = Instant::now();
+        let started = crate::clock::now();
         let result = match cfg.kind {
             // No active check: a passive hold ends after one interval.
             HealthKind::None => Ok("no check".to_string()),
@@ -173,10 +173,10 @@ async fn run(mut view: watch::Receiver<View>, stop: CancellationToken) {
         let ok = result.is_ok();
         if cfg.kind != HealthKind::None {
             let text = match &result {
-                Ok(t) => format!("pass: {t} in {} ms", started.elapsed().as_millis()),
+                Ok(t) => format!("pass: {t} in {} ms", crate::clock::since(started).as_millis()),
                 Err(t) => format!("fail: {t}"),
             };
-            state.set_last_check(text, started.elapsed());
+            state.set_last_check(text, crate::clock::since(started));
             let changed = machine.record(ok);
             state.set_check_streak(machine.streak());
             if let Some(up) = changed {

@@ -107,7 +107,7 @@ pub enum BuildError {
     #[error("service {service}: TLS: {cause}")]
     Tls { service: String, cause: crate::tls::TlsError },
     #[error("service {service}: {cause}")]
-    Srv { service: String, cause: String },
+    Srv { service: String, cause: crate::dns::SrvError },
     #[error("runtime registry poisoned")]
     Poisoned,
 }
@@ -226,7 +226,7 @@ fn build(config: Config, registry: &mut Registry, budget: &Arc<Budget>, previous
                 (None, None) => None,
             };
             if let Some(t) = tls.as_ref().filter(|_| same_tls.is_none()) {
-                for (cert, left) in t.expiring(std::time::SystemTime::now()) {
+                for (cert, left) in t.expiring(crate::clock::wall()) {
                     tracing::warn!(service = %sc.name, file = %cert.file, "TLS certificate expires in {} (at {})", humantime::format_duration(std::time::Duration::from_secs(left.as_secs() / 3600 * 3600)), crate::tls::unix_to_text(cert.not_after));
                 }
             }

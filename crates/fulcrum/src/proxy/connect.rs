@@ -4,7 +4,7 @@
 
 use std::io;
 use std::net::SocketAddr;
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use socket2::{Domain, Protocol, Socket, Type};
 use tokio::io::Interest;
@@ -23,11 +23,11 @@ pub async fn measured(addr: SocketAddr, limit: Duration) -> (Result<TcpStream, O
         Ok(s) => s,
         Err(e) => return (Err(Some(e)), 0),
     };
-    let started = Instant::now();
+    let started = crate::clock::now();
     let outcome = tokio::time::timeout(limit, stream.ready(Interest::WRITABLE | Interest::ERROR)).await;
     // The first SYN retransmission comes after the initial RTO (1 s on Linux, 200 ms at the very
     // least): a faster connect sent one SYN, and the kernel need not be asked.
-    let syns = if started.elapsed() < MIN_SYN_RTO { 1 } else { tcp_info::syns_sent(&stream).unwrap_or(1) };
+    let syns = if crate::clock::since(started) < MIN_SYN_RTO { 1 } else { tcp_info::syns_sent(&stream).unwrap_or(1) };
     let result = match outcome {
         Err(_) => Err(None),
         Ok(Err(e)) => Err(Some(e)),

@@ -10,7 +10,6 @@ use std::sync::atomic::{AtomicU64, Ordering::Relaxed};
 use std::task::{Context, Poll, ready};
 
 use tokio::io::{AsyncRead, AsyncWrite, ReadBuf};
-use tokio::time::Instant;
 
 use super::tcp::{Meters, Options, idle_limit};
 
@@ -24,7 +23,7 @@ where
     S: AsyncRead + AsyncWrite + Unpin,
 {
     let (mut up, mut down) = (Half::default(), Half::default());
-    let mut last = Instant::now();
+    let mut last = crate::clock::timer_now();
     let timer = tokio::time::sleep_until(last + idle_limit(&opts, false, false));
     tokio::pin!(timer);
     poll_fn(|cx| {
@@ -37,11 +36,11 @@ where
             return Poll::Ready(Ok((up.total, down.total)));
         }
         if (up.total, down.total) != moved {
-            last = Instant::now();
+            last = crate::clock::timer_now();
         }
         while timer.as_mut().poll(cx).is_ready() {
             let deadline = last + idle_limit(&opts, up.done, down.done);
-            if deadline <= Instant::now() {
+            if deadline <= crate::clock::timer_now() {
                 return Poll::Ready(Err(io::Error::new(io::ErrorKind::TimedOut, "idle timeout")));
             }
             timer.as_mut().reset(deadline);

@@ -11,7 +11,7 @@
 use std::net::SocketAddr;
 use std::sync::Arc;
 use std::sync::atomic::Ordering::Relaxed;
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use tokio::net::TcpStream;
 use tracing::{debug, warn};
@@ -141,11 +141,11 @@ impl<'a> Dispatch<'a> {
         let cfg = &self.pool.config;
         let entry = &place.entry;
         let state = &entry.state;
-        let started = Instant::now();
+        let started = crate::clock::now();
         let (result, syns) = connect::measured(entry.addr, cfg.connect_timeout).await;
         let err = match result {
             Ok(stream) => {
-                state.measure.record_connect(syns, true, started.elapsed());
+                state.measure.record_connect(syns, true, crate::clock::since(started));
                 state.record_connect_success();
                 return Ok(stream);
             }
@@ -157,7 +157,7 @@ impl<'a> Dispatch<'a> {
             return Err(err);
         }
         // A refusal is an answer (RST), but not a SYN-ACK: the server did not accept.
-        state.measure.record_connect(syns, false, started.elapsed());
+        state.measure.record_connect(syns, false, crate::clock::since(started));
         if state.record_connect_failure(cfg.failure_limit) {
             warn!(service = %cfg.name, server = %state.key.address, reason = %err,
                 "server down: {} consecutive connect failures (failure_limit)", cfg.failure_limit);

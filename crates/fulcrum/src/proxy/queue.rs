@@ -24,12 +24,12 @@ impl<'a> Waiting<'a> {
     pub fn enter(state: &'a ServiceState) -> Self {
         state.queue.fetch_add(1, Relaxed);
         state.note_waiting_peak();
-        Waiting { state, since: Instant::now() }
+        Waiting { state, since: crate::clock::timer_now() }
     }
 
     /// Waits until a place may have freed; `false` once `timeout` has passed since entering.
     pub async fn wait(&self, timeout: Duration) -> bool {
-        let left = timeout.saturating_sub(self.since.elapsed());
+        let left = timeout.saturating_sub(crate::clock::since(self.since));
         if left.is_zero() {
             return false;
         }
@@ -39,7 +39,7 @@ impl<'a> Waiting<'a> {
 
     /// Time spent in the queue so far.
     pub fn waited(&self) -> Duration {
-        self.since.elapsed()
+        crate::clock::since(self.since)
     }
 }
 

@@ -40,7 +40,6 @@ use std::time::Duration;
 use aya::maps::{HashMap as BpfHashMap, Map, MapData, SockHash};
 use aya::programs::SkSkb;
 use tokio::net::TcpStream;
-use tokio::time::Instant;
 use tracing::{info, warn};
 
 use super::tcp::{Meters, Options};
@@ -93,7 +92,26 @@ struct Loaded {
 }
 
 // Set by the first `prepare` that sees a sockmap service: the program, or why it cannot run.
-static LOADED: OnceLock<Result<Loaded, String>> = OnceLock::new();
+static LOADED: OnceLock<Result<Loaded, LoadError>> = OnceLock::new();
+
+/// Why the fast path's program could not be loaded; the services that asked for it splice.
+#[derive(Debug, thiserror::Error)]
+pub enum LoadError {
+    #[error("this binary was built without the BPF program (clang or libbpf-dev missing at build time)")]
+    NotBuilt,
+    #[error("loading the BPF object: {0} (needs CAP_BPF and CAP_NET_ADMIN, or root)")]
+    Object(aya::EbpfError),
+    #[error("no {0} in the object")]
+    Missing(&'static str),
+    #[error("{0} has an unexpected map type")]
+    MapType(&'static str),
+    #[error("{what}: {cause}")]
+    Map { what: &'static str, cause: aya::maps::MapError },
+    #[error("{what}: {cause}")]
+    Program { what: &'static str, cause: aya::programs::ProgramError },
+    #[error("{what}: {cause}")]
+    Io { what: &'static str, cause: io::Error },
+}
 
 /// Whether `prepare` has work for `config`: a TCP service asks for the fast path and no load
 /// was tried yet. Cheap, so a reload can ask before it moves to a blocking thread.
@@ -125,24 +143,25 @@ pub fn active() -> bool {
     matches!(LOADED.get(), Some(Ok(_)))
 }
 
-fn load() -> Result<Loaded, String> {
+fn load() -> Result<Loaded, LoadError> {
     if OBJECT.is_empty() {
-        return Err("this binary was built without the BPF program (clang or libbpf-dev missing at build time)".into());
+        return Err(LoadError::NotBuilt);
     }
-    let mut ebpf = aya::Ebpf::load(OBJECT).map_err(|e| format!("loading the BPF object: {e} (needs CAP_BPF and CAP_NET_ADMIN, or root)"))?;
-    let socks = ebpf.map("socks").ok_or("no socks map in the object")?;
-    let socks = SockHash::<_, u64>::try_from(socks).map_err(|e| format!("socks map: {e}"))?;
-    let socks_fd = socks.fd().try_clone().map_err(|e| format!("socks map: {e}"))?;
-    let program: &mut SkSkb = ebpf.program_mut("verdict").ok_or("no verdict program in the object")?.try_into().map_err(|e| format!("verdict program: {e}"))?;
-    program.load().map_err(|e| format!("loading the stream verdict program: {e}"))?;
-    program.attach(&socks_fd).map_err(|e| format!("attaching the stream verdict program (a kernel without CONFIG_BPF_STREAM_PARSER?): {e}"))?;
-    let fd = |name: &str| -> Result<OwnedFd, String> {
-        let map = ebpf.map(name).ok_or_else(|| format!("no {name} map in the object"))?;
+    let mut ebpf = aya::Ebpf::load(OBJECT).map_err(LoadError::Object)?;
+    let socks = ebpf.map("socks").ok_or(LoadError::Missing("socks map"))?;
+    let socks = SockHash::<_, u64>::try_from(socks).map_err(|cause| LoadError::Map { what: "socks map", cause })?;
+    let socks_fd = socks.fd().try_clone().map_err(|cause| LoadError::Io { what: "socks map", cause })?;
+    let program: &mut SkSkb =
+        ebpf.program_mut("verdict").ok_or(LoadError::Missing("verdict program"))?.try_into().map_err(|cause| LoadError::Program { what: "verdict program", cause })?;
+    program.load().map_err(|cause| LoadError::Program { what: "loading the stream verdict program", cause })?;
+    program.attach(&socks_fd).map_err(|cause| LoadError::Program { what: "attaching the stream verdict program (a kernel without CONFIG_BPF_STREAM_PARSER?)", cause })?;
+    let fd = |name: &'static str| -> Result<OwnedFd, LoadError> {
+        let map = ebpf.map(name).ok_or(LoadError::Missing(name))?;
         let data = match map {
             Map::HashMap(d) | Map::SockHash(d) => d,
-            _ => return Err(format!("{name} has an unexpected map type")),
+            _ => return Err(LoadError::MapType(name)),
         };
-        data.fd().as_fd().try_clone_to_owned().map_err(|e| format!("{name} map: {e}"))
+        data.fd().as_fd().try_clone_to_owned().map_err(|cause| LoadError::Io { what: name, cause })
     };
     let (socks, links, counts) = (fd("socks")?, fd("links")?, fd("counts")?);
     Ok(Loaded { _ebpf: ebpf, socks, links, counts })
@@ -295,7 +314,7 @@ pub async fn forward(mut pair: Pair, client: TcpStream, server: TcpStream, opts:
 /// counts differ), so order holds and only a look is needed to move them.
 async fn wait(pair: &mut Pair, client: &std::net::TcpStream, server: &std::net::TcpStream, opts: Options, meters: &Meters<'_>) -> io::Result<()> {
     let watch = Watch::new(client, server)?;
-    let mut last = Instant::now();
+    let mut last = crate::clock::timer_now();
     let mut seen = 0u64;
     let mut drain_wait = DRAIN_FIRST;
     let mut settle = Some(SETTLE_FIRST);
@@ -350,17 +369,17 @@ async fn wait(pair: &mut Pair, client: &std::net::TcpStream, server: &std::net::
             wait
         };
         if let Some(wait) = soon {
-            timer.as_mut().reset((Instant::now() + wait).min(last + idle_limit(&opts, pair)));
+            timer.as_mut().reset((crate::clock::timer_now() + wait).min(last + idle_limit(&opts, pair)));
         }
         while timer.as_mut().poll(cx).is_ready() {
             // The timer fired: did bytes move since the last look?
             let total = report(pair, meters);
             if total != seen {
                 seen = total;
-                last = Instant::now();
+                last = crate::clock::timer_now();
             }
             let deadline = last + idle_limit(&opts, pair);
-            if deadline <= Instant::now() {
+            if deadline <= crate::clock::timer_now() {
                 return Poll::Ready(Err(io::Error::new(io::ErrorKind::TimedOut, "idle timeout")));
             }
             timer.as_mut().reset(deadline);
@@ -384,21 +403,23 @@ struct Watcher {
     next: AtomicU64,
 }
 
-static WATCHER: OnceLock<Result<Watcher, String>> = OnceLock::new();
+// The error is kept as its kind and message: each caller gets an `io::Error` of its own.
+static WATCHER: OnceLock<Result<Watcher, (io::ErrorKind, String)>> = OnceLock::new();
 
 fn watcher() -> io::Result<&'static Watcher> {
     let w = WATCHER.get_or_init(|| {
         // SAFETY: epoll_create1 takes no pointer; a non-negative result is a descriptor we own.
         let fd = unsafe { libc::epoll_create1(libc::EPOLL_CLOEXEC) };
         if fd < 0 {
-            return Err(format!("epoll_create1: {}", io::Error::last_os_error()));
+            let e = io::Error::last_os_error();
+            return Err((e.kind(), format!("epoll_create1: {e}")));
         }
         // SAFETY: `fd` was just returned by epoll_create1 and nothing else owns it.
         let epoll = unsafe { <OwnedFd as std::os::fd::FromRawFd>::from_raw_fd(fd) };
-        std::thread::Builder::new().name("fulcrum-sockmap".into()).spawn(watch_loop).map_err(|e| format!("watcher thread: {e}"))?;
+        std::thread::Builder::new().name("fulcrum-sockmap".into()).spawn(watch_loop).map_err(|e| (e.kind(), format!("watcher thread: {e}")))?;
         Ok(Watcher { epoll, wakers: Mutex::default(), next: AtomicU64::new(1) })
     });
-    w.as_ref().map_err(|e| io::Error::other(e.clone()))
+    w.as_ref().map_err(|(kind, why)| io::Error::new(*kind, why.clone()))
 }
 
 fn watch_loop() {

@@ -24,7 +24,6 @@ use std::time::Duration;
 use tokio::io::{AsyncRead, Interest, ReadBuf};
 use tokio::net::TcpStream;
 use tokio::net::tcp::ReadHalf;
-use tokio::time::Instant;
 
 use super::splice::{self, Pipe};
 
@@ -59,7 +58,7 @@ pub async fn forward(client: &mut TcpStream, server: &mut TcpStream, opts: Optio
     let (client, server) = (client_write.as_ref(), server_write.as_ref());
     let mut up = Direction::new(opts.splice);
     let mut down = Direction::new(opts.splice);
-    let mut last = Instant::now();
+    let mut last = crate::clock::timer_now();
     let timer = tokio::time::sleep_until(last + idle_limit(&opts, false, false));
     tokio::pin!(timer);
     poll_fn(|cx| {
@@ -85,12 +84,12 @@ pub async fn forward(client: &mut TcpStream, server: &mut TcpStream, opts: Optio
             return Poll::Ready(Ok((up.total, down.total)));
         }
         if up.total != up_was || down.total != down_was {
-            last = Instant::now();
+            last = crate::clock::timer_now();
         }
         // The timer is re-armed only when it fires, so the data path never touches the wheel.
         while timer.as_mut().poll(cx).is_ready() {
             let deadline = last + idle_limit(&opts, up.ended, down.ended);
-            if deadline <= Instant::now() {
+            if deadline <= crate::clock::timer_now() {
                 return Poll::Ready(Err(io::Error::new(io::ErrorKind::TimedOut, "idle timeout")));
             }
             timer.as_mut().reset(deadline);

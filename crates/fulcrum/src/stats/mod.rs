@@ -164,7 +164,7 @@ pub struct ServerStats {
 
 fn tls_stats(t: &crate::tls::Terminator, counters: &crate::tls::Counters) -> TlsStats {
     use crate::tls::{EXPIRY_WARNING, Failure, unix_to_text};
-    let now = std::time::SystemTime::now();
+    let now = crate::clock::wall();
     TlsStats {
         handshakes_tls12: counters.tls12.load(Relaxed),
         handshakes_tls13: counters.tls13.load(Relaxed),

@@ -8,7 +8,7 @@ use std::time::{SystemTime, UNIX_EPOCH};
 use serde::Serialize;
 
 /// When the process started, fixed by the first call (`cli::main` makes it at start).
-static STARTED: LazyLock<SystemTime> = LazyLock::new(SystemTime::now);
+static STARTED: LazyLock<SystemTime> = LazyLock::new(crate::clock::wall);
 
 /// Notes the start time; call once, early.
 pub fn mark_start() {
@@ -29,7 +29,7 @@ pub struct ProcessFigures {
 /// Reads the figures now (a few small reads of `/proc`: call off the traffic's threads).
 pub fn read() -> ProcessFigures {
     let started = STARTED.duration_since(UNIX_EPOCH).map(|d| d.as_secs_f64()).unwrap_or(0.0);
-    let now = SystemTime::now().duration_since(UNIX_EPOCH).map(|d| d.as_secs_f64()).unwrap_or(0.0);
+    let now = crate::clock::wall().duration_since(UNIX_EPOCH).map(|d| d.as_secs_f64()).unwrap_or(0.0);
     ProcessFigures {
         start_time_seconds: started,
         uptime_seconds: (now - started).max(0.0),

@@ -102,7 +102,7 @@ impl Terminator {
         let paths = tls.certificates.iter().flat_map(|c| [&c.cert, &c.key]).chain(&tls.client_ca);
         let files = paths.map(|p| (p.clone(), FileStamp::of(p))).collect();
         let provider = Arc::new(provider());
-        let now = SystemTime::now();
+        let now = crate::clock::wall();
         let loaded = tls.certificates.iter().map(|c| certs::load(&c.cert, &c.key, &provider, now)).collect::<Result<Vec<_>, _>>()?;
         let infos: Vec<CertInfo> = loaded.iter().map(|l| l.info.clone()).collect();
         let mut context = resumption::Context::of(name);
@@ -130,7 +130,7 @@ impl Terminator {
         let mut server = builder.with_cert_resolver(resolver.clone());
         // The server's order of `provider`'s suites, not the client's.
         server.ignore_client_order = true;
-        let resumption = resumption::for_context(context).map_err(|e| fail("[service.tls]", e))?;
+        let resumption = resumption::for_context(context).map_err(|e| fail("[service.tls]", e.to_string()))?;
         server.ticketer = resumption.ticketer.clone();
         server.session_storage = resumption.cache.clone();
         if mode == Mode::Http {
@@ -196,7 +196,7 @@ impl Terminator {
             tracing::warn!("TLS: a resumed session without a client certificate on a client_ca service, closed");
             return false;
         };
-        match verifier.verify_client_cert(leaf, intermediates, UnixTime::now()) {
+        match verifier.verify_client_cert(leaf, intermediates, UnixTime::since_unix_epoch(crate::clock::wall().duration_since(std::time::UNIX_EPOCH).unwrap_or_default())) {
             Ok(_) => true,
             Err(e) => {
                 tracing::debug!("TLS: a resumed session's client certificate no longer verifies: {e}");

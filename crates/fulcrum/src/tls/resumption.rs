@@ -62,16 +62,25 @@ fn registry() -> &'static Registry {
     REGISTRY.get_or_init(Default::default)
 }
 
+/// Why a context's ticket keys could not be made.
+#[derive(Debug, thiserror::Error)]
+pub enum ResumptionError {
+    #[error("session tickets: the registry is poisoned")]
+    Poisoned,
+    #[error("session tickets: {0}")]
+    Ticketer(rustls::Error),
+}
+
 /// The ticket keys and session cache of `context`: the ones in use by a live terminator of the
 /// same context, or new ones.
-pub fn for_context(context: Context) -> Result<Arc<Resumption>, String> {
-    let mut contexts = registry().lock().map_err(|_| "session tickets: the registry is poisoned".to_string())?;
+pub fn for_context(context: Context) -> Result<Arc<Resumption>, ResumptionError> {
+    let mut contexts = registry().lock().map_err(|_| ResumptionError::Poisoned)?;
     if let Some(live) = contexts.get(&context).and_then(Weak::upgrade) {
         return Ok(live);
     }
     // Contexts no terminator holds any more go now: a reload that changed a context leaves one.
     contexts.retain(|_, r| r.strong_count() > 0);
-    let ticketer = rustls::crypto::ring::Ticketer::new().map_err(|e| format!("session tickets: {e}"))?;
+    let ticketer = rustls::crypto::ring::Ticketer::new().map_err(ResumptionError::Ticketer)?;
     let made = Arc::new(Resumption { ticketer, cache: ServerSessionMemoryCache::new(SESSION_CACHE_SIZE) });
     contexts.insert(context, Arc::downgrade(&made));
     Ok(made)

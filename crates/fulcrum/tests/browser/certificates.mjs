@@ -1,5 +1,5 @@
 // The Stats tab in real headless Chromium shows a TLS service's certificates with their expiry,
-// the one within 14 days of it marked, and the handshakes. Run by tests/dashboard.rs.
+// the one within 14 days of it marked, and the handshakes. Run by tests/browser/dashboard.rs.
 import { launch } from "./chromium.mjs";
 import assert from "node:assert/strict";
 

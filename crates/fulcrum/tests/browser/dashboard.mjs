@@ -2,7 +2,7 @@
 // disable one and watch its state and traffic change, switch the algorithm (from the list the API
 // gives), edit the health check's
 // expected text, save, and find the change in the config file. Screenshots of every tab go to
-// $ARTIFACTS. Run by tests/dashboard.rs, which starts Fulcrum, the real servers and the traffic.
+// $ARTIFACTS. Run by tests/browser/dashboard.rs, which starts Fulcrum, the real servers and the traffic.
 import { launch } from "./chromium.mjs";
 import { readFileSync, mkdirSync } from "node:fs";
 import assert from "node:assert/strict";

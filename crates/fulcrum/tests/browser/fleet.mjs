@@ -1,6 +1,6 @@
 // A fleet instance's dashboard in real headless Chromium while etcd is down: the banner says
 // so, the Fleet tab lists every instance, and an edit is refused with the reason. Run by
-// tests/fleet.rs.
+// tests/peers/fleet.rs.
 import { launch } from "./chromium.mjs";
 import assert from "node:assert/strict";
 

@@ -106,7 +106,7 @@ impl Auth {
             return Verdict::Accepted;
         }
         let Some(place) = self.hashers.enter() else { return Verdict::Busy };
-        if let Err(wait) = self.throttle().begin(client, tokio::time::Instant::now()) {
+        if let Err(wait) = self.throttle().begin(client, crate::clock::timer_now()) {
             return Verdict::Throttled(wait);
         }
         // Recorded when dropped, so a request abandoned while its hash runs counts as a failure
@@ -147,7 +147,7 @@ impl Drop for Attempt<'_> {
         if self.accepted {
             throttle.succeeded(self.client);
         } else {
-            throttle.failed(self.client, tokio::time::Instant::now());
+            throttle.failed(self.client, crate::clock::timer_now());
         }
     }
 }

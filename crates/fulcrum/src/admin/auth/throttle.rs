@@ -147,7 +147,7 @@ mod tests {
     #[test]
     fn each_failure_doubles_the_wait_up_to_the_cap() {
         let mut t = Throttle::default();
-        let mut now = Instant::now();
+        let mut now = crate::clock::timer_now();
         let mut waits = Vec::new();
         for _ in 0..10 {
             let wait = fail(&mut t, A, now);
@@ -161,7 +161,7 @@ mod tests {
     #[test]
     fn an_address_waiting_is_refused_until_its_wait_ends_and_others_are_not() {
         let mut t = Throttle::default();
-        let now = Instant::now();
+        let now = crate::clock::timer_now();
         fail(&mut t, A, now);
         assert_eq!(t.begin(A, now + Duration::from_millis(200)), Err(Duration::from_millis(300)));
         assert_eq!(t.begin(B, now), Ok(()), "another address is not held back");
@@ -171,7 +171,7 @@ mod tests {
     #[test]
     fn while_an_attempt_is_checked_the_same_address_waits() {
         let mut t = Throttle::default();
-        let now = Instant::now();
+        let now = crate::clock::timer_now();
         t.begin(A, now).unwrap();
         assert_eq!(t.begin(A, now), Err(IN_FLIGHT));
         t.succeeded(A);
@@ -181,7 +181,7 @@ mod tests {
     #[test]
     fn a_success_resets_the_address() {
         let mut t = Throttle::default();
-        let mut now = Instant::now();
+        let mut now = crate::clock::timer_now();
         for _ in 0..5 {
             now += fail(&mut t, A, now);
         }
@@ -193,7 +193,7 @@ mod tests {
     #[test]
     fn a_quiet_cap_after_the_wait_forgets_the_failures() {
         let mut t = Throttle::default();
-        let mut now = Instant::now();
+        let mut now = crate::clock::timer_now();
         for _ in 0..5 {
             now += fail(&mut t, A, now);
         }
@@ -203,7 +203,7 @@ mod tests {
     #[test]
     fn ipv6_addresses_of_one_64_share_an_entry() {
         let mut t = Throttle::default();
-        let now = Instant::now();
+        let now = crate::clock::timer_now();
         fail(&mut t, "2001:db8:1:2::1".parse().unwrap(), now);
         assert!(t.begin("2001:db8:1:2:ffff::9".parse().unwrap(), now).is_err());
         assert!(t.begin("2001:db8:1:3::1".parse().unwrap(), now).is_ok());
@@ -215,7 +215,7 @@ mod tests {
     #[test]
     fn the_table_never_holds_more_than_tracked_addresses() {
         let mut t = Throttle::default();
-        let now = Instant::now();
+        let now = crate::clock::timer_now();
         let flood = |i: u32| IpAddr::V4(Ipv4Addr::from_bits(0x0b00_0000 + i));
         // The address to keep has failed most, so its wait ends last.
         let mut kept = now;

@@ -39,7 +39,7 @@ impl Measure {
             syn_acked: AtomicU64::new(0),
             attempts: AtomicU64::new(0),
             connect_us: AtomicU64::new(0),
-            ewma: Mutex::new(PeakEwma::new(decay, Instant::now())),
+            ewma: Mutex::new(PeakEwma::new(decay, crate::clock::now())),
         }
     }
 
@@ -54,7 +54,7 @@ impl Measure {
         }
         // A failed connect costs its whole wait: it is latency the client saw.
         if let Ok(mut e) = self.ewma.lock() {
-            e.observe(us as f64, Instant::now());
+            e.observe(us as f64, crate::clock::now());
         }
     }
 
@@ -64,7 +64,7 @@ impl Measure {
             syn_acked: self.syn_acked.load(Relaxed),
             attempts: self.attempts.load(Relaxed),
             connect_us: self.connect_us.load(Relaxed),
-            ewma_us: self.ewma.lock().map(|e| e.get(Instant::now())).unwrap_or(0.0),
+            ewma_us: self.ewma.lock().map(|e| e.get(crate::clock::now())).unwrap_or(0.0),
         }
     }
 
@@ -118,7 +118,7 @@ mod tests {
 
     #[test]
     fn a_peak_is_taken_at_once_and_decays_with_the_time_constant() {
-        let t0 = Instant::now();
+        let t0 = crate::clock::now();
         let mut e = PeakEwma::new(Duration::from_secs(10), t0);
         e.observe(1000.0, t0);
         assert_eq!(e.get(t0), 1000.0);

@@ -1,4 +1,4 @@
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use super::*;
 use crate::balance::testing::FakePool;
@@ -74,7 +74,7 @@ fn picks_follow_the_ratios_exactly_and_steps_come_once_per_slot() {
     let tuning = Tuning { delta: 0.1, slot: Duration::from_secs(1), window_slots: 3, min_samples: 10 };
     let mut pool = FakePool::with_weights(&[1, 1, 1]);
     let b = pool.attach(PassiveRatio::new(tuning));
-    let t0 = Instant::now();
+    let t0 = crate::clock::now();
     let pick = FakePool::pick(&[]);
     let mut counts = [0usize; 3];
     for _ in 0..300 {
@@ -104,7 +104,7 @@ fn a_server_going_down_is_renormalised_out_and_gets_no_picks() {
     let tuning = Tuning { delta: 0.1, slot: Duration::from_secs(1), window_slots: 3, min_samples: 10 };
     let mut pool = FakePool::with_weights(&[1, 1, 1]);
     let b = pool.attach(PassiveRatio::new(tuning));
-    let t0 = Instant::now();
+    let t0 = crate::clock::now();
     let pick = FakePool::pick(&[]);
     b.pick_at(&pick, &pool, t0);
     pool.set_up(0, false);
@@ -134,7 +134,7 @@ fn after_more_idle_slots_than_a_u32_counts_the_next_step_is_still_one_slot_away(
     let tuning = Tuning { delta: 0.1, slot, window_slots: 3, min_samples: 10 };
     let mut pool = FakePool::with_weights(&[1, 1, 1]);
     let b = pool.attach(PassiveRatio::new(tuning));
-    let t0 = Instant::now();
+    let t0 = crate::clock::now();
     let pick = FakePool::pick(&[]);
     b.pick_at(&pick, &pool, t0);
     // 50 days of 1 ms slots: more than u32::MAX of them.

@@ -24,7 +24,6 @@ use std::time::Duration;
 use bytes::BytesMut;
 use hyper_util::rt::{TokioExecutor, TokioIo, TokioTimer};
 use tokio::io::{AsyncRead, AsyncReadExt, AsyncWrite, ReadBuf};
-use tokio::time::Instant;
 use tracing::debug;
 
 use super::guard::{ClientIo, Verdict};
@@ -56,7 +55,7 @@ pub enum Opening {
 /// sends part of the preface and stops costs a parked task and its one deadline (`limit`),
 /// never a poll on a timer.
 pub async fn read_preface<S: ClientIo>(client: &mut S, limit: Duration) -> Opening {
-    let deadline = Instant::now() + limit;
+    let deadline = crate::clock::timer_now() + limit;
     let mut buf = [0u8; PREFACE.len()];
     let mut n = 0;
     loop {
@@ -134,7 +133,7 @@ pub async fn serve<S: ClientIo>(client: S, preface_read: bool, peer: SocketAddr,
     tokio::pin!(conn);
     let idle_limit = http.head_timeout;
     let tick = (idle_limit / 4).max(Duration::from_millis(10));
-    let mut seen = (Instant::now(), activity.requests().1);
+    let mut seen = (crate::clock::timer_now(), activity.requests().1);
     let closing = loop {
         tokio::select! {
             r = conn.as_mut() => {
@@ -146,8 +145,8 @@ pub async fn serve<S: ClientIo>(client: S, preface_read: bool, peer: SocketAddr,
             _ = tokio::time::sleep(tick) => {
                 let (in_flight, started) = activity.requests();
                 if in_flight > 0 || started != seen.1 {
-                    seen = (Instant::now(), started);
-                } else if seen.0.elapsed() >= idle_limit {
+                    seen = (crate::clock::timer_now(), started);
+                } else if crate::clock::since(seen.0) >= idle_limit {
                     break "idle";
                 }
             }

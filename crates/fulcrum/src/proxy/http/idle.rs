@@ -67,7 +67,7 @@ impl<C: Reusable> IdleConns<C> {
             let c = idle.remove(at);
             // Just given back, a connection may not be ready yet (hyper finishes the exchange on
             // its own task); the sender waits for that.
-            if c.addr == addr && !c.conn.is_closed() && c.since.elapsed() < max_idle {
+            if c.addr == addr && !c.conn.is_closed() && crate::clock::since(c.since) < max_idle {
                 return Some(c.conn);
             }
         }
@@ -82,7 +82,7 @@ impl<C: Reusable> IdleConns<C> {
         if let Ok(mut idle) = self.idle.lock()
             && idle.len() < MAX_IDLE
         {
-            idle.push(Idle { conn, addr, since: Instant::now(), worker: crate::proxy::workers::current() });
+            idle.push(Idle { conn, addr, since: crate::clock::now(), worker: crate::proxy::workers::current() });
         }
     }
 

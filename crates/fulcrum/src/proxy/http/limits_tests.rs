@@ -35,7 +35,7 @@ fn run(config: &Config) {
         own.into_iter().chain(pooled.flat_map(|(h, p, c)| [h.interval, h.timeout, p.slot, c.decay]))
     });
     for d in durations.chain(Some(config.shutdown_grace)) {
-        assert!(std::time::Instant::now().checked_add(d * 2).is_some(), "{d:?} overflows Instant arithmetic");
+        assert!(crate::clock::now().checked_add(d * 2).is_some(), "{d:?} overflows Instant arithmetic");
     }
 }
 

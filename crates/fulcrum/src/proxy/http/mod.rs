@@ -31,7 +31,7 @@ mod upstream;
 use std::net::SocketAddr;
 use std::sync::Arc;
 use std::sync::atomic::AtomicU64;
-use std::time::{Duration, Instant, SystemTime};
+use std::time::{Duration, SystemTime};
 
 use bytes::Bytes;
 use hyper::body::{Body, Incoming};
@@ -91,7 +91,7 @@ pub async fn serve<S: ClientIo>(mut client: S, peer: SocketAddr, service: Arc<Se
     loop {
         // Parked: wait for the client's next bytes with no buffer. `head_timeout` counts from
         // here, and hyper gets what is left of it for the head.
-        let waiting_since = Instant::now();
+        let waiting_since = crate::clock::now();
         let woke = io.buffered()
             || tokio::select! {
                 r = tokio::time::timeout(http.head_timeout, std::future::poll_fn(|cx| io.socket().poll_read_ready(cx))) => matches!(r, Ok(Ok(()))),
@@ -100,7 +100,7 @@ pub async fn serve<S: ClientIo>(mut client: S, peer: SocketAddr, service: Arc<Se
         if !woke {
             break;
         }
-        let left = http.head_timeout.saturating_sub(waiting_since.elapsed()).max(Duration::from_millis(1));
+        let left = http.head_timeout.saturating_sub(crate::clock::since(waiting_since)).max(Duration::from_millis(1));
         // Boxed: freed whole when the connection parks.
         let conn = Box::new(server_builder(http, left).serve_connection(TokioIo::new(io), svc.clone()).with_upgrades());
         let run = tokio::select! {
@@ -196,7 +196,7 @@ fn handle(
         let mut record = Record {
             format: cfg.http.access_log,
             // Without a log nothing reads the clock for it.
-            started: if logging { SystemTime::now() } else { SystemTime::UNIX_EPOCH },
+            started: if logging { crate::clock::wall() } else { SystemTime::UNIX_EPOCH },
             client: peer,
             service: if logging { cfg.name.clone() } else { String::new() },
             pool: String::new(),

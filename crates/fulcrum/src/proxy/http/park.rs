@@ -134,9 +134,9 @@ where
             idle_since = None;
             return Poll::Pending;
         }
-        let since = *idle_since.get_or_insert_with(Instant::now);
+        let since = *idle_since.get_or_insert_with(crate::clock::timer_now);
         while timer.as_mut().poll(cx).is_ready() {
-            if since.elapsed() >= linger {
+            if crate::clock::since(since) >= linger {
                 return Poll::Ready(None);
             }
             timer.as_mut().reset(since + linger);

@@ -5,7 +5,7 @@
 
 use std::net::SocketAddr;
 use std::sync::atomic::Ordering::Relaxed;
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use hyper::body::Incoming;
 use hyper::client::conn::TrySendError;
@@ -77,7 +77,7 @@ pub fn send(
             })?;
             let entry = place.entry().clone();
             let kept = entry.state.kept::<Kept>();
-            let started = Instant::now();
+            let started = crate::clock::now();
             let h2 = cfg.protocol == ServerProtocol::H2;
             let mut reused = match (h2, upgrade, kept) {
                 (_, _, None) | (false, true, _) => None,
@@ -102,16 +102,16 @@ pub fn send(
                     continue;
                 }
             };
-            let connect = started.elapsed();
+            let connect = crate::clock::since(started);
             place.opened();
-            let sent = Instant::now();
+            let sent = crate::clock::now();
             match tokio::time::timeout(cfg.http.response_timeout, sender.try_send(req)).await {
                 Ok(Ok(response)) => {
                     let lent = match (sender, kept) {
                         (Sender::H1(s), Some(k)) if !upgrade => Some(Lent::new(s, entry.addr, k.idle.clone())),
                         _ => None,
                     };
-                    return Ok(Answer { response, lent, place, connect, response_time: sent.elapsed() });
+                    return Ok(Answer { response, lent, place, connect, response_time: crate::clock::since(sent) });
                 }
                 Ok(Err(failed)) => {
                     if let Some(why) = fault.as_ref().and_then(|f| f.get()) {

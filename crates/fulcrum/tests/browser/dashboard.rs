@@ -2,15 +2,13 @@
 //! traffic flows through four real servers. Screenshots of every tab go to `artifacts/dashboard/`.
 //! `scripts/test` installs Chromium and the script's one npm package.
 
-mod support;
-
 use std::path::Path;
 use std::process::Command;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::{Duration, Instant};
 
-use support::*;
+use crate::support::*;
 
 #[test]
 fn a_user_drives_the_dashboard_in_chromium() {

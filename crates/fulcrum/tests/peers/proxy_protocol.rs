@@ -3,11 +3,9 @@
 //! reload from one version to the other; its HTTP checks send a header with no client, which
 //! nginx takes. HTTP mode refuses the setting on a service, a pool or a server.
 
-mod support;
-
 use std::net::IpAddr;
 
-use support::*;
+use crate::support::*;
 
 fn config(server: std::net::SocketAddr, version: &str) -> String {
     format!(

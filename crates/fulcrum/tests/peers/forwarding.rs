@@ -1,13 +1,11 @@
 //! The L4 data path: half close, bulk integrity through splice, idle timeouts, and the workers
 //! of `reuse_port` that each accept on a socket of their own.
 
-mod support;
-
 use std::io::Read;
 use std::net::TcpStream;
 use std::time::{Duration, Instant};
 
-use support::*;
+use crate::support::*;
 
 fn one_server(extra: &str) -> (Nginx, Fulcrum) {
     let s = Nginx::start("s1", "TARGET");

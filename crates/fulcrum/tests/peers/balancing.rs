@@ -2,14 +2,12 @@
 //! Fulcrum processes agreeing on source hashing, and nginx keep-alive. The algorithms themselves
 //! are tested in process, in `tests/fast/balancing.rs`.
 
-mod support;
-
 use std::collections::BTreeSet;
 use std::io::{Read, Write};
 use std::net::IpAddr;
 use std::time::Duration;
 
-use support::*;
+use crate::support::*;
 
 #[test]
 fn curl_through_fulcrum_reaches_every_server() {

@@ -1,11 +1,9 @@
 //! `GET /api/explain`: what Fulcrum would do for a request and why, checked against where real
 //! requests then go.
 
-mod support;
-
 use std::time::Duration;
 
-use support::*;
+use crate::support::*;
 
 #[test]
 fn explain_names_the_route_the_key_the_skipped_servers_and_the_pick_that_traffic_confirms() {

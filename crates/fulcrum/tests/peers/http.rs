@@ -2,14 +2,12 @@
 //! the smuggling probes refused before any server sees them, slowloris connections that do not
 //! slow anyone else, limits, a WebSocket round trip, and the HAProxy paper's POST load with ab.
 
-mod support;
-
 use std::io::{Read, Write};
 use std::net::{SocketAddr, TcpStream};
 use std::process::Command;
 use std::time::{Duration, Instant};
 
-use support::*;
+use crate::support::*;
 
 fn http_service(algorithm: &str, extra: &str, health: &str, servers: &[SocketAddr], server_extra: &[&str]) -> String {
     let mut s = format!("[[service]]\nname = \"web\"\nlisten = \"{{LISTEN}}\"\nmode = \"http\"\nalgorithm = \"{algorithm}\"\n{extra}\n\n[service.health]\n{health}\n");
@@ -280,7 +278,7 @@ fn the_haproxy_papers_routing_rules_send_each_path_to_its_pool() {
     let s2 = Nginx::start("static2", "TARGET");
     let a1 = Nginx::start("app1", "TARGET");
     let a2 = Nginx::start("app2", "TARGET");
-    let example = include_str!("../../../examples/haproxy-paper-routing.toml");
+    let example = include_str!("../../../../examples/haproxy-paper-routing.toml");
     let config = example.split("[admin]").next().unwrap().to_string()
         + &example[example.find("[[service]]").unwrap()..]
             .replace("0.0.0.0:8080", "{LISTEN}")

@@ -4,15 +4,13 @@
 //! are spread round robin. Then the attacks: FTP bounce, data-port theft, FTPS, port exhaustion;
 //! and a server behind a listener that takes the PROXY protocol.
 
-mod support;
-
 use std::io::{BufRead, BufReader, Write};
 use std::net::{IpAddr, SocketAddr, TcpStream};
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
 use std::time::Duration;
 
-use support::*;
+use crate::support::*;
 
 const SIZES: [usize; 10] = [1 << 10, 5 << 10, 20 << 10, 100 << 10, 300 << 10, 1 << 20, 2 << 20, 4 << 20, 8 << 20, 16 << 20];
 

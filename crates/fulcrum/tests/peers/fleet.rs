@@ -2,14 +2,12 @@
 //! services from it, an edit through one that reaches the others, a stale edit refused, members
 //! lost one by one and all at once, catching up, and a server that joins under its own lease.
 
-mod support;
-
 use std::net::SocketAddr;
 use std::process::Command;
 use std::time::{Duration, Instant};
 
-use support::etcd::{Etcd, Tls};
-use support::*;
+use crate::support::etcd::{Etcd, Tls};
+use crate::support::*;
 
 const PREFIX: &str = "/fleet-test";
 

@@ -3,13 +3,11 @@
 //! are balanced per request, a server's error status arrives in its trailers, and with no server
 //! left the client gets UNAVAILABLE from Fulcrum. Health checks speak the gRPC health protocol.
 
-mod support;
-
 use std::net::SocketAddr;
 use std::process::{Child, Command, Stdio};
 use std::time::Duration;
 
-use support::*;
+use crate::support::*;
 
 fn script(name: &str) -> String {
     format!("{}/tests/grpc/{name}", env!("CARGO_MANIFEST_DIR"))

@@ -1,11 +1,9 @@
 //! How a server comes back through real traffic: the slow-start ramp of a server that restarts,
 //! and flap damping keeping out one that restarts again and again, with the timeline of both.
 
-mod support;
-
 use std::time::{Duration, Instant};
 
-use support::*;
+use crate::support::*;
 
 fn state(f: &Fulcrum, address: &str) -> String {
     f.server_stats(address)["state"].as_str().unwrap_or_default().to_string()

@@ -2,13 +2,11 @@
 //! small `ulimit -n`), memory (slow readers in HTTP mode) and CPU (stalled HTTP/2 prefaces),
 //! against real servers.
 
-mod support;
-
 use std::io::{Read, Write};
 use std::net::{SocketAddr, TcpStream};
 use std::time::{Duration, Instant};
 
-use support::{Backend, Fulcrum, HTTP_CHECK, service_over, wait_until};
+use crate::support::{Backend, Fulcrum, HTTP_CHECK, service_over, wait_until};
 
 /// Opens `n` connections at once, each sending `request`, and returns them unread.
 fn crowd(addr: SocketAddr, n: usize, request: &[u8], rcvbuf: Option<usize>) -> Vec<TcpStream> {
@@ -34,7 +32,7 @@ fn statuses(conns: Vec<TcpStream>) -> Vec<u16> {
             s.set_read_timeout(Some(Duration::from_secs(60))).unwrap();
             let mut raw = Vec::new();
             let _ = s.read_to_end(&mut raw);
-            support::parse_response(&raw).map_or(0, |(status, _)| status)
+            crate::support::parse_response(&raw).map_or(0, |(status, _)| status)
         })
         .collect()
 }
@@ -53,7 +51,7 @@ fn out_of_descriptors_clients_wait_in_the_backlog_and_no_server_is_blamed() {
     let statuses = statuses(conns);
     let served = statuses.iter().filter(|&&s| s == 200).count();
     assert_eq!(served, 1000, "every client is served in turn; statuses other than 200: {:?}", statuses.iter().filter(|&&s| s != 200).collect::<Vec<_>>());
-    let server = support::server_in(&f.stats(), &backend.addr.to_string());
+    let server = crate::support::server_in(&f.stats(), &backend.addr.to_string());
     assert_eq!(server["state"], "up", "{server}");
     assert_eq!((&server["connect_failures"], &server["transfer_errors"]), (&0.into(), &0.into()), "{server}");
     let log = f.log();
@@ -109,7 +107,7 @@ fn keep_alive_get(s: &mut TcpStream, path: &str) -> u16 {
             let head = String::from_utf8_lossy(&raw[..end]).to_ascii_lowercase();
             let length = head.lines().find_map(|l| l.strip_prefix("content-length:")).and_then(|v| v.trim().parse::<usize>().ok()).unwrap_or(0);
             if raw.len() >= end + 4 + length {
-                return support::parse_response(&raw).map_or(0, |(status, _)| status);
+                return crate::support::parse_response(&raw).map_or(0, |(status, _)| status);
             }
         }
         match s.read(&mut chunk) {

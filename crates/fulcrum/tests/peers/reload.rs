@@ -1,13 +1,11 @@
 //! Reload (SIGHUP), disable with and without terminate_on_disable, SIGTERM drain, and edits
 //! applied as diffs: what an edit does not name keeps its health streak and balancer state.
 
-mod support;
-
 use std::io::{Read, Write};
 use std::net::TcpStream;
 use std::time::Duration;
 
-use support::*;
+use crate::support::*;
 
 /// Reads the response of `/large` slowly, so it spans a reload.
 fn slow_download(addr: std::net::SocketAddr) -> std::thread::JoinHandle<Vec<u8>> {

@@ -1,13 +1,11 @@
 //! `fulcrum lab`: every scenario in `--quick` mode, its results read back from `results.json` and
 //! checked against what the algorithms promise; `lab compare`; and clean errors for bad input.
 
-mod support;
-
 use std::path::{Path, PathBuf};
 use std::process::Command;
 
+use crate::support::scratch;
 use serde_json::Value;
-use support::scratch;
 
 /// One scenario at a time: they measure throughput and timing, which a neighbour would skew.
 static ONE_AT_A_TIME: std::sync::Mutex<()> = std::sync::Mutex::new(());

@@ -1,12 +1,10 @@
 //! Health checks and redispatch against real nginx servers.
 
-mod support;
-
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::time::Duration;
 
-use support::*;
+use crate::support::*;
 
 #[test]
 fn a_server_whose_page_lacks_target_receives_zero_requests() {

@@ -2,14 +2,12 @@
 //! client address from them (nginx behind it sees it in X-Forwarded-For), only from
 //! `trusted_proxies`, and refuses a trusted connection without a header.
 
-mod support;
-
 use std::io::{Read, Write};
 use std::net::{IpAddr, SocketAddr};
 use std::process::{Child, Command, Stdio};
 use std::time::Duration;
 
-use support::*;
+use crate::support::*;
 
 struct Haproxy(Child);
 

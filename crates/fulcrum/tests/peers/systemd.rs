@@ -1,12 +1,10 @@
 //! Fulcrum under systemd's `Type=notify`: the messages it sends to `NOTIFY_SOCKET` at start, around
 //! a reload and at the drain, read from a datagram socket this test binds where systemd would.
 
-mod support;
-
 use std::os::unix::net::UnixDatagram;
 use std::time::Duration;
 
-use support::*;
+use crate::support::*;
 
 /// The next message, within 20 s.
 fn next(socket: &UnixDatagram) -> String {

@@ -3,16 +3,14 @@
 //! certificate that does not load, whose key does not match, or that has expired. Real clients:
 //! curl and `openssl s_client`. Certificates are made at test time; no key is committed.
 
-mod support;
-
 use std::io::{BufRead, BufReader, Read, Write};
 use std::net::SocketAddr;
 use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
 use std::time::Duration;
 
+use crate::support::*;
 use rcgen::{BasicConstraints, CertificateParams, DnType, IsCa, Issuer, KeyPair};
-use support::*;
 use time::OffsetDateTime;
 
 /// A certificate and key written as PEM files.

@@ -1,13 +1,11 @@
 //! `fulcrum demo`, the README's first command: it starts, serves through four real servers,
 //! reports, and stops by itself when asked to.
 
-mod support;
-
 use std::collections::BTreeSet;
 use std::process::{Command, Stdio};
 use std::time::Duration;
 
-use support::*;
+use crate::support::*;
 
 #[test]
 fn demo_serves_four_real_servers_and_exits_cleanly() {

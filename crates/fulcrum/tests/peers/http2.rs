@@ -3,13 +3,11 @@
 //! upgrades), with frames written by hand so the test controls exactly what a hostile client
 //! sends; and routing and affinity over HTTP/2, with curl.
 
-mod support;
-
 use std::io::{Read, Write};
 use std::process::Command;
 use std::time::Duration;
 
-use support::*;
+use crate::support::*;
 
 const PREFACE: &[u8] = b"PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n";
 

@@ -1,13 +1,11 @@
 //! `fulcrum check` on broken configs: each error names the exact line, and the exit is non-zero.
 //! And the other side of the ranges `check` enforces: a service at the top of every range serves.
 
-mod support;
-
 use std::io::{Read, Write};
 use std::process::Command;
 use std::time::Duration;
 
-use support::{Backend, Fulcrum};
+use crate::support::{Backend, Fulcrum};
 
 fn check(file: &str) -> (bool, String) {
     let path = format!("{}/tests/configs/{file}", env!("CARGO_MANIFEST_DIR"));
@@ -118,7 +116,7 @@ fn request(fulcrum: &Fulcrum, head: &str) -> (u16, String) {
     s.write_all(head.as_bytes()).unwrap();
     let mut raw = Vec::new();
     s.read_to_end(&mut raw).unwrap();
-    support::parse_response(&raw).unwrap_or_else(|e| panic!("{e}: {}", String::from_utf8_lossy(&raw)))
+    crate::support::parse_response(&raw).unwrap_or_else(|e| panic!("{e}: {}", String::from_utf8_lossy(&raw)))
 }
 
 #[test]
@@ -154,7 +152,7 @@ fn a_misspelt_key_gets_the_nearest_one_as_a_hint() {
 #[test]
 fn every_example_passes_check() {
     let examples = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../../examples");
-    let dir = support::scratch("examples");
+    let dir = crate::support::scratch("examples");
     let mut checked = 0;
     for entry in std::fs::read_dir(&examples).unwrap() {
         let path = entry.unwrap().path();

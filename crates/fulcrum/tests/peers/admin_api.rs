@@ -2,13 +2,11 @@
 //! and shows in its traffic, invalid changes are refused with a reason and change nothing, changes
 //! need JSON from the same origin, and with authentication configured nothing is served without it.
 
-mod support;
-
 use std::net::SocketAddr;
 use std::time::Duration;
 
+use crate::support::*;
 use serde_json::{Value, json};
-use support::*;
 
 /// A service over `servers` with the test's fast HTTP check.
 fn config(algorithm: &str, servers: &[SocketAddr]) -> String {

@@ -3,15 +3,13 @@
 //! fail is made to wait; schemes are case-insensitive; requests with an ambiguous `Host` are
 //! refused.
 
-mod support;
-
 use std::io::{BufRead, BufReader, Read, Write};
 use std::net::{IpAddr, Ipv4Addr, SocketAddr};
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::time::{Duration, Instant};
 
-use support::*;
+use crate::support::*;
 
 const PASSWORD: &str = "correct horse";
 

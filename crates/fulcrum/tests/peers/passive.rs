@@ -2,14 +2,12 @@
 //! accept loop so the kernel drops SYNs; bounded Poisson load; `passive-ratio`, round robin and
 //! `p2c-ewma` compared in one run.
 
-mod support;
-
 use std::sync::Arc;
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::time::{Duration, Instant};
 
+use crate::support::*;
 use rand::{Rng, SeedableRng};
-use support::*;
 
 /// Connections per second offered, and for how long.
 const RATE: f64 = 40.0;

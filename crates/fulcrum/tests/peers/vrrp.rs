@@ -7,13 +7,11 @@
 //! tracking Fulcrum's `/ready`. Where namespaces cannot be made (not root, no `ip`, no
 //! keepalived), the test says why and does nothing else.
 
-mod support;
-
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 
-use support::{scratch, wait_until};
+use crate::support::{scratch, wait_until};
 
 const VIP: &str = "10.77.0.50";
 
@@ -149,7 +147,7 @@ fn cannot_run() -> Option<String> {
 #[test]
 fn keepalived_moves_the_virtual_ip_when_the_masters_fulcrum_stops_and_back_when_it_returns() {
     if let Some(why) = cannot_run() {
-        support::cannot_run("vrrp", &why);
+        crate::support::cannot_run("vrrp", &why);
         return;
     }
     let mut lab = Lab::build();

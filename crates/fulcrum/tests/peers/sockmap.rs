@@ -2,13 +2,11 @@
 //! path this machine takes. Where BPF cannot load, the test asserts the fallback (splice) carries
 //! the same traffic and that the one warning says why; it prints which path it checked.
 
-mod support;
-
 use std::io::{Read, Write};
 use std::net::{Shutdown, SocketAddr, TcpListener, TcpStream};
 use std::time::Duration;
 
-use support::*;
+use crate::support::*;
 
 /// A TCP echo server: each connection gets back every byte it sent, then a FIN after the
 /// client's FIN (so it needs half close to answer a client that shut its write side).

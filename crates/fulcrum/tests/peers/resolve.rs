@@ -7,13 +7,11 @@
 //! answer on 127.0.0.2 and 127.0.0.3; the name points at one, then the other. Where namespaces
 //! cannot be made (not root), the test says why and does nothing else.
 
-mod support;
-
 use std::path::PathBuf;
 use std::process::{Child, Command, Stdio};
 use std::time::Duration;
 
-use support::*;
+use crate::support::*;
 
 struct Namespace {
     name: String,

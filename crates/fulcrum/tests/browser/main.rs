@@ -1,0 +1,10 @@
+//! The browser tier: the dashboard driven in the system's Chromium by playwright-core
+//! (`tests/browser/*.mjs`, installed by scripts/test), against a real Fulcrum.
+// Tests wait on real processes and sockets in real time; the balancer's own clock reads stay in
+// `fulcrum::clock` (clippy.toml).
+#![allow(clippy::disallowed_methods)]
+
+#[path = "../support/mod.rs"]
+mod support;
+
+mod dashboard;

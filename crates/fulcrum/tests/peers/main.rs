@@ -1,0 +1,36 @@
+//! The peers tier: the `fulcrum` binary started as a process, with real servers and clients
+//! around it (nginx, vsftpd, etcd, keepalived, curl, h2load, grpcio), one module per concern, and
+//! the lab's scenarios in quick mode. One binary, so the suite links once.
+//! `cargo test --profile tests -p fulcrum --test peers -- tls::` runs one module.
+// Tests wait on real processes and sockets in real time; the balancer's own clock reads stay in
+// `fulcrum::clock` (clippy.toml).
+#![allow(clippy::disallowed_methods)]
+
+#[path = "../support/mod.rs"]
+mod support;
+
+mod accept_proxy;
+mod admin_api;
+mod admin_auth;
+mod balancing;
+mod check_cli;
+mod demo;
+mod explain;
+mod fleet;
+mod forwarding;
+mod ftp;
+mod grpc;
+mod hardening;
+mod health;
+mod http;
+mod http2;
+mod lab;
+mod passive;
+mod proxy_protocol;
+mod recovery;
+mod reload;
+mod resolve;
+mod sockmap;
+mod systemd;
+mod tls;
+mod vrrp;
