@@ -200,7 +200,7 @@ pub fn served_by<'a>(samples: impl IntoIterator<Item = &'a client::Sample>) -> s
 
 /// Starts `n` real servers named `{prefix}1`.. with the same options.
 pub fn start_backends(prefix: &str, n: usize, extra: &[String]) -> anyhow::Result<Vec<procs::Backend>> {
-    (1..=n).map(|i| procs::Backend::start(&format!("{prefix}{i}"), extra)).collect()
+    (1..=n).map(|i| procs::backend(&format!("{prefix}{i}"), extra)).collect()
 }
 
 /// Samples a set of processes' usage, each with the processes it forked ([`procs::tree_usages`]),

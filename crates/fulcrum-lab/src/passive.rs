@@ -79,7 +79,7 @@ pub async fn run(ctx: &Ctx) -> anyhow::Result<Report> {
     // Each run warms up first, so the figures are the controllers' steady state, as the paper's.
     let (rates, warm_up, seconds, window): (&[f64], u64, u64, usize) = if ctx.quick { (&[20.0, 40.0], 2, 4, 5) } else { (&[10.0, 20.0, 40.0, 60.0, 80.0], 8, 16, 10) };
     let degraded = ["--backlog", "1", "--slow-accept-ms", "100"].map(String::from);
-    let backends = [super::procs::Backend::start(NAMES[0], &[])?, super::procs::Backend::start(NAMES[1], &[])?, super::procs::Backend::start(NAMES[2], &degraded)?];
+    let backends = [super::procs::backend(NAMES[0], &[])?, super::procs::backend(NAMES[1], &[])?, super::procs::backend(NAMES[2], &degraded)?];
     let servers: Vec<_> = backends.iter().map(|b| (b.addr, 1)).collect();
     let extra = format!("[service.passive]\nslot = \"1s\"\nwindow_slots = {window}\nmin_samples = 10\n[service.p2c]\ndecay = \"5s\"\n");
     let sources = client::sources(10);

@@ -12,7 +12,7 @@ use serde_json::{Value, json};
 
 use super::client::{self, Link, Traffic};
 use super::plot::{self, Series};
-use super::procs::{Backend, Fulcrum};
+use super::procs::Fulcrum;
 use super::report::{Report, Table, fmt};
 use super::stats::{self, Estimate};
 use super::{Ctx, service_toml};
@@ -46,7 +46,7 @@ pub async fn run(ctx: &Ctx, degraded: &[String]) -> anyhow::Result<Vec<Point>> {
         for &rate in rates {
             pb.set_message(format!("figure 2 at {rate}/s, repeat {}", repeat + 1));
             // A fresh server per rate, so no run inherits another's queue.
-            let slow = Backend::start("slow", degraded)?;
+            let slow = super::procs::backend("slow", degraded)?;
             let f = Fulcrum::start(&ctx.work, &format!("syn-time-{rate}-{repeat}"), &service_toml("tcp", "round-robin", &[(slow.addr, 1)], "retries = 0\n"))?;
             let samples = client::poisson(
                 rate,

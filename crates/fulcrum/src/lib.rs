@@ -68,6 +68,7 @@ pub mod fleet;
 pub mod fuzzing;
 pub mod health;
 pub mod live;
+pub mod mode;
 pub mod proxy;
 pub mod proxy_header;
 pub mod shutdown;

@@ -243,7 +243,7 @@ fn chaos_loop(c: &mut Chaotic, windows: &Windows, deadline: Instant) -> anyhow::
         // Dropping a process's handle kills it (SIGKILL) and reaps it.
         drop(victim);
         pause(down);
-        c.killed = Some(crate::procs::Backend::start_on(KILLED_HTTP, addr, &[]).with_context(|| format!("cannot start {KILLED_HTTP} again on {addr}"))?);
+        c.killed = Some(crate::procs::backend_on(KILLED_HTTP, addr, &[]).with_context(|| format!("cannot start {KILLED_HTTP} again on {addr}"))?);
         windows.close(w);
         pause(gap);
         if !room(stop) {

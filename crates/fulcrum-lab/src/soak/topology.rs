@@ -142,7 +142,7 @@ impl Topology {
     pub fn start(dir: &Path) -> anyhow::Result<Topology> {
         let vsftpd = vsftpd_bin()?;
         let addrs = Addrs::pick()?;
-        let http = HTTP_SERVERS.iter().zip(&addrs.http_servers).map(|(n, a)| Backend::start_on(n, *a, &[])).collect::<anyhow::Result<Vec<_>>>()?;
+        let http = HTTP_SERVERS.iter().zip(&addrs.http_servers).map(|(n, a)| crate::procs::backend_on(n, *a, &[])).collect::<anyhow::Result<Vec<_>>>()?;
         let files = dir.join("ftp-files");
         std::fs::create_dir_all(&files).with_context(|| format!("cannot create {}", files.display()))?;
         for (name, size) in ftp_files() {

@@ -92,7 +92,7 @@ async fn fleet<C: Control>(State(control): State<Arc<C>>) -> Response {
 /// Every balancing algorithm: its name, title, the modes it serves, whether it hashes, and a
 /// line on how it picks (the dashboard's lists are made from it).
 async fn algorithms() -> Response {
-    Json(Algorithm::ALL.map(Algorithm::about)).into_response()
+    Json(Algorithm::ALL.iter().map(|a| a.about()).collect::<Vec<_>>()).into_response()
 }
 
 /// 200 when this instance can take traffic, else 503: what keepalived's `track_script` and

@@ -5,6 +5,18 @@
 use super::least::Least;
 use super::load::InFlight;
 
+/// `least-conn` in the registry (`algorithm.rs`).
+pub const LEAST_CONN: super::algorithm::Registered = super::algorithm::Registered {
+    about: super::algorithm::About {
+        name: "least-conn",
+        title: "Least connection",
+        modes: super::algorithm::EVERY_MODE,
+        hashes: false,
+        description: "the server with the fewest connections in flight per unit of weight; equals in turn",
+    },
+    build: |_| Box::new(LeastConn::default()),
+};
+
 pub type LeastConn = Least<InFlight>;
 
 #[cfg(test)]

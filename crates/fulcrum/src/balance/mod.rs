@@ -6,11 +6,12 @@
 //! is testable on its own. It hears of state changes through [`Balancer::update`] (wired by
 //! `events.rs`), where it rebuilds what it precomputes, so [`Balancer::pick`] only reads. What to
 //! hash (`key.rs`) is apart from how to map it (`maglev.rs`), and what load is (`load.rs`) is apart
-//! from the rule that compares it (`least.rs`, `p2c.rs`).
+//! from the rule that compares it (`least.rs`, `p2c.rs`). `algorithm.rs` is the registry: each
+//! algorithm's name, description and constructor, one line each.
 
 use std::net::IpAddr;
 
-use crate::config::Algorithm;
+pub use algorithm::{About, Algorithm, Registered};
 
 /// What a balancer may look at when it picks one server for one connection.
 #[derive(Debug, Clone, Copy)]
@@ -120,21 +121,7 @@ pub trait Balancer: Send + Sync {
     }
 }
 
-/// The balancer for an algorithm named in the config.
-pub fn build(algorithm: Algorithm, passive: passive_ratio::Tuning) -> Box<dyn Balancer> {
-    match algorithm {
-        Algorithm::PassiveRatio => Box::new(passive_ratio::PassiveRatio::new(passive)),
-        Algorithm::P2cEwma => Box::new(p2c_ewma::P2cEwma::default()),
-        Algorithm::RoundRobin => Box::new(round_robin::RoundRobin::default()),
-        Algorithm::StaticRr => Box::new(static_rr::StaticRr::default()),
-        Algorithm::Random => Box::new(random::Random::default()),
-        Algorithm::LeastConn => Box::new(least_conn::LeastConn::default()),
-        Algorithm::SourceHash | Algorithm::UriHash | Algorithm::HeaderHash => Box::new(source_hash::SourceHash::default()),
-        // The cookie names the server when the client has one; new clients are spread evenly.
-        Algorithm::Cookie => Box::new(round_robin::RoundRobin::default()),
-    }
-}
-
+pub mod algorithm;
 pub mod events;
 pub mod key;
 pub mod least;

@@ -10,6 +10,18 @@
 use super::load::PeakEwmaCost;
 use super::p2c::P2c;
 
+/// `p2c-ewma` in the registry (`algorithm.rs`).
+pub const P2C_EWMA: super::algorithm::Registered = super::algorithm::Registered {
+    about: super::algorithm::About {
+        name: "p2c-ewma",
+        title: "Power of two choices, peak EWMA",
+        modes: super::algorithm::EVERY_MODE,
+        hashes: false,
+        description: "the less loaded of two servers drawn at random, load being the peak EWMA of connect time times connections in flight",
+    },
+    build: |_| Box::new(P2cEwma::default()),
+};
+
 pub type P2cEwma = P2c<PeakEwmaCost>;
 
 #[cfg(test)]

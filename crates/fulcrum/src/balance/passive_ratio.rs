@@ -22,6 +22,18 @@ use std::time::{Duration, Instant};
 
 use super::{Balancer, Pick, ServerView};
 
+/// `passive-ratio` in the registry (`algorithm.rs`).
+pub const PASSIVE_RATIO: super::algorithm::Registered = super::algorithm::Registered {
+    about: super::algorithm::About {
+        name: "passive-ratio",
+        title: "Passive measurement (SYN / SYN-ACK ratio)",
+        modes: super::algorithm::EVERY_MODE,
+        hashes: false,
+        description: "traffic ratios that move away from the server whose connects fail or lag most, measured from the SYNs sent and SYN-ACKs received",
+    },
+    build: |tuning| Box::new(PassiveRatio::new(*tuning)),
+};
+
 /// Tuning of the controller (`[service.passive]`).
 #[derive(Debug, Clone, Copy, PartialEq)]
 pub struct Tuning {

@@ -4,6 +4,18 @@
 use super::rng::Rng;
 use super::{Balancer, Pick, ServerView};
 
+/// `random` in the registry (`algorithm.rs`).
+pub const RANDOM: super::algorithm::Registered = super::algorithm::Registered {
+    about: super::algorithm::About {
+        name: "random",
+        title: "Random",
+        modes: super::algorithm::EVERY_MODE,
+        hashes: false,
+        description: "a server drawn at random in proportion to its weight",
+    },
+    build: |_| Box::new(Random::default()),
+};
+
 #[derive(Debug, Default)]
 pub struct Random {
     rng: Rng,

@@ -19,6 +19,42 @@ use arc_swap::ArcSwap;
 use super::maglev::Maglev;
 use super::{Balancer, Pick, ServerView, key};
 
+/// `source-hash` in the registry (`algorithm.rs`).
+pub const SOURCE_HASH: super::algorithm::Registered = super::algorithm::Registered {
+    about: super::algorithm::About {
+        name: "source-hash",
+        title: "Source IP hash",
+        modes: super::algorithm::EVERY_MODE,
+        hashes: true,
+        description: "the client's address hashed onto a Maglev table: a client keeps its server, and a server leaving moves only its own clients",
+    },
+    build: |_| Box::new(SourceHash::default()),
+};
+
+/// `uri-hash`: the HTTP data path puts the path's hash in [`super::Pick::hash`].
+pub const URI_HASH: super::algorithm::Registered = super::algorithm::Registered {
+    about: super::algorithm::About {
+        name: "uri-hash",
+        title: "URI hash (HTTP)",
+        modes: super::algorithm::HTTP,
+        hashes: true,
+        description: "the request's path (and query, with hash_query) hashed onto a Maglev table: a path keeps its server, for caches",
+    },
+    build: |_| Box::new(SourceHash::default()),
+};
+
+/// `header-hash`: the HTTP data path puts the header value's hash in [`super::Pick::hash`].
+pub const HEADER_HASH: super::algorithm::Registered = super::algorithm::Registered {
+    about: super::algorithm::About {
+        name: "header-hash",
+        title: "Header hash (HTTP)",
+        modes: super::algorithm::HTTP,
+        hashes: true,
+        description: "the value of the hash_header request header hashed onto a Maglev table; the client's address without it",
+    },
+    build: |_| Box::new(SourceHash::default()),
+};
+
 /// A Maglev table and the configured (key, weight) list it was built over.
 #[derive(Debug, Default)]
 struct Table {

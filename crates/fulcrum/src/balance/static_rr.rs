@@ -13,6 +13,18 @@ use arc_swap::ArcSwap;
 
 use super::{Balancer, Pick, ServerView};
 
+/// `static-rr` in the registry (`algorithm.rs`).
+pub const STATIC_RR: super::algorithm::Registered = super::algorithm::Registered {
+    about: super::algorithm::About {
+        name: "static-rr",
+        title: "Static round robin (weights)",
+        modes: super::algorithm::EVERY_MODE,
+        hashes: false,
+        description: "a fixed weighted sequence built when a weight or state changes, walked by one cursor (HAProxy's static-rr)",
+    },
+    build: |_| Box::new(StaticRr::default()),
+};
+
 /// One cycle and the effective weights it was computed from.
 #[derive(Debug, Default)]
 struct Sequence {

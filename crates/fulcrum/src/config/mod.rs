@@ -5,7 +5,6 @@
 //! outside their ranges in `range`, host names that do not resolve) and locates each problem
 //! through the parsed document's spans, so every error names file, line and column.
 
-mod algorithm;
 mod change;
 mod diagnostic;
 mod diff;
@@ -17,7 +16,7 @@ mod validate;
 
 use std::path::{Path, PathBuf};
 
-pub use algorithm::{About, Algorithm};
+pub use crate::balance::{About, Algorithm};
 pub use change::{Change, ServerAdmin, ServiceSettings};
 pub use diagnostic::{Diagnostic, Diagnostics};
 pub use diff::{Diff, ServiceDiff, diff};

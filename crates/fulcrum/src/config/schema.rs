@@ -94,27 +94,7 @@ impl Admin {
     }
 }
 
-/// How a service understands its traffic.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
-#[serde(rename_all = "kebab-case")]
-pub enum Mode {
-    Tcp,
-    /// HTTP/1.1: requests are read, checked and forwarded over the servers' idle keep-alive connections.
-    Http,
-    /// FTP: the control connection is balanced and read, data connections are opened by Fulcrum
-    /// on `data_ports` and go to the same server (passive and active mode).
-    Ftp,
-}
-
-impl Mode {
-    pub fn as_str(self) -> &'static str {
-        match self {
-            Mode::Tcp => "tcp",
-            Mode::Http => "http",
-            Mode::Ftp => "ftp",
-        }
-    }
-}
+pub use crate::mode::Mode;
 
 /// How TCP mode moves the bytes of an established connection (`fast_path`).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
@@ -311,34 +291,83 @@ impl Service {
         self.http.queue_timeout.unwrap_or(self.queue_timeout)
     }
 
-    /// The settings a routed pool is dispatched and checked with: the service's, with the pool's
-    /// name (`service/pool`), servers, algorithm and health check, so a routed pool is balanced,
-    /// checked and counted by the same code as the service's own servers.
-    pub fn pool_settings(&self, pool: &Pool) -> Service {
-        Service {
+    /// The service's own servers as a pool: what the data path and the health checks follow.
+    pub fn own_pool(&self) -> PoolSettings {
+        PoolSettings {
+            name: self.name.clone(),
+            mode: self.mode,
+            algorithm: self.algorithm,
+            protocol: self.protocol,
+            server_tls: self.server_tls.clone(),
+            proxy_protocol: self.proxy_protocol,
+            health: self.health.clone(),
+            passive: self.passive.clone(),
+            p2c: self.p2c.clone(),
+            slow_start: self.slow_start,
+            damping: self.damping.clone(),
+            all_down: self.all_down,
+            servers: self.servers.clone(),
+            connect_timeout: self.connect_timeout,
+            failure_limit: self.failure_limit,
+            retries: self.retries,
+            queue_timeout: self.queue_timeout(),
+            terminate_on_disable: self.terminate_on_disable,
+            http: self.http.clone(),
+        }
+    }
+
+    /// A routed pool: its own servers, algorithm, health check and TLS to its servers, named
+    /// `service/pool`; what it leaves unset (slow start, damping, `all_down`, the PROXY header)
+    /// and how its connections are made and retried are the service's.
+    pub fn routed_pool(&self, pool: &Pool) -> PoolSettings {
+        let service = self.own_pool();
+        PoolSettings {
             name: format!("{}/{}", self.name, pool.name),
             algorithm: pool.algorithm,
             protocol: pool.protocol,
-            proxy_protocol: pool.proxy_protocol.or(self.proxy_protocol),
             server_tls: pool.server_tls.clone(),
+            proxy_protocol: pool.proxy_protocol.or(self.proxy_protocol),
             health: pool.health.clone(),
             passive: pool.passive.clone(),
             p2c: pool.p2c.clone(),
             slow_start: pool.slow_start.unwrap_or(self.slow_start),
-            damping: pool.damping.clone().unwrap_or_else(|| self.damping.clone()),
+            damping: pool.damping.clone().unwrap_or(service.damping),
             all_down: pool.all_down.unwrap_or(self.all_down),
             servers: pool.servers.clone(),
-            srv: None,
-            pools: Vec::new(),
-            routes: Vec::new(),
-            default_pool: None,
-            // A connection's forwarding follows the service's settings; the service's own check
-            // reports a misplaced fast_path or [service.tls] once.
-            fast_path: None,
-            tls: None,
-            ..self.clone()
+            ..service
         }
     }
+}
+
+/// A pool as the data path, the health checks and the stats see it: the service's own servers
+/// ([`Service::own_pool`]) or a routed pool ([`Service::routed_pool`]), with what it takes from
+/// its service resolved. Not read from a file: made from a [`Service`].
+#[derive(Debug, Clone, PartialEq)]
+pub struct PoolSettings {
+    /// The service's name for its own servers, `service/pool` for a routed pool: its key in the
+    /// stats and in each server's identity.
+    pub name: String,
+    pub mode: Mode,
+    pub algorithm: Algorithm,
+    pub protocol: ServerProtocol,
+    pub server_tls: Option<ServerTls>,
+    pub proxy_protocol: Option<ProxyProtocol>,
+    pub health: Health,
+    pub passive: Passive,
+    pub p2c: P2c,
+    pub slow_start: Duration,
+    pub damping: Damping,
+    pub all_down: AllDown,
+    pub servers: Vec<Server>,
+    /// How connections to its servers are made and retried: the service's.
+    pub connect_timeout: Duration,
+    pub failure_limit: u32,
+    pub retries: u32,
+    pub queue_timeout: Duration,
+    pub terminate_on_disable: bool,
+    /// HTTP: the service's settings, which its requests follow whichever pool serves them (the
+    /// affinity cookie, what the hashing algorithms read, the timeouts towards the servers).
+    pub http: Http,
 }
 
 fn is_true(b: &bool) -> bool {

@@ -141,7 +141,7 @@ fn the_haproxy_papers_routing_example_is_valid_and_routes_must_name_pools() {
     let c = parse_with(text, "routing.toml", Resolve::No).unwrap();
     let s = &c.services[0];
     assert_eq!((s.pools.len(), s.routes.len(), s.default_pool.as_deref()), (2, 2, Some("app")));
-    assert_eq!(s.pool_settings(&s.pools[1]).name, "www/app");
+    assert_eq!(s.routed_pool(&s.pools[1]).name, "www/app");
     assert_eq!(revalidate(&c).unwrap(), c, "pools and routes are written back as read");
 
     let d = first_error(&text.replace("pool = \"static\"\npath_suffix", "pool = \"statc\"\npath_suffix"));
@@ -295,7 +295,7 @@ fn slow_start_damping_and_all_down_are_a_services_and_a_pool_may_set_its_own() {
                 [[service.pool]]\nname = \"q\"\nslow_start = \"0s\"\nall_down = \"fail\"\n[service.pool.damping]\nsuppress = 0\n[[service.pool.server]]\naddress = \"127.0.0.1:1003\"\n";
     let c = parse_with(text, "t", Resolve::No).unwrap();
     let s = &c.services[0];
-    let (p, q) = (s.pool_settings(&s.pools[0]), s.pool_settings(&s.pools[1]));
+    let (p, q) = (s.routed_pool(&s.pools[0]), s.routed_pool(&s.pools[1]));
     assert_eq!((s.slow_start, s.all_down, s.damping.half_life, s.damping.suppress), (Duration::from_secs(30), AllDown::UseAll, Duration::from_secs(120), 2000));
     assert_eq!((p.slow_start, p.all_down, &p.damping), (s.slow_start, s.all_down, &s.damping), "a pool that sets nothing has the service's");
     assert_eq!((q.slow_start, q.all_down, q.damping.suppress, q.damping.reuse), (Duration::ZERO, AllDown::Fail, 0, 750));

@@ -12,7 +12,7 @@ use super::Resolve;
 use super::diagnostic::{Diagnostic, Diagnostics, line_col};
 use super::error::AddressError;
 use super::range::{self, Range, Shown};
-use super::schema::{Config, Damping, FastPath, Fleet, HealthKind, Mode, Server, Service, Tls};
+use super::schema::{Config, Damping, FastPath, Fleet, HealthKind, Mode, PoolSettings, Server, Service, Tls};
 
 /// One step of a path into the document: a key, or an index into an array of tables.
 #[derive(Debug, Clone, Copy)]
@@ -286,26 +286,41 @@ pub fn validate_against(config: &Config, text: &str, file: &str, resolve: Resolv
 
 /// What each pool has: its servers, algorithm and health check (a service's own servers are its
 /// first pool; routed pools are checked as the services they run as).
+/// A service's own servers as a pool, and where else its servers may come from (`srv`).
 fn validate_service(service: &Service, prefix: &[Seg<'_>], report: &mut Report<'_>) {
     let at = |key| path(prefix, &[Seg::Key(key)]);
-    validate_pool_numbers(service, prefix, report);
-    let health = &service.health;
+    if let Some(name) = &service.srv
+        && (name.is_empty()
+            || name.len() > 253
+            || !name.split('.').all(|l| !l.is_empty() && l.len() <= 63 && l.bytes().all(|b| b.is_ascii_alphanumeric() || b == b'-' || b == b'_')))
+    {
+        report.error(&at("srv"), format!("srv {name:?} is not a DNS name"), "e.g. \"_http._tcp.web.example\"");
+    }
+    validate_pool(&service.own_pool(), service.default_pool.is_some() || service.srv.is_some(), prefix, report);
+}
+
+/// What a pool needs of its own: the service's own servers or a routed pool's. `may_be_empty`: the
+/// service's own servers when a default pool or SRV records stand in for them.
+fn validate_pool(pool: &PoolSettings, may_be_empty: bool, prefix: &[Seg<'_>], report: &mut Report<'_>) {
+    let at = |key| path(prefix, &[Seg::Key(key)]);
+    validate_pool_numbers(pool, prefix, report);
+    let health = &pool.health;
     let hat = |key| path(prefix, &[Seg::Key("health"), Seg::Key(key)]);
     if health.kind == HealthKind::Http && (!health.path.starts_with('/') || health.path.chars().any(|c| c.is_whitespace() || c.is_control())) {
         report.error(&hat("path"), format!("health path {:?} is not an absolute path", health.path), "e.g. \"/index.html\"");
     }
-    if !service.algorithm.serves(service.mode) {
+    if !pool.algorithm.serves(pool.mode) {
         report.error(
             &at("algorithm"),
-            format!("algorithm {} needs mode = \"http\"", service.algorithm.as_str()),
+            format!("algorithm {} needs mode = \"http\"", pool.algorithm.as_str()),
             "it reads the request; set mode = \"http\" or pick another algorithm",
         );
     }
-    if service.algorithm == Algorithm::HeaderHash && service.http.hash_header.is_none() {
+    if pool.algorithm == Algorithm::HeaderHash && pool.http.hash_header.is_none() {
         report.error(&at("algorithm"), "algorithm header-hash needs [service.http] hash_header".into(), "e.g. hash_header = \"x-user\"");
     }
     let mut ids: HashMap<String, usize> = HashMap::new();
-    for (j, server) in service.servers.iter().enumerate() {
+    for (j, server) in pool.servers.iter().enumerate() {
         let id = server.cookie_id();
         if !id.bytes().all(|b| b.is_ascii_alphanumeric() || b == b'-' || b == b'_') || id.is_empty() {
             report.error(
@@ -322,19 +337,19 @@ fn validate_service(service: &Service, prefix: &[Seg<'_>], report: &mut Report<'
             );
         }
     }
-    if let Some(tls) = &service.server_tls {
+    if let Some(tls) = &pool.server_tls {
         let sat = |key| path(prefix, &[Seg::Key("server_tls"), Seg::Key(key)]);
-        if service.mode == Mode::Ftp {
+        if pool.mode == Mode::Ftp {
             report.error(&path(prefix, &[Seg::Key("server_tls")]), "server_tls is for mode = \"tcp\" and \"http\"".into(), "FTP over TLS is not supported: remove server_tls");
-        } else if let Err(e) = crate::tls::origin::Originator::load(tls, service.mode == Mode::Http, service.protocol == crate::config::ServerProtocol::H2) {
+        } else if let Err(e) = crate::tls::origin::Originator::load(tls, pool.mode == Mode::Http, pool.protocol == crate::config::ServerProtocol::H2) {
             let key = if e.file == "sni" { "sni" } else { "ca" };
             report.error(&sat(key), format!("server_tls: {e}"), "ca is a PEM file of CA certificates (unset: the system's roots); sni a DNS name or IP address");
         }
     }
-    if !service.protocol.is_http1() && service.mode != Mode::Http {
+    if !pool.protocol.is_http1() && pool.mode != Mode::Http {
         report.error(&at("protocol"), "protocol = \"h2\" is for mode = \"http\": it is how requests go to the servers".into(), "remove protocol, or set mode = \"http\"");
     }
-    if health.kind == HealthKind::Grpc && (service.mode != Mode::Http || service.protocol.is_http1()) {
+    if health.kind == HealthKind::Grpc && (pool.mode != Mode::Http || pool.protocol.is_http1()) {
         report.error(
             &hat("kind"),
             "kind = \"grpc\" speaks HTTP/2 to the servers, but the pool is not mode = \"http\" with protocol = \"h2\"".into(),
@@ -348,20 +363,13 @@ fn validate_service(service: &Service, prefix: &[Seg<'_>], report: &mut Report<'
             "e.g. \"fulcrum.Echo\", or empty for the whole server",
         );
     }
-    if health.kind == HealthKind::Ftp && service.mode != Mode::Ftp {
+    if health.kind == HealthKind::Ftp && pool.mode != Mode::Ftp {
         report.error(&hat("kind"), "kind = \"ftp\" checks an FTP server, but the service is not mode = \"ftp\"".into(), "use kind = \"tcp\" or \"http\"");
     }
-    if let Some(name) = &service.srv
-        && (name.is_empty()
-            || name.len() > 253
-            || !name.split('.').all(|l| !l.is_empty() && l.len() <= 63 && l.bytes().all(|b| b.is_ascii_alphanumeric() || b == b'-' || b == b'_')))
-    {
-        report.error(&at("srv"), format!("srv {name:?} is not a DNS name"), "e.g. \"_http._tcp.web.example\"");
+    if pool.servers.is_empty() && !may_be_empty {
+        report.error(&at("name"), format!("service {:?} has no servers", pool.name), "add at least one [[service.server]] with an address, or srv");
     }
-    if service.servers.is_empty() && service.default_pool.is_none() && service.srv.is_none() {
-        report.error(&at("name"), format!("service {:?} has no servers", service.name), "add at least one [[service.server]] with an address, or srv");
-    }
-    for (j, server) in service.servers.iter().enumerate() {
+    for (j, server) in pool.servers.iter().enumerate() {
         let sat = |key| path(prefix, &[Seg::Key("server"), Seg::Index(j), Seg::Key(key)]);
         let lookup = report.resolve == Resolve::Yes && !report.resolved_already(&server.address);
         let checked = if lookup { resolve_server(server).map(|_| ()) } else { split_host_port(&server.address).map(|_| ()) };
@@ -369,13 +377,13 @@ fn validate_service(service: &Service, prefix: &[Seg<'_>], report: &mut Report<'
             report.error(&sat("address"), e.to_string(), "write host:port or ip:port of a reachable real server");
         }
     }
-    for (j, server) in service.servers.iter().enumerate() {
+    for (j, server) in pool.servers.iter().enumerate() {
         let sat = |key| path(prefix, &[Seg::Key("server"), Seg::Index(j), Seg::Key(key)]);
-        if server.proxy_protocol.is_some() && service.mode == Mode::Http {
+        if server.proxy_protocol.is_some() && pool.mode == Mode::Http {
             proxy_protocol_in_http(&sat("proxy_protocol"), report);
         }
         match server.sni.as_deref().map(crate::tls::origin::name) {
-            Some(_) if service.server_tls.is_none() => {
+            Some(_) if pool.server_tls.is_none() => {
                 report.error(
                     &sat("sni"),
                     "a server's sni is the name sent to it in TLS, but its pool has no server_tls".into(),
@@ -387,7 +395,7 @@ fn validate_service(service: &Service, prefix: &[Seg<'_>], report: &mut Report<'
         }
     }
     let mut seen: HashMap<&str, usize> = HashMap::new();
-    for (j, server) in service.servers.iter().enumerate() {
+    for (j, server) in pool.servers.iter().enumerate() {
         if seen.insert(&server.address, j).is_some() {
             let sat = path(prefix, &[Seg::Key("server"), Seg::Index(j), Seg::Key("address")]);
             report.error(&sat, format!("server {} is listed twice", server.address), "list each real server once; use weight for a larger share");
@@ -558,22 +566,22 @@ fn validate_service_numbers(service: &Service, prefix: &[Seg<'_>], report: &mut 
 
 /// The numbers of a service's own servers, or of one pool (run as a service): health check,
 /// `passive`, `p2c` and servers, against their ranges in `range.rs`.
-fn validate_pool_numbers(service: &Service, prefix: &[Seg<'_>], report: &mut Report<'_>) {
+fn validate_pool_numbers(pool: &PoolSettings, prefix: &[Seg<'_>], report: &mut Report<'_>) {
     let at = |keys: &[&'static str]| path(prefix, &keys.iter().map(|k| Seg::Key(k)).collect::<Vec<_>>());
-    let health = &service.health;
+    let health = &pool.health;
     report.range(&at(&["health", "interval"]), "interval", health.interval, &range::HEALTH_INTERVAL);
     report.range(&at(&["health", "timeout"]), "timeout", health.timeout, &range::HEALTH_TIMEOUT);
     report.range(&at(&["health", "rise"]), "rise", health.rise, &range::RISE_FALL);
     report.range(&at(&["health", "fall"]), "fall", health.fall, &range::RISE_FALL);
     report.range(&at(&["health", "expect_status"]), "expect_status", health.expect_status, &range::EXPECT_STATUS);
 
-    let passive = &service.passive;
+    let passive = &pool.passive;
     report.range(&at(&["passive", "delta"]), "delta", passive.delta, &range::DELTA);
     report.range(&at(&["passive", "slot"]), "slot", passive.slot, &range::SLOT);
     report.range(&at(&["passive", "window_slots"]), "window_slots", passive.window_slots, &range::WINDOW_SLOTS);
     report.range(&at(&["passive", "min_samples"]), "min_samples", passive.min_samples, &range::MIN_SAMPLES);
-    report.range(&at(&["p2c", "decay"]), "decay", service.p2c.decay, &range::DECAY);
-    for (j, server) in service.servers.iter().enumerate() {
+    report.range(&at(&["p2c", "decay"]), "decay", pool.p2c.decay, &range::DECAY);
+    for (j, server) in pool.servers.iter().enumerate() {
         let sat = |key| path(prefix, &[Seg::Key("server"), Seg::Index(j), Seg::Key(key)]);
         report.range(&sat("weight"), "weight", server.weight, &range::WEIGHT);
         report.range(&sat("maxconn"), "maxconn", server.maxconn, &range::MAXCONN);
@@ -647,7 +655,7 @@ fn validate_routing(service: &Service, i: usize, report: &mut Report<'_>) {
         let pool_at = [Seg::Key("service"), Seg::Index(i), Seg::Key("pool"), Seg::Index(k)];
         // What a pool leaves unset is the service's, checked once there.
         validate_recovery(pool.slow_start, pool.damping.as_ref(), &pool_at, report);
-        validate_service(&service.pool_settings(pool), &pool_at, report);
+        validate_pool(&service.routed_pool(pool), false, &pool_at, report);
     }
     let known = |name: &str| names.contains_key(name);
     let pool_names = || service.pools.iter().map(|p| p.name.as_str()).collect::<Vec<_>>().join(", ");

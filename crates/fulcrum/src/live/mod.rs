@@ -210,7 +210,7 @@ fn build(config: Config, registry: &mut Registry, budget: &Arc<Budget>, previous
                 .pools
                 .iter()
                 .map(|p| {
-                    let settings = sc.pool_settings(p);
+                    let settings = sc.routed_pool(p);
                     let old = running.and_then(|r| r.routed(&p.name));
                     match old {
                         Some(old) if old.config == settings && !names_moved(old, refresh) => Ok(old.clone()),
@@ -247,8 +247,14 @@ fn build(config: Config, registry: &mut Registry, budget: &Arc<Budget>, previous
                 },
                 None => Vec::new(),
             };
-            let pool = build_pool(sc, &found, registry, previous.is_some(), running.map(|r| &*r.pool), refresh)?;
-            Ok(Arc::new(Service { listen, pool: Arc::new(pool), pools, tls }))
+            // The service's own servers, kept as they run (balancer, idle connections) when only
+            // something else of the service changed: its routes, a routed pool, its listener.
+            let own = sc.own_pool();
+            let pool = match running.map(|r| &r.pool) {
+                Some(old) if sc.srv.is_none() && old.config == own && !names_moved(old, refresh) => old.clone(),
+                _ => Arc::new(build_pool(&own, &found, registry, previous.is_some(), running.map(|r| &*r.pool), refresh)?),
+            };
+            Ok(Arc::new(Service { config: sc.clone(), listen, pool, pools, tls }))
         })
         .collect::<Result<_, BuildError>>()?;
     Ok(Generation { config, services, budget: budget.clone() })
@@ -267,11 +273,18 @@ fn names_moved(pool: &Pool, refresh: &Refresh) -> bool {
     !refresh.addresses.is_empty() && pool.servers().any(|e| refresh.addresses.contains(&e.state.key.address))
 }
 
-/// A pool from `sc` (a service, or a routed pool's `pool_settings`), its servers' state found or
+/// A pool of `sc`'s settings (a service's own servers, or a routed pool), its servers' state found or
 /// made by stable key. `running`: the process serves already, so a server new to it slow-starts.
 /// `old`, the running pool of that name: a server it has keeps its resolved address, unless
 /// `refresh` names it.
-fn build_pool(sc: &config::Service, found: &[crate::dns::SrvServer], registry: &mut Registry, running: bool, old: Option<&Pool>, refresh: &Refresh) -> Result<Pool, BuildError> {
+fn build_pool(
+    sc: &config::PoolSettings,
+    found: &[crate::dns::SrvServer],
+    registry: &mut Registry,
+    running: bool,
+    old: Option<&Pool>,
+    refresh: &Refresh,
+) -> Result<Pool, BuildError> {
     let shared = registry.services.entry(sc.name.clone()).or_default().clone();
     let events = shared.events.clone();
     let checked = sc.health.kind != HealthKind::None;

@@ -32,15 +32,15 @@ struct Picker {
 struct Servers(Vec<Arc<ServerEntry>>);
 
 impl Tier {
-    pub fn new(servers: Vec<Arc<ServerEntry>>, service: &config::Service, events: &Subscribers) -> Self {
-        let p = &service.passive;
+    pub fn new(servers: Vec<Arc<ServerEntry>>, pool: &config::PoolSettings, events: &Subscribers) -> Self {
+        let p = &pool.passive;
         let tuning = balance::passive_ratio::Tuning { delta: p.delta, slot: p.slot, window_slots: p.window_slots, min_samples: p.min_samples };
         // The cookie algorithm places clients without affinity by its `cookie_new`.
-        let algorithm = match (service.algorithm, service.http.cookie_new) {
+        let algorithm = match (pool.algorithm, pool.http.cookie_new) {
             (config::Algorithm::Cookie, config::CookieNew::Random) => config::Algorithm::Random,
             (algorithm, _) => algorithm,
         };
-        let picker = Arc::new(Picker { view: Servers(servers.clone()), balancer: balance::build(algorithm, tuning) });
+        let picker = Arc::new(Picker { view: Servers(servers.clone()), balancer: algorithm.build(&tuning) });
         // Subscribed before the first update, so a change that lands between the two is heard.
         events.subscribe(&picker);
         picker.server_changed();
@@ -192,10 +192,8 @@ impl Avoid {
 }
 
 pub struct Pool {
-    /// The settings the pool is dispatched and checked with: the service's own for its default
-    /// pool; for a routed pool, the service's with the pool's name (`service/pool`), servers,
-    /// algorithm and health check.
-    pub config: config::Service,
+    /// The settings the pool is dispatched and checked with (`config::PoolSettings`).
+    pub config: config::PoolSettings,
     /// Counters and the queue: the service's for its default pool, its own for a routed one
     /// (shown as the service `service/pool` in the stats).
     pub state: Arc<ServiceState>,

@@ -11,6 +11,7 @@ use super::pool::Pool;
 use super::service_state::ServiceState;
 
 pub struct Service {
+    pub config: config::Service,
     pub listen: SocketAddr,
     /// The service's own servers, with the service's settings and counters.
     pub pool: Arc<Pool>,
@@ -22,7 +23,7 @@ pub struct Service {
 
 impl Service {
     pub fn config(&self) -> &config::Service {
-        &self.pool.config
+        &self.config
     }
 
     pub fn state(&self) -> &Arc<ServiceState> {
@@ -34,7 +35,7 @@ impl Service {
         let p = &self.pool;
         let running = p.primary.servers.iter().map(|e| (e, false)).chain(p.backup.servers.iter().map(|e| (e, true)));
         running
-            .filter(|(e, _)| !p.config.servers.iter().any(|c| c.address == e.state.key.address))
+            .filter(|(e, _)| !self.config.servers.iter().any(|c| c.address == e.state.key.address))
             .map(|(e, backup)| crate::dns::SrvServer { address: e.state.key.address.clone(), addr: e.addr, weight: e.state.weight(), backup })
             .collect()
     }

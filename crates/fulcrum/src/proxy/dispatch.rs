@@ -102,7 +102,7 @@ impl<'a> Dispatch<'a> {
                     return Err(self.last.take().unwrap_or_else(|| Error::new(Kind::NoServer, Side::Server)));
                 }
                 let queue = waiting.get_or_insert_with(|| Waiting::enter(&pool.state));
-                if !queue.wait(pool.config.queue_timeout()).await {
+                if !queue.wait(pool.config.queue_timeout).await {
                     return Err(Error::new(Kind::QueueTimeout, Side::Server));
                 }
                 continue;

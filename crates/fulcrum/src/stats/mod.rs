@@ -190,7 +190,7 @@ pub fn snapshot(generation: &Generation) -> Snapshot {
         .pools()
         .map(|(service, s)| ServiceStats {
             name: s.config.name.clone(),
-            enabled: s.config.enabled,
+            enabled: service.config().enabled,
             listen: service.listen.to_string(),
             mode: s.config.mode.as_str(),
             algorithm: s.config.algorithm.as_str(),
@@ -201,7 +201,7 @@ pub fn snapshot(generation: &Generation) -> Snapshot {
             total: s.state.total.load(Relaxed),
             refused: s.state.refused.load(Relaxed),
             sockmap_connections: s.state.sockmap.load(Relaxed),
-            maxconn: s.config.maxconn,
+            maxconn: service.config().maxconn,
             rate: s.state.rate.current(now / 1000),
             rate_max: s.state.rate.max(),
             queue: s.state.waiting(),

@@ -10,7 +10,7 @@ use std::net::{IpAddr, Shutdown, SocketAddr, TcpListener, TcpStream};
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
 use std::sync::atomic::{AtomicU32, Ordering};
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 static SEQ: AtomicU32 = AtomicU32::new(0);
 
@@ -49,29 +49,9 @@ pub fn cpu_ticks(stat: &str) -> Option<u64> {
     Some(field(11)? + field(12)?)
 }
 
-/// A loopback port free right now, below the kernel's ephemeral range (32768 and up).
-///
-/// A port the kernel hands out for `bind(0)` is also one it may give an outgoing connection
-/// as its source port before the server that was meant to take it binds; and a client that
-/// polls a port of that range until it answers can connect to itself (TCP simultaneous open)
-/// and believe a server is there. Ports below the range are never source ports, so neither can
-/// happen. Each process walks its own stretch of them (by pid), skipping ports that are taken.
-/// Only even ports are handed out, so the port after one stays free for a test that needs a
-/// pair (the fleet demo's second instance listens on the port after the first's).
+/// A loopback port free right now, below the kernel's ephemeral range (`testkit::free_port`).
 pub fn free_port() -> u16 {
-    use std::sync::atomic::{AtomicU32, Ordering};
-    // Above the fixed ports of the FTP tests' data ranges (21000 to 21900), below the ephemeral range.
-    const FIRST: u32 = 24_000;
-    const COUNT: u32 = 8_000;
-    static NEXT: AtomicU32 = AtomicU32::new(u32::MAX);
-    let _ = NEXT.compare_exchange(u32::MAX, (std::process::id().wrapping_mul(7919) % COUNT) & !1, Ordering::Relaxed, Ordering::Relaxed);
-    for _ in 0..COUNT / 2 {
-        let port = (FIRST + NEXT.fetch_add(2, Ordering::Relaxed) % COUNT) as u16;
-        if TcpListener::bind(("127.0.0.1", port)).is_ok() && std::net::UdpSocket::bind(("127.0.0.1", port)).is_ok() {
-            return port;
-        }
-    }
-    panic!("no free loopback port between {FIRST} and {}", FIRST + COUNT);
+    testkit::free_port().unwrap_or_else(|e| panic!("{e}"))
 }
 
 /// A test that cannot run here fails with `why`, unless `FULCRUM_TEST_SKIP` (names separated
@@ -85,20 +65,12 @@ pub fn cannot_run(test: &str, why: &str) {
     panic!("{test} cannot run on this machine: {why}; FULCRUM_TEST_SKIP={test} skips it where that is known");
 }
 
-pub fn wait_until(what: &str, limit: Duration, mut f: impl FnMut() -> bool) {
-    let deadline = Instant::now() + limit;
-    while Instant::now() < deadline {
-        if f() {
-            return;
-        }
-        std::thread::sleep(Duration::from_millis(20));
-    }
-    panic!("timed out after {limit:?} waiting for {what}");
+pub fn wait_until(what: &str, limit: Duration, f: impl FnMut() -> bool) {
+    assert!(testkit::wait_for(limit, f), "timed out after {limit:?} waiting for {what}");
 }
 
 fn listening(addr: SocketAddr) -> bool {
-    // A connection to itself (possible only in the ephemeral range) is nobody listening.
-    TcpStream::connect_timeout(&addr, Duration::from_millis(200)).is_ok_and(|s| s.local_addr().ok() != Some(addr))
+    testkit::accepts(addr)
 }
 
 /// One real nginx server whose replies name it: `/name` answers its name, `/index.html` its
@@ -248,7 +220,7 @@ pub struct Fulcrum {
     admin_extra: String,
     /// `Authorization` header value the helpers send, when authentication is configured.
     pub authorization: Option<String>,
-    child: Child,
+    proc: testkit::Proc,
 }
 
 impl Fulcrum {
@@ -275,22 +247,17 @@ impl Fulcrum {
         let config_path = dir.join("fulcrum.toml");
         write_config(&config_path, admin, admin_extra, &config.replace("{LISTEN}", &listen.to_string()));
         let log_path = dir.join("fulcrum.log");
-        let log = std::fs::File::create(&log_path).unwrap();
-        let (program, before) = match prefix.split_first() {
-            Some((p, rest)) => (p.to_string(), [rest, &[env!("CARGO_BIN_EXE_fulcrum")]].concat()),
-            None => (env!("CARGO_BIN_EXE_fulcrum").to_string(), vec![]),
+        let mut command = match prefix.split_first() {
+            Some((p, rest)) => {
+                let mut c = Command::new(p);
+                c.args(rest).arg(env!("CARGO_BIN_EXE_fulcrum"));
+                c
+            }
+            None => Command::new(env!("CARGO_BIN_EXE_fulcrum")),
         };
-        let child = Command::new(program)
-            .args(before)
-            .args(["--log", "info", "run", config_path.to_str().unwrap()])
-            .env_remove("RUST_LOG")
-            .stdout(Stdio::null())
-            .stderr(log)
-            .spawn()
-            .unwrap();
-        let f = Fulcrum { listen, admin, config_path, log_path, admin_extra: admin_extra.to_string(), authorization, child };
-        wait_until("fulcrum admin and listener", Duration::from_secs(15), || listening(admin) && listening(listen));
-        f
+        command.args(["--log", "info", "run", config_path.to_str().unwrap()]);
+        let proc = testkit::start_fulcrum(&mut command, &log_path, &[admin, listen], Duration::from_secs(15)).unwrap_or_else(|e| panic!("{e:#}"));
+        Fulcrum { listen, admin, config_path, log_path, admin_extra: admin_extra.to_string(), authorization, proc }
     }
 
     /// Rewrites the config (same admin and listen) and sends SIGHUP.
@@ -300,18 +267,17 @@ impl Fulcrum {
     }
 
     pub fn signal(&self, sig: i32) {
-        let ok = Command::new("kill").args([format!("-{sig}"), self.child.id().to_string()]).status().unwrap().success();
+        let ok = Command::new("kill").args([format!("-{sig}"), self.pid().to_string()]).status().unwrap().success();
         assert!(ok, "kill -{sig} failed");
     }
 
     pub fn pid(&self) -> u32 {
-        self.child.id()
+        self.proc.pid()
     }
 
     /// The process's resident memory in KiB.
     pub fn rss_kib(&self) -> u64 {
-        let status = std::fs::read_to_string(format!("/proc/{}/status", self.pid())).unwrap_or_default();
-        status.lines().find_map(|l| l.strip_prefix("VmRSS:")).and_then(|v| v.split_whitespace().next()?.parse().ok()).unwrap_or(0)
+        self.proc.usage().rss_kib
     }
 
     /// CPU time (user and system) the process has used so far, in seconds.
@@ -367,21 +333,18 @@ impl Fulcrum {
     }
 
     pub fn wait_exit(&mut self, limit: Duration) -> Option<std::process::ExitStatus> {
-        let deadline = Instant::now() + limit;
-        while Instant::now() < deadline {
-            if let Ok(Some(s)) = self.child.try_wait() {
-                return Some(s);
-            }
-            std::thread::sleep(Duration::from_millis(20));
-        }
-        None
+        let mut status = None;
+        testkit::wait_for(limit, || {
+            status = self.proc.exited();
+            status.is_some()
+        });
+        status
     }
 }
 
 impl Drop for Fulcrum {
     fn drop(&mut self) {
-        let _ = self.child.kill();
-        let _ = self.child.wait();
+        // The process ends with `proc`, after this.
         if std::thread::panicking() {
             eprintln!("---- fulcrum log ----\n{}", self.log());
         }
@@ -516,10 +479,21 @@ pub fn body_of(raw: &[u8]) -> &[u8] {
 }
 
 /// A `fulcrum backend` real server: HTTP that keeps serving a half-closed connection (nginx
-/// aborts a response when its client half-closes, so half-close tests use this one).
-pub struct Backend {
-    pub addr: SocketAddr,
-    child: Child,
+/// aborts a response when its client half-closes, so half-close tests use this one). The
+/// harness's (`testkit::Backend`: `addr`, `diagnose`), started the tests' way.
+pub struct Backend(testkit::Backend);
+
+impl std::ops::Deref for Backend {
+    type Target = testkit::Backend;
+    fn deref(&self) -> &testkit::Backend {
+        &self.0
+    }
+}
+
+impl std::ops::DerefMut for Backend {
+    fn deref_mut(&mut self) -> &mut testkit::Backend {
+        &mut self.0
+    }
 }
 
 impl Backend {
@@ -527,15 +501,16 @@ impl Backend {
         Self::start_with(name, &[])
     }
 
-    /// A backend with extra `fulcrum backend` options (degradations). A port that another
-    /// process took between `free_port` and the backend's bind is given up for the next one.
+    /// A backend with extra `fulcrum backend` options (degradations), on a `free_port`: below
+    /// the ephemeral range, so a test can start it again on the same port after stopping it. A
+    /// port that another process took between `free_port` and the backend's bind is given up
+    /// for the next one.
     pub fn start_with(name: &str, extra: &[&str]) -> Backend {
         let mut failed = Vec::new();
         for _ in 0..3 {
-            let addr: SocketAddr = format!("127.0.0.1:{}", free_port()).parse().unwrap();
-            match Self::spawn(name, addr, extra) {
+            match Self::spawn(name, SocketAddr::from(([127, 0, 0, 1], free_port())), extra) {
                 Ok(b) => return b,
-                Err(why) => failed.push(why),
+                Err(why) => failed.push(format!("{why:#}")),
             }
         }
         panic!("backend {name} did not start: {failed:#?}");
@@ -543,66 +518,12 @@ impl Backend {
 
     /// A backend on `addr`: one started again where an earlier one was stopped.
     pub fn start_at(name: &str, addr: SocketAddr, extra: &[&str]) -> Backend {
-        Self::spawn(name, addr, extra).unwrap_or_else(|why| panic!("{why}"))
+        Self::spawn(name, addr, extra).unwrap_or_else(|e| panic!("{e:#}"))
     }
 
-    /// Starts the backend and waits for the line it prints once it listens: its own word, where
-    /// a connection to the port could be answered by whoever else held it for a moment.
-    fn spawn(name: &str, addr: SocketAddr, extra: &[&str]) -> Result<Backend, String> {
+    fn spawn(name: &str, addr: SocketAddr, extra: &[&str]) -> anyhow::Result<Backend> {
         let log = scratch("backend").join(format!("{name}.log"));
-        let mut child = Command::new(env!("CARGO_BIN_EXE_fulcrum"))
-            .args(["backend", "--listen", &addr.to_string(), "--name", name])
-            .args(extra)
-            .stdout(Stdio::piped())
-            .stderr(std::fs::File::create(&log).unwrap())
-            .spawn()
-            .unwrap();
-        let mut out = child.stdout.take().unwrap();
-        let (tx, rx) = std::sync::mpsc::channel();
-        std::thread::spawn(move || {
-            let mut line = Vec::new();
-            let mut byte = [0u8];
-            while out.read(&mut byte).is_ok_and(|n| n == 1) && byte[0] != b'\n' {
-                line.push(byte[0]);
-            }
-            let _ = tx.send(String::from_utf8_lossy(&line).into_owned());
-        });
-        let said = rx.recv_timeout(Duration::from_secs(10)).unwrap_or_default();
-        if said == addr.to_string() {
-            return Ok(Backend { addr, child });
-        }
-        let _ = child.kill();
-        let status = child.wait().map_or_else(|e| e.to_string(), |s| s.to_string());
-        Err(format!("backend {name} on {addr} did not say it listens ({status}): {}", std::fs::read_to_string(&log).unwrap_or_default().trim_end()))
-    }
-}
-
-impl Backend {
-    /// What a test that waited in vain should print of this backend: whether its process still
-    /// runs, and whether its port accepts a connection now.
-    pub fn diagnose(&mut self) -> String {
-        let process = match self.child.try_wait() {
-            Ok(None) => "running".to_string(),
-            Ok(Some(status)) => format!("exited ({status})"),
-            Err(e) => format!("unknown ({e})"),
-        };
-        let port = match TcpStream::connect_timeout(&self.addr, Duration::from_secs(1)) {
-            Ok(s) => format!("accepts (from {:?})", s.local_addr().ok()),
-            Err(e) => format!("refuses ({e})"),
-        };
-        // Who holds the port, listening or connected, with their processes.
-        let sockets = Command::new("ss")
-            .args(["-tanpH", &format!("( sport = :{} or dport = :{} )", self.addr.port(), self.addr.port())])
-            .output()
-            .map_or_else(|e| format!("ss: {e}"), |o| String::from_utf8_lossy(&o.stdout).trim_end().to_string());
-        format!("backend on {}: process {} {process}, port {port}; sockets:\n{sockets}", self.addr, self.child.id())
-    }
-}
-
-impl Drop for Backend {
-    fn drop(&mut self) {
-        let _ = self.child.kill();
-        let _ = self.child.wait();
+        Ok(Backend(testkit::Backend::start(Path::new(env!("CARGO_BIN_EXE_fulcrum")), name, addr, extra, Some(&log))?))
     }
 }
 

@@ -11,7 +11,7 @@ use hyper::Uri;
 use hyper::header::{self, HeaderMap, HeaderValue};
 
 use crate::balance::key;
-use crate::config::{Algorithm, CookieMode, Service};
+use crate::config::{Algorithm, CookieMode, PoolSettings};
 use crate::proxy::dispatch::Steer;
 
 /// How a request steers the pick: the hash key of `uri-hash`/`header-hash`, the server id a
@@ -30,11 +30,11 @@ impl Affinity {
 }
 
 /// What `uri-hash` hashes: the path, with the query when `hash_query` is set.
-pub fn uri_key<'a>(cfg: &Service, uri: &'a Uri) -> &'a str {
+pub fn uri_key<'a>(cfg: &PoolSettings, uri: &'a Uri) -> &'a str {
     if cfg.http.hash_query { uri.path_and_query().map(|p| p.as_str()).unwrap_or("/") } else { uri.path() }
 }
 
-pub fn steer(cfg: &Service, uri: &Uri, headers: &HeaderMap) -> Affinity {
+pub fn steer(cfg: &PoolSettings, uri: &Uri, headers: &HeaderMap) -> Affinity {
     let http = &cfg.http;
     match cfg.algorithm {
         Algorithm::UriHash => Affinity { hash: Some(key::hash_bytes(uri_key(cfg, uri).as_bytes())), ..Affinity::default() },
@@ -55,7 +55,7 @@ pub fn steer(cfg: &Service, uri: &Uri, headers: &HeaderMap) -> Affinity {
 }
 
 /// Sets or rewrites the affinity cookie on a response from server `id`.
-pub fn stamp(cfg: &Service, steer: &Affinity, id: &str, headers: &mut HeaderMap) {
+pub fn stamp(cfg: &PoolSettings, steer: &Affinity, id: &str, headers: &mut HeaderMap) {
     if cfg.algorithm != Algorithm::Cookie {
         return;
     }
@@ -117,11 +117,11 @@ fn cookie(headers: &HeaderMap, name: &str) -> Option<String> {
 mod tests {
     use super::*;
 
-    fn service(extra: &str) -> Service {
+    fn service(extra: &str) -> PoolSettings {
         let text = format!(
             "[[service]]\nname = \"w\"\nlisten = \"127.0.0.1:1\"\nmode = \"http\"\nalgorithm = \"cookie\"\n[service.http]\n{extra}\n[[service.server]]\naddress = \"127.0.0.1:2\"\n"
         );
-        crate::config::parse_with(&text, "t", crate::config::Resolve::No).unwrap().services.remove(0)
+        crate::config::parse_with(&text, "t", crate::config::Resolve::No).unwrap().services.remove(0).own_pool()
     }
 
     fn set_cookies(h: &HeaderMap) -> Vec<String> {

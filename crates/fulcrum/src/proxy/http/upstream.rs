@@ -72,7 +72,7 @@ pub fn send(
         let fault = req.body().fault();
         loop {
             let place = dispatch.reserve().await.map_err(|e| match e.kind {
-                Kind::QueueTimeout => Failure::Queue(cfg.queue_timeout()),
+                Kind::QueueTimeout => Failure::Queue(cfg.queue_timeout),
                 _ => Failure::Connect(e),
             })?;
             let entry = place.entry().clone();
