@@ -16,11 +16,14 @@
 //!   servers), the server and service state that outlives generations, and the ring of the
 //!   last picks with their reasons (`live::why`).
 //! - [`balance`]: the `Balancer` trait (pick, and update on every server event), the `Load`
-//!   metrics apart from the rules, and one file per algorithm.
+//!   metrics apart from the rules, one file per algorithm, and the registry of algorithms by
+//!   name (`balance::algorithm`), which the config reads the names from.
+//! - [`mode`]: what a service's traffic is (TCP, HTTP, FTP), below everything that says so.
 //! - [`health`]: active checks and the rise/fall state machine.
 //! - [`dns`]: DNS SRV records as a server source (hickory's resolver, off the traffic's threads).
 //! - [`error`]: the data path's error: kind, side (server or local), retryable.
-//! - [`clock`]: the runtime clock and the wall clock that state and stats read.
+//! - [`clock`]: the one place that reads the time (`clippy.toml`), on tokio's clock so that a
+//!   test that pauses it pauses everything.
 //! - [`proxy_header`]: the PROXY protocol's wire format, sent by the data path and the checks.
 //! - [`shutdown`]: one shutdown signal and one drain.
 //! - [`proxy`]: listeners; `dispatch`, the one path to a server for every mode (pick, maxconn
@@ -45,12 +48,14 @@
 //! - `fuzzing` (hidden): one entry point per fuzz target of `fuzz/`, shared with the test that
 //!   replays their corpora.
 //!
-//! Imports run down only: `config`, `tls`, `balance`, `live` and `proxy_header` know nothing of
+//! Imports run down only: `mode` and `clock` know nothing of the rest; `balance` nothing of
+//! `config`; `config`, `tls`, `live` and `proxy_header` know nothing of
 //! `proxy`, `health` or what is above them; `proxy`, `health` and `stats` nothing of `fleet`,
 //! `app` or `admin` (`scripts/layers` checks it).
 //!
 //! Beside this crate in the workspace: `crates/realserver` (the real server of the tests, the
-//! demo and the lab) and `crates/fulcrum-lab` (the papers' experiments, with reports and plots).
+//! demo and the lab), `crates/fulcrum-lab` (the papers' experiments, with reports and plots) and
+//! `crates/testkit` (the harness that starts processes for the tests, the lab and the soak).
 //! `unsafe_code` is denied workspace-wide; `proxy::splice`, `proxy::tcp_info` and `proxy::sockmap`
 //! (the BPF fast path of TCP mode: SO_COOKIE, TIOCOUTQ, epoll) allow it.
 

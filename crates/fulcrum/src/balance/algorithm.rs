@@ -1,5 +1,5 @@
 //! The balancing algorithms by name: one line each in [`registry!`] below, naming the entry its
-//! file defines ([`Registered`]: what it is and how to make one). The config reads the names,
+//! file defines ([`Registered`], `entry.rs`: what it is and how to make one). The config reads the names,
 //! `GET /api/algorithms` and the dashboard's lists show what each is, and `live` builds the
 //! balancer of a pool from the same entry, so adding an algorithm is its file, its line here and
 //! its tests.
@@ -7,32 +7,8 @@
 use serde::{Deserialize, Deserializer, Serialize, Serializer};
 
 use super::Balancer;
-use super::passive_ratio::Tuning;
+pub use super::entry::{About, Registered, Tuning};
 use crate::mode::Mode;
-
-/// What an algorithm is, as `GET /api/algorithms` says it.
-#[derive(Debug, Clone, Copy, Serialize)]
-pub struct About {
-    /// Its name in the config.
-    pub name: &'static str,
-    /// Its name for people (the dashboard's lists).
-    pub title: &'static str,
-    /// The service modes it serves.
-    pub modes: &'static [Mode],
-    /// It maps a key (client address, path, header) to a server through a table.
-    pub hashes: bool,
-    pub description: &'static str,
-}
-
-/// An algorithm's entry: what it is, and its balancer for a pool (given the pool's tuning of the
-/// passive controller, which only `passive-ratio` reads).
-pub struct Registered {
-    pub about: About,
-    pub build: fn(&Tuning) -> Box<dyn Balancer>,
-}
-
-pub const EVERY_MODE: &[Mode] = &[Mode::Tcp, Mode::Http, Mode::Ftp];
-pub const HTTP: &[Mode] = &[Mode::Http];
 
 /// `Variant => entry`: the enum of algorithms, the list of them in the dashboard's order, and the
 /// lookups by name, all from one list.

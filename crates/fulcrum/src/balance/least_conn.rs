@@ -6,11 +6,11 @@ use super::least::Least;
 use super::load::InFlight;
 
 /// `least-conn` in the registry (`algorithm.rs`).
-pub const LEAST_CONN: super::algorithm::Registered = super::algorithm::Registered {
-    about: super::algorithm::About {
+pub const LEAST_CONN: super::entry::Registered = super::entry::Registered {
+    about: super::entry::About {
         name: "least-conn",
         title: "Least connection",
-        modes: super::algorithm::EVERY_MODE,
+        modes: super::entry::EVERY_MODE,
         hashes: false,
         description: "the server with the fewest connections in flight per unit of weight; equals in turn",
     },

@@ -122,6 +122,7 @@ pub trait Balancer: Send + Sync {
 }
 
 pub mod algorithm;
+pub mod entry;
 pub mod events;
 pub mod key;
 pub mod least;

@@ -11,11 +11,11 @@ use super::load::PeakEwmaCost;
 use super::p2c::P2c;
 
 /// `p2c-ewma` in the registry (`algorithm.rs`).
-pub const P2C_EWMA: super::algorithm::Registered = super::algorithm::Registered {
-    about: super::algorithm::About {
+pub const P2C_EWMA: super::entry::Registered = super::entry::Registered {
+    about: super::entry::About {
         name: "p2c-ewma",
         title: "Power of two choices, peak EWMA",
-        modes: super::algorithm::EVERY_MODE,
+        modes: super::entry::EVERY_MODE,
         hashes: false,
         description: "the less loaded of two servers drawn at random, load being the peak EWMA of connect time times connections in flight",
     },

@@ -20,32 +20,20 @@
 use std::sync::Mutex;
 use std::time::{Duration, Instant};
 
+pub use super::entry::Tuning;
 use super::{Balancer, Pick, ServerView};
 
 /// `passive-ratio` in the registry (`algorithm.rs`).
-pub const PASSIVE_RATIO: super::algorithm::Registered = super::algorithm::Registered {
-    about: super::algorithm::About {
+pub const PASSIVE_RATIO: super::entry::Registered = super::entry::Registered {
+    about: super::entry::About {
         name: "passive-ratio",
         title: "Passive measurement (SYN / SYN-ACK ratio)",
-        modes: super::algorithm::EVERY_MODE,
+        modes: super::entry::EVERY_MODE,
         hashes: false,
         description: "traffic ratios that move away from the server whose connects fail or lag most, measured from the SYNs sent and SYN-ACKs received",
     },
     build: |tuning| Box::new(PassiveRatio::new(*tuning)),
 };
-
-/// Tuning of the controller (`[service.passive]`).
-#[derive(Debug, Clone, Copy, PartialEq)]
-pub struct Tuning {
-    /// Delta: the share of its ratio the worst server gives up per step (the paper: 0.1).
-    pub delta: f64,
-    /// T: the length of one counter slot, and the control period.
-    pub slot: Duration,
-    /// m: slots in the sliding window.
-    pub window_slots: usize,
-    /// SYNs a window needs before its R is trusted.
-    pub min_samples: u64,
-}
 
 /// The smallest traffic ratio a usable server keeps, so its R can still be measured.
 pub const MIN_RATIO: f64 = 0.01;

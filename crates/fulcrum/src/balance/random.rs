@@ -5,11 +5,11 @@ use super::rng::Rng;
 use super::{Balancer, Pick, ServerView};
 
 /// `random` in the registry (`algorithm.rs`).
-pub const RANDOM: super::algorithm::Registered = super::algorithm::Registered {
-    about: super::algorithm::About {
+pub const RANDOM: super::entry::Registered = super::entry::Registered {
+    about: super::entry::About {
         name: "random",
         title: "Random",
-        modes: super::algorithm::EVERY_MODE,
+        modes: super::entry::EVERY_MODE,
         hashes: false,
         description: "a server drawn at random in proportion to its weight",
     },

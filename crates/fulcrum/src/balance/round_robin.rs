@@ -11,11 +11,11 @@ use std::sync::Mutex;
 use super::{Balancer, Pick, ServerView};
 
 /// `round-robin` in the registry (`algorithm.rs`).
-pub const ROUND_ROBIN: super::algorithm::Registered = super::algorithm::Registered {
-    about: super::algorithm::About {
+pub const ROUND_ROBIN: super::entry::Registered = super::entry::Registered {
+    about: super::entry::About {
         name: "round-robin",
         title: "Round robin",
-        modes: super::algorithm::EVERY_MODE,
+        modes: super::entry::EVERY_MODE,
         hashes: false,
         description: "each server in turn, as often as its weight says (smooth weighted rotation); a server coming back starts afresh",
     },
@@ -24,11 +24,11 @@ pub const ROUND_ROBIN: super::algorithm::Registered = super::algorithm::Register
 
 /// `cookie`: the affinity cookie is read by the HTTP data path (`proxy::http::affinity`), which
 /// sends a client to the server it names; this balancer spreads the clients without one.
-pub const COOKIE: super::algorithm::Registered = super::algorithm::Registered {
-    about: super::algorithm::About {
+pub const COOKIE: super::entry::Registered = super::entry::Registered {
+    about: super::entry::About {
         name: "cookie",
         title: "Cookie affinity (HTTP)",
-        modes: super::algorithm::HTTP,
+        modes: super::entry::HTTP,
         hashes: false,
         description: "the server the affinity cookie names while it is usable; round robin for a client without one, which then gets the cookie",
     },

@@ -20,11 +20,11 @@ use super::maglev::Maglev;
 use super::{Balancer, Pick, ServerView, key};
 
 /// `source-hash` in the registry (`algorithm.rs`).
-pub const SOURCE_HASH: super::algorithm::Registered = super::algorithm::Registered {
-    about: super::algorithm::About {
+pub const SOURCE_HASH: super::entry::Registered = super::entry::Registered {
+    about: super::entry::About {
         name: "source-hash",
         title: "Source IP hash",
-        modes: super::algorithm::EVERY_MODE,
+        modes: super::entry::EVERY_MODE,
         hashes: true,
         description: "the client's address hashed onto a Maglev table: a client keeps its server, and a server leaving moves only its own clients",
     },
@@ -32,11 +32,11 @@ pub const SOURCE_HASH: super::algorithm::Registered = super::algorithm::Register
 };
 
 /// `uri-hash`: the HTTP data path puts the path's hash in [`super::Pick::hash`].
-pub const URI_HASH: super::algorithm::Registered = super::algorithm::Registered {
-    about: super::algorithm::About {
+pub const URI_HASH: super::entry::Registered = super::entry::Registered {
+    about: super::entry::About {
         name: "uri-hash",
         title: "URI hash (HTTP)",
-        modes: super::algorithm::HTTP,
+        modes: super::entry::HTTP,
         hashes: true,
         description: "the request's path (and query, with hash_query) hashed onto a Maglev table: a path keeps its server, for caches",
     },
@@ -44,11 +44,11 @@ pub const URI_HASH: super::algorithm::Registered = super::algorithm::Registered 
 };
 
 /// `header-hash`: the HTTP data path puts the header value's hash in [`super::Pick::hash`].
-pub const HEADER_HASH: super::algorithm::Registered = super::algorithm::Registered {
-    about: super::algorithm::About {
+pub const HEADER_HASH: super::entry::Registered = super::entry::Registered {
+    about: super::entry::About {
         name: "header-hash",
         title: "Header hash (HTTP)",
-        modes: super::algorithm::HTTP,
+        modes: super::entry::HTTP,
         hashes: true,
         description: "the value of the hash_header request header hashed onto a Maglev table; the client's address without it",
     },

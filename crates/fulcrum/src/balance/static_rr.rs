@@ -14,11 +14,11 @@ use arc_swap::ArcSwap;
 use super::{Balancer, Pick, ServerView};
 
 /// `static-rr` in the registry (`algorithm.rs`).
-pub const STATIC_RR: super::algorithm::Registered = super::algorithm::Registered {
-    about: super::algorithm::About {
+pub const STATIC_RR: super::entry::Registered = super::entry::Registered {
+    about: super::entry::About {
         name: "static-rr",
         title: "Static round robin (weights)",
-        modes: super::algorithm::EVERY_MODE,
+        modes: super::entry::EVERY_MODE,
         hashes: false,
         description: "a fixed weighted sequence built when a weight or state changes, walked by one cursor (HAProxy's static-rr)",
     },
