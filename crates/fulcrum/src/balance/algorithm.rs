@@ -7,7 +7,8 @@
 use serde::{Deserialize, Deserializer, Serialize, Serializer};
 
 use super::Balancer;
-pub use super::entry::{About, Registered, Tuning};
+use super::entry::Tuning;
+pub use super::entry::{About, Registered};
 use crate::mode::Mode;
 
 /// `Variant => entry`: the enum of algorithms, the list of them in the dashboard's order, and the
