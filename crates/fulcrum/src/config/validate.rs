@@ -561,7 +561,6 @@ fn validate_service_numbers(service: &Service, prefix: &[Seg<'_>], report: &mut 
     report.range(&at(&["http", "max_headers"]), "max_headers", http.max_headers, &range::MAX_HEADERS);
     report.range(&at(&["http", "max_head_size"]), "max_head_size", http.max_head_size, &range::MAX_HEAD_SIZE);
     report.range(&at(&["http", "max_uri_length"]), "max_uri_length", http.max_uri_length, &range::MAX_URI_LENGTH);
-    report.range(&at(&["http", "max_request_body"]), "max_request_body", http.max_request_body, &range::MAX_REQUEST_BODY);
     report.range(&at(&["http", "max_streams"]), "max_streams", http.max_streams, &range::MAX_STREAMS);
 }
 

@@ -20,7 +20,6 @@ use std::sync::{Arc, OnceLock};
 use std::task::{Context, Poll};
 
 use bytes::Bytes;
-use hyper::StatusCode;
 use hyper::body::{Body, Frame, Incoming, SizeHint};
 use hyper::client::conn::http1::SendRequest;
 
@@ -36,15 +35,12 @@ pub enum ProxyBody {
     Empty,
     Text(Option<Bytes>),
     /// A client's body, counted into `bytes` as it goes: the frames read ahead, then the rest
-    /// (none when the body ended within the read-ahead). `limit` (`max_request_body`, 0: none)
-    /// bounds what this copy of it sends, `sent` counts that: a replayed copy counts afresh.
+    /// (none when the body ended within the read-ahead).
     Request {
         ahead: VecDeque<Frame<Bytes>>,
         rest: Option<Incoming>,
         bytes: Arc<AtomicU64>,
         fault: ClientFault,
-        limit: u64,
-        sent: u64,
     },
     /// A server's response body; `place` holds the request's place on the server until the
     /// body has gone out.
@@ -61,38 +57,18 @@ pub enum ProxyBody {
 }
 
 /// Set when a client's request body failed on its way to a server (bad bytes the guard stopped,
-/// the client went away, or it passed `max_request_body`), with the status the client is
-/// answered and the reason; shared by the request body, the send and the response, so that
-/// each can tell the client's failure from the server's.
+/// or the client went away), with the reason; shared by the request body, the send and the
+/// response, so that each can tell the client's failure from the server's.
 #[derive(Debug, Default, Clone)]
-pub struct ClientFault(Arc<OnceLock<(StatusCode, String)>>);
+pub struct ClientFault(Arc<OnceLock<String>>);
 
 impl ClientFault {
     pub fn get(&self) -> Option<&str> {
-        self.0.get().map(|(_, why)| why.as_str())
+        self.0.get().map(String::as_str)
     }
-    /// What the client is answered: 413 for a body over the limit, else 400.
-    pub fn status(&self) -> StatusCode {
-        self.0.get().map_or(StatusCode::BAD_REQUEST, |(status, _)| *status)
+    fn set(&self, why: String) {
+        let _ = self.0.set(why);
     }
-    fn set(&self, status: StatusCode, why: String) {
-        let _ = self.0.set((status, why));
-    }
-}
-
-/// Why a request body stopped on its way to a server: hyper's reading of the client failed, or
-/// the body passed `max_request_body` (the send is then abandoned, and its connection with it).
-#[derive(Debug, thiserror::Error)]
-pub enum BodyError {
-    #[error(transparent)]
-    Client(#[from] hyper::Error),
-    #[error("the request body is larger than max_request_body ({0} bytes)")]
-    TooLarge(u64),
-}
-
-/// The `max_request_body` answer.
-pub fn too_large(limit: u64) -> String {
-    BodyError::TooLarge(limit).to_string()
 }
 
 /// Reads `incoming` until it ends or at least `bound` bytes are in hand. An error is the
@@ -131,14 +107,14 @@ impl ProxyBody {
     pub fn replica(&self) -> Option<ProxyBody> {
         match self {
             ProxyBody::Empty => Some(ProxyBody::Empty),
-            ProxyBody::Request { ahead, rest: None, bytes, fault, limit, .. } => {
+            ProxyBody::Request { ahead, rest: None, bytes, fault } => {
                 let copy = |f: &Frame<Bytes>| match (f.data_ref(), f.trailers_ref()) {
                     (Some(d), _) => Some(Frame::data(d.clone())),
                     (_, Some(t)) => Some(Frame::trailers(t.clone())),
                     _ => None,
                 };
                 let ahead = ahead.iter().map(copy).collect::<Option<VecDeque<_>>>()?;
-                Some(ProxyBody::Request { ahead, rest: None, bytes: bytes.clone(), fault: fault.clone(), limit: *limit, sent: 0 })
+                Some(ProxyBody::Request { ahead, rest: None, bytes: bytes.clone(), fault: fault.clone() })
             }
             _ => None,
         }
@@ -147,13 +123,13 @@ impl ProxyBody {
 
 impl Body for ProxyBody {
     type Data = Bytes;
-    type Error = BodyError;
+    type Error = hyper::Error;
 
-    fn poll_frame(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Option<Result<Frame<Bytes>, BodyError>>> {
+    fn poll_frame(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Option<Result<Frame<Bytes>, hyper::Error>>> {
         match self.get_mut() {
             ProxyBody::Empty => Poll::Ready(None),
             ProxyBody::Text(t) => Poll::Ready(t.take().map(|b| Ok(Frame::data(b)))),
-            ProxyBody::Request { ahead, rest, bytes, fault, limit, sent } => {
+            ProxyBody::Request { ahead, rest, bytes, fault } => {
                 let frame = match (ahead.pop_front(), rest) {
                     (Some(f), _) => Some(Ok(f)),
                     (None, Some(rest)) => match Pin::new(rest).poll_frame(cx) {
@@ -166,19 +142,12 @@ impl Body for ProxyBody {
                     Some(Ok(f)) => {
                         if let Some(d) = f.data_ref() {
                             bytes.fetch_add(d.len() as u64, Relaxed);
-                            *sent += d.len() as u64;
-                            if *limit > 0 && *sent > *limit {
-                                // Cut here: the send fails, so the server never sees the body end
-                                // and its connection is not reused.
-                                fault.set(StatusCode::PAYLOAD_TOO_LARGE, too_large(*limit));
-                                return Poll::Ready(Some(Err(BodyError::TooLarge(*limit))));
-                            }
                         }
                     }
-                    Some(Err(e)) => fault.set(StatusCode::BAD_REQUEST, format!("the client's request body failed: {e}")),
+                    Some(Err(e)) => fault.set(format!("the client's request body failed: {e}")),
                     None => {}
                 }
-                Poll::Ready(frame.map(|f| f.map_err(BodyError::Client)))
+                Poll::Ready(frame)
             }
             ProxyBody::Response { body, lent, record, place, fault } => {
                 let polled = Pin::new(&mut *body).poll_frame(cx);
@@ -205,7 +174,7 @@ impl Body for ProxyBody {
                 {
                     p.release();
                 }
-                polled.map(|f| f.map(|f| f.map_err(BodyError::Client)))
+                polled
             }
         }
     }

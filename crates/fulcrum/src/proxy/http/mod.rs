@@ -250,11 +250,6 @@ fn handle(
         if target_len > cfg.http.max_uri_length {
             return answer(record, StatusCode::URI_TOO_LONG, format!("the request target is longer than {} bytes", cfg.http.max_uri_length));
         }
-        // `max_request_body`: a Content-Length above it is refused before a byte of the body is read.
-        let limit = cfg.http.max_request_body;
-        if limit > 0 && headers::content_length(req.headers()).is_some_and(|n| n > limit) {
-            return too_large(&cfg.name, record, client_version, limit);
-        }
         let upgrade = headers::take_h2c_upgrade(req.headers_mut());
         let client_upgrade = upgrade.then(|| hyper::upgrade::on(&mut req));
         let (mut parts, incoming) = req.into_parts();
@@ -264,16 +259,8 @@ fn handle(
         let body = if incoming.is_end_stream() {
             ProxyBody::Empty
         } else {
-            // Read no further than the first byte past the limit: that is enough to refuse.
-            let ahead_bound = if limit > 0 { READ_AHEAD.min(usize::try_from(limit).unwrap_or(usize::MAX).saturating_add(1)) } else { READ_AHEAD };
-            match tokio::time::timeout(cfg.http.head_timeout, body::read_ahead(incoming, ahead_bound)).await {
-                Ok(Ok((ahead, rest))) => {
-                    let held: u64 = ahead.iter().filter_map(|f| f.data_ref()).map(|d| d.len() as u64).sum();
-                    if limit > 0 && held > limit {
-                        return too_large(&cfg.name, record, client_version, limit);
-                    }
-                    ProxyBody::Request { ahead, rest, bytes: record.bytes_in.clone(), fault: fault.clone(), limit, sent: 0 }
-                }
+            match tokio::time::timeout(cfg.http.head_timeout, body::read_ahead(incoming, READ_AHEAD)).await {
+                Ok(Ok((ahead, rest))) => ProxyBody::Request { ahead, rest, bytes: record.bytes_in.clone(), fault: fault.clone() },
                 Ok(Err(e)) => {
                     let why = verdict.get().unwrap_or_else(|| format!("the request body ended early: {e}"));
                     return refuse(&cfg.name, record, StatusCode::BAD_REQUEST, why);
@@ -365,7 +352,7 @@ fn handle(
                     }
                     Failure::Broken(s, e) => (StatusCode::BAD_GATEWAY, format!("the server broke the connection: {e}"), Some(s)),
                     // The client's fault: nothing is held against the server it was going to.
-                    Failure::Client(status, why) => return refuse(&cfg.name, record, status, verdict.get().unwrap_or(why)),
+                    Failure::Client(why) => return refuse(&cfg.name, record, StatusCode::BAD_REQUEST, verdict.get().unwrap_or(why)),
                 };
                 if !local {
                     warn!(service = %cfg.name, client = %peer, server = ?server, status = status.as_u16(), "{why}");
@@ -398,16 +385,6 @@ fn tunnel(client: hyper::upgrade::OnUpgrade, server: hyper::upgrade::OnUpgrade, 
             Err(e) => debug!(%service, client = %peer, "upgraded connection ended: {e}"),
         }
     });
-}
-
-/// 413 for a body over `max_request_body`. Over HTTP/1.x the connection closes after it: the rest
-/// of the body is not read, so nothing after it could be read as a request.
-fn too_large(service: &str, record: Record, version: hyper::Version, limit: u64) -> Response<ProxyBody> {
-    let mut response = refuse(service, record, StatusCode::PAYLOAD_TOO_LARGE, body::too_large(limit));
-    if version < hyper::Version::HTTP_2 {
-        response.headers_mut().insert(header::CONNECTION, HeaderValue::from_static("close"));
-    }
-    response
 }
 
 /// A request Fulcrum refuses itself, the client being at fault: logged as such, answered, and
