@@ -35,7 +35,12 @@ pub fn clock_ms() -> u64 {
     now().saturating_duration_since(*BASE).as_millis() as u64
 }
 
+/// The wall clock as time since the Unix epoch; zero if the clock is set before 1970.
+pub fn since_epoch() -> Duration {
+    wall().duration_since(UNIX_EPOCH).unwrap_or_default()
+}
+
 /// Milliseconds since the Unix epoch on the wall clock; 0 if the clock is set before 1970.
 pub fn unix_ms() -> u64 {
-    wall().duration_since(UNIX_EPOCH).map(|d| d.as_millis() as u64).unwrap_or(0)
+    since_epoch().as_millis() as u64
 }

@@ -21,7 +21,7 @@ pub mod snapshot;
 mod write;
 
 use std::sync::{Arc, Mutex};
-use std::time::{Duration, UNIX_EPOCH};
+use std::time::Duration;
 
 use etcd_client::{Client, GetOptions, PutOptions, WatchOptions};
 use serde::Serialize;
@@ -386,7 +386,7 @@ impl Fleet {
 }
 
 fn unix_now() -> u64 {
-    crate::clock::wall().duration_since(UNIX_EPOCH).map_or(0, |d| d.as_secs())
+    crate::clock::since_epoch().as_secs()
 }
 
 fn host_name() -> String {

@@ -194,7 +194,7 @@ impl Snapshot {
                     Some(Err(_)) => self.unreadable.push(key.to_string()),
                     None => {
                         if let Some(m) = self.members.remove(name) {
-                            let now = crate::clock::wall().duration_since(std::time::UNIX_EPOCH).map_or(0, |d| d.as_secs());
+                            let now = crate::clock::since_epoch().as_secs();
                             self.gone.insert(name.to_string(), (m, now));
                         }
                     }

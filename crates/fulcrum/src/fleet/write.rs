@@ -9,7 +9,7 @@
 //! every other, and the answer waits for that.
 
 use std::collections::BTreeMap;
-use std::time::{Duration, UNIX_EPOCH};
+use std::time::Duration;
 
 use etcd_client::{Client, Compare, CompareOp, GetOptions, Txn, TxnOp};
 use serde_json::json;
@@ -70,7 +70,7 @@ impl Fleet {
             return Ok("nothing to change: the fleet's services are already so".into());
         }
         let written = ops.len();
-        let now = crate::clock::wall().duration_since(UNIX_EPOCH).unwrap_or_default();
+        let now = crate::clock::since_epoch();
         let audit = json!({ "who": by.who, "instance": self.name, "unix_ms": now.as_millis() as u64, "what": what, "based_on": based_on, "services": written });
         ops.push(TxnOp::put(marker.clone(), self.name.clone(), None));
         ops.push(TxnOp::put(self.keys.audit(now.as_millis(), &self.name), audit.to_string(), None));
@@ -116,7 +116,7 @@ pub async fn replace_services(client: &mut Client, keys: &Keys, services: &[Serv
         let text = toml::to_string_pretty(&table).map_err(|e| FleetError::Encode { service: s.name.clone(), cause: e.to_string() })?;
         ops.push(TxnOp::put(keys.service(&s.name), text, None));
     }
-    let now = crate::clock::wall().duration_since(UNIX_EPOCH).unwrap_or_default();
+    let now = crate::clock::since_epoch();
     let audit = json!({ "who": who, "instance": "fulcrum fleet import", "unix_ms": now.as_millis() as u64, "what": what });
     ops.push(TxnOp::put(keys.marker(), "fulcrum fleet import", None));
     ops.push(TxnOp::put(keys.audit(now.as_millis(), "import"), audit.to_string(), None));

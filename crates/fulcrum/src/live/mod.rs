@@ -212,9 +212,9 @@ fn build(config: Config, registry: &mut Registry, budget: &Arc<Budget>, previous
                 .map(|p| {
                     let settings = sc.routed_pool(p);
                     let old = running.and_then(|r| r.routed(&p.name));
-                    match old {
-                        Some(old) if old.config == settings && !names_moved(old, refresh) => Ok(old.clone()),
-                        _ => build_pool(&settings, &[], registry, previous.is_some(), old.map(|o| &**o), refresh).map(Arc::new),
+                    match kept(old, &settings, refresh) {
+                        Some(old) => Ok(old),
+                        None => build_pool(&settings, &[], registry, previous.is_some(), old.map(|o| &**o), refresh).map(Arc::new),
                     }
                 })
                 .collect::<Result<_, _>>()?;
@@ -249,10 +249,11 @@ fn build(config: Config, registry: &mut Registry, budget: &Arc<Budget>, previous
             };
             // The service's own servers, kept as they run (balancer, idle connections) when only
             // something else of the service changed: its routes, a routed pool, its listener.
+            // SRV records may name other servers than it runs with: asked above, built anew.
             let own = sc.own_pool();
-            let pool = match running.map(|r| &r.pool) {
-                Some(old) if sc.srv.is_none() && old.config == own && !names_moved(old, refresh) => old.clone(),
-                _ => Arc::new(build_pool(&own, &found, registry, previous.is_some(), running.map(|r| &*r.pool), refresh)?),
+            let pool = match kept(running.map(|r| &r.pool).filter(|_| sc.srv.is_none()), &own, refresh) {
+                Some(old) => old,
+                None => Arc::new(build_pool(&own, &found, registry, previous.is_some(), running.map(|r| &*r.pool), refresh)?),
             };
             Ok(Arc::new(Service { config: sc.clone(), listen, pool, pools, tls }))
         })
@@ -266,6 +267,12 @@ fn unchanged(running: &Service, sc: &config::Service, refresh: &Refresh) -> bool
     !refresh.srv.contains(&sc.name)
         && running.tls.as_ref().is_none_or(|t| t.unchanged_on_disk())
         && std::iter::once(&running.pool).chain(&running.pools).all(|p| !names_moved(p, refresh))
+}
+
+/// The running pool `old` itself, for settings that are its own when `refresh` names none of its
+/// servers: it keeps its balancer, its servers' state and its idle connections.
+fn kept(old: Option<&Arc<Pool>>, settings: &config::PoolSettings, refresh: &Refresh) -> Option<Arc<Pool>> {
+    old.filter(|o| o.config == *settings && !names_moved(o, refresh)).cloned()
 }
 
 /// Whether `refresh` names a server of `pool` to resolve again.

@@ -140,7 +140,7 @@ impl Recent {
         };
         let bits = u128::from(ip);
         slot.order.store(order + 1, Relaxed);
-        slot.at_us.store(crate::clock::wall().duration_since(std::time::UNIX_EPOCH).map_or(0, |d| d.as_micros() as u64), Relaxed);
+        slot.at_us.store(crate::clock::since_epoch().as_micros() as u64, Relaxed);
         slot.client[0].store((bits >> 64) as u64, Relaxed);
         slot.client[1].store(bits as u64, Relaxed);
         slot.server.store(server, Relaxed);

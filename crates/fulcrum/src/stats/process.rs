@@ -29,7 +29,7 @@ pub struct ProcessFigures {
 /// Reads the figures now (a few small reads of `/proc`: call off the traffic's threads).
 pub fn read() -> ProcessFigures {
     let started = STARTED.duration_since(UNIX_EPOCH).map(|d| d.as_secs_f64()).unwrap_or(0.0);
-    let now = crate::clock::wall().duration_since(UNIX_EPOCH).map(|d| d.as_secs_f64()).unwrap_or(0.0);
+    let now = crate::clock::since_epoch().as_secs_f64();
     ProcessFigures {
         start_time_seconds: started,
         uptime_seconds: (now - started).max(0.0),

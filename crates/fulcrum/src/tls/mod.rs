@@ -196,7 +196,7 @@ impl Terminator {
             tracing::warn!("TLS: a resumed session without a client certificate on a client_ca service, closed");
             return false;
         };
-        match verifier.verify_client_cert(leaf, intermediates, UnixTime::since_unix_epoch(crate::clock::wall().duration_since(std::time::UNIX_EPOCH).unwrap_or_default())) {
+        match verifier.verify_client_cert(leaf, intermediates, UnixTime::since_unix_epoch(crate::clock::since_epoch())) {
             Ok(_) => true,
             Err(e) => {
                 tracing::debug!("TLS: a resumed session's client certificate no longer verifies: {e}");
