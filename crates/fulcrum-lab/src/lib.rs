@@ -49,7 +49,7 @@ pub enum LabCommand {
     /// The passive-measurement paper: 3 servers, one degraded, Poisson arrivals over a sweep of
     /// rates; equal split against passive-ratio, least-conn and p2c-ewma; then R against the
     /// connection time (its Figure 2).
-    Passive(RunArgs),
+    Passive(PassiveArgs),
     /// The HAProxy paper: 10,000 POSTs in HTTP mode with round robin, static-rr and least-conn,
     /// in the paper's setup (1,000 concurrent, static-rr 1:1) and today's (100, static-rr 2:1).
     Haproxy(RunArgs),
@@ -82,8 +82,22 @@ pub struct RunArgs {
     pub out: Option<PathBuf>,
 }
 
+/// The passive scenario's options: a few dozen requests a second, whose figures are a slow
+/// server's queue and the kernel's SYN retransmissions, not the machine's CPU, so its repeats
+/// can run side by side.
+#[derive(Debug, Clone, clap::Args)]
+pub struct PassiveArgs {
+    #[command(flatten)]
+    pub run: RunArgs,
+    /// Repeats that run at the same time, each with real servers and a Fulcrum of its own, 1 to
+    /// 10: the same figures in a fraction of the wall time [default: 1].
+    #[arg(long, value_parser = clap::value_parser!(u64).range(1..=10))]
+    pub lanes: Option<u64>,
+}
+
 /// Runs one lab command; the error says what to fix.
 pub async fn run(args: LabArgs) -> anyhow::Result<bool> {
+    let mut lanes = 1;
     let (name, run): (&'static str, RunArgs) = match args.command {
         LabCommand::Compare { a, b } => {
             print!("{}", compare(&a, &b)?);
@@ -91,7 +105,10 @@ pub async fn run(args: LabArgs) -> anyhow::Result<bool> {
         }
         LabCommand::Soak(args) => return soak::run(args).await,
         LabCommand::JavaSlb(r) => ("java-slb", r),
-        LabCommand::Passive(r) => ("passive", r),
+        LabCommand::Passive(p) => {
+            lanes = p.lanes.unwrap_or(1) as usize;
+            ("passive", p.run)
+        }
         LabCommand::Haproxy(r) => ("haproxy", r),
         LabCommand::Scaling(r) => ("scaling", r),
     };
@@ -111,7 +128,7 @@ pub async fn run(args: LabArgs) -> anyhow::Result<bool> {
     let work = dir.join("work");
     std::fs::create_dir_all(&work).with_context(|| format!("cannot create {}", work.display()))?;
     let repeat = run.repeat.map_or(if run.quick { 2 } else { 5 }, |n| n as usize);
-    let ctx = Ctx { dir: dir.clone(), work, quick: run.quick, seed: run.seed, repeat };
+    let ctx = Ctx { dir: dir.clone(), work, quick: run.quick, seed: run.seed, repeat, lanes: lanes.min(repeat) };
     let scenario = async {
         match name {
             "java-slb" => java_slb::run(&ctx).await,
@@ -156,6 +173,8 @@ pub struct Ctx {
     pub seed: u64,
     /// Runs of each configuration (`--repeat`).
     pub repeat: usize,
+    /// Repeats that run at the same time (`passive --lanes`; 1 elsewhere), at most `repeat`.
+    pub lanes: usize,
 }
 
 impl Ctx {

@@ -78,54 +78,76 @@ impl Run {
 pub async fn run(ctx: &Ctx) -> anyhow::Result<Report> {
     // Each run warms up first, so the figures are the controllers' steady state, as the paper's.
     let (rates, warm_up, seconds, window): (&[f64], u64, u64, usize) = if ctx.quick { (&[20.0, 40.0], 2, 4, 5) } else { (&[10.0, 20.0, 40.0, 60.0, 80.0], 8, 16, 10) };
-    let degraded = ["--backlog", "1", "--slow-accept-ms", "100"].map(String::from);
-    let backends = [super::procs::backend(NAMES[0], &[])?, super::procs::backend(NAMES[1], &[])?, super::procs::backend(NAMES[2], &degraded)?];
-    let servers: Vec<_> = backends.iter().map(|b| (b.addr, 1)).collect();
-    let extra = format!("[service.passive]\nslot = \"1s\"\nwindow_slots = {window}\nmin_samples = 10\n[service.p2c]\ndecay = \"5s\"\n");
-    let sources = client::sources(10);
+    let plan = Plan { rates, warm_up: Duration::from_secs(warm_up), seconds: Duration::from_secs(seconds), window };
     let pb = ctx.progress(Some((CONFIGS.len() * rates.len() * ctx.repeat) as u64), "passive");
     let mut runs = Vec::new();
-    // Repeats outermost, so a drift of the machine over the run spreads over every configuration.
-    for repeat in 0..ctx.repeat {
-        let seed = ctx.seed * 1000 + repeat as u64;
-        for &rate in rates {
-            for (algorithm, balancer, lines) in CONFIGS {
-                pb.set_message(format!("passive {algorithm} at {rate}/s, repeat {}", repeat + 1));
-                let f = Fulcrum::start(&ctx.work, &format!("passive-{algorithm}-{rate}-{repeat}"), &service_toml("tcp", balancer, &servers, &format!("{lines}{extra}")))?;
-                let stop = CancellationToken::new();
-                let poller = poll_ratios(f.admin, stop.clone());
-                let samples = client::poisson(
-                    rate,
-                    Duration::from_secs(warm_up + seconds),
-                    seed,
-                    Traffic { sources: &sources, target: f.listen, link: &Link::get("/name"), timeout: Duration::from_secs(20) },
-                    2000,
-                )
-                .await;
-                stop.cancel();
-                let ratios = if algorithm == "passive-ratio" { poller.await.unwrap_or_default() } else { Vec::new() };
-                drop(f);
-                let r = Run { algorithm, rate, repeat, samples, warm_up: Duration::from_secs(warm_up), ratios };
-                pb.suspend(|| {
-                    eprintln!(
-                        "passive {algorithm} at {rate}/s, repeat {}: mean {:.1} ms, shares {:?}, {} failed",
-                        repeat + 1,
-                        r.times().mean,
-                        r.shares().iter().map(|s| (s * 100.0).round()).collect::<Vec<_>>(),
-                        r.failed()
-                    )
-                });
-                runs.push(r);
-                pb.inc(1);
-                // Let the degraded server's queue drain, so runs do not inherit each other's backlog.
-                tokio::time::sleep(Duration::from_secs(1)).await;
-            }
-        }
+    // Repeats outermost, so a drift of the machine over the run spreads over every configuration;
+    // `--lanes` of them at a time, each with servers of its own.
+    for first in (0..ctx.repeat).step_by(ctx.lanes) {
+        let lanes = (first..ctx.repeat.min(first + ctx.lanes)).map(|repeat| one_repeat(ctx, &plan, repeat, &pb));
+        runs.extend(futures_util::future::try_join_all(lanes).await?.into_iter().flatten());
     }
     pb.finish_and_clear();
-    drop(backends);
-    let figure2 = syn_time::run(ctx, &degraded).await.map_err(|e| format!("{e:#}"));
+    let figure2 = syn_time::run(ctx, &degraded()).await.map_err(|e| format!("{e:#}"));
     Ok(report(ctx, rates, warm_up, seconds, window, &runs, &figure2))
+}
+
+/// The degraded server's options: ten accepts a second, one connection queued.
+fn degraded() -> [String; 4] {
+    ["--backlog", "1", "--slow-accept-ms", "100"].map(String::from)
+}
+
+/// What every configuration of a repeat runs.
+struct Plan<'a> {
+    rates: &'a [f64],
+    warm_up: Duration,
+    seconds: Duration,
+    /// The controller's window, in one-second slots.
+    window: usize,
+}
+
+/// Every configuration at every rate once, against three real servers of this repeat's own.
+async fn one_repeat(ctx: &Ctx, plan: &Plan<'_>, repeat: usize, pb: &indicatif::ProgressBar) -> anyhow::Result<Vec<Run>> {
+    let backends = [super::procs::backend(NAMES[0], &[])?, super::procs::backend(NAMES[1], &[])?, super::procs::backend(NAMES[2], &degraded())?];
+    let servers: Vec<_> = backends.iter().map(|b| (b.addr, 1)).collect();
+    let extra = format!("[service.passive]\nslot = \"1s\"\nwindow_slots = {}\nmin_samples = 10\n[service.p2c]\ndecay = \"5s\"\n", plan.window);
+    let sources = client::sources(10);
+    let seed = ctx.seed * 1000 + repeat as u64;
+    let mut runs = Vec::new();
+    for &rate in plan.rates {
+        for (algorithm, balancer, lines) in CONFIGS {
+            pb.set_message(format!("passive {algorithm} at {rate}/s, repeat {}", repeat + 1));
+            let f = Fulcrum::start(&ctx.work, &format!("passive-{algorithm}-{rate}-{repeat}"), &service_toml("tcp", balancer, &servers, &format!("{lines}{extra}")))?;
+            let stop = CancellationToken::new();
+            let poller = poll_ratios(f.admin, stop.clone());
+            let samples = client::poisson(
+                rate,
+                plan.warm_up + plan.seconds,
+                seed,
+                Traffic { sources: &sources, target: f.listen, link: &Link::get("/name"), timeout: Duration::from_secs(20) },
+                2000,
+            )
+            .await;
+            stop.cancel();
+            let ratios = if algorithm == "passive-ratio" { poller.await.unwrap_or_default() } else { Vec::new() };
+            drop(f);
+            let r = Run { algorithm, rate, repeat, samples, warm_up: plan.warm_up, ratios };
+            pb.suspend(|| {
+                eprintln!(
+                    "passive {algorithm} at {rate}/s, repeat {}: mean {:.1} ms, shares {:?}, {} failed",
+                    repeat + 1,
+                    r.times().mean,
+                    r.shares().iter().map(|s| (s * 100.0).round()).collect::<Vec<_>>(),
+                    r.failed()
+                )
+            });
+            runs.push(r);
+            pb.inc(1);
+            // Let the degraded server's queue drain, so runs do not inherit each other's backlog.
+            tokio::time::sleep(Duration::from_secs(1)).await;
+        }
+    }
+    Ok(runs)
 }
 
 /// The controller's ratio of each server, read from the admin API each second.
@@ -194,10 +216,11 @@ fn report(ctx: &Ctx, rates: &[f64], warm_up: u64, seconds: u64, window: usize, r
              redispatches a failed connect as Fulcrum does by default. `passive-ratio` with T = 1 s and m = {window} slots. Time is measured \
              to the response head and includes Fulcrum's connection to the real server. Each configuration ran {} times (seeds {} to {}, one \
              per repeat, the same arrivals for every configuration of a repeat); figures are the mean over the repeats ± the half width \
-             of its 95% confidence interval.",
+             of its 95% confidence interval.{}",
             ctx.repeat,
             ctx.seed * 1000,
             ctx.seed * 1000 + ctx.repeat as u64 - 1,
+            if ctx.lanes > 1 { format!(" {} repeats ran at a time (`--lanes`), each with servers and a Fulcrum of its own.", ctx.lanes) } else { String::new() },
         ),
     );
     let mut t = Table::new(std::iter::once("Rate (req/s)".to_string()).chain(names.iter().map(|a| format!("{a}: mean ms"))));
@@ -274,6 +297,7 @@ fn report(ctx: &Ctx, rates: &[f64], warm_up: u64, seconds: u64, window: usize, r
         "measured_secs": seconds,
         "window_slots": window,
         "repeats": ctx.repeat,
+        "lanes": ctx.lanes,
         "figure2": syn_time::raw(figure2),
         "estimates": rates.iter().flat_map(|&rate| names.iter().map(move |a| (a, rate))).map(|(a, rate)| {
             let x = cell(runs, a, rate);

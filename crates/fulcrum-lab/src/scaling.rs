@@ -132,7 +132,7 @@ fn plan(scale: usize) -> Vec<Config> {
     // More requests in the quick run than the article's 500: the drain at a run's end, where
     // the slower server still works off its queue, is noise a short run cannot average away.
     for weights in [vec![1, 1], vec![3, 1]] {
-        plan.push(Config { cluster: Cluster::Unequal, servers: 2, weights, concurrency: 50, requests: if scale == 1 { 1500 } else { 5000 } });
+        plan.push(Config { cluster: Cluster::Unequal, servers: 2, weights, concurrency: 50, requests: if scale == 1 { 1000 } else { 5000 } });
     }
     plan
 }

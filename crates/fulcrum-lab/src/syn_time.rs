@@ -35,46 +35,48 @@ impl Point {
     }
 }
 
-/// Runs the sweep, `--repeat` times; `degraded` are the slow server's options.
+/// Runs the sweep, `--repeat` times, `--lanes` repeats at a time; `degraded` are the slow
+/// server's options.
 pub async fn run(ctx: &Ctx, degraded: &[String]) -> anyhow::Result<Vec<Point>> {
     let (rates, seconds): (&[f64], u64) = if ctx.quick { (&[4.0, 14.0], 4) } else { (&[2.0, 4.0, 6.0, 8.0, 10.0, 12.0, 14.0], 20) };
-    let sources = client::sources(10);
     let pb = ctx.progress(Some((rates.len() * ctx.repeat) as u64), "passive figure 2");
     let mut points = Vec::new();
-    for repeat in 0..ctx.repeat {
-        let seed = ctx.seed * 1000 + 500 + repeat as u64;
-        for &rate in rates {
-            pb.set_message(format!("figure 2 at {rate}/s, repeat {}", repeat + 1));
-            // A fresh server per rate, so no run inherits another's queue.
-            let slow = super::procs::backend("slow", degraded)?;
-            let f = Fulcrum::start(&ctx.work, &format!("syn-time-{rate}-{repeat}"), &service_toml("tcp", "round-robin", &[(slow.addr, 1)], "retries = 0\n"))?;
-            let samples = client::poisson(
-                rate,
-                Duration::from_secs(seconds),
-                seed,
-                Traffic { sources: &sources, target: f.listen, link: &Link::get("/name"), timeout: Duration::from_secs(20) },
-                2000,
-            )
-            .await;
-            let stats: Value = serde_json::from_slice(&client::fetch(f.admin, "/api/stats").await?)?;
-            let s = &stats["services"][0]["servers"][0];
-            let p = Point {
-                rate,
-                repeat,
-                syn_sent: s["syn_sent"].as_u64().unwrap_or(0),
-                syn_acked: s["syn_acked"].as_u64().unwrap_or(0),
-                connect_ms: s["connect_ms"].as_f64().unwrap_or(f64::NAN),
-                requests: samples.len(),
-                failed: samples.iter().filter(|s| !s.ok()).count(),
-            };
-            pb.suspend(|| {
-                eprintln!("passive figure 2 at {rate}/s, repeat {}: R {:.3}, connection {:.0} ms, {} SYNs, {} SYN-ACKs", repeat + 1, p.r(), p.connect_ms, p.syn_sent, p.syn_acked)
-            });
-            points.push(p);
-            pb.inc(1);
-        }
+    for first in (0..ctx.repeat).step_by(ctx.lanes) {
+        let lanes = (first..ctx.repeat.min(first + ctx.lanes)).map(|repeat| one_repeat(ctx, degraded, rates, Duration::from_secs(seconds), repeat, &pb));
+        points.extend(futures_util::future::try_join_all(lanes).await?.into_iter().flatten());
     }
     pb.finish_and_clear();
+    Ok(points)
+}
+
+/// Every rate once, each with a fresh server, so no run inherits another's queue.
+async fn one_repeat(ctx: &Ctx, degraded: &[String], rates: &[f64], seconds: Duration, repeat: usize, pb: &indicatif::ProgressBar) -> anyhow::Result<Vec<Point>> {
+    let sources = client::sources(10);
+    let seed = ctx.seed * 1000 + 500 + repeat as u64;
+    let mut points = Vec::new();
+    for &rate in rates {
+        pb.set_message(format!("figure 2 at {rate}/s, repeat {}", repeat + 1));
+        let slow = super::procs::backend("slow", degraded)?;
+        let f = Fulcrum::start(&ctx.work, &format!("syn-time-{rate}-{repeat}"), &service_toml("tcp", "round-robin", &[(slow.addr, 1)], "retries = 0\n"))?;
+        let samples =
+            client::poisson(rate, seconds, seed, Traffic { sources: &sources, target: f.listen, link: &Link::get("/name"), timeout: Duration::from_secs(20) }, 2000).await;
+        let stats: Value = serde_json::from_slice(&client::fetch(f.admin, "/api/stats").await?)?;
+        let s = &stats["services"][0]["servers"][0];
+        let p = Point {
+            rate,
+            repeat,
+            syn_sent: s["syn_sent"].as_u64().unwrap_or(0),
+            syn_acked: s["syn_acked"].as_u64().unwrap_or(0),
+            connect_ms: s["connect_ms"].as_f64().unwrap_or(f64::NAN),
+            requests: samples.len(),
+            failed: samples.iter().filter(|s| !s.ok()).count(),
+        };
+        pb.suspend(|| {
+            eprintln!("passive figure 2 at {rate}/s, repeat {}: R {:.3}, connection {:.0} ms, {} SYNs, {} SYN-ACKs", repeat + 1, p.r(), p.connect_ms, p.syn_sent, p.syn_acked)
+        });
+        points.push(p);
+        pb.inc(1);
+    }
     Ok(points)
 }
 
