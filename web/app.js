@@ -462,7 +462,7 @@ async function explain() {
   const out = [el("p", { class: "why-pick" }, el("strong", {}, e.pick ? `→ ${e.pick}` : "→ no server"), ` — ${e.why}`),
     el("p", { class: "muted" }, `pool ${e.pool}, ${e.algorithm}${e.panic ? ", panic mode" : ""}` + (e.key ? `; ${e.key.of} hashes to slot ${e.key.slot} (owner ${e.key.owner})` : "") +
       (e.affinity ? `; cookie ${e.affinity.cookie ?? "none"}${e.affinity.server ? ` names ${e.affinity.server}${e.affinity.usable ? "" : " (not usable)"}` : ""}` : ""))];
-  if (e.routes.length) out.push(el("ul", { class: "why-routes" }, ...e.routes.map((r) => el("li", {}, `route to ${r.pool}: ${r.taken ? "taken" : `not taken: ${r.why_not}`}`))));
+  if (e.routes.length) out.push(el("ul", { class: "why-routes" }, ...e.routes.map((r) => el("li", {}, `route to ${r.pool}: ${r.taken ? `taken${r.actions && r.actions.length ? ` (${r.actions.join("; ")})` : ""}` : `not taken: ${r.why_not}`}`))));
   const f = (x, d = 2) => (x === undefined || x === null ? "" : Number(x).toFixed(d));
   out.push(el("table", { id: "why-table" },
     el("thead", {}, el("tr", {}, ...["Server", "State", "Weight", "Effective", "In flight", "Maxconn", "Ratio", "EWMA ms", "Passed over because"].map((h) => el("th", {}, h)))),

@@ -342,17 +342,7 @@ pub fn client_hello(data: &[u8]) {
             assert_eq!(late.ok().flatten().as_ref(), Some(name), "the hello cut at {cut}");
         }
         let sni = vec!["*.example.com".to_string(), "example.com".to_string()];
-        let routes = [config::Route {
-            pool: "a".into(),
-            path_prefix: Vec::new(),
-            path_beg: Vec::new(),
-            ignore_case: false,
-            path_suffix: Vec::new(),
-            host: Vec::new(),
-            header: None,
-            header_value: None,
-            sni,
-        }];
+        let routes = [config::Route { pool: Some("a".into()), when: config::Conditions { sni, ..Default::default() }, ..Default::default() }];
         let _ = route(&routes, name.as_deref());
     }
 }

@@ -2,6 +2,7 @@
 
 /// jemalloc (its background thread purges freed pages) gives memory back to the system; glibc's malloc kept most of what
 /// a thousand slow HTTP readers had used after they left (see docs/hardening.md).
+#[cfg(feature = "jemalloc")]
 #[global_allocator]
 static ALLOCATOR: tikv_jemallocator::Jemalloc = tikv_jemallocator::Jemalloc;
 
@@ -11,6 +12,7 @@ static ALLOCATOR: tikv_jemallocator::Jemalloc = tikv_jemallocator::Jemalloc;
 /// jemalloc's background thread, never on a thread that moves traffic.
 // The symbol is how jemalloc finds its options: a NUL-terminated C string, by the name the
 // tikv-jemallocator documentation gives.
+#[cfg(feature = "jemalloc")]
 #[allow(unsafe_code, non_upper_case_globals)]
 #[unsafe(export_name = "_rjem_malloc_conf")]
 pub static malloc_conf: &[u8] = b"background_thread:true,dirty_decay_ms:1000,muzzy_decay_ms:0\0";

@@ -119,6 +119,7 @@ struct ExplainQuery {
     host: Option<String>,
     cookie: Option<String>,
     sni: Option<String>,
+    method: Option<String>,
 }
 
 /// The running service named `name`, or the 404 that says there is none.
@@ -137,7 +138,7 @@ async fn explain<C: Control>(State(control): State<Arc<C>>, Query(q): Query<Expl
         Ok(c) => c,
         Err(_) => return refuse(StatusCode::BAD_REQUEST, format!("client {:?} is not an IP address", q.client.unwrap_or_default())),
     };
-    let question = crate::proxy::explain::Question { client, path: q.path, host: q.host, cookie: q.cookie, sni: q.sni };
+    let question = crate::proxy::explain::Question { client, path: q.path, host: q.host, cookie: q.cookie, sni: q.sni, method: q.method };
     match crate::proxy::explain::explain(service, &question) {
         Ok(e) => Json(e).into_response(),
         Err(why) => refuse(StatusCode::BAD_REQUEST, why.to_string()),

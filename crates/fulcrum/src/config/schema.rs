@@ -17,6 +17,7 @@ mod fleet;
 mod health;
 mod http;
 mod pool;
+mod route;
 mod server;
 mod tls;
 
@@ -24,6 +25,7 @@ pub use fleet::*;
 pub use health::*;
 pub use http::*;
 pub use pool::*;
+pub use route::*;
 pub use server::*;
 pub use tls::*;
 
@@ -388,6 +390,9 @@ pub const MAX_WEIGHT: u32 = 256;
 
 pub(crate) mod defaults {
     use super::*;
+    pub fn redirect_status() -> u16 {
+        302
+    }
     pub fn resolve_interval() -> Duration {
         Duration::from_secs(30)
     }

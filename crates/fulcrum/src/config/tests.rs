@@ -220,12 +220,12 @@ fn tls_settings_are_checked_where_they_cannot_work() {
 fn tls_passthrough_routes_by_server_name_in_tcp_mode_only() {
     let text = include_str!("../../../../examples/tls-passthrough.toml");
     let c = parse_with(text, "passthrough.toml", Resolve::No).unwrap();
-    assert_eq!(c.services[0].routes[1].sni, ["shop.example.com", "*.shop.example.com"]);
+    assert_eq!(c.services[0].routes[1].when.sni, ["shop.example.com", "*.shop.example.com"]);
     assert_eq!(revalidate(&c).unwrap(), c, "sni routes are written back as read");
 
     let d = first_error(&text.replace("mode = \"tcp\"", "mode = \"http\""));
-    assert!(d.message.contains("sni routes TLS that passes through"), "{d}");
-    assert!(d.hint.as_deref().unwrap_or("").contains("host"), "{d}");
+    assert!(d.message.contains("sni in mode = \"http\" reads the server name of TLS this service terminates"), "{d}");
+    assert!(d.hint.as_deref().unwrap_or("").contains("passes through"), "{d}");
     let d = first_error(&text.replace("sni = [\"api.example.com\"]", "sni = [\"api.example.com\"]\npath_prefix = [\"/v1\"]"));
     assert!(d.message.contains("matches only the TLS server name"), "{d}");
     let d = first_error(&text.replace("sni = [\"api.example.com\"]", "sni = [\"api example\"]"));
@@ -318,7 +318,7 @@ fn the_configuration_manual_documents_every_key_and_no_other() {
     let schema: String = std::iter::once(format!("{dir}/schema.rs").into()).chain(parts).map(|p: std::path::PathBuf| std::fs::read_to_string(p).unwrap()).collect();
     let manual = std::fs::read_to_string(format!("{root}/docs/configuration.md")).unwrap();
     let mut keys = std::collections::BTreeSet::new();
-    let (mut deserialized, mut inside, mut rename) = (false, false, None::<String>);
+    let (mut deserialized, mut inside, mut rename, mut flattened) = (false, false, None::<String>, false);
     for line in schema.lines() {
         let text = line.trim();
         if text.starts_with("#[derive(") {
@@ -330,9 +330,13 @@ fn the_configuration_manual_documents_every_key_and_no_other() {
             inside = false;
         } else if inside && text.starts_with("#[serde(") {
             rename = text.split("rename = \"").nth(1).and_then(|r| r.split('"').next()).map(str::to_string);
+            // A flattened field's keys are its struct's, listed there.
+            flattened = text.contains("flatten");
         } else if inside && line.starts_with("    pub ") {
             let name = text.trim_start_matches("pub ").split(':').next().unwrap().to_string();
-            keys.insert(rename.take().unwrap_or(name));
+            if !std::mem::take(&mut flattened) {
+                keys.insert(rename.take().unwrap_or(name));
+            }
         } else if inside && !text.starts_with("///") {
             rename = None;
         }

@@ -12,7 +12,7 @@ use super::Resolve;
 use super::diagnostic::{Diagnostic, Diagnostics, line_col};
 use super::error::AddressError;
 use super::range::{self, Range, Shown};
-use super::schema::{Config, Damping, FastPath, Fleet, HealthKind, Mode, PoolSettings, Server, Service, Tls};
+use super::schema::{Conditions, Config, Damping, FastPath, Fleet, HealthKind, Mode, PoolSettings, Route, Server, Service, Tls};
 
 /// One step of a path into the document: a key, or an index into an array of tables.
 #[derive(Debug, Clone, Copy)]
@@ -664,38 +664,170 @@ fn validate_routing(service: &Service, i: usize, report: &mut Report<'_>) {
     }
     for (k, route) in service.routes.iter().enumerate() {
         let rat = |key| at(&[Seg::Key("route"), Seg::Index(k), Seg::Key(key)]);
-        if !known(&route.pool) {
-            report.error(&rat("pool"), format!("route to {:?}, which is not a pool of this service", route.pool), &format!("pools: {}", pool_names()));
+        if let Some(pool) = route.pool.as_deref().filter(|p| !known(p)) {
+            report.error(&rat("pool"), format!("route to {pool:?}, which is not a pool of this service"), &format!("pools: {}", pool_names()));
         }
-        let reads_request = !route.path_prefix.is_empty() || !route.path_beg.is_empty() || !route.path_suffix.is_empty() || !route.host.is_empty() || route.header.is_some();
+        let when = &route.when;
         if tcp {
-            if reads_request {
+            if when.reads_request() || !when.client.is_empty() || route.not.is_some() {
                 report.error(
                     &rat("pool"),
                     "a route in mode = \"tcp\" matches only the TLS server name".into(),
-                    "give sni, or set mode = \"http\" to route by path, host or header",
+                    "give sni, or set mode = \"http\" to route by path, host, header or client",
                 );
-            } else if route.sni.is_empty() {
+            } else if when.sni.is_empty() {
                 report.error(&rat("pool"), "a route with nothing to match".into(), "give sni: the server names whose connections go to the pool");
             }
-        } else if !route.sni.is_empty() {
-            report.error(&rat("sni"), "sni routes TLS that passes through, in mode = \"tcp\"".into(), "in mode = \"http\" route by host (the Host header)");
-        } else if !reads_request {
-            report.error(&rat("pool"), "a route with nothing to match".into(), "give path_prefix, path_suffix, host or header");
+            if route.pool.is_none() {
+                report.error(&rat("pool"), "a route in mode = \"tcp\" names the pool its connections go to".into(), "give pool");
+            }
+            if route.deny.is_some() || route.allow || route.redirect.is_some() || route.rewrites() || route.response_headers.is_some() {
+                report.error(&rat("pool"), "a route in mode = \"tcp\" only picks a pool: deny, redirect and rewrites act on HTTP requests".into(), "set mode = \"http\"");
+            }
+        } else {
+            if when.is_empty() && route.not.as_ref().is_none_or(Conditions::is_empty) {
+                report.error(&rat("pool"), "a route with nothing to match".into(), "give a condition: path_prefix, path, host, method, header, query, cookie, client, sni, ...");
+            }
+            if service.tls.is_none() && (!when.sni.is_empty() || route.not.as_ref().is_some_and(|n| !n.sni.is_empty())) {
+                report.error(
+                    &rat("sni"),
+                    "sni in mode = \"http\" reads the server name of TLS this service terminates, and it has no [service.tls]".into(),
+                    "in mode = \"tcp\" sni routes TLS that passes through; here route by host",
+                );
+            }
+            validate_rule(route, &rat, report);
         }
-        if let Some(name) = route.sni.iter().find(|n| !is_server_name(n)) {
-            report.error(&rat("sni"), format!("sni {name:?} is not a DNS name"), "e.g. \"api.example.com\" or \"*.example.com\" (one label)");
-        }
-        if let Some(p) = route.path_beg.iter().find(|p| !p.starts_with('/')) {
-            report.error(&rat("path_beg"), format!("path_beg {p:?} does not start with /"), "e.g. \"/static\"");
-        }
-        if let Some(p) = route.path_prefix.iter().find(|p| !p.starts_with('/')) {
-            report.error(&rat("path_prefix"), format!("path_prefix {p:?} does not start with /"), "e.g. \"/static\"");
-        }
-        if route.header_value.is_some() && route.header.is_none() {
-            report.error(&rat("header_value"), "header_value without header".into(), "name the header too");
+        for (conditions, prefix) in std::iter::once((when, "")).chain(route.not.as_ref().map(|n| (n, "not."))) {
+            validate_conditions(conditions, prefix, &rat, report);
         }
     }
+}
+
+/// What a route's conditions hold: well-formed names, paths, methods and versions, within
+/// their bounds.
+fn validate_conditions(c: &Conditions, prefix: &str, rat: &dyn Fn(&'static str) -> Vec<Seg<'static>>, report: &mut Report<'_>) {
+    if let Some(name) = c.sni.iter().find(|n| !is_server_name(n)) {
+        report.error(&rat("sni"), format!("{prefix}sni {name:?} is not a DNS name"), "e.g. \"api.example.com\" or \"*.example.com\" (one label)");
+    }
+    for (key, list) in [("path_beg", &c.path_beg), ("path_prefix", &c.path_prefix), ("path", &c.path)] {
+        if let Some(p) = list.iter().find(|p| !p.starts_with('/')) {
+            report.error(&rat(key), format!("{prefix}{key} {p:?} does not start with /"), "e.g. \"/static\"");
+        }
+    }
+    if c.header_value.is_some() && c.header_regex.is_some() {
+        report.error(&rat("header_regex"), format!("{prefix}header_value and header_regex both given"), "give one: a value to equal or a pattern to match");
+    }
+    if (c.header_value.is_some() || c.header_regex.is_some()) && c.header.is_none() {
+        report.error(&rat("header_value"), format!("{prefix}header_value or header_regex without header"), "name the header too");
+    }
+    if let Some(h) = c.header.as_deref().filter(|h| hyper::header::HeaderName::from_bytes(h.as_bytes()).is_err()) {
+        report.error(&rat("header"), format!("{prefix}header {h:?} is not a header name"), "e.g. \"x-beta\"");
+    }
+    if let Some(m) = c.method.iter().find(|m| m.is_empty() || !m.bytes().all(|b| b.is_ascii_alphabetic() || b == b'-')) {
+        report.error(&rat("method"), format!("{prefix}method {m:?} is not a method"), "e.g. \"GET\", \"POST\"");
+    }
+    if let Some(v) = c.version.iter().find(|v| !["1.0", "1.1", "2"].contains(&v.as_str())) {
+        report.error(&rat("version"), format!("{prefix}version {v:?} is not an HTTP version"), "\"1.0\", \"1.1\" or \"2\"");
+    }
+    for (key, list) in [("query", &c.query), ("cookie", &c.cookie)] {
+        if let Some(q) = list.iter().find(|q| q.is_empty() || q.starts_with('=')) {
+            report.error(&rat(key), format!("{prefix}{key} {q:?} names nothing"), "\"name\" (present) or \"name=value\"");
+        }
+    }
+    // Every list a request is compared with is bounded, so a config cannot make matching a
+    // request cost without limit.
+    let lists = [
+        ("path", c.path.len()),
+        ("path_prefix", c.path_prefix.len()),
+        ("path_beg", c.path_beg.len()),
+        ("path_suffix", c.path_suffix.len()),
+        ("path_regex", c.path_regex.len()),
+        ("host", c.host.len()),
+        ("method", c.method.len()),
+        ("query", c.query.len()),
+        ("cookie", c.cookie.len()),
+        ("client", c.client.len()),
+        ("sni", c.sni.len()),
+    ];
+    for (key, n) in lists {
+        if n > MAX_LIST {
+            report.error(&rat(key), format!("{prefix}{key} has {n} entries; a route's list holds at most {MAX_LIST}"), "split the route, or use path_regex");
+        }
+    }
+    let texts = c.path.iter().chain(&c.path_prefix).chain(&c.path_beg).chain(&c.path_suffix).chain(&c.host).chain(&c.query).chain(&c.cookie).chain(c.header_value.iter());
+    if let Some(t) = texts.into_iter().find(|t| t.len() > MAX_TEXT) {
+        report.error(&rat("pool"), format!("{prefix}a condition's text is {} bytes; at most {MAX_TEXT}", t.len()), &format!("{:?}...", t.chars().take(40).collect::<String>()));
+    }
+}
+
+/// A route's list of values (paths, hosts, networks) holds at most this many entries.
+const MAX_LIST: usize = 1000;
+/// A route's text values are at most this many bytes.
+const MAX_TEXT: usize = 4096;
+
+/// What a route of an HTTP service does: a status to deny with, a redirect, rewrites and header
+/// actions that can be carried out.
+fn validate_rule(route: &Route, rat: &dyn Fn(&'static str) -> Vec<Seg<'static>>, report: &mut Report<'_>) {
+    if let Some(status) = route.deny.filter(|s| !(400..=599).contains(s)) {
+        report.error(&rat("deny"), format!("deny = {status} is not an error status"), "400 to 599; 403 is usual");
+    }
+    let answers = usize::from(route.deny.is_some()) + usize::from(route.redirect.is_some()) + usize::from(route.allow);
+    if answers > 1 {
+        report.error(&rat("deny"), "a route does one of deny, allow and redirect".into(), "split it into two routes: the first that takes a request wins");
+    }
+    if (route.deny.is_some() || route.redirect.is_some()) && (route.pool.is_some() || route.rewrites()) {
+        report.error(&rat("pool"), "a route that denies or redirects sends nothing to a server".into(), "remove pool and the request rewrites, or the deny or redirect");
+    }
+    if let Some(r) = &route.redirect {
+        if ![301, 302, 303, 307, 308].contains(&r.status) {
+            report.error(&rat("redirect"), format!("redirect status {} is not a redirect", r.status), "301, 302, 303, 307 or 308");
+        }
+        if r.location.is_some() && (r.scheme.is_some() || r.host.is_some() || r.path.is_some() || r.prefix.is_some() || r.drop_query) {
+            report.error(&rat("redirect"), "a redirect's location is the whole target".into(), "give location alone, or scheme, host, path, prefix and drop_query");
+        }
+        if let Some(s) = r.scheme.as_deref().filter(|s| !["http", "https"].contains(s)) {
+            report.error(&rat("redirect"), format!("redirect scheme {s:?}"), "\"http\" or \"https\"");
+        }
+        if let Some(h) = r.host.as_deref().filter(|h| h.parse::<hyper::http::uri::Authority>().is_err()) {
+            report.error(&rat("redirect"), format!("redirect host {h:?} is not a host"), "e.g. \"www.example.com\" or \"example.com:8443\"");
+        }
+        for p in [&r.path, &r.prefix].into_iter().flatten() {
+            if !p.starts_with('/') || p.parse::<hyper::http::uri::PathAndQuery>().is_err() {
+                report.error(&rat("redirect"), format!("redirect path {p:?} is not a path"), "e.g. \"/new\"");
+            }
+        }
+    }
+    for (key, text) in [
+        ("strip_prefix", route.strip_prefix.as_ref()),
+        ("replace_prefix", route.replace_prefix.as_ref().map(|r| &r.from)),
+        ("replace_prefix", route.replace_prefix.as_ref().map(|r| &r.to)),
+    ] {
+        if let Some(t) = text.filter(|t| !t.starts_with('/') || t.parse::<hyper::http::uri::PathAndQuery>().is_err() || t.contains('?')) {
+            report.error(&rat(key), format!("{key} {t:?} is not a path"), "e.g. \"/api\"");
+        }
+    }
+    if let Some(q) = route.set_query.as_deref().filter(|q| format!("/?{q}").parse::<hyper::http::uri::PathAndQuery>().is_err() || q.contains('#')) {
+        report.error(&rat("set_query"), format!("set_query {q:?} is not a query"), "e.g. \"a=1&b=2\" (percent-encoded)");
+    }
+    for (key, actions) in [("request_headers", &route.request_headers), ("response_headers", &route.response_headers)] {
+        let Some(a) = actions else { continue };
+        let names = a.delete.iter().chain(a.set.keys()).chain(a.add.keys());
+        if let Some(n) = names.clone().find(|n| hyper::header::HeaderName::from_bytes(n.as_bytes()).is_err()) {
+            report.error(&rat(key), format!("{n:?} is not a header name"), "e.g. \"x-request-start\"");
+        }
+        if let Some(n) = names.into_iter().find(|n| is_framing(n)) {
+            report.error(&rat(key), format!("{n:?} frames the message; Fulcrum sets it"), "rewrite other headers");
+        }
+        if a.delete.len() + a.set.len() + a.add.len() > MAX_LIST {
+            report.error(&rat(key), format!("more than {MAX_LIST} header actions"), "fewer");
+        }
+    }
+}
+
+/// Headers that say where a message ends or how the connection goes on: a rule that set them
+/// could split one request into two (smuggling).
+fn is_framing(name: &str) -> bool {
+    ["content-length", "transfer-encoding", "connection", "upgrade", "te", "trailer", "keep-alive", "proxy-connection"].iter().any(|f| f.eq_ignore_ascii_case(name))
 }
 
 /// A name a client can send in SNI (letters, digits and '-' in dot-separated labels), or a

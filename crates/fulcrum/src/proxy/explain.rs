@@ -31,8 +31,11 @@ pub struct Question {
     pub host: Option<String>,
     /// The `Cookie` header the client would send.
     pub cookie: Option<String>,
-    /// TCP mode with pass-through routes: the server name of the client's ClientHello.
+    /// The server name of the client's TLS hello: what pass-through routes (TCP mode) and
+    /// `sni` conditions (HTTP mode) read.
     pub sni: Option<String>,
+    /// The request's method; GET when not given.
+    pub method: Option<String>,
 }
 
 #[derive(Debug, Serialize)]
@@ -60,10 +63,15 @@ pub struct Explanation {
 
 #[derive(Debug, Serialize)]
 pub struct RouteCheck {
+    /// The pool it names, or `default`.
     pub pool: String,
     pub taken: bool,
     #[serde(skip_serializing_if = "Option::is_none")]
     pub why_not: Option<String>,
+    /// What the route does to a request it takes, in the order it does it (`deny 403`,
+    /// `redirect 301 https://...`, `strip_prefix /api`, `request header set x-a`, ...).
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub actions: Vec<String>,
 }
 
 #[derive(Debug, Serialize)]
@@ -116,6 +124,8 @@ pub enum QuestionError {
     Path { path: String },
     #[error("{name}: {value:?} is not a header value")]
     HeaderValue { name: String, value: String },
+    #[error("method {method:?} is not a request method")]
+    Method { method: String },
 }
 
 /// Explains the request `q` to `service` as the data path would decide it now.
@@ -131,19 +141,21 @@ pub fn explain(service: &Service, q: &Question) -> Result<Explanation, QuestionE
         }
     }
     let host = q.host.as_deref().map(route::strip_port);
+    let method: hyper::Method = q.method.as_deref().unwrap_or("GET").parse().map_err(|_| QuestionError::Method { method: q.method.clone().unwrap_or_default() })?;
     let http = cfg.mode == Mode::Http;
     let routes: Vec<RouteCheck> = if http {
-        first_match(&cfg.routes, "request", |r| route::mismatch(r, uri.path(), host, &headers))
+        let seen = route::Seen { method: &method, path: uri.path(), query: uri.query(), host, headers: &headers, client, sni: q.sni.as_deref(), version: hyper::Version::HTTP_11 };
+        first_match(&cfg.routes, "request", |r| route::mismatch(r, &seen))
     } else if cfg.mode == Mode::Tcp {
         first_match(&cfg.routes, "connection", |r| match q.sni.as_deref() {
             None => Some("no server name in the hello (give sni=...)".into()),
             Some(n) if passthrough::serves(r, n) => None,
-            Some(n) => Some(format!("server name {n} is none of sni {:?}", r.sni)),
+            Some(n) => Some(format!("server name {n} is none of sni {:?}", r.when.sni)),
         })
     } else {
         Vec::new()
     };
-    let taken = routes.iter().find(|r| r.taken).map(|r| r.pool.clone());
+    let taken = routes.iter().position(|r| r.taken).and_then(|k| cfg.routes[k].pool.clone());
     let (pool, pool_name) = service.pool_for(taken.as_deref());
     let pc = &pool.config;
     let steer = if http { affinity::steer(pc, &uri, &headers) } else { affinity::Affinity::default() };
@@ -210,9 +222,62 @@ fn first_match(routes: &[crate::config::Route], what: &str, mismatch: impl Fn(&c
         .map(|r| {
             let why_not = if taken { Some(format!("an earlier route took the {what}")) } else { mismatch(r) };
             taken |= why_not.is_none();
-            RouteCheck { pool: r.pool.clone(), taken: why_not.is_none(), why_not }
+            let actions = if why_not.is_none() { actions(r) } else { Vec::new() };
+            RouteCheck { pool: r.pool.clone().unwrap_or_else(|| "default".into()), taken: why_not.is_none(), why_not, actions }
         })
         .collect()
+}
+
+/// What `r` does to a request it takes, in order.
+fn actions(r: &crate::config::Route) -> Vec<String> {
+    let mut out = Vec::new();
+    if let Some(status) = r.deny {
+        out.push(format!("deny {status}"));
+    }
+    if r.allow {
+        out.push("allow".into());
+    }
+    if let Some(d) = &r.redirect {
+        let target = match &d.location {
+            Some(l) => l.as_str().to_string(),
+            None => format!(
+                "{}://{}{}{}{}",
+                d.scheme.as_deref().unwrap_or("{scheme}"),
+                d.host.as_deref().unwrap_or("{host}"),
+                d.prefix.as_deref().unwrap_or(""),
+                d.path.as_deref().unwrap_or("{path}"),
+                if d.drop_query { "" } else { "?{query}" }
+            ),
+        };
+        out.push(format!("redirect {} {target}", d.status));
+    }
+    let headers = |out: &mut Vec<String>, side: &str, a: &crate::config::HeaderActions| {
+        out.extend(a.delete.iter().map(|n| format!("{side} header delete {n}")));
+        out.extend(a.set.iter().map(|(n, t)| format!("{side} header set {n}: {}", t.as_str())));
+        out.extend(a.add.iter().map(|(n, t)| format!("{side} header add {n}: {}", t.as_str())));
+    };
+    if let Some(a) = &r.request_headers {
+        headers(&mut out, "request", a);
+    }
+    if let Some(p) = &r.strip_prefix {
+        out.push(format!("strip_prefix {p}"));
+    }
+    if let Some(p) = &r.replace_prefix {
+        out.push(format!("replace_prefix {} with {}", p.from, p.to));
+    }
+    if let Some(p) = &r.rewrite_path {
+        out.push(format!("rewrite_path {:?} with {}", p.pattern.as_str(), p.with));
+    }
+    if let Some(q) = &r.set_query {
+        out.push(format!("set_query {q:?}"));
+    }
+    if r.deny.is_none() && r.redirect.is_none() {
+        out.push(format!("pool {}", r.pool.as_deref().unwrap_or("default")));
+    }
+    if let Some(a) = &r.response_headers {
+        headers(&mut out, "response", a);
+    }
+    out
 }
 
 /// Every server of `pool` with what the pick sees of it, and the reason it passes it over.

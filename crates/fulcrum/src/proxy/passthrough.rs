@@ -102,14 +102,19 @@ pub fn server_name(bytes: &[u8]) -> Result<Option<Option<String>>, HelloError> {
 /// route.
 pub fn route<'a>(routes: &'a [Route], name: Option<&str>) -> Option<&'a str> {
     let name = name?;
-    routes.iter().find(|r| serves(r, name)).map(|r| r.pool.as_str())
+    routes.iter().find(|r| serves(r, name)).and_then(|r| r.pool.as_deref())
 }
 
-/// Whether `route`'s `sni` holds `name`: equal ignoring case, or `*.parent` with `name` one label
-/// under `parent`.
+/// Whether `route`'s `sni` holds `name`.
 pub fn serves(route: &Route, name: &str) -> bool {
+    names_match(&route.when.sni, name)
+}
+
+/// Whether `name` is among `names`: equal ignoring case, or `*.parent` with `name` one label
+/// under `parent`.
+pub fn names_match(names: &[String], name: &str) -> bool {
     let parent = name.split_once('.').map(|(_, p)| p);
-    route.sni.iter().any(|want| match want.strip_prefix("*.") {
+    names.iter().any(|want| match want.strip_prefix("*.") {
         Some(wild) => parent.is_some_and(|p| p.eq_ignore_ascii_case(wild)),
         None => want.eq_ignore_ascii_case(name),
     })

@@ -30,6 +30,7 @@ mod proxy_protocol;
 mod recovery;
 mod reload;
 mod resolve;
+mod rules;
 mod sockmap;
 mod systemd;
 mod tls;

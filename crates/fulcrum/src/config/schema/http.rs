@@ -75,7 +75,7 @@ pub struct Http {
     #[serde(default, skip_serializing_if = "CookieNew::is_round_robin")]
     pub cookie_new: CookieNew,
     /// A plain-HTTP service answers every request with a 308 to the same URL over https.
-    #[serde(default, skip_serializing_if = "is_false")]
+    #[serde(default, skip_serializing_if = "is_false", alias = "redirect_to_https")]
     pub redirect_https: bool,
     /// With `[service.tls]`: `Strict-Transport-Security: max-age=...` on every response,
     /// 0s to 10 years (0s tells browsers to forget it).
@@ -91,6 +91,11 @@ pub struct Http {
     /// HTTP/2: streams a client may have open at once, 1 to 1000.
     #[serde(default = "defaults::max_streams")]
     pub max_streams: u32,
+    /// The header that carries each request's id (e.g. `X-Request-Id`): the client's own when it
+    /// sent a usable one (1 to 128 visible ASCII characters), else a new UUIDv7; passed to the
+    /// server, logged, and returned in the response. Unset: no id.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub request_id: Option<String>,
 }
 
 /// How the `cookie` algorithm carries the server's id.
@@ -144,6 +149,7 @@ impl Default for Http {
             http2: true,
             h2c: false,
             max_streams: defaults::max_streams(),
+            request_id: None,
         }
     }
 }

@@ -1,4 +1,4 @@
-//! Routed pools (`[[service.pool]]`), the routes that pick them (`[[service.route]]`), and what a pool does when its servers fail or flap (`damping`, `all_down`).
+//! Routed pools (`[[service.pool]]`) and what a pool does when its servers fail or flap (`damping`, `all_down`).
 
 use super::*;
 
@@ -88,36 +88,4 @@ impl AllDown {
     pub fn is_fail(&self) -> bool {
         *self == AllDown::Fail
     }
-}
-
-/// `[[service.route]]`: which requests go to `pool`. Every condition given must hold; a list
-/// holds when any of its entries does.
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
-#[serde(deny_unknown_fields)]
-pub struct Route {
-    pub pool: String,
-    /// Whole path segments: `/static` takes `/static` and `/static/x`, not `/staticfoo`.
-    #[serde(default, skip_serializing_if = "Vec::is_empty")]
-    pub path_prefix: Vec<String>,
-    /// HAProxy's `path_beg`: any path that starts with the text, `/staticfoo` for `/static` too.
-    #[serde(default, skip_serializing_if = "Vec::is_empty")]
-    pub path_beg: Vec<String>,
-    /// Compare `path_prefix`, `path_beg`, `path_suffix` and `header_value` without regard to
-    /// ASCII case (HAProxy's `-i`); host names always are.
-    #[serde(default, skip_serializing_if = "is_false")]
-    pub ignore_case: bool,
-    #[serde(default, skip_serializing_if = "Vec::is_empty")]
-    pub path_suffix: Vec<String>,
-    /// Host names, compared without the port and case-insensitively.
-    #[serde(default, skip_serializing_if = "Vec::is_empty")]
-    pub host: Vec<String>,
-    /// A header that must be present, and equal `header_value` when that is given.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub header: Option<String>,
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub header_value: Option<String>,
-    /// TCP mode, TLS pass-through: server names the client's ClientHello may carry (SNI),
-    /// compared case-insensitively; `*.example.com` covers one label.
-    #[serde(default, skip_serializing_if = "Vec::is_empty")]
-    pub sni: Vec<String>,
 }

@@ -28,6 +28,8 @@ pub struct Record {
     pub response: Duration,
     /// With `access_log_why`: how the server was picked (`None` when no server was).
     pub why: Option<String>,
+    /// With `request_id`: the request's id.
+    pub request_id: Option<String>,
 }
 
 impl Drop for Record {
@@ -43,9 +45,10 @@ impl Drop for Record {
             AccessLog::Off => {}
             AccessLog::Text => tracing::info!(
                 target: "access",
-                "{time} {} {} {} {server} \"{} {}\" {} {bytes_in} {} queue={:.1}ms connect={:.1}ms response={:.1}ms{}",
+                "{time} {} {} {} {server} \"{} {}\" {} {bytes_in} {} queue={:.1}ms connect={:.1}ms response={:.1}ms{}{}",
                 self.client, self.service, self.pool, self.method, self.path, self.status, self.bytes_out,
                 ms(self.queue), ms(self.connect), ms(self.response),
+                self.request_id.as_ref().map(|id| format!(" id={id}")).unwrap_or_default(),
                 self.why.as_ref().map(|w| format!(" why=\"{w}\"")).unwrap_or_default(),
             ),
             AccessLog::Json => {
@@ -57,6 +60,9 @@ impl Drop for Record {
                 });
                 if let Some(why) = &self.why {
                     line["why"] = why.as_str().into();
+                }
+                if let Some(id) = &self.request_id {
+                    line["request_id"] = id.as_str().into();
                 }
                 tracing::info!(target: "access", "{line}")
             }

@@ -4,6 +4,7 @@
 //! forwarded headers tell the server who the client is.
 
 use std::net::{IpAddr, SocketAddr};
+use std::sync::Arc;
 
 use hyper::Version;
 use hyper::header::{self, HeaderMap, HeaderName, HeaderValue};
@@ -123,6 +124,8 @@ pub struct ClientNode {
     proto: HeaderValue,
     /// The address the client connected to.
     local: Option<SocketAddr>,
+    /// The server name of the client's TLS hello.
+    sni: Option<Arc<str>>,
 }
 
 impl ClientNode {
@@ -130,6 +133,21 @@ impl ClientNode {
     pub fn unless_in(mut self, except: &[crate::config::Network]) -> ClientNode {
         self.named = !except.iter().any(|n| n.contains(self.client));
         self
+    }
+
+    /// With the server name of the client's TLS hello.
+    pub fn with_sni(mut self, sni: Option<Arc<str>>) -> ClientNode {
+        self.sni = sni;
+        self
+    }
+
+    pub fn sni(&self) -> Option<&str> {
+        self.sni.as_deref()
+    }
+
+    /// `http` or `https`.
+    pub fn scheme(&self) -> &'static str {
+        if self.is_https() { "https" } else { "http" }
     }
 
     /// Whether the client's requests came over TLS Fulcrum terminated.
@@ -160,7 +178,18 @@ impl ClientNode {
             forwarded: HeaderValue::from_str(&format!("for={node};proto={scheme}")).unwrap_or(HeaderValue::from_static("for=unknown")),
             proto: HeaderValue::from_static(scheme),
             local,
+            sni: None,
         }
+    }
+}
+
+/// The id of a request (`[service.http] request_id`): the client's when it is 1 to 128 visible
+/// ASCII characters, so a log line or a server never gets more; otherwise a new UUIDv7, whose
+/// time order sorts the log.
+pub fn request_id(sent: Option<&HeaderValue>) -> HeaderValue {
+    match sent {
+        Some(v) if (1..=128).contains(&v.len()) && v.as_bytes().iter().all(u8::is_ascii_graphic) => v.clone(),
+        _ => HeaderValue::from_str(&uuid::Uuid::now_v7().to_string()).unwrap_or(HeaderValue::from_static("-")),
     }
 }
 

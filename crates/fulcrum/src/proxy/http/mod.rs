@@ -26,6 +26,7 @@ mod idle;
 mod park;
 mod replay;
 pub(crate) mod route;
+pub(crate) mod rules;
 mod upstream;
 
 use std::net::SocketAddr;
@@ -84,10 +85,12 @@ pub async fn serve<S: ClientIo>(mut client: S, peer: SocketAddr, service: Arc<Se
     let activity = Arc::new(park::Activity::default());
     // The address the client connected to: the listen address, unless that is a wildcard.
     let local = if service.listen.ip().is_unspecified() { client.local_addr() } else { Some(service.listen) };
+    // The server name of the client's TLS hello, which routes may read (`sni`).
+    let sni: Option<Arc<str>> = client.server_name().map(Arc::from);
     let (mut io, verdict) = Guarded::new(client, http.max_head_size, activity.clone());
     io.read_first(&first);
     let linger = park::LINGER.min(http.head_timeout / 4);
-    let svc = requests::<S>(&service, peer, local, names, verdict.clone(), activity.clone());
+    let svc = requests::<S>(&service, peer, local, names, sni, verdict.clone(), activity.clone());
     loop {
         // Parked: wait for the client's next bytes with no buffer. `head_timeout` counts from
         // here, and hyper gets what is left of it for the head.
@@ -133,12 +136,13 @@ fn requests<S: ClientIo>(
     peer: SocketAddr,
     local: Option<SocketAddr>,
     names: Option<Arc<[String]>>,
+    sni: Option<Arc<str>>,
     verdict: Verdict,
     activity: Arc<park::Activity>,
 ) -> impl hyper::service::Service<Request<Incoming>, Response = Response<park::Answer>, Error = std::convert::Infallible, Future: Send + 'static> + Clone + Send + 'static {
     let http = &service.config().http;
     let service = service.clone();
-    let node = Arc::new(headers::ClientNode::with_scheme(peer.ip(), local, S::SCHEME).unless_in(&http.forwarded_except));
+    let node = Arc::new(headers::ClientNode::with_scheme(peer.ip(), local, S::SCHEME).unless_in(&http.forwarded_except).with_sni(sni));
     // RFC 6797: Strict-Transport-Security only over a secure transport.
     let hsts = http.hsts.filter(|_| node.is_https()).and_then(|age| HeaderValue::from_str(&format!("max-age={}", age.as_secs())).ok());
     hyper::service::service_fn(move |req| {
@@ -215,6 +219,7 @@ fn handle(
             connect: Duration::ZERO,
             response: Duration::ZERO,
             why: None,
+            request_id: None,
         };
         if req.method() == Method::CONNECT {
             // The guard reads nothing after the CONNECT head, so no tunnelled byte is taken for HTTP.
@@ -249,6 +254,102 @@ fn handle(
         }
         if target_len > cfg.http.max_uri_length {
             return answer(record, StatusCode::URI_TOO_LONG, format!("the request target is longer than {} bytes", cfg.http.max_uri_length));
+        }
+        // The route that takes the request, chosen before its body is read: a deny or a redirect
+        // answers without reading a byte of it.
+        let taken = {
+            let named = req.uri().authority().map(|a| a.as_str()).or_else(|| req.headers().get(header::HOST).and_then(|h| h.to_str().ok()));
+            // An HTTP/1.0 request without a Host names the address the client connected to.
+            let fallback = if named.is_none() { node.host() } else { None };
+            let host = named.or_else(|| fallback.as_ref().and_then(|h| h.to_str().ok())).map(route::strip_port);
+            let seen = route::Seen {
+                method: req.method(),
+                path: req.uri().path(),
+                query: req.uri().query(),
+                host,
+                headers: req.headers(),
+                client: peer.ip(),
+                sni: node.sni(),
+                version: req.version(),
+            };
+            route::first(&cfg.routes, &seen)
+        };
+        // The request's id: the client's own when it sent a usable one, else a new one.
+        let request_id = cfg.http.request_id.as_ref().and_then(|name| {
+            let name = header::HeaderName::from_bytes(name.as_bytes()).ok()?;
+            let id = headers::request_id(req.headers().get(&name));
+            req.headers_mut().insert(name.clone(), id.clone());
+            Some((name, id))
+        });
+        if logging {
+            record.request_id = request_id.as_ref().and_then(|(_, id)| id.to_str().ok()).map(String::from);
+        }
+        let mut context = taken
+            .filter(|(_, r)| r.redirect.is_some() || r.rewrites() || r.response_headers.is_some())
+            .map(|(_, r)| context(&req, peer, node, request_id.as_ref().map(|(_, id)| id), r));
+        let mut response = forward(req, record, peer, node, service, verdict, taken, context.as_ref()).await;
+        if let Some((_, route)) = taken
+            && let (Some(actions), Some(ctx)) = (&route.response_headers, context.as_mut())
+        {
+            ctx.server = response.extensions().get::<Served>().map(|s| s.0);
+            rules::apply(actions, response.headers_mut(), ctx);
+        }
+        if let Some((name, id)) = request_id {
+            response.headers_mut().insert(name, id);
+        }
+        response
+    }
+}
+
+/// The server that answered a response, for its route's response headers (`{server}`).
+#[derive(Debug, Clone, Copy)]
+struct Served(SocketAddr);
+
+/// What the templates and rewrites of `route` read of the request.
+fn context(req: &Request<Incoming>, peer: SocketAddr, node: &headers::ClientNode, request_id: Option<&HeaderValue>, route: &crate::config::Route) -> rules::Context {
+    rules::Context {
+        client: peer,
+        request_id: request_id.and_then(|id| id.to_str().ok()).map(String::from),
+        sni: node.sni().map(std::sync::Arc::from),
+        host: request_host(req).map(String::from),
+        authority: req.uri().authority().map(|a| a.as_str()).or_else(|| req.headers().get(header::HOST).and_then(|h| h.to_str().ok())).map(String::from),
+        path: req.uri().path().to_string(),
+        query: req.uri().query().map(String::from),
+        matched_prefix: route::matched_prefix(&route.when, req.uri().path()).map(String::from),
+        scheme: node.scheme(),
+        server: None,
+    }
+}
+
+/// The request, once its route is known: refused or redirected by the route, or rewritten and
+/// sent to the route's pool (or the service's default) with its body.
+#[allow(clippy::too_many_arguments)]
+async fn forward(
+    mut req: Request<Incoming>,
+    mut record: Record,
+    peer: SocketAddr,
+    node: &headers::ClientNode,
+    service: &Arc<Service>,
+    verdict: &Verdict,
+    taken: Option<(usize, &crate::config::Route)>,
+    context: Option<&rules::Context>,
+) -> Response<ProxyBody> {
+    {
+        let cfg = service.config();
+        let logging = cfg.http.access_log != AccessLog::Off;
+        let client_version = req.version();
+        if let Some((k, route)) = taken {
+            if let Some(status) = route.deny {
+                let status = StatusCode::from_u16(status).unwrap_or(StatusCode::FORBIDDEN);
+                debug!(service = %cfg.name, client = %peer, status = status.as_u16(), "request denied by route {k}");
+                return answer(record, status, format!("denied by route {k}"));
+            }
+            if let (Some(r), Some(ctx)) = (&route.redirect, context) {
+                let (status, location) = rules::redirect(r, ctx);
+                let mut response = answer(record, status, format!("moved to {}", location.to_str().unwrap_or("")));
+                response.headers_mut().insert(header::LOCATION, location);
+                return response;
+            }
         }
         let upgrade = headers::take_h2c_upgrade(req.headers_mut());
         let client_upgrade = upgrade.then(|| hyper::upgrade::on(&mut req));
@@ -288,7 +389,20 @@ fn handle(
         {
             parts.headers.insert(header::HOST, host);
         }
-        let (target, pool) = route::choose(service, parts.uri.path(), &parts.headers, parts.uri.authority().map(|a| a.as_str()));
+        if let (Some((k, route)), Some(ctx)) = (taken, context) {
+            if let Some(actions) = &route.request_headers {
+                rules::apply(actions, &mut parts.headers, ctx);
+            }
+            match rules::rewrite_target(route, k, &parts.uri) {
+                Ok(Some(uri)) => parts.uri = uri,
+                Ok(None) => {}
+                Err(e) => {
+                    warn!(service = %cfg.name, client = %peer, status = 500, "{e}");
+                    return answer(record, StatusCode::INTERNAL_SERVER_ERROR, e.to_string());
+                }
+            }
+        }
+        let (target, pool) = service.pool_for(taken.and_then(|(_, r)| r.pool.as_deref()));
         if logging {
             record.pool = pool.to_string();
         }
@@ -335,6 +449,7 @@ fn handle(
                 }
                 affinity::stamp(&target.config, &steer, &entry.id, &mut rparts.headers);
                 debug!(service = %cfg.name, client = %peer, server = %entry.addr, status = record.status, response = ?record.response, "request forwarded");
+                rparts.extensions.insert(Served(entry.addr));
                 Response::from_parts(rparts, ProxyBody::Response { body: rbody, lent: a.lent, record: logging.then(|| Box::new(record)), place: Some(a.place), fault })
             }
             Err(f) => {
