@@ -561,6 +561,7 @@ fn validate_service_numbers(service: &Service, prefix: &[Seg<'_>], report: &mut 
     report.range(&at(&["http", "max_headers"]), "max_headers", http.max_headers, &range::MAX_HEADERS);
     report.range(&at(&["http", "max_head_size"]), "max_head_size", http.max_head_size, &range::MAX_HEAD_SIZE);
     report.range(&at(&["http", "max_uri_length"]), "max_uri_length", http.max_uri_length, &range::MAX_URI_LENGTH);
+    report.range(&at(&["http", "max_request_body"]), "max_request_body", http.max_request_body, &range::MAX_REQUEST_BODY);
     report.range(&at(&["http", "max_streams"]), "max_streams", http.max_streams, &range::MAX_STREAMS);
 }
 
@@ -768,6 +769,9 @@ const MAX_TEXT: usize = 4096;
 /// What a route of an HTTP service does: a status to deny with, a redirect, rewrites and header
 /// actions that can be carried out.
 fn validate_rule(route: &Route, rat: &dyn Fn(&'static str) -> Vec<Seg<'static>>, report: &mut Report<'_>) {
+    if let Some(limit) = route.max_request_body {
+        report.range(&rat("max_request_body"), "max_request_body", limit, &range::MAX_REQUEST_BODY);
+    }
     if let Some(status) = route.deny.filter(|s| !(400..=599).contains(s)) {
         report.error(&rat("deny"), format!("deny = {status} is not an error status"), "400 to 599; 403 is usual");
     }

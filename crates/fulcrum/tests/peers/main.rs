@@ -13,6 +13,7 @@ mod accept_proxy;
 mod admin_api;
 mod admin_auth;
 mod balancing;
+mod body_limit;
 mod check_cli;
 mod demo;
 mod explain;

@@ -78,6 +78,7 @@ pub(crate) fn settings() -> Vec<Setting> {
         count("service.http", "max_headers", &MAX_HEADERS),
         count("service.http", "max_head_size", &MAX_HEAD_SIZE),
         count("service.http", "max_uri_length", &MAX_URI_LENGTH),
+        count("service.http", "max_request_body", &MAX_REQUEST_BODY),
         count("service.http", "max_streams", &MAX_STREAMS),
         Setting { section: "ftp", key: "data_ports", kind: Kind::Ports { min: DATA_PORT.min, max: DATA_PORT.max }, range: DATA_PORT.to_string() },
     ];
@@ -170,7 +171,7 @@ pub(crate) fn outside(kind: Kind) -> Vec<String> {
     match kind {
         Kind::Count { min, max, wide } => {
             let mut v: Vec<String> = min.checked_sub(1).into_iter().chain(Some(max + 1)).map(|n| n.to_string()).collect();
-            if wide {
+            if wide && max < u64::from(u32::MAX) {
                 v.push(u32::MAX.to_string());
             }
             v

@@ -53,6 +53,11 @@ pub struct Http {
     /// Longest request target (414 above), 16 to 65534 (the `http` crate's own limit).
     #[serde(default = "defaults::max_uri_length")]
     pub max_uri_length: usize,
+    /// Most bytes in a request body (413 above), 0 to 1 TiB; 0: no limit. Refused before any
+    /// server is contacted when `Content-Length` says so or the body ends within the read-ahead;
+    /// a longer body that passes it on its way is cut, and the server connection closed.
+    #[serde(default, skip_serializing_if = "is_zero_u64")]
+    pub max_request_body: u64,
     #[serde(default = "defaults::access_log")]
     pub access_log: AccessLog,
     /// Adds `why` to each access log line: how its server was picked, in the compact form of
@@ -137,6 +142,7 @@ impl Default for Http {
             max_headers: defaults::max_headers(),
             max_head_size: defaults::max_head_size(),
             max_uri_length: defaults::max_uri_length(),
+            max_request_body: 0,
             access_log: defaults::access_log(),
             access_log_why: false,
             hash_query: false,
@@ -158,4 +164,8 @@ impl Http {
     pub(super) fn is_default(&self) -> bool {
         *self == Http::default()
     }
+}
+
+fn is_zero_u64(n: &u64) -> bool {
+    *n == 0
 }

@@ -55,6 +55,10 @@ pub struct Route {
     /// The query the server gets, without `?`; `""` drops it.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub set_query: Option<String>,
+    /// Bytes of request body the requests this route takes may send, 0 (no limit) to 1 TiB: in
+    /// place of `[service.http] max_request_body` for them.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub max_request_body: Option<u64>,
     /// Headers of the response as the client gets it, Fulcrum's own answers included.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub response_headers: Option<HeaderActions>,

@@ -20,6 +20,7 @@ use std::sync::{Arc, OnceLock};
 use std::task::{Context, Poll};
 
 use bytes::Bytes;
+use hyper::StatusCode;
 use hyper::body::{Body, Frame, Incoming, SizeHint};
 use hyper::client::conn::http1::SendRequest;
 
@@ -35,12 +36,21 @@ pub enum ProxyBody {
     Empty,
     Text(Option<Bytes>),
     /// A client's body, counted into `bytes` as it goes: the frames read ahead, then the rest
-    /// (none when the body ended within the read-ahead).
+    /// (none when the body ended within the read-ahead). `limit` (`max_request_body`, 0: none)
+    /// bounds what this copy of it sends, `sent` counts that: a replayed copy counts afresh.
     Request {
         ahead: VecDeque<Frame<Bytes>>,
         rest: Option<Incoming>,
         bytes: Arc<AtomicU64>,
         fault: ClientFault,
+        limit: u64,
+        sent: u64,
+    },
+    /// An answer of Fulcrum's own to an HTTP/2 request whose body it left unread: the body is
+    /// held until the answer has gone out, then drained ([`Unread`]).
+    Unread {
+        text: Option<Bytes>,
+        _body: Unread,
     },
     /// A server's response body; `place` holds the request's place on the server until the
     /// body has gone out.
@@ -56,19 +66,86 @@ pub enum ProxyBody {
     },
 }
 
+/// The unread body of an HTTP/2 request that Fulcrum answered itself (413, a route's deny or
+/// redirect). Dropping it at once would reset the stream with CANCEL while the answer is still
+/// on its way; held until the answer has gone out and dropped then, it would be reset with
+/// NO_ERROR (RFC 9113 section 8.1), which clients that are still sending (curl among them) take
+/// for an error all the same. So once the answer is out, up to [`Unread::DRAIN_BYTES`] more of it
+/// are read and thrown away within [`Unread::DRAIN_TIME`], off the connection's task: a client
+/// finishes its upload and the stream closes cleanly. A client that sends more, or slower, is
+/// reset with NO_ERROR then. Nothing read is kept.
+pub struct Unread(Option<Incoming>);
+
+impl Unread {
+    pub const DRAIN_BYTES: u64 = 1 << 20;
+    pub const DRAIN_TIME: std::time::Duration = std::time::Duration::from_secs(5);
+
+    pub fn new(body: Incoming) -> Unread {
+        Unread(Some(body))
+    }
+}
+
+impl Drop for Unread {
+    fn drop(&mut self) {
+        let (Some(mut body), Ok(runtime)) = (self.0.take(), tokio::runtime::Handle::try_current()) else { return };
+        runtime.spawn(async move {
+            let drain = async {
+                let mut read = 0u64;
+                while read <= Unread::DRAIN_BYTES
+                    && let Some(Ok(frame)) = std::future::poll_fn(|cx| Pin::new(&mut body).poll_frame(cx)).await
+                {
+                    read += frame.data_ref().map_or(0, |d| d.len() as u64);
+                }
+            };
+            let _ = tokio::time::timeout(Unread::DRAIN_TIME, drain).await;
+        });
+    }
+}
+
 /// Set when a client's request body failed on its way to a server (bad bytes the guard stopped,
-/// or the client went away), with the reason; shared by the request body, the send and the
-/// response, so that each can tell the client's failure from the server's.
+/// the client went away, or it passed `max_request_body`), with the status the client is
+/// answered and the reason; shared by the request body, the send and the response, so that
+/// each can tell the client's failure from the server's.
 #[derive(Debug, Default, Clone)]
-pub struct ClientFault(Arc<OnceLock<String>>);
+pub struct ClientFault(Arc<Fault>);
+
+#[derive(Debug, Default)]
+pub struct Fault {
+    what: OnceLock<(StatusCode, String)>,
+    /// The rest of a body cut at `max_request_body`, kept for the 413 to hold (`Unread`).
+    unread: std::sync::Mutex<Option<Incoming>>,
+}
 
 impl ClientFault {
     pub fn get(&self) -> Option<&str> {
-        self.0.get().map(String::as_str)
+        self.0.what.get().map(|(_, why)| why.as_str())
     }
-    fn set(&self, why: String) {
-        let _ = self.0.set(why);
+    /// What the client is answered: 413 for a body over the limit, else 400.
+    pub fn status(&self) -> StatusCode {
+        self.0.what.get().map_or(StatusCode::BAD_REQUEST, |(status, _)| *status)
     }
+    fn set(&self, status: StatusCode, why: String) {
+        let _ = self.0.what.set((status, why));
+    }
+    /// The unread rest of a body cut at its limit, once.
+    pub fn take_unread(&self) -> Option<Incoming> {
+        self.0.unread.lock().ok()?.take()
+    }
+}
+
+/// Why a request body stopped on its way to a server: hyper's reading of the client failed, or
+/// the body passed `max_request_body` (the send is then abandoned, and its connection with it).
+#[derive(Debug, thiserror::Error)]
+pub enum BodyError {
+    #[error(transparent)]
+    Client(#[from] hyper::Error),
+    #[error("the request body is larger than max_request_body ({0} bytes)")]
+    TooLarge(u64),
+}
+
+/// The `max_request_body` answer.
+pub fn too_large(limit: u64) -> String {
+    BodyError::TooLarge(limit).to_string()
 }
 
 /// Reads `incoming` until it ends or at least `bound` bytes are in hand. An error is the
@@ -107,14 +184,14 @@ impl ProxyBody {
     pub fn replica(&self) -> Option<ProxyBody> {
         match self {
             ProxyBody::Empty => Some(ProxyBody::Empty),
-            ProxyBody::Request { ahead, rest: None, bytes, fault } => {
+            ProxyBody::Request { ahead, rest: None, bytes, fault, limit, .. } => {
                 let copy = |f: &Frame<Bytes>| match (f.data_ref(), f.trailers_ref()) {
                     (Some(d), _) => Some(Frame::data(d.clone())),
                     (_, Some(t)) => Some(Frame::trailers(t.clone())),
                     _ => None,
                 };
                 let ahead = ahead.iter().map(copy).collect::<Option<VecDeque<_>>>()?;
-                Some(ProxyBody::Request { ahead, rest: None, bytes: bytes.clone(), fault: fault.clone() })
+                Some(ProxyBody::Request { ahead, rest: None, bytes: bytes.clone(), fault: fault.clone(), limit: *limit, sent: 0 })
             }
             _ => None,
         }
@@ -123,14 +200,14 @@ impl ProxyBody {
 
 impl Body for ProxyBody {
     type Data = Bytes;
-    type Error = hyper::Error;
+    type Error = BodyError;
 
-    fn poll_frame(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Option<Result<Frame<Bytes>, hyper::Error>>> {
+    fn poll_frame(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Option<Result<Frame<Bytes>, BodyError>>> {
         match self.get_mut() {
             ProxyBody::Empty => Poll::Ready(None),
-            ProxyBody::Text(t) => Poll::Ready(t.take().map(|b| Ok(Frame::data(b)))),
-            ProxyBody::Request { ahead, rest, bytes, fault } => {
-                let frame = match (ahead.pop_front(), rest) {
+            ProxyBody::Text(t) | ProxyBody::Unread { text: t, .. } => Poll::Ready(t.take().map(|b| Ok(Frame::data(b)))),
+            ProxyBody::Request { ahead, rest, bytes, fault, limit, sent } => {
+                let frame = match (ahead.pop_front(), &mut *rest) {
                     (Some(f), _) => Some(Ok(f)),
                     (None, Some(rest)) => match Pin::new(rest).poll_frame(cx) {
                         Poll::Ready(f) => f,
@@ -142,12 +219,22 @@ impl Body for ProxyBody {
                     Some(Ok(f)) => {
                         if let Some(d) = f.data_ref() {
                             bytes.fetch_add(d.len() as u64, Relaxed);
+                            *sent += d.len() as u64;
+                            if *limit > 0 && *sent > *limit {
+                                // Cut here: the send fails, so the server never sees the body end
+                                // and its connection is not reused.
+                                fault.set(StatusCode::PAYLOAD_TOO_LARGE, too_large(*limit));
+                                if let Ok(mut unread) = fault.0.unread.lock() {
+                                    *unread = rest.take();
+                                }
+                                return Poll::Ready(Some(Err(BodyError::TooLarge(*limit))));
+                            }
                         }
                     }
-                    Some(Err(e)) => fault.set(format!("the client's request body failed: {e}")),
+                    Some(Err(e)) => fault.set(StatusCode::BAD_REQUEST, format!("the client's request body failed: {e}")),
                     None => {}
                 }
-                Poll::Ready(frame)
+                Poll::Ready(frame.map(|f| f.map_err(BodyError::Client)))
             }
             ProxyBody::Response { body, lent, record, place, fault } => {
                 let polled = Pin::new(&mut *body).poll_frame(cx);
@@ -174,7 +261,7 @@ impl Body for ProxyBody {
                 {
                     p.release();
                 }
-                polled
+                polled.map(|f| f.map(|f| f.map_err(BodyError::Client)))
             }
         }
     }
@@ -182,7 +269,7 @@ impl Body for ProxyBody {
     fn is_end_stream(&self) -> bool {
         match self {
             ProxyBody::Empty => true,
-            ProxyBody::Text(t) => t.is_none(),
+            ProxyBody::Text(t) | ProxyBody::Unread { text: t, .. } => t.is_none(),
             ProxyBody::Request { ahead, rest, .. } => ahead.is_empty() && rest.as_ref().is_none_or(Body::is_end_stream),
             ProxyBody::Response { body, .. } => body.is_end_stream(),
         }
@@ -191,7 +278,7 @@ impl Body for ProxyBody {
     fn size_hint(&self) -> SizeHint {
         match self {
             ProxyBody::Empty => SizeHint::with_exact(0),
-            ProxyBody::Text(t) => SizeHint::with_exact(t.as_ref().map_or(0, |b| b.len() as u64)),
+            ProxyBody::Text(t) | ProxyBody::Unread { text: t, .. } => SizeHint::with_exact(t.as_ref().map_or(0, |b| b.len() as u64)),
             ProxyBody::Request { ahead, rest, .. } => {
                 let held: u64 = ahead.iter().filter_map(|f| f.data_ref()).map(|d| d.len() as u64).sum();
                 let trailers = ahead.iter().any(Frame::is_trailers);

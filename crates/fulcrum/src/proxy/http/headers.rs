@@ -33,6 +33,17 @@ pub fn host_problem(headers: &HeaderMap, version: Version) -> Option<&'static st
 }
 
 /// `uri-host [":" port]`: an authority without userinfo, whose port (if any) is a number.
+/// The request's `Content-Length` when it has exactly one that reads as a number (hyper and the
+/// framing guard refuse a request whose lengths disagree or do not parse).
+pub fn content_length(headers: &HeaderMap) -> Option<u64> {
+    let mut values = headers.get_all(header::CONTENT_LENGTH).iter();
+    let value = values.next()?;
+    if values.next().is_some() {
+        return None;
+    }
+    std::str::from_utf8(value.as_bytes()).ok()?.trim().parse().ok()
+}
+
 fn valid_host(value: &[u8]) -> bool {
     let Some(text) = std::str::from_utf8(value).ok() else { return false };
     let Ok(authority) = text.parse::<Authority>() else { return false };

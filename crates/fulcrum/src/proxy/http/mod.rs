@@ -342,14 +342,20 @@ async fn forward(
             if let Some(status) = route.deny {
                 let status = StatusCode::from_u16(status).unwrap_or(StatusCode::FORBIDDEN);
                 debug!(service = %cfg.name, client = %peer, status = status.as_u16(), "request denied by route {k}");
-                return answer(record, status, format!("denied by route {k}"));
+                return leaving_unread(answer(record, status, format!("denied by route {k}")), Some(req.into_body()), client_version);
             }
             if let (Some(r), Some(ctx)) = (&route.redirect, context) {
                 let (status, location) = rules::redirect(r, ctx);
                 let mut response = answer(record, status, format!("moved to {}", location.to_str().unwrap_or("")));
                 response.headers_mut().insert(header::LOCATION, location);
-                return response;
+                return leaving_unread(response, Some(req.into_body()), client_version);
             }
+        }
+        // `max_request_body` (the route's, else the service's): a Content-Length above it is
+        // refused before a byte of the body is read.
+        let limit = taken.and_then(|(_, r)| r.max_request_body).unwrap_or(cfg.http.max_request_body);
+        if limit > 0 && headers::content_length(req.headers()).is_some_and(|n| n > limit) {
+            return leaving_unread(too_large(&cfg.name, record, client_version, limit), Some(req.into_body()), client_version);
         }
         let upgrade = headers::take_h2c_upgrade(req.headers_mut());
         let client_upgrade = upgrade.then(|| hyper::upgrade::on(&mut req));
@@ -360,8 +366,16 @@ async fn forward(
         let body = if incoming.is_end_stream() {
             ProxyBody::Empty
         } else {
-            match tokio::time::timeout(cfg.http.head_timeout, body::read_ahead(incoming, READ_AHEAD)).await {
-                Ok(Ok((ahead, rest))) => ProxyBody::Request { ahead, rest, bytes: record.bytes_in.clone(), fault: fault.clone() },
+            // Read no further than the first byte past the limit: that is enough to refuse.
+            let ahead_bound = if limit > 0 { READ_AHEAD.min(usize::try_from(limit).unwrap_or(usize::MAX).saturating_add(1)) } else { READ_AHEAD };
+            match tokio::time::timeout(cfg.http.head_timeout, body::read_ahead(incoming, ahead_bound)).await {
+                Ok(Ok((ahead, rest))) => {
+                    let held: u64 = ahead.iter().filter_map(|f| f.data_ref()).map(|d| d.len() as u64).sum();
+                    if limit > 0 && held > limit {
+                        return leaving_unread(too_large(&cfg.name, record, client_version, limit), rest, client_version);
+                    }
+                    ProxyBody::Request { ahead, rest, bytes: record.bytes_in.clone(), fault: fault.clone(), limit, sent: 0 }
+                }
                 Ok(Err(e)) => {
                     let why = verdict.get().unwrap_or_else(|| format!("the request body ended early: {e}"));
                     return refuse(&cfg.name, record, StatusCode::BAD_REQUEST, why);
@@ -467,7 +481,10 @@ async fn forward(
                     }
                     Failure::Broken(s, e) => (StatusCode::BAD_GATEWAY, format!("the server broke the connection: {e}"), Some(s)),
                     // The client's fault: nothing is held against the server it was going to.
-                    Failure::Client(why) => return refuse(&cfg.name, record, StatusCode::BAD_REQUEST, verdict.get().unwrap_or(why)),
+                    Failure::Client(status, why) => {
+                        let answer = refuse(&cfg.name, record, status, verdict.get().unwrap_or(why));
+                        return leaving_unread(answer, fault.take_unread(), client_version);
+                    }
                 };
                 if !local {
                     warn!(service = %cfg.name, client = %peer, server = ?server, status = status.as_u16(), "{why}");
@@ -500,6 +517,30 @@ fn tunnel(client: hyper::upgrade::OnUpgrade, server: hyper::upgrade::OnUpgrade, 
             Err(e) => debug!(%service, client = %peer, "upgraded connection ended: {e}"),
         }
     });
+}
+
+/// `response` to a request whose `body` (or its rest) is left unread. Over HTTP/2 the body is held
+/// until the response has gone out, then drained (`body::Unread`); over HTTP/1 it goes at once,
+/// and hyper reads the rest or closes the connection.
+fn leaving_unread(mut response: Response<ProxyBody>, body: Option<Incoming>, version: hyper::Version) -> Response<ProxyBody> {
+    if version == hyper::Version::HTTP_2
+        && let Some(body) = body.filter(|b| !b.is_end_stream())
+        && let ProxyBody::Text(text) = response.body_mut()
+    {
+        let text = text.take();
+        *response.body_mut() = ProxyBody::Unread { text, _body: body::Unread::new(body) };
+    }
+    response
+}
+
+/// 413 for a body over `max_request_body`. Over HTTP/1.x the connection closes after it: the rest
+/// of the body is not read, so nothing after it could be read as a request.
+fn too_large(service: &str, record: Record, version: hyper::Version, limit: u64) -> Response<ProxyBody> {
+    let mut response = refuse(service, record, StatusCode::PAYLOAD_TOO_LARGE, body::too_large(limit));
+    if version < hyper::Version::HTTP_2 {
+        response.headers_mut().insert(header::CONNECTION, HeaderValue::from_static("close"));
+    }
+    response
 }
 
 /// A request Fulcrum refuses itself, the client being at fault: logged as such, answered, and

@@ -92,9 +92,9 @@ impl InFlight {
 
 impl Body for Answer {
     type Data = Bytes;
-    type Error = hyper::Error;
+    type Error = super::body::BodyError;
 
-    fn poll_frame(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Option<Result<Frame<Bytes>, hyper::Error>>> {
+    fn poll_frame(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Option<Result<Frame<Bytes>, Self::Error>>> {
         Pin::new(&mut self.body).poll_frame(cx)
     }
     fn is_end_stream(&self) -> bool {

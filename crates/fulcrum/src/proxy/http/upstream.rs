@@ -34,9 +34,9 @@ pub enum Failure {
     Queue(Duration),
     /// The server closed or broke the connection before a response: 502.
     Broken(SocketAddr, hyper::Error),
-    /// The client's request body failed as it went out (bad bytes, or the client went away):
-    /// 400, and nothing counted against the server.
-    Client(String),
+    /// The client's request body failed as it went out (bad bytes, or the client went away:
+    /// 400; past `max_request_body`: 413), and nothing counted against the server.
+    Client(hyper::StatusCode, String),
 }
 
 /// What a forwarded request got.
@@ -114,9 +114,11 @@ pub fn send(
                     return Ok(Answer { response, lent, place, connect, response_time: crate::clock::since(sent) });
                 }
                 Ok(Err(failed)) => {
-                    if let Some(why) = fault.as_ref().and_then(|f| f.get()) {
+                    if let Some(f) = fault.as_ref()
+                        && let Some(why) = f.get()
+                    {
                         debug!(service = %cfg.name, server = %entry.addr, "send failed on the client's side: {}", failed.error());
-                        return Err(Failure::Client(why.to_string()));
+                        return Err(Failure::Client(f.status(), why.to_string()));
                     }
                     entry.state.counters.transfer_errors.fetch_add(1, Relaxed);
                     match replay.after(failed, was_reused) {
