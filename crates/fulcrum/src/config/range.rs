@@ -120,6 +120,8 @@ pub const MAX_HEAD_SIZE: Range<usize> = Range::new(8192, 1 << 20, "hyper's read 
 /// The `http` crate refuses a request target of 65535 bytes or more whatever is configured.
 pub const MAX_URI_LENGTH: Range<usize> = Range::new(16, 65534, "hyper refuses longer targets itself; 8192 is the default");
 /// A body is streamed, never held whole: the bound is what a server is sent, not memory.
+/// The largest error page file (`error_pages`), held in memory per service.
+pub const ERROR_PAGE_BYTES: u64 = 64 * 1024;
 pub const MAX_REQUEST_BODY: Range<u64> = Range::new(0, 1 << 40, "0 is no limit; NGINX's client_max_body_size defaults to 1 MiB (1048576)");
 pub const MAX_STREAMS: Range<u32> =
     Range::new(1, 1000, "each open stream may hold a request's read-ahead and a server connection; 100 is the default (RFC 9113 asks for at least 100)");

@@ -563,6 +563,7 @@ fn validate_service_numbers(service: &Service, prefix: &[Seg<'_>], report: &mut 
     report.range(&at(&["http", "max_uri_length"]), "max_uri_length", http.max_uri_length, &range::MAX_URI_LENGTH);
     report.range(&at(&["http", "max_request_body"]), "max_request_body", http.max_request_body, &range::MAX_REQUEST_BODY);
     report.range(&at(&["http", "max_streams"]), "max_streams", http.max_streams, &range::MAX_STREAMS);
+    validate_error_pages(&http.error_pages, &at(&["http", "error_pages"]), report);
 }
 
 /// The numbers of a service's own servers, or of one pool (run as a service): health check,
@@ -769,6 +770,7 @@ const MAX_TEXT: usize = 4096;
 /// What a route of an HTTP service does: a status to deny with, a redirect, rewrites and header
 /// actions that can be carried out.
 fn validate_rule(route: &Route, rat: &dyn Fn(&'static str) -> Vec<Seg<'static>>, report: &mut Report<'_>) {
+    validate_error_pages(&route.error_pages, &rat("error_pages"), report);
     if let Some(limit) = route.max_request_body {
         report.range(&rat("max_request_body"), "max_request_body", limit, &range::MAX_REQUEST_BODY);
     }
@@ -824,6 +826,23 @@ fn validate_rule(route: &Route, rat: &dyn Fn(&'static str) -> Vec<Seg<'static>>,
         }
         if a.delete.len() + a.set.len() + a.add.len() > MAX_LIST {
             report.error(&rat(key), format!("more than {MAX_LIST} header actions"), "fewer");
+        }
+    }
+}
+
+/// Error pages: each key a status from 400 to 599, each file there and no larger than a page may be.
+fn validate_error_pages(pages: &std::collections::BTreeMap<String, String>, at: &[Seg<'_>], report: &mut Report<'_>) {
+    for (status, path) in pages {
+        if !status.parse::<u16>().is_ok_and(|s| (400..=599).contains(&s)) {
+            report.error(at, format!("error_pages key {status:?} is not an error status"), "\"400\" to \"599\", e.g. \"503\"");
+        }
+        match std::fs::metadata(path) {
+            Ok(m) if m.len() > range::ERROR_PAGE_BYTES => {
+                report.error(at, format!("error page {path} is {} bytes", m.len()), &format!("a page is at most {} bytes", range::ERROR_PAGE_BYTES))
+            }
+            Ok(m) if m.is_file() => {}
+            Ok(_) => report.error(at, format!("error page {path} is not a file"), "name a file"),
+            Err(e) => report.error(at, format!("error page {path}: {e}"), "an absolute path to a readable file"),
         }
     }
 }

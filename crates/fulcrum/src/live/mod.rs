@@ -12,6 +12,7 @@
 //! generation they started in. A config that fails is refused and the old generation stays.
 
 pub mod budget;
+pub mod pages;
 mod pool;
 mod rate;
 #[cfg(test)]
@@ -108,6 +109,8 @@ pub enum BuildError {
     Tls { service: String, cause: crate::tls::TlsError },
     #[error("service {service}: {cause}")]
     Srv { service: String, cause: crate::dns::SrvError },
+    #[error("service {service}: {cause}")]
+    Page { service: String, cause: pages::PageError },
     #[error("runtime registry poisoned")]
     Poisoned,
 }
@@ -230,6 +233,11 @@ fn build(config: Config, registry: &mut Registry, budget: &Arc<Budget>, previous
                     tracing::warn!(service = %sc.name, file = %cert.file, "TLS certificate expires in {} (at {})", humantime::format_duration(std::time::Duration::from_secs(left.as_secs() / 3600 * 3600)), crate::tls::unix_to_text(cert.not_after));
                 }
             }
+            // Error pages, read again when the config names others or a file changed.
+            let pages = match running.and_then(|r| r.pages.as_ref()) {
+                Some(p) if running.is_some_and(|r| same_pages(r.config(), sc)) && p.unchanged_on_disk() => Some(p.clone()),
+                _ => pages::ErrorPages::load(sc).map_err(|cause| BuildError::Page { service: sc.name.clone(), cause })?.map(Arc::new),
+            };
             // Servers from DNS SRV records join the service's own (`dns` asks them on a thread of
             // its own), asked again only when the name is new or `refresh` says its records moved.
             let kept_srv = running.filter(|r| r.config().srv == sc.srv && !refresh.srv.contains(&sc.name));
@@ -255,7 +263,7 @@ fn build(config: Config, registry: &mut Registry, budget: &Arc<Budget>, previous
                 Some(old) => old,
                 None => Arc::new(build_pool(&own, &found, registry, previous.is_some(), running.map(|r| &*r.pool), refresh)?),
             };
-            Ok(Arc::new(Service { config: sc.clone(), listen, pool, pools, tls }))
+            Ok(Arc::new(Service { config: sc.clone(), listen, pool, pools, tls, pages }))
         })
         .collect::<Result<_, BuildError>>()?;
     Ok(Generation { config, services, budget: budget.clone() })
@@ -266,7 +274,13 @@ fn build(config: Config, registry: &mut Registry, budget: &Arc<Budget>, previous
 fn unchanged(running: &Service, sc: &config::Service, refresh: &Refresh) -> bool {
     !refresh.srv.contains(&sc.name)
         && running.tls.as_ref().is_none_or(|t| t.unchanged_on_disk())
+        && running.pages.as_ref().is_none_or(|p| p.unchanged_on_disk())
         && std::iter::once(&running.pool).chain(&running.pools).all(|p| !names_moved(p, refresh))
+}
+
+/// Whether two configs of a service name the same error pages.
+fn same_pages(a: &config::Service, b: &config::Service) -> bool {
+    a.http.error_pages == b.http.error_pages && a.routes.len() == b.routes.len() && a.routes.iter().zip(&b.routes).all(|(x, y)| x.error_pages == y.error_pages)
 }
 
 /// The running pool `old` itself, for settings that are its own when `refresh` names none of its

@@ -19,6 +19,8 @@ pub struct Service {
     pub pools: Vec<Arc<Pool>>,
     /// `[service.tls]`: this generation's certificates and handshake settings.
     pub tls: Option<Arc<crate::tls::Terminator>>,
+    /// `error_pages`, read from their files.
+    pub pages: Option<Arc<super::pages::ErrorPages>>,
 }
 
 impl Service {

@@ -71,14 +71,14 @@ pub struct Terminator {
 /// renewal written as a new file and renamed, or a symlink moved to a new one, as certbot does,
 /// has another inode).
 #[derive(Debug, Clone, PartialEq, Eq)]
-struct FileStamp {
+pub(crate) struct FileStamp {
     len: u64,
     modified: Option<SystemTime>,
     inode: u64,
 }
 
 impl FileStamp {
-    fn of(path: &str) -> Option<FileStamp> {
+    pub(crate) fn of(path: &str) -> Option<FileStamp> {
         use std::os::unix::fs::MetadataExt;
         let m = std::fs::metadata(path).ok()?;
         Some(FileStamp { len: m.len(), modified: m.modified().ok(), inode: m.ino() })

@@ -16,6 +16,7 @@ mod balancing;
 mod body_limit;
 mod check_cli;
 mod demo;
+mod error_pages;
 mod explain;
 mod fleet;
 mod forwarding;

@@ -96,6 +96,14 @@ pub struct Http {
     /// HTTP/2: streams a client may have open at once, 1 to 1000.
     #[serde(default = "defaults::max_streams")]
     pub max_streams: u32,
+    /// Pages for answers of these statuses (`"503" = "/etc/fulcrum/503.html"`, 400 to 599): the
+    /// answers Fulcrum makes itself, and with `intercept_errors` a server's. Each file at most
+    /// 64 KiB, its type from its name; read at start and again on a reload when it changed.
+    #[serde(default, skip_serializing_if = "std::collections::BTreeMap::is_empty")]
+    pub error_pages: std::collections::BTreeMap<String, String>,
+    /// A server's answer whose status has an error page gets the page instead.
+    #[serde(default, skip_serializing_if = "is_false")]
+    pub intercept_errors: bool,
     /// The header that carries each request's id (e.g. `X-Request-Id`): the client's own when it
     /// sent a usable one (1 to 128 visible ASCII characters), else a new UUIDv7; passed to the
     /// server, logged, and returned in the response. Unset: no id.
@@ -156,6 +164,8 @@ impl Default for Http {
             h2c: false,
             max_streams: defaults::max_streams(),
             request_id: None,
+            error_pages: Default::default(),
+            intercept_errors: false,
         }
     }
 }

@@ -59,6 +59,9 @@ pub struct Route {
     /// place of `[service.http] max_request_body` for them.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub max_request_body: Option<u64>,
+    /// Error pages for the requests this route takes, by status, before the service's.
+    #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
+    pub error_pages: BTreeMap<String, String>,
     /// Headers of the response as the client gets it, Fulcrum's own answers included.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub response_headers: Option<HeaderActions>,

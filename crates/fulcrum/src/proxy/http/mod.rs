@@ -288,6 +288,9 @@ fn handle(
             .filter(|(_, r)| r.redirect.is_some() || r.rewrites() || r.response_headers.is_some())
             .map(|(_, r)| context(&req, peer, node, request_id.as_ref().map(|(_, id)| id), r));
         let mut response = forward(req, record, peer, node, service, verdict, taken, context.as_ref()).await;
+        if let Some(pages) = &service.pages {
+            error_page(&mut response, pages, taken.map(|(k, _)| k), cfg.http.intercept_errors);
+        }
         if let Some((_, route)) = taken
             && let (Some(actions), Some(ctx)) = (&route.response_headers, context.as_mut())
         {
@@ -299,6 +302,27 @@ fn handle(
         }
         response
     }
+}
+
+/// Puts the error page for the response's status in place of its body: for Fulcrum's own answers,
+/// and with `intercept_errors` for a server's (whose body is dropped unread, and its connection
+/// with it).
+fn error_page(response: &mut Response<ProxyBody>, pages: &crate::live::pages::ErrorPages, route: Option<usize>, intercept: bool) {
+    let status = response.status().as_u16();
+    let own = response.extensions().get::<Served>().is_none();
+    if status < 400 || !(own || intercept) {
+        return;
+    }
+    let Some(page) = pages.get(route, status) else { return };
+    match response.body_mut() {
+        ProxyBody::Text(text) | ProxyBody::Unread { text, .. } => *text = Some(page.body.clone()),
+        body => *body = ProxyBody::text(page.body.clone()),
+    }
+    let h = response.headers_mut();
+    for stale in [header::CONTENT_LENGTH, header::CONTENT_ENCODING, header::TRANSFER_ENCODING, header::ETAG, header::LAST_MODIFIED] {
+        h.remove(stale);
+    }
+    h.insert(header::CONTENT_TYPE, page.content_type.clone());
 }
 
 /// The server that answered a response, for its route's response headers (`{server}`).
