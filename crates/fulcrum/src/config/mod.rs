@@ -21,7 +21,7 @@ pub use change::{Change, ServerAdmin, ServiceSettings};
 pub use diagnostic::{Diagnostic, Diagnostics};
 pub use diff::{Diff, ServiceDiff, diff};
 pub use error::{AddressError, ChangeError, NetworkError, PortRangeError};
-pub use network::Network;
+pub use network::{Network, NetworkFile, NetworkSet};
 pub use schema::*;
 pub use validate::{resolve_address, resolve_server, validate, validate_against};
 

@@ -671,7 +671,7 @@ fn validate_routing(service: &Service, i: usize, report: &mut Report<'_>) {
         }
         let when = &route.when;
         if tcp {
-            if when.reads_request() || !when.client.is_empty() || route.not.is_some() {
+            if when.reads_request() || !when.client.is_empty() || when.client_file.is_some() || route.not.is_some() {
                 report.error(
                     &rat("pool"),
                     "a route in mode = \"tcp\" matches only the TLS server name".into(),

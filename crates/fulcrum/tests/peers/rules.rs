@@ -163,3 +163,39 @@ fn check_points_at_the_rule_that_cannot_work() {
     let (ok, out) = check_config(&format!("{base}path_prefix = [\"/api\"]\nstrip_prefix = \"/api\"\nresponse_headers = {{ set = {{ \"x-a\" = \"{{client_ip}}\" }} }}\n"), &dir);
     assert!(ok, "{out}");
 }
+
+/// A route's `client_file`: an allow list of 100,000 networks in a file, read with the config and
+/// again on reload; a client outside it is denied, one inside reaches the server.
+#[test]
+fn a_client_file_of_a_hundred_thousand_networks_allows_and_a_reload_reads_it_again() {
+    let echo = Nginx::start("listed", "TARGET");
+    let dir = scratch("client-file");
+    let list = dir.join("allow.txt");
+    // 99,999 networks in 10.0.0.0/8 (none of them loopback), and 127.0.0.5.
+    let mut text = String::from("# the office and its partners\n");
+    for i in 0..99_999u32 {
+        text.push_str(&format!("10.{}.{}.0/24\n", i / 256 % 256, i % 256));
+    }
+    text.push_str("127.0.0.5/32\n");
+    std::fs::write(&list, &text).unwrap();
+    let route = format!("\n[[service.route]]\npath_prefix = [\"/admin\"]\nnot = {{ client_file = {list:?} }}\ndeny = 403\n");
+    let config = service_over("round-robin", "mode = \"http\"", "kind = \"none\"", &[(echo.addr, "")]).replace("\n\n[service.health]", &format!("\n{route}\n[service.health]"));
+    let f = Fulcrum::start(&config);
+    let status = |source: &str| fetch(f.listen, false, source, "/admin/x", &[]).0;
+    assert_eq!(status("127.0.0.1"), 403, "not in the list");
+    assert_eq!(status("127.0.0.5"), 404, "in the list: nginx has no /admin");
+    let (_, e) = f.api("GET", "/api/explain?service=web&client=127.0.0.1&path=/admin", None);
+    assert_eq!(e["routes"][0]["actions"], serde_json::json!(["deny 403"]), "{e}");
+    let (_, e) = f.api("GET", "/api/explain?service=web&client=127.0.0.5&path=/admin", None);
+    assert!(e["routes"][0]["why_not"].as_str().unwrap().contains("(100000 networks) holds for client 127.0.0.5"), "{e}");
+    // The file changes and the config is reloaded: the whole of loopback is in now.
+    text.push_str("127.0.0.0/8\n");
+    std::fs::write(&list, &text).unwrap();
+    let (code, body) = f.api("POST", "/api/reload", None);
+    assert_eq!(code, 200, "{body}");
+    wait_until("the new list in force", std::time::Duration::from_secs(5), || status("127.0.0.1") == 404);
+    // check names a bad line.
+    std::fs::write(dir.join("bad.txt"), "10.0.0.0/8\n10.0.0.0/99\n").unwrap();
+    let (ok, out) = check_config(&config.replace(&format!("{list:?}"), &format!("{:?}", dir.join("bad.txt"))).replace("{LISTEN}", "127.0.0.1:1"), &dir);
+    assert!(!ok && out.contains("line 2"), "{out}");
+}

@@ -129,6 +129,11 @@ pub struct Conditions {
     /// service accepts it).
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub client: Vec<crate::config::Network>,
+    /// A file of networks, one per line (`#` comments), the client's address must be in: large
+    /// allow or deny lists (up to a million networks, looked up in a binary search). Read with
+    /// the config, so a reload reads it again.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub client_file: Option<crate::config::NetworkFile>,
     /// The server name of the client's TLS hello: in mode = "tcp" what a pass-through route
     /// routes on, in mode = "http" the SNI of a connection Fulcrum's TLS terminated. Compared
     /// case-insensitively; `*.example.com` covers one label.
@@ -157,7 +162,7 @@ impl Conditions {
 
     /// Whether no condition is given.
     pub fn is_empty(&self) -> bool {
-        !self.reads_request() && self.client.is_empty() && self.sni.is_empty()
+        !self.reads_request() && self.client.is_empty() && self.client_file.is_none() && self.sni.is_empty()
     }
 }
 

@@ -56,10 +56,11 @@ fn failing(c: &Conditions, seen: &Seen<'_>, negated: bool) -> Option<&'static st
     let ic = c.ignore_case;
     let path = seen.path;
     // A condition that is not given never fails, negated or not.
-    let checks: [(&'static str, bool, &dyn Fn() -> bool); 14] = [
+    let checks: [(&'static str, bool, &dyn Fn() -> bool); 15] = [
         ("method", c.method.is_empty(), &|| c.method.iter().any(|m| m.eq_ignore_ascii_case(seen.method.as_str()))),
         ("version", c.version.is_empty(), &|| c.version.iter().any(|v| version_name(seen.version) == v)),
         ("client", c.client.is_empty(), &|| c.client.iter().any(|n| n.contains(seen.client))),
+        ("client_file", c.client_file.is_none(), &|| c.client_file.as_ref().is_some_and(|f| f.set.contains(seen.client))),
         ("sni", c.sni.is_empty(), &|| seen.sni.is_some_and(|n| super::super::passthrough::names_match(&c.sni, n))),
         ("host", c.host.is_empty(), &|| seen.host.is_some_and(|h| c.host.iter().any(|r| r.eq_ignore_ascii_case(h)))),
         ("path", c.path.is_empty(), &|| c.path.iter().any(|p| same(path.as_bytes(), p.as_bytes(), ic))),
@@ -112,6 +113,7 @@ fn shown(c: &Conditions, key: &str) -> String {
         "method" => list(&c.method),
         "version" => list(&c.version),
         "client" => format!("{:?}", c.client.iter().map(|n| n.to_string()).collect::<Vec<_>>()),
+        "client_file" => c.client_file.as_ref().map(|f| format!("{} ({} networks)", f.path, f.entries)).unwrap_or_default(),
         "sni" => list(&c.sni),
         "host" => list(&c.host),
         "path" => list(&c.path),
@@ -135,7 +137,7 @@ fn request_value(seen: &Seen<'_>, key: &str) -> String {
     match key {
         "method" => format!("method {}", seen.method),
         "version" => format!("HTTP/{}", version_name(seen.version)),
-        "client" => format!("client {}", seen.client),
+        "client" | "client_file" => format!("client {}", seen.client),
         "sni" => format!("server name {}", seen.sni.unwrap_or("(none)")),
         "host" => format!("host {}", seen.host.unwrap_or("(none)")),
         "query" => format!("query {:?}", seen.query.unwrap_or("")),
