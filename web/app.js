@@ -377,7 +377,7 @@ function recordLive() {
   const now = Date.now() / 1000;
   for (const s of ui.stats.services) {
     const errors = s.refused + s.servers.reduce((n, v) => n + v.connect_failures + v.transfer_errors, 0);
-    const l = (ui.live[s.name] ??= { t: [], req: [], err: [], last: null, picks: [] });
+    const l = (ui.live[s.name] ??= { t: [], req: [], err: [], last: null, picks: [], hist: [] });
     if (l.last) {
       const dt = Math.max(now - l.last.t, 0.001);
       l.t.push(now);
@@ -385,9 +385,28 @@ function recordLive() {
       l.err.push(Math.max(errors - l.last.errors, 0) / dt);
     }
     l.picks.push(Object.fromEntries(s.servers.map((v) => [v.address, v.lb_total])));
-    for (const k of ["t", "req", "err", "picks"]) if (l[k].length > LIVE_POINTS) l[k].shift();
+    if (s.http) l.hist.push(s.http.total.cumulative);
+    for (const k of ["t", "req", "err", "picks", "hist"]) if (l[k].length > LIVE_POINTS) l[k].shift();
     l.last = { t: now, total: s.total, errors };
   }
+}
+
+// p50, p95 and p99 (ms) of the requests of the window: the change of the service's cumulative
+// histogram from its first point to its last, read as Prometheus' histogram_quantile does.
+function windowQuantiles(l, bounds) {
+  if (l.hist.length < 2) return null;
+  const first = l.hist[0], last = l.hist[l.hist.length - 1];
+  const d = last.map((c, i) => c - first[i]);
+  const count = d[d.length - 1];
+  if (!(count > 0)) return null;
+  const q = (p) => {
+    const rank = p * count;
+    const i = d.findIndex((c) => c >= rank);
+    if (i < 0 || i >= bounds.length) return bounds[bounds.length - 1];
+    const lo = i ? bounds[i - 1] : 0, below = i ? d[i - 1] : 0;
+    return lo + (bounds[i] - lo) * Math.min(Math.max((rank - below) / Math.max(d[i] - below, 1), 0), 1);
+  };
+  return [0.5, 0.95, 0.99].map((p) => q(p) * 1000);
 }
 
 function renderProcess() {
@@ -425,7 +444,9 @@ function renderOverview() {
     }
     const l = ui.live[s.name];
     const rate = l.req.length ? l.req[l.req.length - 1] : 0;
-    card.querySelector("h3").textContent = `${s.name} — ${s.listen} — ${s.algorithm} — ${rate.toFixed(1)}/s${s.panic ? " — PANIC: no server up, using all" : ""}`;
+    const qs = s.http ? windowQuantiles(l, s.http.bounds) : null;
+    const times = qs ? ` — p50 ${qs[0].toFixed(1)} / p95 ${qs[1].toFixed(1)} / p99 ${qs[2].toFixed(1)} ms` : "";
+    card.querySelector("h3").textContent = `${s.name} — ${s.listen} — ${s.algorithm} — ${rate.toFixed(1)}/s${times}${s.panic ? " — PANIC: no server up, using all" : ""}`;
     const data = [l.t, l.req, l.err];
     if (!ui.charts[s.name] && typeof uPlot === "function") {
       const opts = {

@@ -12,6 +12,7 @@
 //! generation they started in. A config that fails is refused and the old generation stays.
 
 pub mod budget;
+pub mod http_stats;
 pub mod pages;
 mod pool;
 mod rate;
@@ -263,7 +264,8 @@ fn build(config: Config, registry: &mut Registry, budget: &Arc<Budget>, previous
                 Some(old) => old,
                 None => Arc::new(build_pool(&own, &found, registry, previous.is_some(), running.map(|r| &*r.pool), refresh)?),
             };
-            Ok(Arc::new(Service { config: sc.clone(), listen, pool, pools, tls, pages }))
+            let route_hits = sc.routes.iter().map(|_| std::sync::atomic::AtomicU64::new(0)).collect();
+            Ok(Arc::new(Service { config: sc.clone(), listen, pool, pools, tls, pages, route_hits }))
         })
         .collect::<Result<_, BuildError>>()?;
     Ok(Generation { config, services, budget: budget.clone() })

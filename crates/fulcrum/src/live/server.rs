@@ -105,6 +105,8 @@ pub struct Counters {
     pub last_use_ms: AtomicU64,
     /// Times the balancer picked this server, failed connects included (HAProxy's LbTot).
     pub lb_total: AtomicU64,
+    /// HTTP mode: the server's responses by status class.
+    pub responses: super::http_stats::Classes,
     /// Connects to this server that failed and were sent to another server instead.
     pub redispatches: AtomicU64,
     /// Connections that ended on an error (reset, idle timeout) rather than a close.

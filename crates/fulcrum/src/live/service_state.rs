@@ -43,6 +43,8 @@ pub struct ServiceState {
     pub freed: Notify,
     /// The last picks and their reasons (`GET /api/explain/recent`).
     pub recent: crate::live::why::Recent,
+    /// HTTP mode: responses by class and Fulcrum's own by status, and how long requests took.
+    pub http: super::http_stats::HttpCounters,
 }
 
 impl ServiceState {

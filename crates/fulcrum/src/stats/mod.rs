@@ -11,6 +11,7 @@ use serde::Serialize;
 
 use crate::balance::AlgorithmMetrics;
 use crate::clock::unix_ms;
+use crate::live::http_stats::HistogramSnapshot;
 use crate::live::{Generation, ServerEntry, State};
 
 #[derive(Debug, Serialize)]
@@ -73,7 +74,48 @@ pub struct ServiceStats {
     /// `[service.tls]`: handshakes and certificates (the service's own entry only).
     #[serde(skip_serializing_if = "Option::is_none")]
     pub tls: Option<TlsStats>,
+    /// HTTP mode: responses and their times (the service's own entry only).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub http: Option<HttpStats>,
     pub servers: Vec<ServerStats>,
+}
+
+/// A service's HTTP figures: responses by status class, Fulcrum's own answers by status, the
+/// time to the server's response head and to the response's end (histograms with the bounds of
+/// `live::http_stats::BOUNDS`, and p50, p95 and p99 of the whole time), and each route's hits.
+#[derive(Debug, Serialize)]
+pub struct HttpStats {
+    pub responses: std::collections::BTreeMap<&'static str, u64>,
+    pub own: std::collections::BTreeMap<String, u64>,
+    pub first_byte: HistogramSnapshot,
+    pub total: HistogramSnapshot,
+    pub p50_ms: Option<f64>,
+    pub p95_ms: Option<f64>,
+    pub p99_ms: Option<f64>,
+    /// Requests each route took, by its place in the config, since the service was last rebuilt.
+    pub route_hits: Vec<u64>,
+    /// The histograms' upper bounds, in seconds (the last bucket, +Inf, is `count`).
+    pub bounds: &'static [f64],
+}
+
+/// The names of the status classes, in `Classes::read`'s order.
+pub const CLASSES: [&str; 5] = ["1xx", "2xx", "3xx", "4xx", "5xx"];
+
+fn http_stats(service: &crate::live::Service) -> HttpStats {
+    let h = &service.state().http;
+    let total = h.total.read();
+    let ms = |q: f64| total.quantile(q).map(|s| (s * 1e4).round() / 10.0);
+    HttpStats {
+        responses: CLASSES.iter().copied().zip(h.classes.read()).collect(),
+        own: h.own().into_iter().map(|(code, n)| (code.to_string(), n)).collect(),
+        first_byte: h.first_byte.read(),
+        p50_ms: ms(0.5),
+        p95_ms: ms(0.95),
+        p99_ms: ms(0.99),
+        total,
+        route_hits: service.route_hits.iter().map(|n| n.load(Relaxed)).collect(),
+        bounds: &crate::live::http_stats::BOUNDS,
+    }
 }
 
 #[derive(Debug, Serialize)]
@@ -160,6 +202,9 @@ pub struct ServerStats {
     /// N_A over its window).
     #[serde(skip_serializing_if = "Option::is_none")]
     pub algorithm: Option<AlgorithmMetrics>,
+    /// HTTP mode: the server's responses by status class (`1xx` to `5xx`).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub responses: Option<[u64; 5]>,
 }
 
 fn tls_stats(t: &crate::tls::Terminator, counters: &crate::tls::Counters) -> TlsStats {
@@ -209,13 +254,14 @@ pub fn snapshot(generation: &Generation) -> Snapshot {
             queue_limit: (crate::proxy::listener::BACKLOG as usize * crate::proxy::workers::sockets_per_address()) as u32,
             redispatches: s.state.redispatches.load(Relaxed),
             tls: service.tls.as_ref().filter(|_| Arc::ptr_eq(&service.pool, s)).map(|t| tls_stats(t, &s.state.tls)),
+            http: (s.config.mode == crate::mode::Mode::Http && Arc::ptr_eq(&service.pool, s)).then(|| http_stats(service)),
             servers: s
                 .primary
                 .servers
                 .iter()
                 .enumerate()
-                .map(|(i, e)| server(e, false, now, s.primary.metrics(i)))
-                .chain(s.backup.servers.iter().enumerate().map(|(i, e)| server(e, true, now, s.backup.metrics(i))))
+                .map(|(i, e)| server(e, false, now, s.primary.metrics(i), s.config.mode))
+                .chain(s.backup.servers.iter().enumerate().map(|(i, e)| server(e, true, now, s.backup.metrics(i), s.config.mode)))
                 .collect(),
         })
         .collect();
@@ -232,7 +278,7 @@ pub fn snapshot(generation: &Generation) -> Snapshot {
     Snapshot { process, services }
 }
 
-fn server(e: &ServerEntry, backup: bool, now: u64, algorithm: Option<AlgorithmMetrics>) -> ServerStats {
+fn server(e: &ServerEntry, backup: bool, now: u64, algorithm: Option<AlgorithmMetrics>, mode: crate::mode::Mode) -> ServerStats {
     let st = &e.state;
     let c = &st.counters;
     let m = st.measure.sample();
@@ -273,6 +319,7 @@ fn server(e: &ServerEntry, backup: bool, now: u64, algorithm: Option<AlgorithmMe
         connect_ms: (m.syn_acked > 0).then(|| m.connect_us as f64 / m.syn_acked as f64 / 1000.0),
         ewma_connect_ms: m.ewma_us / 1000.0,
         algorithm,
+        responses: (mode == crate::mode::Mode::Http).then(|| c.responses.read()),
     }
 }
 

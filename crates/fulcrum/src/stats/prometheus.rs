@@ -6,6 +6,7 @@ use std::fmt::Write;
 
 use super::{ServerStats, Snapshot};
 use crate::live::State;
+use crate::live::http_stats::HistogramSnapshot;
 
 /// One metric family: name, type, help, and a value per server (None: no sample).
 struct Family {
@@ -78,6 +79,7 @@ pub fn render(snap: &Snapshot) -> String {
         s.sockmap_connections
     });
     tls_families(&mut out, snap);
+    http_families(&mut out, snap);
     for f in SERVER_FAMILIES {
         let _ = writeln!(out, "# HELP {} {}\n# TYPE {} {}", f.name, f.help, f.name, f.kind);
         for service in &snap.services {
@@ -99,6 +101,62 @@ fn service_family(out: &mut String, snap: &Snapshot, name: &str, kind: &str, hel
 }
 
 /// Handshakes by version, failures by reason and certificate expiry of services with TLS.
+/// HTTP mode: responses by class (per service and per server), Fulcrum's own by status, the
+/// two duration histograms and each route's hits.
+fn http_families(out: &mut String, snap: &Snapshot) {
+    let http = || snap.services.iter().filter_map(|s| s.http.as_ref().map(|h| (s, h)));
+    let _ = writeln!(out, "# HELP fulcrum_http_responses_total HTTP responses to clients, by status class\n# TYPE fulcrum_http_responses_total counter");
+    for (s, h) in http() {
+        for (class, n) in &h.responses {
+            let _ = writeln!(out, "fulcrum_http_responses_total{{service=\"{}\",class=\"{class}\"}} {n}", escape(&s.name));
+        }
+    }
+    let _ = writeln!(
+        out,
+        "# HELP fulcrum_http_own_responses_total Responses Fulcrum made itself (refusals, redirects, no server), by status\n# TYPE fulcrum_http_own_responses_total counter"
+    );
+    for (s, h) in http() {
+        for (code, n) in &h.own {
+            let _ = writeln!(out, "fulcrum_http_own_responses_total{{service=\"{}\",code=\"{code}\"}} {n}", escape(&s.name));
+        }
+    }
+    let _ = writeln!(out, "# HELP fulcrum_http_server_responses_total A server's HTTP responses, by status class\n# TYPE fulcrum_http_server_responses_total counter");
+    for s in &snap.services {
+        for v in &s.servers {
+            for (class, n) in super::CLASSES.iter().zip(v.responses.iter().flatten()) {
+                let _ = writeln!(out, "fulcrum_http_server_responses_total{{service=\"{}\",server=\"{}\",class=\"{class}\"}} {n}", escape(&s.name), escape(&v.address));
+            }
+        }
+    }
+    for (name, help, which) in [
+        ("fulcrum_http_request_duration_seconds", "From a request's arrival to the end of its response", (|h| &h.total) as fn(&super::HttpStats) -> &HistogramSnapshot),
+        ("fulcrum_http_first_byte_seconds", "From a request's arrival to its server's response head", |h| &h.first_byte),
+    ] {
+        let _ = writeln!(out, "# HELP {name} {help}\n# TYPE {name} histogram");
+        for (s, h) in http() {
+            let hist = which(h);
+            let service = escape(&s.name);
+            for (bound, n) in crate::live::http_stats::BOUNDS.iter().zip(&hist.cumulative) {
+                let _ = writeln!(out, "{name}_bucket{{service=\"{service}\",le=\"{bound}\"}} {n}");
+            }
+            let _ = writeln!(
+                out,
+                "{name}_bucket{{service=\"{service}\",le=\"+Inf\"}} {}\n{name}_sum{{service=\"{service}\"}} {}\n{name}_count{{service=\"{service}\"}} {}",
+                hist.count, hist.sum_seconds, hist.count
+            );
+        }
+    }
+    let _ = writeln!(
+        out,
+        "# HELP fulcrum_route_hits_total Requests a route took, by its place in the config (since the service was last rebuilt)\n# TYPE fulcrum_route_hits_total counter"
+    );
+    for (s, h) in http() {
+        for (k, n) in h.route_hits.iter().enumerate() {
+            let _ = writeln!(out, "fulcrum_route_hits_total{{service=\"{}\",route=\"{k}\"}} {n}", escape(&s.name));
+        }
+    }
+}
+
 fn tls_families(out: &mut String, snap: &Snapshot) {
     let tls: Vec<_> = snap.services.iter().filter_map(|s| s.tls.as_ref().map(|t| (escape(&s.name), t))).collect();
     let _ = writeln!(out, "# HELP fulcrum_tls_handshakes_total TLS handshakes completed, by protocol version\n# TYPE fulcrum_tls_handshakes_total counter");

@@ -320,3 +320,61 @@ fn b64(s: &str) -> String {
     child.stdin.take().unwrap().write_all(s.as_bytes()).unwrap();
     String::from_utf8(child.wait_with_output().unwrap().stdout).unwrap()
 }
+
+/// HTTP figures in /metrics, as the Prometheus client's parser reads them: responses by status
+/// class (the service's and each server's), Fulcrum's own by status, the two duration histograms
+/// with one observation per response, and each route's hits; /api/stats has p50, p95 and p99.
+#[test]
+fn http_responses_their_times_and_route_hits_are_metrics() {
+    let b1 = Backend::start("b1");
+    let routes = "\n[[service.route]]\npath_prefix = [\"/closed\"]\ndeny = 403\n\n[[service.route]]\npath_prefix = [\"/never\"]\ndeny = 404\n";
+    let config = service_over("round-robin", "mode = \"http\"", "kind = \"none\"", &[(b1.addr, "")]).replace("\n\n[service.health]", &format!("\n{routes}\n[service.health]"));
+    let f = Fulcrum::start(&config);
+    for (path, n, want) in [("/name", 10, 200), ("/closed/x", 3, 403), ("/no-such-page", 2, 404)] {
+        for _ in 0..n {
+            assert_eq!(http_get(f.listen, path).0, want, "{path}");
+        }
+    }
+    wait_until("every response timed", Duration::from_secs(5), || f.stats()["services"][0]["http"]["total"]["count"] == 15);
+    let (status, text) = curl(f.admin, "GET", "/metrics", &[], None);
+    assert_eq!(status, 200);
+    let script = r#"
+import json, sys
+from prometheus_client.parser import text_string_to_metric_families
+families = {f.name: f for f in text_string_to_metric_families(sys.stdin.read())}
+def samples(family, suffix=""):
+    return [s for s in families[family].samples if s.name == family + suffix]
+out = {
+    "types": [families[n].type for n in ["fulcrum_http_responses", "fulcrum_http_request_duration_seconds", "fulcrum_http_first_byte_seconds", "fulcrum_route_hits"]],
+    "classes": {s.labels["class"]: int(s.value) for s in samples("fulcrum_http_responses", "_total")},
+    "own": {s.labels["code"]: int(s.value) for s in samples("fulcrum_http_own_responses", "_total")},
+    "server": {s.labels["class"]: int(s.value) for s in samples("fulcrum_http_server_responses", "_total")},
+    "total_count": int(samples("fulcrum_http_request_duration_seconds", "_count")[0].value),
+    "total_inf": int([s.value for s in samples("fulcrum_http_request_duration_seconds", "_bucket") if s.labels["le"] == "+Inf"][0]),
+    "first_byte_count": int(samples("fulcrum_http_first_byte_seconds", "_count")[0].value),
+    "hits": {s.labels["route"]: int(s.value) for s in samples("fulcrum_route_hits", "_total")},
+}
+print(json.dumps(out))
+"#;
+    use std::io::Write;
+    let mut child = std::process::Command::new("python3")
+        .args(["-c", script])
+        .stdin(std::process::Stdio::piped())
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .unwrap();
+    child.stdin.take().unwrap().write_all(text.as_bytes()).unwrap();
+    let out = child.wait_with_output().unwrap();
+    assert!(out.status.success(), "the parser refused /metrics: {}\n{text}", String::from_utf8_lossy(&out.stderr));
+    let m: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+    assert_eq!(m["types"], serde_json::json!(["counter", "histogram", "histogram", "counter"]), "{m}");
+    assert_eq!(m["classes"], serde_json::json!({"1xx": 0, "2xx": 10, "3xx": 0, "4xx": 5, "5xx": 0}), "{m}");
+    assert_eq!(m["own"], serde_json::json!({"403": 3}), "the server's 404s are not Fulcrum's: {m}");
+    assert_eq!(m["server"], serde_json::json!({"1xx": 0, "2xx": 10, "3xx": 0, "4xx": 2, "5xx": 0}), "{m}");
+    assert_eq!((m["total_count"].as_u64(), m["total_inf"].as_u64(), m["first_byte_count"].as_u64()), (Some(15), Some(15), Some(12)), "{m}");
+    assert_eq!(m["hits"], serde_json::json!({"0": 3, "1": 0}), "{m}");
+    let http = &f.stats()["services"][0]["http"];
+    let (p50, p99) = (http["p50_ms"].as_f64().unwrap(), http["p99_ms"].as_f64().unwrap());
+    assert!(p50 > 0.0 && p50 <= p99 && p99 <= 10_000.0, "{http}");
+}

@@ -441,6 +441,53 @@ fn the_https_example_passes_check_with_its_certificate_made() {
     assert!(out.status.success(), "{}{}", String::from_utf8_lossy(&out.stdout), String::from_utf8_lossy(&out.stderr));
 }
 
+/// `examples/front-door.toml` passes `check` as written, and run on this machine's ports and
+/// servers does what it says: plain HTTP to HTTPS, HSTS and security headers without the server's
+/// banner, /admin refused outside the office, /api to its pool without the prefix, request ids.
+#[test]
+fn the_front_door_example_redirects_secures_and_routes() {
+    let dir = scratch("front-door");
+    let site = self_signed(&dir, "site", &["www.example.test", "*.example.test"], 90);
+    let examples = format!("{}/../../examples", env!("CARGO_MANIFEST_DIR"));
+    std::fs::create_dir_all(dir.join("pages")).unwrap();
+    std::fs::copy(format!("{examples}/pages/503.html"), dir.join("pages/503.html")).unwrap();
+    let example = std::fs::read_to_string(format!("{examples}/front-door.toml")).unwrap();
+    std::fs::write(dir.join("front-door.toml"), &example).unwrap();
+    let out = Command::new(env!("CARGO_BIN_EXE_fulcrum")).args(["check", "front-door.toml"]).current_dir(&dir).output().unwrap();
+    assert!(out.status.success(), "{}{}", String::from_utf8_lossy(&out.stdout), String::from_utf8_lossy(&out.stderr));
+
+    let [web1, web2, api1, api2] = ["web1", "web2", "api1", "api2"].map(Backend::start);
+    let plain = free_port();
+    let config = example[example.find("[[service]]").unwrap()..]
+        .replace("0.0.0.0:80\"", &format!("127.0.0.1:{plain}\""))
+        .replace("0.0.0.0:443", "{LISTEN}")
+        .replace("127.0.0.1:8081", &web1.addr.to_string())
+        .replace("127.0.0.1:8082", &web2.addr.to_string())
+        .replace("127.0.0.1:8091", &api1.addr.to_string())
+        .replace("127.0.0.1:8092", &api2.addr.to_string())
+        .replace("\"site.pem\"", &format!("{:?}", site.cert))
+        .replace("\"site.key\"", &format!("{:?}", site.key))
+        .replace("\"pages/503.html\"", &format!("{:?}", dir.join("pages/503.html")));
+    let f = Fulcrum::start(&config);
+    f.wait_all_up();
+    let redirect = Command::new("curl")
+        .args(["-s", "-o", "/dev/null", "-w", "%{http_code} %{redirect_url}", "-H", "Host: www.example.test"])
+        .arg(format!("http://127.0.0.1:{plain}/shop?item=3"))
+        .output()
+        .unwrap();
+    assert_eq!(String::from_utf8_lossy(&redirect.stdout), "308 https://www.example.test/shop?item=3");
+    let (code, page) = curl_https(&f, "www.example.test", "/name", &site.cert, &["-D", "-"]);
+    let head = page.to_ascii_lowercase();
+    assert_eq!(code, 0, "{page}");
+    assert!(head.contains("strict-transport-security: max-age=31536000") && head.contains("x-frame-options: deny"), "{page}");
+    assert!(head.contains("x-request-id: ") && !head.contains("\nserver:"), "{page}");
+    assert!(page.ends_with("web1\n") || page.ends_with("web2\n"), "{page}");
+    let (_, api) = curl_https(&f, "www.example.test", "/api/name", &site.cert, &[]);
+    assert!(api == "api1\n" || api == "api2\n", "/api/name is /name to the api pool: {api}");
+    let (_, admin) = curl_https(&f, "www.example.test", "/admin/", &site.cert, &["-o", "/dev/null", "-w", "%{http_code}"]);
+    assert_eq!(admin, "403", "loopback is not the office");
+}
+
 #[test]
 fn a_plain_service_redirects_to_https_and_the_tls_one_sends_hsts() {
     let dir = scratch("tls-redirect");

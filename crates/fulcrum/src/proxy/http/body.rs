@@ -63,7 +63,22 @@ pub enum ProxyBody {
         place: Option<Place>,
         /// The request body's fault, if it fails: then a broken response is not the server's.
         fault: ClientFault,
+        /// Adds the request's whole time to its service's histogram when the body is done.
+        _timing: Timing,
     },
+}
+
+/// A request's start and its service's counters: dropped with the response body (when it has
+/// gone out, or the client left), it observes the request's total time.
+pub struct Timing {
+    pub began: std::time::Instant,
+    pub state: Arc<crate::live::ServiceState>,
+}
+
+impl Drop for Timing {
+    fn drop(&mut self) {
+        self.state.http.total.observe(crate::clock::since(self.began));
+    }
 }
 
 /// The unread body of an HTTP/2 request that Fulcrum answered itself (413, a route's deny or
@@ -236,7 +251,7 @@ impl Body for ProxyBody {
                 }
                 Poll::Ready(frame.map(|f| f.map_err(BodyError::Client)))
             }
-            ProxyBody::Response { body, lent, record, place, fault } => {
+            ProxyBody::Response { body, lent, record, place, fault, .. } => {
                 let polled = Pin::new(&mut *body).poll_frame(cx);
                 match &polled {
                     Poll::Ready(Some(Ok(f))) => {

@@ -193,6 +193,7 @@ fn handle(
     verdict: &Verdict,
 ) -> impl Future<Output = Response<ProxyBody>> + Send {
     async move {
+        let began = crate::clock::now();
         let cfg = service.config();
         let target_len = req.uri().path_and_query().map_or(0, |p| p.as_str().len());
         // Without an access log the record stays empty: no strings are built per request.
@@ -274,6 +275,9 @@ fn handle(
             };
             route::first(&cfg.routes, &seen)
         };
+        if let Some(hits) = taken.and_then(|(k, _)| service.route_hits.get(k)) {
+            hits.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+        }
         // The request's id: the client's own when it sent a usable one, else a new one.
         let request_id = cfg.http.request_id.as_ref().and_then(|name| {
             let name = header::HeaderName::from_bytes(name.as_bytes()).ok()?;
@@ -287,9 +291,16 @@ fn handle(
         let mut context = taken
             .filter(|(_, r)| r.redirect.is_some() || r.rewrites() || r.response_headers.is_some())
             .map(|(_, r)| context(&req, peer, node, request_id.as_ref().map(|(_, id)| id), r));
-        let mut response = forward(req, record, peer, node, service, verdict, taken, context.as_ref()).await;
+        let mut response = forward(req, record, peer, node, service, verdict, taken, context.as_ref(), began).await;
         if let Some(pages) = &service.pages {
             error_page(&mut response, pages, taken.map(|(k, _)| k), cfg.http.intercept_errors);
+        }
+        // A server's response is timed when its body is done (`body::Timing`); Fulcrum's own now.
+        let own = response.extensions().get::<Served>().is_none();
+        let counters = &service.state().http;
+        counters.response(response.status().as_u16(), own);
+        if own {
+            counters.total.observe(crate::clock::since(began));
         }
         if let Some((_, route)) = taken
             && let (Some(actions), Some(ctx)) = (&route.response_headers, context.as_mut())
@@ -357,6 +368,7 @@ async fn forward(
     verdict: &Verdict,
     taken: Option<(usize, &crate::config::Route)>,
     context: Option<&rules::Context>,
+    began: std::time::Instant,
 ) -> Response<ProxyBody> {
     {
         let cfg = service.config();
@@ -488,7 +500,12 @@ async fn forward(
                 affinity::stamp(&target.config, &steer, &entry.id, &mut rparts.headers);
                 debug!(service = %cfg.name, client = %peer, server = %entry.addr, status = record.status, response = ?record.response, "request forwarded");
                 rparts.extensions.insert(Served(entry.addr));
-                Response::from_parts(rparts, ProxyBody::Response { body: rbody, lent: a.lent, record: logging.then(|| Box::new(record)), place: Some(a.place), fault })
+                entry.state.counters.responses.add(record.status);
+                let state = service.state();
+                state.http.first_byte.observe(crate::clock::since(began));
+                let timing = body::Timing { began, state: state.clone() };
+                let body = ProxyBody::Response { body: rbody, lent: a.lent, record: logging.then(|| Box::new(record)), place: Some(a.place), fault, _timing: timing };
+                Response::from_parts(rparts, body)
             }
             Err(f) => {
                 let local = matches!(&f, Failure::Connect(e) if e.side == Side::Local);
