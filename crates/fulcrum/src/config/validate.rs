@@ -564,6 +564,9 @@ fn validate_service_numbers(service: &Service, prefix: &[Seg<'_>], report: &mut 
     report.range(&at(&["http", "max_request_body"]), "max_request_body", http.max_request_body, &range::MAX_REQUEST_BODY);
     report.range(&at(&["http", "max_streams"]), "max_streams", http.max_streams, &range::MAX_STREAMS);
     validate_error_pages(&http.error_pages, &at(&["http", "error_pages"]), report);
+    if http.trusted_forwarders.len() > MAX_LIST {
+        report.error(&at(&["http", "trusted_forwarders"]), format!("trusted_forwarders has {} networks", http.trusted_forwarders.len()), &format!("at most {MAX_LIST}"));
+    }
 }
 
 /// The numbers of a service's own servers, or of one pool (run as a service): health check,

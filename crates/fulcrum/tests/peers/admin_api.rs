@@ -289,19 +289,7 @@ assert 3 <= families["process_open_fds"].samples[0].value <= families["process_m
 assert families["process_start_time_seconds"].samples[0].value > 1.6e9
 print(len(families), sum(conns.values()), families["fulcrum_server_traffic_ratio"].type, len(families["fulcrum_server_up"].samples))
 "#;
-    use std::io::Write;
-    let mut child = std::process::Command::new("python3")
-        .args(["-c", script])
-        .stdin(std::process::Stdio::piped())
-        .stdout(std::process::Stdio::piped())
-        .stderr(std::process::Stdio::piped())
-        .spawn()
-        .unwrap();
-    child.stdin.take().unwrap().write_all(text.as_bytes()).unwrap();
-    let out = child.wait_with_output().unwrap();
-    let err = String::from_utf8_lossy(&out.stderr);
-    assert!(out.status.success(), "the parser refused /metrics (pip install prometheus_client; scripts/test does): {err}\n{text}");
-    let fields: Vec<String> = String::from_utf8_lossy(&out.stdout).split_whitespace().map(String::from).collect();
+    let fields: Vec<String> = parsed(script, &text).split_whitespace().map(String::from).collect();
     assert!(fields[0].parse::<usize>().unwrap() >= 20, "{fields:?}");
     assert!(fields[1].parse::<f64>().unwrap() >= 10.0, "the connections counted: {fields:?}");
     assert_eq!(fields[2], "gauge");
@@ -356,6 +344,21 @@ out = {
 }
 print(json.dumps(out))
 "#;
+    let m: serde_json::Value = serde_json::from_str(&parsed(script, &text)).unwrap();
+    assert_eq!(m["types"], serde_json::json!(["counter", "histogram", "histogram", "counter"]), "{m}");
+    assert_eq!(m["classes"], serde_json::json!({"1xx": 0, "2xx": 10, "3xx": 0, "4xx": 5, "5xx": 0}), "{m}");
+    assert_eq!(m["own"], serde_json::json!({"403": 3}), "the server's 404s are not Fulcrum's: {m}");
+    assert_eq!(m["server"], serde_json::json!({"1xx": 0, "2xx": 10, "3xx": 0, "4xx": 2, "5xx": 0}), "{m}");
+    assert_eq!((m["total_count"].as_u64(), m["total_inf"].as_u64(), m["first_byte_count"].as_u64()), (Some(15), Some(15), Some(12)), "{m}");
+    assert_eq!(m["hits"], serde_json::json!({"0": 3, "1": 0}), "{m}");
+    let http = &f.stats()["services"][0]["http"];
+    let (p50, p99) = (http["p50_ms"].as_f64().unwrap(), http["p99_ms"].as_f64().unwrap());
+    assert!(p50 > 0.0 && p50 <= p99 && p99 <= 10_000.0, "{http}");
+}
+
+/// What `script` (Python, with the Prometheus client's text parser) prints of `text` on its
+/// standard input; the parser refusing the text fails the test.
+fn parsed(script: &str, text: &str) -> String {
     use std::io::Write;
     let mut child = std::process::Command::new("python3")
         .args(["-c", script])
@@ -366,15 +369,7 @@ print(json.dumps(out))
         .unwrap();
     child.stdin.take().unwrap().write_all(text.as_bytes()).unwrap();
     let out = child.wait_with_output().unwrap();
-    assert!(out.status.success(), "the parser refused /metrics: {}\n{text}", String::from_utf8_lossy(&out.stderr));
-    let m: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
-    assert_eq!(m["types"], serde_json::json!(["counter", "histogram", "histogram", "counter"]), "{m}");
-    assert_eq!(m["classes"], serde_json::json!({"1xx": 0, "2xx": 10, "3xx": 0, "4xx": 5, "5xx": 0}), "{m}");
-    assert_eq!(m["own"], serde_json::json!({"403": 3}), "the server's 404s are not Fulcrum's: {m}");
-    assert_eq!(m["server"], serde_json::json!({"1xx": 0, "2xx": 10, "3xx": 0, "4xx": 2, "5xx": 0}), "{m}");
-    assert_eq!((m["total_count"].as_u64(), m["total_inf"].as_u64(), m["first_byte_count"].as_u64()), (Some(15), Some(15), Some(12)), "{m}");
-    assert_eq!(m["hits"], serde_json::json!({"0": 3, "1": 0}), "{m}");
-    let http = &f.stats()["services"][0]["http"];
-    let (p50, p99) = (http["p50_ms"].as_f64().unwrap(), http["p99_ms"].as_f64().unwrap());
-    assert!(p50 > 0.0 && p50 <= p99 && p99 <= 10_000.0, "{http}");
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(out.status.success(), "the parser refused /metrics (pip install prometheus_client; scripts/test does): {err}\n{text}");
+    String::from_utf8_lossy(&out.stdout).to_string()
 }

@@ -199,3 +199,24 @@ fn a_client_file_of_a_hundred_thousand_networks_allows_and_a_reload_reads_it_aga
     let (ok, out) = check_config(&config.replace(&format!("{list:?}"), &format!("{:?}", dir.join("bad.txt"))).replace("{LISTEN}", "127.0.0.1:1"), &dir);
     assert!(!ok && out.contains("line 2"), "{out}");
 }
+
+/// `trusted_forwarders`: behind a proxy Fulcrum trusts, a route's `client` reads the client that
+/// proxy names in `X-Forwarded-For`; anyone else's header is ignored.
+#[test]
+fn a_trusted_proxys_forwarded_for_is_the_client_routes_see() {
+    let echo = Nginx::start("xff", "TARGET");
+    let route = "\n[service.http]\ntrusted_forwarders = [\"127.0.0.1/32\"]\n\n[[service.route]]\npath_prefix = [\"/office\"]\nnot = { client = [\"192.0.2.0/24\"] }\ndeny = 403\n";
+    let f = Fulcrum::start(
+        &service_over("round-robin", "mode = \"http\"", "kind = \"none\"", &[(echo.addr, "")]).replace("\n\n[service.health]", &format!("\n{route}\n[service.health]")),
+    );
+    let status = |source: &str, xff: Option<&str>| {
+        let header = xff.map(|x| format!("X-Forwarded-For: {x}"));
+        let extra: Vec<&str> = header.iter().flat_map(|h| ["-H", h.as_str()]).collect();
+        fetch(f.listen, false, source, "/office/x", &extra).0
+    };
+    assert_eq!(status("127.0.0.1", None), 403, "the proxy itself is not in the office");
+    assert_eq!(status("127.0.0.1", Some("192.0.2.9")), 404, "the office client it names: nginx has no /office");
+    assert_eq!(status("127.0.0.1", Some("192.0.2.9, 127.0.0.1")), 404, "a trusted hop to its right is skipped");
+    assert_eq!(status("127.0.0.1", Some("192.0.2.9, 198.51.100.7")), 403, "the rightmost untrusted hop counts");
+    assert_eq!(status("127.0.0.7", Some("192.0.2.9")), 403, "an untrusted peer cannot claim the office");
+}

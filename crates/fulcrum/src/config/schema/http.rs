@@ -30,6 +30,11 @@ pub struct Http {
     /// `forwardfor except`): a local proxy in front that names its own clients.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub forwarded_except: Vec<crate::config::Network>,
+    /// Proxies in front whose `X-Forwarded-For` Fulcrum believes: for a connection from one of
+    /// these networks, the client that routes' `client` and `client_file` and the `{client_ip}`
+    /// variable see is the rightmost address of `X-Forwarded-For` that is not itself one of them.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub trusted_forwarders: Vec<crate::config::Network>,
     /// Time to receive a whole request head, counted from when Fulcrum starts waiting for it, so
     /// it also ends idle keep-alive connections and stops slowloris. 1ms to 1 hour.
     #[serde(default = "defaults::head_timeout", with = "duration")]
@@ -143,6 +148,7 @@ impl Default for Http {
         Http {
             forwarded_headers: defaults::forwarded_headers(),
             forwarded_except: Vec::new(),
+            trusted_forwarders: Vec::new(),
             head_timeout: defaults::head_timeout(),
             response_timeout: defaults::response_timeout(),
             keepalive_idle: defaults::keepalive_idle(),

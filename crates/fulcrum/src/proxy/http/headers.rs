@@ -194,6 +194,27 @@ impl ClientNode {
     }
 }
 
+/// The client a request is from: `peer`, or, when `peer` is one of the `trusted` proxies, the
+/// rightmost address of its `X-Forwarded-For` fields that is not one of them (the addresses to
+/// its right were written by proxies Fulcrum trusts; the one it stops at is the first that no
+/// trusted proxy vouches for). An entry that is not an address ends the walk at the last trusted
+/// hop.
+pub fn effective_client(peer: IpAddr, headers: &HeaderMap, trusted: &[crate::config::Network]) -> IpAddr {
+    if trusted.is_empty() || !trusted.iter().any(|n| n.contains(peer)) {
+        return peer;
+    }
+    let mut client = peer;
+    let fields: Vec<&str> = headers.get_all(&X_FORWARDED_FOR).iter().filter_map(|v| v.to_str().ok()).collect();
+    for hop in fields.iter().rev().flat_map(|f| f.rsplit(',')) {
+        let Ok(ip) = hop.trim().parse::<IpAddr>() else { break };
+        client = ip;
+        if !trusted.iter().any(|n| n.contains(ip)) {
+            break;
+        }
+    }
+    client
+}
+
 /// The id of a request (`[service.http] request_id`): the client's when it is 1 to 128 visible
 /// ASCII characters, so a log line or a server never gets more; otherwise a new UUIDv7, whose
 /// time order sorts the log.
@@ -340,5 +361,21 @@ mod tests {
         let mut named = HeaderMap::new();
         add_forwarded(&mut named, &ClientNode::with_scheme("192.0.2.1".parse().unwrap(), None, "http").unless_in(&local), &all);
         assert_eq!(named[&X_FORWARDED_FOR], "192.0.2.1");
+    }
+
+    #[test]
+    fn a_trusted_proxy_names_the_client_and_no_one_else_does() {
+        let trusted: Vec<crate::config::Network> = vec!["10.0.0.0/8".parse().unwrap()];
+        let ip = |s: &str| s.parse::<IpAddr>().unwrap();
+        let mut h = HeaderMap::new();
+        h.append(&X_FORWARDED_FOR, "198.51.100.1, 192.0.2.9".parse().unwrap());
+        h.append(&X_FORWARDED_FOR, "10.1.1.1".parse().unwrap());
+        assert_eq!(effective_client(ip("10.0.0.2"), &h, &trusted), ip("192.0.2.9"), "the rightmost hop no trusted proxy is");
+        assert_eq!(effective_client(ip("203.0.113.5"), &h, &trusted), ip("203.0.113.5"), "an untrusted peer's header is ignored");
+        assert_eq!(effective_client(ip("10.0.0.2"), &HeaderMap::new(), &trusted), ip("10.0.0.2"));
+        let mut bad = HeaderMap::new();
+        bad.insert(&X_FORWARDED_FOR, "192.0.2.9, unknown, 10.2.2.2".parse().unwrap());
+        assert_eq!(effective_client(ip("10.0.0.2"), &bad, &trusted), ip("10.2.2.2"), "the walk stops at what is not an address");
+        assert_eq!(effective_client(ip("10.0.0.2"), &h, &[]), ip("10.0.0.2"));
     }
 }

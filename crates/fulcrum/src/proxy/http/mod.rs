@@ -258,6 +258,8 @@ fn handle(
         }
         // The route that takes the request, chosen before its body is read: a deny or a redirect
         // answers without reading a byte of it.
+        // The client routes see: the connection's, or the one a trusted proxy names.
+        let client = headers::effective_client(peer.ip(), req.headers(), &cfg.http.trusted_forwarders);
         let taken = {
             let named = req.uri().authority().map(|a| a.as_str()).or_else(|| req.headers().get(header::HOST).and_then(|h| h.to_str().ok()));
             // An HTTP/1.0 request without a Host names the address the client connected to.
@@ -269,7 +271,7 @@ fn handle(
                 query: req.uri().query(),
                 host,
                 headers: req.headers(),
-                client: peer.ip(),
+                client,
                 sni: node.sni(),
                 version: req.version(),
             };
@@ -290,7 +292,7 @@ fn handle(
         }
         let mut context = taken
             .filter(|(_, r)| r.redirect.is_some() || r.rewrites() || r.response_headers.is_some())
-            .map(|(_, r)| context(&req, peer, node, request_id.as_ref().map(|(_, id)| id), r));
+            .map(|(_, r)| context(&req, SocketAddr::new(client, peer.port()), node, request_id.as_ref().map(|(_, id)| id), r));
         let mut response = forward(req, record, peer, node, service, verdict, taken, context.as_ref(), began).await;
         if let Some(pages) = &service.pages {
             error_page(&mut response, pages, taken.map(|(k, _)| k), cfg.http.intercept_errors);
