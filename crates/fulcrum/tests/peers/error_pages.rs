@@ -43,7 +43,7 @@ retries = 0
 [service.http]
 h2c = true
 intercept_errors = true
-error_pages = {{ "502" = {down:?}, "404" = {missing:?}, "403" = {down:?} }}
+error_pages = {{ "502" = {down:?}, "404" = {missing:?}, "403" = {down:?}, "414" = {missing:?} }}
 
 [service.health]
 kind = "none"
@@ -78,6 +78,9 @@ pool = "dead"
         assert_eq!(fetch(f.listen, h2, "/dead/x"), (502, "text/html; charset=utf-8".into(), "<h1>We will be right back</h1>".into()), "{version}");
         // nginx's own 404, intercepted.
         assert_eq!(fetch(f.listen, h2, "/no-such-file"), (404, "text/plain; charset=utf-8".into(), "nothing here".into()), "{version}");
+        // A refusal made before any route is read (a target over max_uri_length) gets its page too.
+        let long = format!("/{}", "a".repeat(9000));
+        assert_eq!(fetch(f.listen, h2, &long), (414, "text/plain; charset=utf-8".into(), "nothing here".into()), "{version}");
         // What has no page is the server's, untouched.
         let (status, _, body) = fetch(f.listen, h2, "/name");
         assert_eq!((status, body.as_str()), (200, "pages"), "{version}");

@@ -130,7 +130,8 @@ pub async fn serve<S: ClientIo>(mut client: S, peer: SocketAddr, service: Arc<Se
 }
 
 /// The handler of a connection's requests, for either protocol: each request is counted in
-/// `activity` until its answer is written, and gets HSTS when the service sets it.
+/// `activity` until its answer is written, and its answer gets its error page, its place in the
+/// service's counters (`finish`) and HSTS when the service sets it.
 fn requests<S: ClientIo>(
     service: &Arc<Service>,
     peer: SocketAddr,
@@ -153,7 +154,9 @@ fn requests<S: ClientIo>(
         let names = names.clone();
         let answer = park::InFlight::count(&activity);
         async move {
-            let mut response = handle(req, peer, &node, names.as_deref(), &service, &verdict).await;
+            let began = crate::clock::now();
+            let mut response = handle(req, peer, &node, names.as_deref(), &service, &verdict, began).await;
+            finish(&service, &mut response, began);
             if let Some(hsts) = hsts {
                 response.headers_mut().entry(header::STRICT_TRANSPORT_SECURITY).or_insert(hsts);
             }
@@ -191,9 +194,9 @@ fn handle(
     names: Option<&[String]>,
     service: &Arc<Service>,
     verdict: &Verdict,
+    began: std::time::Instant,
 ) -> impl Future<Output = Response<ProxyBody>> + Send {
     async move {
-        let began = crate::clock::now();
         let cfg = service.config();
         let target_len = req.uri().path_and_query().map_or(0, |p| p.as_str().len());
         // Without an access log the record stays empty: no strings are built per request.
@@ -256,10 +259,10 @@ fn handle(
         if target_len > cfg.http.max_uri_length {
             return answer(record, StatusCode::URI_TOO_LONG, format!("the request target is longer than {} bytes", cfg.http.max_uri_length));
         }
-        // The route that takes the request, chosen before its body is read: a deny or a redirect
-        // answers without reading a byte of it.
         // The client routes see: the connection's, or the one a trusted proxy names.
         let client = headers::effective_client(peer.ip(), req.headers(), &cfg.http.trusted_forwarders);
+        // The route that takes the request, chosen before its body is read: a deny or a redirect
+        // answers without reading a byte of it.
         let taken = {
             let named = req.uri().authority().map(|a| a.as_str()).or_else(|| req.headers().get(header::HOST).and_then(|h| h.to_str().ok()));
             // An HTTP/1.0 request without a Host names the address the client connected to.
@@ -294,15 +297,8 @@ fn handle(
             .filter(|(_, r)| r.redirect.is_some() || r.rewrites() || r.response_headers.is_some())
             .map(|(_, r)| context(&req, SocketAddr::new(client, peer.port()), node, request_id.as_ref().map(|(_, id)| id), r));
         let mut response = forward(req, record, peer, node, service, verdict, taken, context.as_ref(), began).await;
-        if let Some(pages) = &service.pages {
-            error_page(&mut response, pages, taken.map(|(k, _)| k), cfg.http.intercept_errors);
-        }
-        // A server's response is timed when its body is done (`body::Timing`); Fulcrum's own now.
-        let own = response.extensions().get::<Served>().is_none();
-        let counters = &service.state().http;
-        counters.response(response.status().as_u16(), own);
-        if own {
-            counters.total.observe(crate::clock::since(began));
+        if let Some((k, _)) = taken {
+            response.extensions_mut().insert(Taken(k));
         }
         if let Some((_, route)) = taken
             && let (Some(actions), Some(ctx)) = (&route.response_headers, context.as_mut())
@@ -314,6 +310,26 @@ fn handle(
             response.headers_mut().insert(name, id);
         }
         response
+    }
+}
+
+/// The index of the route that took a request, for its error pages.
+#[derive(Debug, Clone, Copy)]
+struct Taken(usize);
+
+/// What every answer gets on its way out, Fulcrum's own refusals included: its error page, and
+/// its place in the service's counters. A server's response is timed when its body is done
+/// (`body::Timing`); Fulcrum's own now.
+fn finish(service: &Service, response: &mut Response<ProxyBody>, began: std::time::Instant) {
+    if let Some(pages) = &service.pages {
+        let route = response.extensions().get::<Taken>().map(|t| t.0);
+        error_page(response, pages, route, service.config().http.intercept_errors);
+    }
+    let own = response.extensions().get::<Served>().is_none();
+    let counters = &service.state().http;
+    counters.response(response.status().as_u16(), own);
+    if own {
+        counters.total.observe(crate::clock::since(began));
     }
 }
 
