@@ -8,3 +8,4 @@
 mod support;
 
 mod dashboard;
+mod front_door;
