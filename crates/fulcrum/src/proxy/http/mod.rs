@@ -264,7 +264,7 @@ fn handle(
         // The route that takes the request, chosen before its body is read: a deny or a redirect
         // answers without reading a byte of it.
         let taken = {
-            let named = req.uri().authority().map(|a| a.as_str()).or_else(|| req.headers().get(header::HOST).and_then(|h| h.to_str().ok()));
+            let named = named_authority(&req);
             // An HTTP/1.0 request without a Host names the address the client connected to.
             let fallback = if named.is_none() { node.host() } else { None };
             let host = named.or_else(|| fallback.as_ref().and_then(|h| h.to_str().ok())).map(route::strip_port);
@@ -321,11 +321,13 @@ struct Taken(usize);
 /// its place in the service's counters. A server's response is timed when its body is done
 /// (`body::Timing`); Fulcrum's own now.
 fn finish(service: &Service, response: &mut Response<ProxyBody>, began: std::time::Instant) {
-    if let Some(pages) = &service.pages {
-        let route = response.extensions().get::<Taken>().map(|t| t.0);
-        error_page(response, pages, route, service.config().http.intercept_errors);
-    }
     let own = response.extensions().get::<Served>().is_none();
+    if let Some(pages) = &service.pages
+        && (own || service.config().http.intercept_errors)
+    {
+        let route = response.extensions().get::<Taken>().map(|t| t.0);
+        error_page(response, pages, route);
+    }
     let counters = &service.state().http;
     counters.response(response.status().as_u16(), own);
     if own {
@@ -336,10 +338,9 @@ fn finish(service: &Service, response: &mut Response<ProxyBody>, began: std::tim
 /// Puts the error page for the response's status in place of its body: for Fulcrum's own answers,
 /// and with `intercept_errors` for a server's (whose body is dropped unread, and its connection
 /// with it).
-fn error_page(response: &mut Response<ProxyBody>, pages: &crate::live::pages::ErrorPages, route: Option<usize>, intercept: bool) {
+fn error_page(response: &mut Response<ProxyBody>, pages: &crate::live::pages::ErrorPages, route: Option<usize>) {
     let status = response.status().as_u16();
-    let own = response.extensions().get::<Served>().is_none();
-    if status < 400 || !(own || intercept) {
+    if status < 400 {
         return;
     }
     let Some(page) = pages.get(route, status) else { return };
@@ -365,7 +366,7 @@ fn context(req: &Request<Incoming>, peer: SocketAddr, node: &headers::ClientNode
         request_id: request_id.and_then(|id| id.to_str().ok()).map(String::from),
         sni: node.sni().map(std::sync::Arc::from),
         host: request_host(req).map(String::from),
-        authority: req.uri().authority().map(|a| a.as_str()).or_else(|| req.headers().get(header::HOST).and_then(|h| h.to_str().ok())).map(String::from),
+        authority: named_authority(req).map(String::from),
         path: req.uri().path().to_string(),
         query: req.uri().query().map(String::from),
         matched_prefix: route::matched_prefix(&route.when, req.uri().path()).map(String::from),
@@ -388,175 +389,170 @@ async fn forward(
     context: Option<&rules::Context>,
     began: std::time::Instant,
 ) -> Response<ProxyBody> {
+    let cfg = service.config();
+    let logging = cfg.http.access_log != AccessLog::Off;
+    let client_version = req.version();
+    if let Some((k, route)) = taken {
+        if let Some(status) = route.deny {
+            let status = StatusCode::from_u16(status).unwrap_or(StatusCode::FORBIDDEN);
+            debug!(service = %cfg.name, client = %peer, status = status.as_u16(), "request denied by route {k}");
+            return leaving_unread(answer(record, status, format!("denied by route {k}")), Some(req.into_body()), client_version);
+        }
+        if let (Some(r), Some(ctx)) = (&route.redirect, context) {
+            let (status, location) = rules::redirect(r, ctx);
+            let mut response = answer(record, status, format!("moved to {}", location.to_str().unwrap_or("")));
+            response.headers_mut().insert(header::LOCATION, location);
+            return leaving_unread(response, Some(req.into_body()), client_version);
+        }
+    }
+    // `max_request_body` (the route's, else the service's): a Content-Length above it is
+    // refused before a byte of the body is read.
+    let limit = taken.and_then(|(_, r)| r.max_request_body).unwrap_or(cfg.http.max_request_body);
+    if limit > 0 && headers::content_length(req.headers()).is_some_and(|n| n > limit) {
+        return leaving_unread(too_large(&cfg.name, record, client_version, limit), Some(req.into_body()), client_version);
+    }
+    let upgrade = headers::take_h2c_upgrade(req.headers_mut());
+    let client_upgrade = upgrade.then(|| hyper::upgrade::on(&mut req));
+    let (mut parts, incoming) = req.into_parts();
+    // The body's front is read before any server is contacted: a short body that is malformed
+    // (the guard stops it) or cut short is refused here and never reaches a server.
+    let fault = ClientFault::default();
+    let body = if incoming.is_end_stream() {
+        ProxyBody::Empty
+    } else {
+        // Read no further than the first byte past the limit: that is enough to refuse.
+        let ahead_bound = if limit > 0 { READ_AHEAD.min(usize::try_from(limit).unwrap_or(usize::MAX).saturating_add(1)) } else { READ_AHEAD };
+        match tokio::time::timeout(cfg.http.head_timeout, body::read_ahead(incoming, ahead_bound)).await {
+            Ok(Ok((ahead, rest))) => {
+                let held: u64 = ahead.iter().filter_map(|f| f.data_ref()).map(|d| d.len() as u64).sum();
+                if limit > 0 && held > limit {
+                    return leaving_unread(too_large(&cfg.name, record, client_version, limit), rest, client_version);
+                }
+                ProxyBody::Request { ahead, rest, bytes: record.bytes_in.clone(), fault: fault.clone(), limit, sent: 0 }
+            }
+            Ok(Err(e)) => {
+                let why = verdict.get().unwrap_or_else(|| format!("the request body ended early: {e}"));
+                return refuse(&cfg.name, record, StatusCode::BAD_REQUEST, why);
+            }
+            Err(_) => {
+                let why = format!("the request body's first {} KiB did not arrive within head_timeout ({})", READ_AHEAD / 1024, humantime::format_duration(cfg.http.head_timeout));
+                return refuse(&cfg.name, record, StatusCode::REQUEST_TIMEOUT, why);
+            }
+        }
+    };
+    // gRPC needs `te: trailers` on HTTP/2 (the only TE value HTTP/2 allows); kept for h2 pools.
+    let te_trailers = parts.headers.get_all(header::TE).iter().any(|v| v.to_str().is_ok_and(|v| v.split(',').any(|t| t.trim().eq_ignore_ascii_case("trailers"))));
+    let grpc = parts.headers.get(header::CONTENT_TYPE).is_some_and(|v| v.as_bytes().starts_with(b"application/grpc"));
+    headers::strip_hop_by_hop(&mut parts.headers, upgrade);
+    headers::add_forwarded(&mut parts.headers, node, &cfg.http.forwarded_headers);
+    origin_form(&mut parts);
+    // Servers are always spoken to in HTTP/1.1, so an HTTP/1.0 client does not cost a server
+    // connection per request; hyper answers the client in its own version. An HTTP/1.1
+    // request carries a Host: one from an HTTP/1.0 client without it names the address it
+    // connected to.
+    parts.version = hyper::Version::HTTP_11;
+    if !parts.headers.contains_key(header::HOST)
+        && let Some(host) = node.host()
     {
-        let cfg = service.config();
-        let logging = cfg.http.access_log != AccessLog::Off;
-        let client_version = req.version();
-        if let Some((k, route)) = taken {
-            if let Some(status) = route.deny {
-                let status = StatusCode::from_u16(status).unwrap_or(StatusCode::FORBIDDEN);
-                debug!(service = %cfg.name, client = %peer, status = status.as_u16(), "request denied by route {k}");
-                return leaving_unread(answer(record, status, format!("denied by route {k}")), Some(req.into_body()), client_version);
-            }
-            if let (Some(r), Some(ctx)) = (&route.redirect, context) {
-                let (status, location) = rules::redirect(r, ctx);
-                let mut response = answer(record, status, format!("moved to {}", location.to_str().unwrap_or("")));
-                response.headers_mut().insert(header::LOCATION, location);
-                return leaving_unread(response, Some(req.into_body()), client_version);
+        parts.headers.insert(header::HOST, host);
+    }
+    if let (Some((k, route)), Some(ctx)) = (taken, context) {
+        if let Some(actions) = &route.request_headers {
+            rules::apply(actions, &mut parts.headers, ctx);
+        }
+        match rules::rewrite_target(route, k, &parts.uri) {
+            Ok(Some(uri)) => parts.uri = uri,
+            Ok(None) => {}
+            Err(e) => {
+                warn!(service = %cfg.name, client = %peer, status = 500, "{e}");
+                return answer(record, StatusCode::INTERNAL_SERVER_ERROR, e.to_string());
             }
         }
-        // `max_request_body` (the route's, else the service's): a Content-Length above it is
-        // refused before a byte of the body is read.
-        let limit = taken.and_then(|(_, r)| r.max_request_body).unwrap_or(cfg.http.max_request_body);
-        if limit > 0 && headers::content_length(req.headers()).is_some_and(|n| n > limit) {
-            return leaving_unread(too_large(&cfg.name, record, client_version, limit), Some(req.into_body()), client_version);
-        }
-        let upgrade = headers::take_h2c_upgrade(req.headers_mut());
-        let client_upgrade = upgrade.then(|| hyper::upgrade::on(&mut req));
-        let (mut parts, incoming) = req.into_parts();
-        // The body's front is read before any server is contacted: a short body that is malformed
-        // (the guard stops it) or cut short is refused here and never reaches a server.
-        let fault = ClientFault::default();
-        let body = if incoming.is_end_stream() {
-            ProxyBody::Empty
-        } else {
-            // Read no further than the first byte past the limit: that is enough to refuse.
-            let ahead_bound = if limit > 0 { READ_AHEAD.min(usize::try_from(limit).unwrap_or(usize::MAX).saturating_add(1)) } else { READ_AHEAD };
-            match tokio::time::timeout(cfg.http.head_timeout, body::read_ahead(incoming, ahead_bound)).await {
-                Ok(Ok((ahead, rest))) => {
-                    let held: u64 = ahead.iter().filter_map(|f| f.data_ref()).map(|d| d.len() as u64).sum();
-                    if limit > 0 && held > limit {
-                        return leaving_unread(too_large(&cfg.name, record, client_version, limit), rest, client_version);
-                    }
-                    ProxyBody::Request { ahead, rest, bytes: record.bytes_in.clone(), fault: fault.clone(), limit, sent: 0 }
-                }
-                Ok(Err(e)) => {
-                    let why = verdict.get().unwrap_or_else(|| format!("the request body ended early: {e}"));
-                    return refuse(&cfg.name, record, StatusCode::BAD_REQUEST, why);
-                }
-                Err(_) => {
-                    let why =
-                        format!("the request body's first {} KiB did not arrive within head_timeout ({})", READ_AHEAD / 1024, humantime::format_duration(cfg.http.head_timeout));
-                    return refuse(&cfg.name, record, StatusCode::REQUEST_TIMEOUT, why);
-                }
-            }
-        };
-        // gRPC needs `te: trailers` on HTTP/2 (the only TE value HTTP/2 allows); kept for h2 pools.
-        let te_trailers = parts.headers.get_all(header::TE).iter().any(|v| v.to_str().is_ok_and(|v| v.split(',').any(|t| t.trim().eq_ignore_ascii_case("trailers"))));
-        let grpc = parts.headers.get(header::CONTENT_TYPE).is_some_and(|v| v.as_bytes().starts_with(b"application/grpc"));
-        headers::strip_hop_by_hop(&mut parts.headers, upgrade);
-        headers::add_forwarded(&mut parts.headers, node, &cfg.http.forwarded_headers);
-        origin_form(&mut parts);
-        // Servers are always spoken to in HTTP/1.1, so an HTTP/1.0 client does not cost a server
-        // connection per request; hyper answers the client in its own version. An HTTP/1.1
-        // request carries a Host: one from an HTTP/1.0 client without it names the address it
-        // connected to.
-        parts.version = hyper::Version::HTTP_11;
-        if !parts.headers.contains_key(header::HOST)
-            && let Some(host) = node.host()
-        {
-            parts.headers.insert(header::HOST, host);
-        }
-        if let (Some((k, route)), Some(ctx)) = (taken, context) {
-            if let Some(actions) = &route.request_headers {
-                rules::apply(actions, &mut parts.headers, ctx);
-            }
-            match rules::rewrite_target(route, k, &parts.uri) {
-                Ok(Some(uri)) => parts.uri = uri,
-                Ok(None) => {}
-                Err(e) => {
-                    warn!(service = %cfg.name, client = %peer, status = 500, "{e}");
-                    return answer(record, StatusCode::INTERNAL_SERVER_ERROR, e.to_string());
-                }
-            }
-        }
-        let (target, pool) = service.pool_for(taken.and_then(|(_, r)| r.pool.as_deref()));
-        if logging {
-            record.pool = pool.to_string();
-        }
-        if target.config.protocol == ServerProtocol::H2 {
-            to_h2(&mut parts, te_trailers);
-        }
-        let idempotent = matches!(parts.method, Method::GET | Method::HEAD | Method::OPTIONS | Method::TRACE | Method::PUT | Method::DELETE);
-        let req = Request::from_parts(parts, body);
-        let steer = affinity::steer(&target.config, req.uri(), req.headers());
-        match upstream::send(target, peer, req, steer.steer(), idempotent, upgrade).await {
-            Ok(mut a) => {
-                let switching = a.response.status() == StatusCode::SWITCHING_PROTOCOLS;
-                if switching && (client_upgrade.is_none() || client_version != hyper::Version::HTTP_11) {
-                    // Dropped whole: the server connection, past its 101, is closed, never reused.
-                    let server = a.place.entry().addr;
-                    drop(a);
-                    let why = if client_upgrade.is_none() {
-                        "the server switched protocols (101) for a request that did not ask to upgrade"
-                    } else {
-                        "the server switched protocols (101) for an HTTP/2 client, which has no 101"
-                    };
-                    warn!(service = %cfg.name, client = %peer, %server, status = 502, "{why}");
-                    record.server = Some(server);
-                    return answer(record, StatusCode::BAD_GATEWAY, why.into());
-                }
-                if let (Some(client_side), true) = (client_upgrade, switching) {
-                    tunnel(client_side, hyper::upgrade::on(&mut a.response), cfg.name.clone(), peer);
-                }
-                let entry = a.place.entry().clone();
-                record.server = Some(entry.addr);
-                record.connect = a.connect;
-                record.queue = a.place.queued();
-                if logging && cfg.http.access_log_why {
-                    record.why = Some(a.place.why().describe(target.config.algorithm));
-                }
-                record.response = a.response_time;
-                record.status = a.response.status().as_u16();
-                let (mut rparts, rbody) = a.response.into_parts();
-                headers::strip_hop_by_hop(&mut rparts.headers, switching);
-                if upgrade && !switching {
-                    // The guard let the rest of this connection pass unread, ready for the
-                    // upgrade that did not come: nothing more is read from it as HTTP.
-                    rparts.headers.insert(header::CONNECTION, HeaderValue::from_static("close"));
-                }
-                affinity::stamp(&target.config, &steer, &entry.id, &mut rparts.headers);
-                debug!(service = %cfg.name, client = %peer, server = %entry.addr, status = record.status, response = ?record.response, "request forwarded");
-                rparts.extensions.insert(Served(entry.addr));
-                entry.state.counters.responses.add(record.status);
-                let state = service.state();
-                state.http.first_byte.observe(crate::clock::since(began));
-                let timing = body::Timing { began, state: state.clone() };
-                let body = ProxyBody::Response { body: rbody, lent: a.lent, record: logging.then(|| Box::new(record)), place: Some(a.place), fault, _timing: timing };
-                Response::from_parts(rparts, body)
-            }
-            Err(f) => {
-                let local = matches!(&f, Failure::Connect(e) if e.side == Side::Local);
-                let (status, why, server) = match f {
-                    Failure::Connect(e) if e.kind == Kind::NoServer => (StatusCode::SERVICE_UNAVAILABLE, "no server is available".to_string(), None),
-                    // This host ran out of something (descriptors, ports): no server is to blame.
-                    Failure::Connect(e) if e.side == Side::Local => (StatusCode::SERVICE_UNAVAILABLE, e.to_string(), None),
-                    Failure::Connect(e) => (StatusCode::BAD_GATEWAY, format!("cannot connect to a server: {e}"), e.server),
-                    Failure::Queue(t) => {
-                        (StatusCode::SERVICE_UNAVAILABLE, format!("every server stayed at its maxconn for {} (queue timeout)", humantime::format_duration(t)), None)
-                    }
-                    Failure::Timeout(s) => {
-                        (StatusCode::GATEWAY_TIMEOUT, format!("the server did not answer within {}", humantime::format_duration(cfg.http.response_timeout)), Some(s))
-                    }
-                    Failure::Broken(s, e) => (StatusCode::BAD_GATEWAY, format!("the server broke the connection: {e}"), Some(s)),
-                    // The client's fault: nothing is held against the server it was going to.
-                    Failure::Client(status, why) => {
-                        let answer = refuse(&cfg.name, record, status, verdict.get().unwrap_or(why));
-                        return leaving_unread(answer, fault.take_unread(), client_version);
-                    }
+    }
+    let (target, pool) = service.pool_for(taken.and_then(|(_, r)| r.pool.as_deref()));
+    if logging {
+        record.pool = pool.to_string();
+    }
+    if target.config.protocol == ServerProtocol::H2 {
+        to_h2(&mut parts, te_trailers);
+    }
+    let idempotent = matches!(parts.method, Method::GET | Method::HEAD | Method::OPTIONS | Method::TRACE | Method::PUT | Method::DELETE);
+    let req = Request::from_parts(parts, body);
+    let steer = affinity::steer(&target.config, req.uri(), req.headers());
+    match upstream::send(target, peer, req, steer.steer(), idempotent, upgrade).await {
+        Ok(mut a) => {
+            let switching = a.response.status() == StatusCode::SWITCHING_PROTOCOLS;
+            if switching && (client_upgrade.is_none() || client_version != hyper::Version::HTTP_11) {
+                // Dropped whole: the server connection, past its 101, is closed, never reused.
+                let server = a.place.entry().addr;
+                drop(a);
+                let why = if client_upgrade.is_none() {
+                    "the server switched protocols (101) for a request that did not ask to upgrade"
+                } else {
+                    "the server switched protocols (101) for an HTTP/2 client, which has no 101"
                 };
-                if !local {
-                    warn!(service = %cfg.name, client = %peer, server = ?server, status = status.as_u16(), "{why}");
-                } else if let Some(held) = LOCAL_ERRORS.ready() {
-                    // One cause behind a flood of requests: said once a second.
-                    warn!(service = %cfg.name, client = %peer, held, status = status.as_u16(), "{why}");
-                }
-                record.server = server;
-                if grpc {
-                    return grpc_answer(record, status, why);
-                }
-                answer(record, status, why)
+                warn!(service = %cfg.name, client = %peer, %server, status = 502, "{why}");
+                record.server = Some(server);
+                return answer(record, StatusCode::BAD_GATEWAY, why.into());
             }
+            if let (Some(client_side), true) = (client_upgrade, switching) {
+                tunnel(client_side, hyper::upgrade::on(&mut a.response), cfg.name.clone(), peer);
+            }
+            let entry = a.place.entry().clone();
+            record.server = Some(entry.addr);
+            record.connect = a.connect;
+            record.queue = a.place.queued();
+            if logging && cfg.http.access_log_why {
+                record.why = Some(a.place.why().describe(target.config.algorithm));
+            }
+            record.response = a.response_time;
+            record.status = a.response.status().as_u16();
+            let (mut rparts, rbody) = a.response.into_parts();
+            headers::strip_hop_by_hop(&mut rparts.headers, switching);
+            if upgrade && !switching {
+                // The guard let the rest of this connection pass unread, ready for the
+                // upgrade that did not come: nothing more is read from it as HTTP.
+                rparts.headers.insert(header::CONNECTION, HeaderValue::from_static("close"));
+            }
+            affinity::stamp(&target.config, &steer, &entry.id, &mut rparts.headers);
+            debug!(service = %cfg.name, client = %peer, server = %entry.addr, status = record.status, response = ?record.response, "request forwarded");
+            rparts.extensions.insert(Served(entry.addr));
+            entry.state.counters.responses.add(record.status);
+            let state = service.state();
+            state.http.first_byte.observe(crate::clock::since(began));
+            let timing = body::Timing { began, state: state.clone() };
+            let body = ProxyBody::Response { body: rbody, lent: a.lent, record: logging.then(|| Box::new(record)), place: Some(a.place), fault, _timing: timing };
+            Response::from_parts(rparts, body)
+        }
+        Err(f) => {
+            let local = matches!(&f, Failure::Connect(e) if e.side == Side::Local);
+            let (status, why, server) = match f {
+                Failure::Connect(e) if e.kind == Kind::NoServer => (StatusCode::SERVICE_UNAVAILABLE, "no server is available".to_string(), None),
+                // This host ran out of something (descriptors, ports): no server is to blame.
+                Failure::Connect(e) if e.side == Side::Local => (StatusCode::SERVICE_UNAVAILABLE, e.to_string(), None),
+                Failure::Connect(e) => (StatusCode::BAD_GATEWAY, format!("cannot connect to a server: {e}"), e.server),
+                Failure::Queue(t) => (StatusCode::SERVICE_UNAVAILABLE, format!("every server stayed at its maxconn for {} (queue timeout)", humantime::format_duration(t)), None),
+                Failure::Timeout(s) => {
+                    (StatusCode::GATEWAY_TIMEOUT, format!("the server did not answer within {}", humantime::format_duration(cfg.http.response_timeout)), Some(s))
+                }
+                Failure::Broken(s, e) => (StatusCode::BAD_GATEWAY, format!("the server broke the connection: {e}"), Some(s)),
+                // The client's fault: nothing is held against the server it was going to.
+                Failure::Client(status, why) => {
+                    let answer = refuse(&cfg.name, record, status, verdict.get().unwrap_or(why));
+                    return leaving_unread(answer, fault.take_unread(), client_version);
+                }
+            };
+            if !local {
+                warn!(service = %cfg.name, client = %peer, server = ?server, status = status.as_u16(), "{why}");
+            } else if let Some(held) = LOCAL_ERRORS.ready() {
+                // One cause behind a flood of requests: said once a second.
+                warn!(service = %cfg.name, client = %peer, held, status = status.as_u16(), "{why}");
+            }
+            record.server = server;
+            if grpc {
+                return grpc_answer(record, status, why);
+            }
+            answer(record, status, why)
         }
     }
 }
@@ -676,6 +672,12 @@ fn redirect_https(record: Record, req: &Request<Incoming>) -> Response<ProxyBody
     let mut r = answer(record, StatusCode::PERMANENT_REDIRECT, format!("moved to {}", location.to_str().unwrap_or("")));
     r.headers_mut().insert(header::LOCATION, location);
     r
+}
+
+/// The host a request names, with its port if any: its target's authority, or its Host
+/// (RFC 9112 section 3.2.2: the target wins).
+fn named_authority(req: &Request<Incoming>) -> Option<&str> {
+    req.uri().authority().map(|a| a.as_str()).or_else(|| req.headers().get(header::HOST).and_then(|h| h.to_str().ok()))
 }
 
 /// The host a request names, without its port: its target's authority, or its Host.
