@@ -357,3 +357,17 @@ fn the_configuration_manual_documents_every_key_and_no_other() {
     let unknown: Vec<&&str> = listed.iter().filter(|k| !keys.contains(**k)).collect();
     assert!(listed.len() > 80 && unknown.is_empty(), "docs/configuration.md lists keys the schema does not accept: {unknown:?}");
 }
+
+#[test]
+fn request_id_names_a_header_that_does_not_frame_the_message() {
+    let with = |name: &str| {
+        format!(
+            "[[service]]\nname = \"a\"\nlisten = \"127.0.0.1:1000\"\nmode = \"http\"\n[service.http]\nrequest_id = {name:?}\n[[service.server]]\naddress = \"127.0.0.1:1001\"\n"
+        )
+    };
+    assert!(parse(&with("X-Request-Id"), "t").is_ok());
+    for bad in ["Content-Length", "transfer-encoding", "x request id", ""] {
+        let e = errors(&with(bad));
+        assert!(e.contains("cannot carry a request's id"), "{bad}: {e}");
+    }
+}

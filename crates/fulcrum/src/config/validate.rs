@@ -564,6 +564,15 @@ fn validate_service_numbers(service: &Service, prefix: &[Seg<'_>], report: &mut 
     report.range(&at(&["http", "max_request_body"]), "max_request_body", http.max_request_body, &range::MAX_REQUEST_BODY);
     report.range(&at(&["http", "max_streams"]), "max_streams", http.max_streams, &range::MAX_STREAMS);
     validate_error_pages(&http.error_pages, &at(&["http", "error_pages"]), report);
+    // The id header is set on every request the server gets: a name that is not one would leave
+    // requests without it unnoticed, and one that frames the message could split a request.
+    if let Some(name) = http.request_id.as_deref().filter(|n| hyper::header::HeaderName::from_bytes(n.as_bytes()).is_err() || is_framing(n)) {
+        report.error(
+            &at(&["http", "request_id"]),
+            format!("request_id {name:?} cannot carry a request's id"),
+            "a header name that does not frame the message, e.g. \"X-Request-Id\"",
+        );
+    }
     if http.trusted_forwarders.len() > MAX_LIST {
         report.error(&at(&["http", "trusted_forwarders"]), format!("trusted_forwarders has {} networks", http.trusted_forwarders.len()), &format!("at most {MAX_LIST}"));
     }
