@@ -119,12 +119,14 @@ pub const MAX_HEADERS: Range<usize> = Range::new(1, 1000, "hyper sets aside room
 pub const MAX_HEAD_SIZE: Range<usize> = Range::new(8192, 1 << 20, "hyper's read buffer needs at least 8192 bytes; 16384 is the default");
 /// The `http` crate refuses a request target of 65535 bytes or more whatever is configured.
 pub const MAX_URI_LENGTH: Range<usize> = Range::new(16, 65534, "hyper refuses longer targets itself; 8192 is the default");
-/// A body is streamed, never held whole: the bound is what a server is sent, not memory.
 /// The largest error page file (`error_pages`), held in memory per service.
 pub const ERROR_PAGE_BYTES: u64 = 64 * 1024;
+/// A body is streamed, never held whole: the bound is what a server is sent, not memory.
 pub const MAX_REQUEST_BODY: Range<u64> = Range::new(0, 1 << 40, "0 is no limit; NGINX's client_max_body_size defaults to 1 MiB (1048576)");
 pub const MAX_STREAMS: Range<u32> =
     Range::new(1, 1000, "each open stream may hold a request's read-ahead and a server connection; 100 is the default (RFC 9113 asks for at least 100)");
+/// Below it a response is sent as it is; a response of unknown length is always compressed.
+pub const COMPRESS_MIN_SIZE: Range<u64> = Range::new(0, 1 << 30, "1024 is the default; NGINX's gzip_min_length defaults to 20");
 
 // `[[service.server]]`.
 pub const WEIGHT: Range<u32> = Range::new(1, super::MAX_WEIGHT, "weights go from 1 to 256; disable a server with enabled = false");

@@ -432,6 +432,31 @@ pub(crate) mod defaults {
     pub fn max_streams() -> u32 {
         100
     }
+    pub fn codings() -> Vec<Coding> {
+        vec![Coding::Zstd, Coding::Br, Coding::Gzip]
+    }
+    /// Text and the structured formats sites send; images, video and archives are compressed
+    /// already.
+    pub fn compressed_types() -> Vec<String> {
+        [
+            "text/*",
+            "application/json",
+            "application/javascript",
+            "application/xml",
+            "application/rss+xml",
+            "application/atom+xml",
+            "application/manifest+json",
+            "application/wasm",
+            "image/svg+xml",
+            "font/ttf",
+            "font/otf",
+        ]
+        .map(String::from)
+        .to_vec()
+    }
+    pub fn compress_min_size() -> u64 {
+        1024
+    }
     pub fn cookie_name() -> String {
         "SERVERID".into()
     }

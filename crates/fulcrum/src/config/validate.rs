@@ -573,6 +573,9 @@ fn validate_service_numbers(service: &Service, prefix: &[Seg<'_>], report: &mut 
             "a header name that does not frame the message, e.g. \"X-Request-Id\"",
         );
     }
+    if let Some(compression) = &http.compression {
+        validate_compression(compression, &at(&["http", "compression"]), report);
+    }
     if http.trusted_forwarders.len() > MAX_LIST {
         report.error(&at(&["http", "trusted_forwarders"]), format!("trusted_forwarders has {} networks", http.trusted_forwarders.len()), &format!("at most {MAX_LIST}"));
     }
@@ -843,6 +846,28 @@ fn validate_rule(route: &Route, rat: &dyn Fn(&'static str) -> Vec<Seg<'static>>,
 }
 
 /// Error pages: each key a status from 400 to 599, each file there and no larger than a page may be.
+/// Media types compressed at most (`[http.compression] types`).
+const MAX_TYPES: usize = 100;
+
+fn validate_compression(compression: &crate::config::Compression, at: &[Seg<'_>], report: &mut Report<'_>) {
+    let key = |k: &'static str| path(at, &[Seg::Key(k)]);
+    report.range(&key("min_size"), "min_size", compression.min_size, &range::COMPRESS_MIN_SIZE);
+    let algorithms = &compression.algorithms;
+    if algorithms.is_empty() || (1..algorithms.len()).any(|i| algorithms[..i].contains(&algorithms[i])) {
+        report.error(&key("algorithms"), format!("algorithms {:?} must name each coding once", algorithms.iter().map(|c| c.token()).collect::<Vec<_>>()), "some of [\"zstd\", \"br\", \"gzip\"], best first");
+    }
+    if compression.types.len() > MAX_TYPES {
+        report.error(&key("types"), format!("types has {} entries", compression.types.len()), &format!("at most {MAX_TYPES}"));
+    }
+    let token = |t: &str| !t.is_empty() && t.len() <= 127 && t.bytes().all(|b| b.is_ascii_alphanumeric() || b"!#$&-^_.+".contains(&b));
+    for (i, media) in compression.types.iter().enumerate() {
+        let ok = media.split_once('/').is_some_and(|(main, sub)| token(main) && (sub == "*" || token(sub)));
+        if !ok {
+            report.error(&path(at, &[Seg::Key("types"), Seg::Index(i)]), format!("{media:?} is not a media type"), "type/subtype, or type/* for a whole type, e.g. \"text/*\" or \"application/json\"");
+        }
+    }
+}
+
 fn validate_error_pages(pages: &std::collections::BTreeMap<String, String>, at: &[Seg<'_>], report: &mut Report<'_>) {
     for (status, path) in pages {
         if !status.parse::<u16>().is_ok_and(|s| (400..=599).contains(&s)) {

@@ -15,6 +15,7 @@ mod admin_auth;
 mod balancing;
 mod body_limit;
 mod check_cli;
+mod compression;
 mod demo;
 mod error_pages;
 mod explain;

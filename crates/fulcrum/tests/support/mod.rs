@@ -131,6 +131,7 @@ http {{
     uwsgi_temp_path {dir}/uwsgi;
     scgi_temp_path {dir}/scgi;
     keepalive_requests 100000;
+    types {{ text/html html; application/json json; image/png png; }}
     server {{
         listen {addr}{listen_options} backlog=4096;
         {server_extra}
@@ -151,6 +152,11 @@ http {{
         );
         let child = run_nginx(&dir, &conf, addr, &format!("nginx {name}"));
         Nginx { name: name.into(), addr, dir, child: Some(child) }
+    }
+
+    /// The directory nginx serves files from (`index.html` and `large` are there).
+    pub fn root(&self) -> PathBuf {
+        self.dir.join("www")
     }
 
     /// What nginx logged at `warn` and above.

@@ -80,6 +80,7 @@ pub(crate) fn settings() -> Vec<Setting> {
         count("service.http", "max_uri_length", &MAX_URI_LENGTH),
         count("service.http", "max_request_body", &MAX_REQUEST_BODY),
         count("service.http", "max_streams", &MAX_STREAMS),
+        count("service.http.compression", "min_size", &COMPRESS_MIN_SIZE),
         Setting { section: "ftp", key: "data_ports", kind: Kind::Ports { min: DATA_PORT.min, max: DATA_PORT.max }, range: DATA_PORT.to_string() },
     ];
     for (pool, health, passive, p2c, damping, server) in [
@@ -118,6 +119,7 @@ pub(crate) const SECTIONS: &[(&str, &str)] = &[
     ("service.p2c", "[service.p2c]\n"),
     ("service.damping", "[service.damping]\n"),
     ("service.http", "[service.http]\n"),
+    ("service.http.compression", "[service.http.compression]\n"),
     ("service.server", "[[service.server]]\naddress = \"127.0.0.1:1001\"\n"),
     ("service.pool", "[[service.pool]]\nname = \"p\"\nalgorithm = \"p2c-ewma\"\n"),
     ("service.pool.health", "[service.pool.health]\nkind = \"http\"\n"),

@@ -114,6 +114,55 @@ pub struct Http {
     /// server, logged, and returned in the response. Unset: no id.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub request_id: Option<String>,
+    /// Responses compressed for the clients that accept it (`[service.http.compression]`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub compression: Option<Compression>,
+}
+
+/// `[service.http.compression]`: which responses are compressed, and how. A response is
+/// compressed when the client's `Accept-Encoding` takes one of `algorithms`, its type is one of
+/// `types`, it is at least `min_size` bytes (when its length is known), and it is not encoded
+/// already, a range, or marked `Cache-Control: no-transform`.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct Compression {
+    /// The codings offered, best first: the client's q-values decide, this order breaks ties.
+    #[serde(default = "defaults::codings")]
+    pub algorithms: Vec<Coding>,
+    /// Media types compressed (`text/html`, or `text/*` for a whole type), at most 100.
+    #[serde(default = "defaults::compressed_types")]
+    pub types: Vec<String>,
+    /// Smallest response compressed, 0 to 1 GiB: below it the coding's own framing outweighs
+    /// the gain. A response of unknown length is compressed.
+    #[serde(default = "defaults::compress_min_size")]
+    pub min_size: u64,
+}
+
+impl Default for Compression {
+    fn default() -> Self {
+        Compression { algorithms: defaults::codings(), types: defaults::compressed_types(), min_size: defaults::compress_min_size() }
+    }
+}
+
+/// A content coding Fulcrum compresses with (RFC 9110 section 8.4.1), each at a level made for
+/// on-the-fly compression, its window bounded (proxy/http/compress.rs).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum Coding {
+    Zstd,
+    Br,
+    Gzip,
+}
+
+impl Coding {
+    /// The token in `Accept-Encoding` and `Content-Encoding`.
+    pub fn token(self) -> &'static str {
+        match self {
+            Coding::Zstd => "zstd",
+            Coding::Br => "br",
+            Coding::Gzip => "gzip",
+        }
+    }
 }
 
 /// How the `cookie` algorithm carries the server's id.
@@ -172,6 +221,7 @@ impl Default for Http {
             request_id: None,
             error_pages: Default::default(),
             intercept_errors: false,
+            compression: None,
         }
     }
 }

@@ -65,6 +65,11 @@ pub struct Route {
     /// Headers of the response as the client gets it, Fulcrum's own answers included.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub response_headers: Option<HeaderActions>,
+    /// `false`: this route's responses are never compressed (e.g. pages that echo a secret
+    /// beside what a client sends, BREACH); `true`: compressed even where the service has no
+    /// `[http.compression]`, with its defaults.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub compress: Option<bool>,
 }
 
 impl Route {

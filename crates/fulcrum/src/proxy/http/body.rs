@@ -66,6 +66,8 @@ pub enum ProxyBody {
         /// Adds the request's whole time to its service's histogram when the body is done.
         _timing: Timing,
     },
+    /// Any of the above, compressed on its way to the client (`compress.rs`).
+    Compressed(Box<super::compress::Compressing>),
 }
 
 /// A request's start and its service's counters: dropped with the response body (when it has
@@ -156,6 +158,8 @@ pub enum BodyError {
     Client(#[from] hyper::Error),
     #[error("the request body is larger than max_request_body ({0} bytes)")]
     TooLarge(u64),
+    #[error("compressing the response failed: {0}")]
+    Encoding(std::io::Error),
 }
 
 /// The `max_request_body` answer.
@@ -278,6 +282,7 @@ impl Body for ProxyBody {
                 }
                 polled.map(|f| f.map(|f| f.map_err(BodyError::Client)))
             }
+            ProxyBody::Compressed(c) => Pin::new(&mut **c).poll_frame(cx),
         }
     }
 
@@ -287,6 +292,7 @@ impl Body for ProxyBody {
             ProxyBody::Text(t) | ProxyBody::Unread { text: t, .. } => t.is_none(),
             ProxyBody::Request { ahead, rest, .. } => ahead.is_empty() && rest.as_ref().is_none_or(Body::is_end_stream),
             ProxyBody::Response { body, .. } => body.is_end_stream(),
+            ProxyBody::Compressed(c) => c.is_end_stream(),
         }
     }
 
@@ -309,6 +315,7 @@ impl Body for ProxyBody {
                 }
             }
             ProxyBody::Response { body, .. } => body.size_hint(),
+            ProxyBody::Compressed(c) => c.size_hint(),
         }
     }
 }

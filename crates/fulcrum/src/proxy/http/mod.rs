@@ -18,6 +18,7 @@
 mod access;
 pub(crate) mod affinity;
 mod body;
+mod compress;
 pub(crate) mod convert;
 pub(crate) mod guard;
 mod h2;
@@ -296,9 +297,20 @@ fn handle(
         let mut context = taken
             .filter(|(_, r)| r.redirect.is_some() || r.rewrites() || r.response_headers.is_some())
             .map(|(_, r)| context(&req, SocketAddr::new(client, peer.port()), node, request_id.as_ref().map(|(_, id)| id), r));
+        // The coding the answer may take, read before the request goes (a route's `compress`
+        // overrides the service's).
+        let compression = match taken.and_then(|(_, r)| r.compress) {
+            Some(false) => None,
+            Some(true) => Some(compress::settings(cfg.http.compression.as_ref())),
+            None => cfg.http.compression.as_ref(),
+        };
+        let negotiated = compress::negotiate(compression, req.method(), req.headers().get(header::ACCEPT_ENCODING));
         let mut response = forward(req, record, peer, node, service, verdict, taken, context.as_ref(), began).await;
         if let Some((k, _)) = taken {
             response.extensions_mut().insert(Taken(k));
+        }
+        if let Some(negotiated) = negotiated {
+            response.extensions_mut().insert(negotiated);
         }
         if let Some((_, route)) = taken
             && let (Some(actions), Some(ctx)) = (&route.response_headers, context.as_mut())
@@ -317,9 +329,9 @@ fn handle(
 #[derive(Debug, Clone, Copy)]
 struct Taken(usize);
 
-/// What every answer gets on its way out, Fulcrum's own refusals included: its error page, and
-/// its place in the service's counters. A server's response is timed when its body is done
-/// (`body::Timing`); Fulcrum's own now.
+/// What every answer gets on its way out, Fulcrum's own refusals included: its error page, its
+/// coding (when the request negotiated one), and its place in the service's counters. A
+/// server's response is timed when its body is done (`body::Timing`); Fulcrum's own now.
 fn finish(service: &Service, response: &mut Response<ProxyBody>, began: std::time::Instant) {
     let own = response.extensions().get::<Served>().is_none();
     if let Some(pages) = &service.pages
@@ -327,6 +339,10 @@ fn finish(service: &Service, response: &mut Response<ProxyBody>, began: std::tim
     {
         let route = response.extensions().get::<Taken>().map(|t| t.0);
         error_page(response, pages, route);
+    }
+    // Compressed last, so that an error page is too.
+    if let Some(negotiated) = response.extensions_mut().remove::<compress::Negotiated>() {
+        compress::respond(compress::settings(service.config().http.compression.as_ref()), negotiated, response);
     }
     let counters = &service.state().http;
     counters.response(response.status().as_u16(), own);
