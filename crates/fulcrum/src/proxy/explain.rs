@@ -277,6 +277,11 @@ fn actions(r: &crate::config::Route) -> Vec<String> {
     if let Some(a) = &r.response_headers {
         headers(&mut out, "response", a);
     }
+    match r.compress {
+        Some(true) => out.push("compress".into()),
+        Some(false) => out.push("compress off".into()),
+        None => {}
+    }
     out
 }
 

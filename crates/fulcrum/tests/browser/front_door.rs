@@ -1,6 +1,6 @@
 //! A site's front door in real headless Chromium (`tests/browser/front_door.mjs`): a route's
-//! redirect from plain HTTP to the HTTPS service, HSTS there, and an error page of the site's
-//! own when no server can answer.
+//! redirect from plain HTTP to the HTTPS service, HSTS there, its page compressed and rendered,
+//! and an error page of the site's own when no server can answer.
 
 use std::path::Path;
 use std::process::Command;
@@ -8,7 +8,7 @@ use std::process::Command;
 use crate::support::*;
 
 #[test]
-fn chromium_follows_the_redirect_to_https_and_shows_the_sites_error_page() {
+fn chromium_follows_the_redirect_to_https_renders_the_compressed_page_and_shows_the_sites_error_page() {
     let root = Path::new(env!("CARGO_MANIFEST_DIR"));
     let dir = scratch("front-door-browser");
     let key = rcgen::KeyPair::generate().unwrap();
@@ -17,7 +17,9 @@ fn chromium_follows_the_redirect_to_https_and_shows_the_sites_error_page() {
     std::fs::write(&pem, cert.pem()).unwrap();
     std::fs::write(&pem_key, key.serialize_pem()).unwrap();
     std::fs::write(&page, "<!doctype html><title>Back soon</title><h1>We will be right back</h1>\n").unwrap();
-    let backend = Backend::start("b1");
+    // A page worth compressing: 300 items, about 10 KB.
+    let items: String = (1..=300).map(|i| format!("<li>item {i}</li>")).collect();
+    let backend = Backend::start_with("b1", &["--index-text", &format!("<!doctype html><title>Catalogue</title><h1>Catalogue</h1><ul>{items}</ul>")]);
     let (secure, dead) = (free_port(), free_port());
     let f = Fulcrum::start(&format!(
         r#"[[service]]
@@ -44,6 +46,7 @@ key = {pem_key:?}
 [service.http]
 hsts = "1h"
 error_pages = {{ "502" = {page:?} }}
+[service.http.compression]
 [[service.route]]
 path_prefix = ["/down"]
 pool = "gone"

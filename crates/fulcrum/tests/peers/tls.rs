@@ -482,6 +482,10 @@ fn the_front_door_example_redirects_secures_and_routes() {
     assert!(head.contains("strict-transport-security: max-age=31536000") && head.contains("x-frame-options: deny"), "{page}");
     assert!(head.contains("x-request-id: ") && !head.contains("\nserver:"), "{page}");
     assert!(page.ends_with("web1\n") || page.ends_with("web2\n"), "{page}");
+    // A 20 kB page: compressed with the coding curl's list and the site prefer.
+    let (code, head) = curl_https(&f, "www.example.test", "/site/home-20000.html", &site.cert, &["--compressed", "-D", "-", "-o", "/dev/null"]);
+    assert_eq!(code, 0, "{head}");
+    assert!(head.to_ascii_lowercase().contains("content-encoding: zstd"), "{head}");
     let (_, api) = curl_https(&f, "www.example.test", "/api/name", &site.cert, &[]);
     assert!(api == "api1\n" || api == "api2\n", "/api/name is /name to the api pool: {api}");
     let (_, admin) = curl_https(&f, "www.example.test", "/admin/", &site.cert, &["-o", "/dev/null", "-w", "%{http_code}"]);

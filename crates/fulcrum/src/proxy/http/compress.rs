@@ -9,9 +9,12 @@
 //! the encoder's state, fixed by its level and window (below), and the compressed copy of one
 //! frame.
 //!
-//! Levels are those made for compressing on the fly, as NGINX's and Caddy's defaults: gzip 5,
-//! brotli 4 with a 256 KiB window, zstd 3 with a 256 KiB window (zstd's own default window at
-//! level 3 is 2 MiB).
+//! Levels are those made for compressing on the fly, their tables sized so that one response's
+//! encoder holds about a megabyte at most (`bench/compression` measures it): gzip level 5
+//! (about 330 KiB), brotli quality 3 with a 64 KiB window (about 0.9 MiB), zstd level 3 with a
+//! 256 KiB window and smaller hash and chain tables than its default (about 1.2 MiB; its own
+//! default at level 3 is a 2 MiB window). Faster levels lose little ratio on pages and JSON;
+//! higher ones cost several times the CPU (brotli 5 is 2.5 times brotli 3 per MB).
 
 use std::pin::Pin;
 use std::task::{Context, Poll};
@@ -27,8 +30,10 @@ use hyper::{Method, Response, StatusCode};
 use super::body::{BodyError, ProxyBody};
 use crate::config::{Coding, Compression};
 
-/// Window of brotli and zstd, as a power of two: 256 KiB, which holds a typical page whole.
-const WINDOW_LOG: u32 = 18;
+/// zstd's window, as a power of two: 256 KiB, which holds a typical page whole.
+const ZSTD_WINDOW_LOG: u32 = 18;
+/// brotli's window: 64 KiB. A larger one costs brotli's tables more than it gains on pages.
+const BROTLI_WINDOW_LOG: i32 = 16;
 /// The encoder writes into this much at a time.
 const CHUNK: usize = 16 * 1024;
 
@@ -173,11 +178,10 @@ fn vary(headers: &mut HeaderMap) {
 /// A response body on its way out, compressed.
 pub struct Compressing {
     inner: ProxyBody,
-    encoder: Box<dyn EncodeV2 + Send + Sync>,
+    encoder: Encoder,
     /// Input given to the encoder since it was last flushed.
     unflushed: bool,
     state: State,
-    out: Box<[u8]>,
 }
 
 enum State {
@@ -190,31 +194,15 @@ enum State {
 
 impl Compressing {
     pub fn new(inner: ProxyBody, coding: Coding) -> Compressing {
-        Compressing { inner, encoder: encoder(coding), unflushed: false, state: State::Reading, out: vec![0; CHUNK].into_boxed_slice() }
+        Compressing { inner, encoder: Encoder::new(coding), unflushed: false, state: State::Reading }
     }
+}
 
-    /// Runs the encoder over `input` (or flushes or finishes it), gathering all it writes.
-    fn run(&mut self, input: &[u8], step: Step) -> std::io::Result<Bytes> {
-        let mut gathered = BytesMut::new();
-        let mut input = PartialBuffer::new(input);
-        loop {
-            let mut out = WriteBuffer::new_initialized(&mut self.out);
-            let done = match step {
-                Step::Encode => {
-                    self.encoder.encode(&mut input, &mut out)?;
-                    input.unwritten().is_empty()
-                }
-                Step::Flush => self.encoder.flush(&mut out)?,
-                Step::Finish => self.encoder.finish(&mut out)?,
-            };
-            let full = out.has_no_spare_space();
-            gathered.extend_from_slice(out.written());
-            // The encoder may hold more than one buffer's worth: call it again while it filled one.
-            if done && !full {
-                return Ok(gathered.freeze());
-            }
-        }
-    }
+/// One response's encoder at Fulcrum's level and window for its coding, and the buffer it writes
+/// into (public for `benches/compression.rs`, which measures exactly this).
+pub struct Encoder {
+    codec: Box<dyn EncodeV2 + Send + Sync>,
+    out: Box<[u8]>,
 }
 
 #[derive(Clone, Copy)]
@@ -224,12 +212,57 @@ enum Step {
     Finish,
 }
 
-fn encoder(coding: Coding) -> Box<dyn EncodeV2 + Send + Sync> {
-    use compression_codecs::{BrotliEncoder, GzipEncoder, ZstdEncoder, brotli, zstd};
-    match coding {
-        Coding::Gzip => Box::new(GzipEncoder::new(Level::Precise(5).into())),
-        Coding::Br => Box::new(BrotliEncoder::new(brotli::params::EncoderParams::default().quality(Level::Precise(4)).window_size(WINDOW_LOG as i32))),
-        Coding::Zstd => Box::new(ZstdEncoder::new_with_params(3, &[zstd::params::CParameter::window_log(WINDOW_LOG)])),
+impl Encoder {
+    pub fn new(coding: Coding) -> Encoder {
+        use compression_codecs::{BrotliEncoder, GzipEncoder, ZstdEncoder, brotli, zstd};
+        let codec: Box<dyn EncodeV2 + Send + Sync> = match coding {
+            Coding::Gzip => Box::new(GzipEncoder::new(Level::Precise(5).into())),
+            Coding::Br => Box::new(BrotliEncoder::new(brotli::params::EncoderParams::default().quality(Level::Precise(3)).window_size(BROTLI_WINDOW_LOG))),
+            Coding::Zstd => {
+                use zstd::params::CParameter;
+                let params = [CParameter::window_log(ZSTD_WINDOW_LOG), CParameter::hash_log(15), CParameter::chain_log(14)];
+                Box::new(ZstdEncoder::new_with_params(3, &params))
+            }
+        };
+        Encoder { codec, out: vec![0; CHUNK].into_boxed_slice() }
+    }
+
+    /// Compresses `input`: what the encoder gives for it now (it may hold some back).
+    pub fn encode(&mut self, input: &[u8]) -> std::io::Result<Bytes> {
+        self.run(input, Step::Encode)
+    }
+
+    /// All the encoder holds, so the client can read what was given so far.
+    pub fn flush(&mut self) -> std::io::Result<Bytes> {
+        self.run(&[], Step::Flush)
+    }
+
+    /// The last of the stream, its trailer (gzip's checksum) included.
+    pub fn finish(&mut self) -> std::io::Result<Bytes> {
+        self.run(&[], Step::Finish)
+    }
+
+    /// Runs the codec over `input` (or flushes or finishes it), gathering all it writes.
+    fn run(&mut self, input: &[u8], step: Step) -> std::io::Result<Bytes> {
+        let mut gathered = BytesMut::new();
+        let mut input = PartialBuffer::new(input);
+        loop {
+            let mut out = WriteBuffer::new_initialized(&mut self.out);
+            let done = match step {
+                Step::Encode => {
+                    self.codec.encode(&mut input, &mut out)?;
+                    input.unwritten().is_empty()
+                }
+                Step::Flush => self.codec.flush(&mut out)?,
+                Step::Finish => self.codec.finish(&mut out)?,
+            };
+            let full = out.has_no_spare_space();
+            gathered.extend_from_slice(out.written());
+            // The codec may hold more than one buffer's worth: call it again while it filled one.
+            if done && !full {
+                return Ok(gathered.freeze());
+            }
+        }
     }
 }
 
@@ -249,7 +282,7 @@ impl Body for Compressing {
                     Poll::Ready(Some(Ok(frame))) => match frame.into_data() {
                         Ok(data) => {
                             this.unflushed = true;
-                            let out = this.run(&data, Step::Encode).map_err(failed)?;
+                            let out = this.encoder.encode(&data).map_err(failed)?;
                             if !out.is_empty() {
                                 return Poll::Ready(Some(Ok(Frame::data(out))));
                             }
@@ -261,7 +294,7 @@ impl Body for Compressing {
                     Poll::Pending => {
                         // The server paused: what the encoder holds goes out now.
                         if std::mem::take(&mut this.unflushed) {
-                            let out = this.run(&[], Step::Flush).map_err(failed)?;
+                            let out = this.encoder.flush().map_err(failed)?;
                             if !out.is_empty() {
                                 return Poll::Ready(Some(Ok(Frame::data(out))));
                             }
@@ -272,7 +305,7 @@ impl Body for Compressing {
                 State::Finishing(trailers) => {
                     let trailers = trailers.take();
                     this.state = State::Trailers(trailers);
-                    let out = this.run(&[], Step::Finish).map_err(failed)?;
+                    let out = this.encoder.finish().map_err(failed)?;
                     if !out.is_empty() {
                         return Poll::Ready(Some(Ok(Frame::data(out))));
                     }

@@ -18,7 +18,7 @@
 mod access;
 pub(crate) mod affinity;
 mod body;
-mod compress;
+pub mod compress;
 pub(crate) mod convert;
 pub(crate) mod guard;
 mod h2;
