@@ -1,6 +1,6 @@
 //! The TOML schema: what a user writes, with defaults. The top of the file and its services are
 //! here, each concern of a service in a file of its own (`schema/`: tls, pool, health, http,
-//! server, fleet). Validation beyond types lives in `validate.rs`; the range of every number,
+//! access_log, route, server, fleet). Validation beyond types lives in `validate.rs`; the range of every number,
 //! which each field's doc states, lives in `range.rs`.
 //!
 //! Every struct denies unknown fields, so a typo is an error with a line and column instead of a
@@ -13,6 +13,7 @@ use serde::{Deserialize, Serialize};
 use super::Algorithm;
 use super::error::PortRangeError;
 
+mod access_log;
 mod fleet;
 mod health;
 mod http;
@@ -21,6 +22,7 @@ mod route;
 mod server;
 mod tls;
 
+pub use access_log::*;
 pub use fleet::*;
 pub use health::*;
 pub use http::*;
@@ -456,6 +458,12 @@ pub(crate) mod defaults {
     }
     pub fn compress_min_size() -> u64 {
         1024
+    }
+    pub fn facility() -> Facility {
+        Facility::Local0
+    }
+    pub fn syslog_tag() -> String {
+        "fulcrum".into()
     }
     pub fn cookie_name() -> String {
         "SERVERID".into()

@@ -573,6 +573,19 @@ fn validate_service_numbers(service: &Service, prefix: &[Seg<'_>], report: &mut 
             "a header name that does not frame the message, e.g. \"X-Request-Id\"",
         );
     }
+    if let Some(syslog) = &http.syslog {
+        let key = |k: &'static str| at(&["http", "syslog", k]);
+        if syslog.address.is_some() == syslog.socket.is_some() {
+            report.error(&at(&["http", "syslog"]), "syslog needs one receiver: an address or a socket".into(), "address = \"127.0.0.1:514\" (UDP) or socket = \"/dev/log\"");
+        }
+        // A Unix socket's path fits in sun_path's 108 bytes with its NUL.
+        if let Some(path) = syslog.socket.as_ref().filter(|p| p.as_os_str().len() > 107) {
+            report.error(&key("socket"), format!("socket {} is longer than a Unix socket's path can be", path.display()), "at most 107 bytes");
+        }
+        if syslog.tag.is_empty() || syslog.tag.len() > 48 || !syslog.tag.bytes().all(|b| b.is_ascii_graphic()) {
+            report.error(&key("tag"), format!("tag {:?} cannot be a syslog APP-NAME", syslog.tag), "1 to 48 visible ASCII characters, e.g. \"fulcrum\"");
+        }
+    }
     if let Some(compression) = &http.compression {
         validate_compression(compression, &at(&["http", "compression"]), report);
     }

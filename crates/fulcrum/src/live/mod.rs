@@ -11,6 +11,7 @@
 //! over, and the new generation is swapped in whole. Connections in flight keep the `Arc` of the
 //! generation they started in. A config that fails is refused and the old generation stays.
 
+pub mod access_log;
 pub mod budget;
 pub mod http_stats;
 pub mod pages;
@@ -112,6 +113,8 @@ pub enum BuildError {
     Srv { service: String, cause: crate::dns::SrvError },
     #[error("service {service}: {cause}")]
     Page { service: String, cause: pages::PageError },
+    #[error("service {service}: the access log's syslog socket: {cause}")]
+    AccessLog { service: String, cause: std::io::Error },
     #[error("runtime registry poisoned")]
     Poisoned,
 }
@@ -239,6 +242,11 @@ fn build(config: Config, registry: &mut Registry, budget: &Arc<Budget>, previous
                 Some(p) if running.is_some_and(|r| same_pages(r.config(), sc)) && p.unchanged_on_disk() => Some(p.clone()),
                 _ => pages::ErrorPages::load(sc).map_err(|cause| BuildError::Page { service: sc.name.clone(), cause })?.map(Arc::new),
             };
+            // The access log, kept with its syslog thread when the reload changed nothing of it.
+            let access = match running.and_then(|r| r.access.as_ref()) {
+                Some(a) if running.is_some_and(|r| access_log::AccessLogger::same(&r.config().http, &sc.http)) => Some(a.clone()),
+                _ => access_log::AccessLogger::new(&sc.name, &sc.http).map_err(|cause| BuildError::AccessLog { service: sc.name.clone(), cause })?.map(Arc::new),
+            };
             // Servers from DNS SRV records join the service's own (`dns` asks them on a thread of
             // its own), asked again only when the name is new or `refresh` says its records moved.
             let kept_srv = running.filter(|r| r.config().srv == sc.srv && !refresh.srv.contains(&sc.name));
@@ -265,7 +273,7 @@ fn build(config: Config, registry: &mut Registry, budget: &Arc<Budget>, previous
                 None => Arc::new(build_pool(&own, &found, registry, previous.is_some(), running.map(|r| &*r.pool), refresh)?),
             };
             let route_hits = sc.routes.iter().map(|_| std::sync::atomic::AtomicU64::new(0)).collect();
-            Ok(Arc::new(Service { config: sc.clone(), listen, pool, pools, tls, pages, route_hits }))
+            Ok(Arc::new(Service { config: sc.clone(), listen, pool, pools, tls, pages, access, route_hits }))
         })
         .collect::<Result<_, BuildError>>()?;
     Ok(Generation { config, services, budget: budget.clone() })

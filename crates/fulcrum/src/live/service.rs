@@ -21,6 +21,8 @@ pub struct Service {
     pub tls: Option<Arc<crate::tls::Terminator>>,
     /// `error_pages`, read from their files.
     pub pages: Option<Arc<super::pages::ErrorPages>>,
+    /// The access log; `None` when it is off.
+    pub access: Option<Arc<super::access_log::AccessLogger>>,
     /// Requests each route took, by its index, since this generation of the service was built.
     pub route_hits: Box<[std::sync::atomic::AtomicU64]>,
 }

@@ -96,6 +96,8 @@ pub struct HttpStats {
     pub route_hits: Vec<u64>,
     /// The histograms' upper bounds, in seconds (the last bucket, +Inf, is `count`).
     pub bounds: &'static [f64],
+    /// Access log lines the syslog receiver did not get (queue full, or refused).
+    pub access_log_dropped: u64,
 }
 
 /// The names of the status classes, in `Classes::read`'s order.
@@ -115,6 +117,7 @@ fn http_stats(service: &crate::live::Service) -> HttpStats {
         total,
         route_hits: service.route_hits.iter().map(|n| n.load(Relaxed)).collect(),
         bounds: &crate::live::http_stats::BOUNDS,
+        access_log_dropped: service.access.as_ref().map_or(0, |a| a.dropped()),
     }
 }
 

@@ -155,6 +155,13 @@ fn http_families(out: &mut String, snap: &Snapshot) {
             let _ = writeln!(out, "fulcrum_route_hits_total{{service=\"{}\",route=\"{k}\"}} {n}", escape(&s.name));
         }
     }
+    let _ = writeln!(
+        out,
+        "# HELP fulcrum_access_log_dropped_total Access log lines the syslog receiver did not get (its queue full, or refused)\n# TYPE fulcrum_access_log_dropped_total counter"
+    );
+    for (s, h) in http() {
+        let _ = writeln!(out, "fulcrum_access_log_dropped_total{{service=\"{}\"}} {}", escape(&s.name), h.access_log_dropped);
+    }
 }
 
 fn tls_families(out: &mut String, snap: &Snapshot) {

@@ -27,7 +27,7 @@ fn raw(addr: SocketAddr, request: &[u8]) -> String {
     String::from_utf8_lossy(&out).to_string()
 }
 
-fn curl_get(url: &str, extra: &[&str]) -> (u16, String) {
+pub(crate) fn curl_get(url: &str, extra: &[&str]) -> (u16, String) {
     let out = Command::new("curl").args(["-sS", "--max-time", "20", "-w", "\n%{http_code}"]).args(extra).arg(url).output().unwrap();
     let text = String::from_utf8_lossy(&out.stdout).to_string();
     let (body, code) = text.rsplit_once('\n').unwrap();

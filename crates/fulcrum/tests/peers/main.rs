@@ -10,6 +10,7 @@
 mod support;
 
 mod accept_proxy;
+mod access_log;
 mod admin_api;
 mod admin_auth;
 mod balancing;

@@ -65,6 +65,12 @@ pub struct Http {
     pub max_request_body: u64,
     #[serde(default = "defaults::access_log")]
     pub access_log: AccessLog,
+    /// The access log line's own shape: text with `{field}`s; in JSON, the fields it names.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub log_format: Option<LogFormat>,
+    /// Access log lines go to a syslog receiver instead of the standard error.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub syslog: Option<Syslog>,
     /// Adds `why` to each access log line: how its server was picked, in the compact form of
     /// `GET /api/explain/recent` (e.g. `source-hash slot=4211`, `cookie affinity`).
     #[serde(default, skip_serializing_if = "is_false")]
@@ -208,6 +214,8 @@ impl Default for Http {
             max_request_body: 0,
             access_log: defaults::access_log(),
             access_log_why: false,
+            log_format: None,
+            syslog: None,
             hash_query: false,
             hash_header: None,
             cookie: defaults::cookie_name(),

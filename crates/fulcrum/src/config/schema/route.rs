@@ -321,11 +321,49 @@ impl Variable {
     ];
 }
 
-/// One piece of a template.
+/// One piece of a template: text, or what is named in braces (a header template's `Variable`,
+/// an access log format's field).
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub enum Piece {
+pub enum Piece<V = Variable> {
     Text(String),
-    Var(Variable),
+    Var(V),
+}
+
+/// Splits `s` into text and the names in braces (`{{` and `}}` for braces), each looked up in
+/// `names`; `what` is what a name is called in the error (`variable`, `field`).
+pub(crate) fn pieces<V: Copy>(s: &str, names: &[(&'static str, V)], what: &str) -> Result<Vec<Piece<V>>, String> {
+    let mut pieces = Vec::new();
+    let mut text = String::new();
+    let mut rest = s;
+    while let Some(i) = rest.find(['{', '}']) {
+        text.push_str(&rest[..i]);
+        let tail = &rest[i..];
+        if tail.starts_with("{{") || tail.starts_with("}}") {
+            text.push_str(&tail[..1]);
+            rest = &tail[2..];
+            continue;
+        }
+        if tail.starts_with('}') {
+            return Err(format!("{s:?}: a lone '}}' (write '}}}}' for a brace)"));
+        }
+        let end = tail.find('}').ok_or_else(|| format!("{s:?}: '{{' without its '}}' (write '{{{{' for a brace)"))?;
+        let name = &tail[1..end];
+        let var = names
+            .iter()
+            .find(|(n, _)| *n == name)
+            .map(|(_, v)| *v)
+            .ok_or_else(|| format!("{s:?}: no {what} {{{name}}}; there are {}", names.iter().map(|(n, _)| format!("{{{n}}}")).collect::<Vec<_>>().join(", ")))?;
+        if !text.is_empty() {
+            pieces.push(Piece::Text(std::mem::take(&mut text)));
+        }
+        pieces.push(Piece::Var(var));
+        rest = &tail[end + 1..];
+    }
+    text.push_str(rest);
+    if !text.is_empty() {
+        pieces.push(Piece::Text(text));
+    }
+    Ok(pieces)
 }
 
 /// A header value with `{variable}`s (`{{` and `}}` for braces), parsed as the config is read.
@@ -364,38 +402,7 @@ impl FromStr for Template {
         if let Some(c) = s.chars().find(|c| c.is_control() && *c != '\t') {
             return Err(format!("{s:?} holds the control character {c:?}, which no header value may"));
         }
-        let mut pieces = Vec::new();
-        let mut text = String::new();
-        let mut rest = s;
-        while let Some(i) = rest.find(['{', '}']) {
-            text.push_str(&rest[..i]);
-            let tail = &rest[i..];
-            if tail.starts_with("{{") || tail.starts_with("}}") {
-                text.push_str(&tail[..1]);
-                rest = &tail[2..];
-                continue;
-            }
-            if tail.starts_with('}') {
-                return Err(format!("{s:?}: a lone '}}' (write '}}}}' for a brace)"));
-            }
-            let end = tail.find('}').ok_or_else(|| format!("{s:?}: '{{' without its '}}' (write '{{{{' for a brace)"))?;
-            let name = &tail[1..end];
-            let var = Variable::ALL
-                .iter()
-                .find(|(n, _)| *n == name)
-                .map(|(_, v)| *v)
-                .ok_or_else(|| format!("{s:?}: no variable {{{name}}}; there are {}", Variable::ALL.map(|(n, _)| format!("{{{n}}}")).join(", ")))?;
-            if !text.is_empty() {
-                pieces.push(Piece::Text(std::mem::take(&mut text)));
-            }
-            pieces.push(Piece::Var(var));
-            rest = &tail[end + 1..];
-        }
-        text.push_str(rest);
-        if !text.is_empty() {
-            pieces.push(Piece::Text(text));
-        }
-        Ok(Template { source: s.to_string(), pieces })
+        Ok(Template { source: s.to_string(), pieces: pieces(s, &Variable::ALL, "variable")? })
     }
 }
 

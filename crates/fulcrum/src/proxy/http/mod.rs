@@ -42,7 +42,7 @@ use hyper::{Method, Request, Response, StatusCode};
 use hyper_util::rt::{TokioIo, TokioTimer};
 use tracing::{debug, warn};
 
-use crate::config::{AccessLog, ServerProtocol};
+use crate::config::{LogField, ServerProtocol};
 use crate::error::{Kind, Side};
 use crate::live::Service;
 use crate::shutdown::Shutdown;
@@ -201,9 +201,18 @@ fn handle(
         let cfg = service.config();
         let target_len = req.uri().path_and_query().map_or(0, |p| p.as_str().len());
         // Without an access log the record stays empty: no strings are built per request.
-        let logging = cfg.http.access_log != AccessLog::Off;
+        let log = service.access.clone();
+        let logging = log.is_some();
+        // Request headers only when the line names them.
+        let wanted = |field| logging && log.as_ref().and_then(|l| l.template.as_ref()).is_some_and(|t| t.names(field));
+        let header_text = |name: header::HeaderName, field| {
+            wanted(field).then(|| req.headers().get(name).map(|v| truncate(&String::from_utf8_lossy(v.as_bytes()), access::MAX_HEADER_FIELD))).flatten()
+        };
+        let user_agent = header_text(header::USER_AGENT, LogField::UserAgent);
+        let referer = header_text(header::REFERER, LogField::Referer);
+        let host = if wanted(LogField::Host) { request_host(&req).map(|h| truncate(h, access::MAX_HEADER_FIELD)) } else { None };
         let mut record = Record {
-            format: cfg.http.access_log,
+            log,
             // Without a log nothing reads the clock for it.
             started: if logging { crate::clock::wall() } else { SystemTime::UNIX_EPOCH },
             client: peer,
@@ -217,6 +226,11 @@ fn handle(
             } else {
                 String::new()
             },
+            version: match req.version() {
+                hyper::Version::HTTP_10 => "HTTP/1.0",
+                hyper::Version::HTTP_2 => "HTTP/2.0",
+                _ => "HTTP/1.1",
+            },
             status: 0,
             bytes_in: Arc::new(AtomicU64::new(0)),
             bytes_out: 0,
@@ -225,6 +239,9 @@ fn handle(
             response: Duration::ZERO,
             why: None,
             request_id: None,
+            host,
+            user_agent,
+            referer,
         };
         if req.method() == Method::CONNECT {
             // The guard reads nothing after the CONNECT head, so no tunnelled byte is taken for HTTP.
@@ -406,7 +423,7 @@ async fn forward(
     began: std::time::Instant,
 ) -> Response<ProxyBody> {
     let cfg = service.config();
-    let logging = cfg.http.access_log != AccessLog::Off;
+    let logging = record.log.is_some();
     let client_version = req.version();
     if let Some((k, route)) = taken {
         if let Some(status) = route.deny {
