@@ -14,6 +14,16 @@ pub const BOUNDS: [f64; 12] = [0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.2
 /// The statuses of Fulcrum's own answers, each counted on its own.
 pub const OWN_CODES: [u16; 19] = [301, 302, 303, 307, 308, 400, 403, 404, 408, 413, 414, 421, 429, 431, 500, 501, 502, 503, 504];
 
+/// One route's figures since its service was last rebuilt (a route is known by its place in the
+/// config, which an edit can change): the requests it took, their answers by status class, and
+/// their whole time.
+#[derive(Debug, Default)]
+pub struct RouteStats {
+    pub hits: AtomicU64,
+    pub classes: Classes,
+    pub total: Histogram,
+}
+
 /// Responses by status class, `1xx` to `5xx`.
 #[derive(Debug, Default)]
 pub struct Classes([AtomicU64; 5]);

@@ -272,8 +272,8 @@ fn build(config: Config, registry: &mut Registry, budget: &Arc<Budget>, previous
                 Some(old) => old,
                 None => Arc::new(build_pool(&own, &found, registry, previous.is_some(), running.map(|r| &*r.pool), refresh)?),
             };
-            let route_hits = sc.routes.iter().map(|_| std::sync::atomic::AtomicU64::new(0)).collect();
-            Ok(Arc::new(Service { config: sc.clone(), listen, pool, pools, tls, pages, access, route_hits }))
+            let routes = sc.routes.iter().map(|_| Arc::default()).collect();
+            Ok(Arc::new(Service { config: sc.clone(), listen, pool, pools, tls, pages, access, routes }))
         })
         .collect::<Result<_, BuildError>>()?;
     Ok(Generation { config, services, budget: budget.clone() })

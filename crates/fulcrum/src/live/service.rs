@@ -23,8 +23,9 @@ pub struct Service {
     pub pages: Option<Arc<super::pages::ErrorPages>>,
     /// The access log; `None` when it is off.
     pub access: Option<Arc<super::access_log::AccessLogger>>,
-    /// Requests each route took, by its index, since this generation of the service was built.
-    pub route_hits: Box<[std::sync::atomic::AtomicU64]>,
+    /// Each route's requests, answers and times, by its index, since this generation of the
+    /// service was built.
+    pub routes: Box<[Arc<super::http_stats::RouteStats>]>,
 }
 
 impl Service {

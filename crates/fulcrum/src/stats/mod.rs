@@ -94,10 +94,27 @@ pub struct HttpStats {
     pub p99_ms: Option<f64>,
     /// Requests each route took, by its place in the config, since the service was last rebuilt.
     pub route_hits: Vec<u64>,
+    /// Each route's answers by status class and whole time, as `route_hits`.
+    pub routes: Vec<RouteStats>,
     /// The histograms' upper bounds, in seconds (the last bucket, +Inf, is `count`).
     pub bounds: &'static [f64],
     /// Access log lines the syslog receiver did not get (queue full, or refused).
     pub access_log_dropped: u64,
+}
+
+/// One route's answers by status class and its requests' whole time (`HttpStats::routes`).
+#[derive(Debug, Serialize)]
+pub struct RouteStats {
+    pub responses: std::collections::BTreeMap<&'static str, u64>,
+    pub total: HistogramSnapshot,
+    pub p50_ms: Option<f64>,
+    pub p95_ms: Option<f64>,
+    pub p99_ms: Option<f64>,
+}
+
+/// A histogram's `q` quantile in milliseconds, to a tenth.
+fn quantile_ms(h: &HistogramSnapshot, q: f64) -> Option<f64> {
+    h.quantile(q).map(|s| (s * 1e4).round() / 10.0)
 }
 
 /// The names of the status classes, in `Classes::read`'s order.
@@ -106,7 +123,7 @@ pub const CLASSES: [&str; 5] = ["1xx", "2xx", "3xx", "4xx", "5xx"];
 fn http_stats(service: &crate::live::Service) -> HttpStats {
     let h = &service.state().http;
     let total = h.total.read();
-    let ms = |q: f64| total.quantile(q).map(|s| (s * 1e4).round() / 10.0);
+    let ms = |q: f64| quantile_ms(&total, q);
     HttpStats {
         responses: CLASSES.iter().copied().zip(h.classes.read()).collect(),
         own: h.own().into_iter().map(|(code, n)| (code.to_string(), n)).collect(),
@@ -115,7 +132,21 @@ fn http_stats(service: &crate::live::Service) -> HttpStats {
         p95_ms: ms(0.95),
         p99_ms: ms(0.99),
         total,
-        route_hits: service.route_hits.iter().map(|n| n.load(Relaxed)).collect(),
+        route_hits: service.routes.iter().map(|r| r.hits.load(Relaxed)).collect(),
+        routes: service
+            .routes
+            .iter()
+            .map(|r| {
+                let total = r.total.read();
+                RouteStats {
+                    responses: CLASSES.iter().copied().zip(r.classes.read()).collect(),
+                    p50_ms: quantile_ms(&total, 0.5),
+                    p95_ms: quantile_ms(&total, 0.95),
+                    p99_ms: quantile_ms(&total, 0.99),
+                    total,
+                }
+            })
+            .collect(),
         bounds: &crate::live::http_stats::BOUNDS,
         access_log_dropped: service.access.as_ref().map_or(0, |a| a.dropped()),
     }

@@ -134,16 +134,7 @@ fn http_families(out: &mut String, snap: &Snapshot) {
     ] {
         let _ = writeln!(out, "# HELP {name} {help}\n# TYPE {name} histogram");
         for (s, h) in http() {
-            let hist = which(h);
-            let service = escape(&s.name);
-            for (bound, n) in crate::live::http_stats::BOUNDS.iter().zip(&hist.cumulative) {
-                let _ = writeln!(out, "{name}_bucket{{service=\"{service}\",le=\"{bound}\"}} {n}");
-            }
-            let _ = writeln!(
-                out,
-                "{name}_bucket{{service=\"{service}\",le=\"+Inf\"}} {}\n{name}_sum{{service=\"{service}\"}} {}\n{name}_count{{service=\"{service}\"}} {}",
-                hist.count, hist.sum_seconds, hist.count
-            );
+            histogram_lines(out, name, &format!("service=\"{}\"", escape(&s.name)), which(h));
         }
     }
     let _ = writeln!(
@@ -157,11 +148,38 @@ fn http_families(out: &mut String, snap: &Snapshot) {
     }
     let _ = writeln!(
         out,
+        "# HELP fulcrum_http_route_responses_total Responses to the requests a route took, by status class (since the service was last rebuilt)\n# TYPE fulcrum_http_route_responses_total counter"
+    );
+    for (s, h) in http() {
+        for (k, r) in h.routes.iter().enumerate() {
+            for (class, n) in &r.responses {
+                let _ = writeln!(out, "fulcrum_http_route_responses_total{{service=\"{}\",route=\"{k}\",class=\"{class}\"}} {n}", escape(&s.name));
+            }
+        }
+    }
+    let name = "fulcrum_http_route_request_duration_seconds";
+    let _ = writeln!(out, "# HELP {name} From the arrival of a request a route took to the end of its response\n# TYPE {name} histogram");
+    for (s, h) in http() {
+        for (k, r) in h.routes.iter().enumerate() {
+            let labels = format!("service=\"{}\",route=\"{k}\"", escape(&s.name));
+            histogram_lines(out, name, &labels, &r.total);
+        }
+    }
+    let _ = writeln!(
+        out,
         "# HELP fulcrum_access_log_dropped_total Access log lines the syslog receiver did not get (its queue full, or refused)\n# TYPE fulcrum_access_log_dropped_total counter"
     );
     for (s, h) in http() {
         let _ = writeln!(out, "fulcrum_access_log_dropped_total{{service=\"{}\"}} {}", escape(&s.name), h.access_log_dropped);
     }
+}
+
+/// A histogram's buckets, sum and count, each with `labels`.
+fn histogram_lines(out: &mut String, name: &str, labels: &str, hist: &HistogramSnapshot) {
+    for (bound, n) in crate::live::http_stats::BOUNDS.iter().zip(&hist.cumulative) {
+        let _ = writeln!(out, "{name}_bucket{{{labels},le=\"{bound}\"}} {n}");
+    }
+    let _ = writeln!(out, "{name}_bucket{{{labels},le=\"+Inf\"}} {}\n{name}_sum{{{labels}}} {}\n{name}_count{{{labels}}} {}", hist.count, hist.sum_seconds, hist.count);
 }
 
 fn tls_families(out: &mut String, snap: &Snapshot) {

@@ -311,11 +311,12 @@ fn b64(s: &str) -> String {
 
 /// HTTP figures in /metrics, as the Prometheus client's parser reads them: responses by status
 /// class (the service's and each server's), Fulcrum's own by status, the two duration histograms
-/// with one observation per response, and each route's hits; /api/stats has p50, p95 and p99.
+/// with one observation per response, and each route's hits, answers by class and duration
+/// histogram; /api/stats has p50, p95 and p99.
 #[test]
 fn http_responses_their_times_and_route_hits_are_metrics() {
     let b1 = Backend::start("b1");
-    let routes = "\n[[service.route]]\npath_prefix = [\"/closed\"]\ndeny = 403\n\n[[service.route]]\npath_prefix = [\"/never\"]\ndeny = 404\n";
+    let routes = "\n[[service.route]]\npath_prefix = [\"/closed\"]\ndeny = 403\n\n[[service.route]]\npath_prefix = [\"/never\"]\ndeny = 404\n\n[[service.route]]\npath_prefix = [\"/name\"]\n";
     let config = service_over("round-robin", "mode = \"http\"", "kind = \"none\"", &[(b1.addr, "")]).replace("\n\n[service.health]", &format!("\n{routes}\n[service.health]"));
     let f = Fulcrum::start(&config);
     for (path, n, want) in [("/name", 10, 200), ("/closed/x", 3, 403), ("/no-such-page", 2, 404)] {
@@ -341,6 +342,9 @@ out = {
     "total_inf": int([s.value for s in samples("fulcrum_http_request_duration_seconds", "_bucket") if s.labels["le"] == "+Inf"][0]),
     "first_byte_count": int(samples("fulcrum_http_first_byte_seconds", "_count")[0].value),
     "hits": {s.labels["route"]: int(s.value) for s in samples("fulcrum_route_hits", "_total")},
+    "route_classes": {s.labels["route"] + " " + s.labels["class"]: int(s.value) for s in samples("fulcrum_http_route_responses", "_total") if s.value},
+    "route_type": families["fulcrum_http_route_request_duration_seconds"].type,
+    "route_counts": {s.labels["route"]: int(s.value) for s in samples("fulcrum_http_route_request_duration_seconds", "_count")},
 }
 print(json.dumps(out))
 "#;
@@ -350,7 +354,9 @@ print(json.dumps(out))
     assert_eq!(m["own"], serde_json::json!({"403": 3}), "the server's 404s are not Fulcrum's: {m}");
     assert_eq!(m["server"], serde_json::json!({"1xx": 0, "2xx": 10, "3xx": 0, "4xx": 2, "5xx": 0}), "{m}");
     assert_eq!((m["total_count"].as_u64(), m["total_inf"].as_u64(), m["first_byte_count"].as_u64()), (Some(15), Some(15), Some(12)), "{m}");
-    assert_eq!(m["hits"], serde_json::json!({"0": 3, "1": 0}), "{m}");
+    assert_eq!(m["hits"], serde_json::json!({"0": 3, "1": 0, "2": 10}), "{m}");
+    assert_eq!(m["route_classes"], serde_json::json!({"0 4xx": 3, "2 2xx": 10}), "{m}");
+    assert_eq!((m["route_type"].as_str(), &m["route_counts"]), (Some("histogram"), &serde_json::json!({"0": 3, "1": 0, "2": 10})), "{m}");
     let http = &f.stats()["services"][0]["http"];
     let (p50, p99) = (http["p50_ms"].as_f64().unwrap(), http["p99_ms"].as_f64().unwrap());
     assert!(p50 > 0.0 && p50 <= p99 && p99 <= 10_000.0, "{http}");

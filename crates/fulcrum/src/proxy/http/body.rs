@@ -70,16 +70,21 @@ pub enum ProxyBody {
     Compressed(Box<super::compress::Compressing>),
 }
 
-/// A request's start and its service's counters: dropped with the response body (when it has
-/// gone out, or the client left), it observes the request's total time.
+/// A request's start and its service's (and route's) counters: dropped with the response body
+/// (when it has gone out, or the client left), it observes the request's total time.
 pub struct Timing {
     pub began: std::time::Instant,
     pub state: Arc<crate::live::ServiceState>,
+    pub route: Option<Arc<crate::live::http_stats::RouteStats>>,
 }
 
 impl Drop for Timing {
     fn drop(&mut self) {
-        self.state.http.total.observe(crate::clock::since(self.began));
+        let took = crate::clock::since(self.began);
+        self.state.http.total.observe(took);
+        if let Some(route) = &self.route {
+            route.total.observe(took);
+        }
     }
 }
 

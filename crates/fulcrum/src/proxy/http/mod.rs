@@ -298,8 +298,8 @@ fn handle(
             };
             route::first(&cfg.routes, &seen)
         };
-        if let Some(hits) = taken.and_then(|(k, _)| service.route_hits.get(k)) {
-            hits.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+        if let Some(route) = taken.and_then(|(k, _)| service.routes.get(k)) {
+            route.hits.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
         }
         // The request's id: the client's own when it sent a usable one, else a new one.
         let request_id = cfg.http.request_id.as_ref().and_then(|name| {
@@ -362,9 +362,18 @@ fn finish(service: &Service, response: &mut Response<ProxyBody>, began: std::tim
         compress::respond(compress::settings(service.config().http.compression.as_ref()), negotiated, response);
     }
     let counters = &service.state().http;
-    counters.response(response.status().as_u16(), own);
+    let status = response.status().as_u16();
+    counters.response(status, own);
+    let route = response.extensions().get::<Taken>().and_then(|t| service.routes.get(t.0));
+    if let Some(route) = route {
+        route.classes.add(status);
+    }
     if own {
-        counters.total.observe(crate::clock::since(began));
+        let took = crate::clock::since(began);
+        counters.total.observe(took);
+        if let Some(route) = route {
+            route.total.observe(took);
+        }
     }
 }
 
@@ -553,7 +562,8 @@ async fn forward(
             entry.state.counters.responses.add(record.status);
             let state = service.state();
             state.http.first_byte.observe(crate::clock::since(began));
-            let timing = body::Timing { began, state: state.clone() };
+            let route = taken.and_then(|(k, _)| service.routes.get(k)).cloned();
+            let timing = body::Timing { began, state: state.clone(), route };
             let body = ProxyBody::Response { body: rbody, lent: a.lent, record: logging.then(|| Box::new(record)), place: Some(a.place), fault, _timing: timing };
             Response::from_parts(rparts, body)
         }
