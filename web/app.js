@@ -144,8 +144,41 @@ async function poll() {
   renderAlgorithm();
   renderStats();
   renderFleet();
+  renderRules();
   if (ui.tab === "graphs" && Date.now() - ui.graphsAt > 10000) loadGraphs();
   if (ui.tab === "why") loadRecent();
+}
+
+// ---- Rules --------------------------------------------------------------------------------------
+
+// Routes belong to the service: a pool shown as `service/pool` shows its parent's.
+const parentName = () => (ui.service ?? "").split("/")[0];
+const ACTIONS = ["deny", "allow", "redirect", "request_headers", "strip_prefix", "replace_prefix", "rewrite_path", "set_query", "pool", "max_request_body", "error_pages", "response_headers", "compress"];
+const shown = (k, v) => `${k} ${typeof v === "string" ? v : JSON.stringify(v)}`;
+
+function renderRules() {
+  const s = ui.config?.service?.find((x) => x.name === parentName());
+  const routes = s?.route ?? [];
+  const stats = ui.stats?.services.find((x) => x.name === parentName())?.http?.routes ?? [];
+  $("#rules-table tbody").replaceChildren(...routes.map((r, i) => {
+    const when = Object.entries(r).filter(([k]) => !ACTIONS.includes(k)).map(([k, v]) => shown(k, v));
+    const then = Object.entries(r).filter(([k]) => ACTIONS.includes(k)).map(([k, v]) => shown(k, v));
+    const st = stats[i];
+    const hits = ui.stats?.services.find((x) => x.name === parentName())?.http?.route_hits?.[i] ?? 0;
+    const cls = (c) => el("td", { class: "num" }, String(st?.responses?.[c] ?? 0));
+    return el("tr", {},
+      el("td", {}, String(i)),
+      el("td", { class: "rule" }, when.join("; ") || "every request"),
+      el("td", { class: "rule" }, then.join("; ") || "the default pool"),
+      el("td", { class: "num" }, String(hits)), cls("2xx"), cls("3xx"), cls("4xx"), cls("5xx"),
+      el("td", { class: "num" }, st?.p95_ms == null ? "-" : `${st.p95_ms} ms`));
+  }));
+  // The editor follows the running rules until someone edits it (or the service changes).
+  const fresh = JSON.stringify(routes, null, 2);
+  const box = $("#rules-text");
+  if (ui.rulesFor !== parentName() || box.value === ui.rulesShown) box.value = fresh;
+  ui.rulesShown = fresh;
+  ui.rulesFor = parentName();
 }
 
 function serviceStats() {
@@ -528,6 +561,18 @@ function wire() {
   $("#start").addEventListener("click", () => change("POST", svc("/start")));
   $("#stop").addEventListener("click", () => change("POST", svc("/stop")));
   $("#save").addEventListener("click", () => change("POST", "/api/save"));
+  $("#rules-apply").addEventListener("click", () => {
+    let routes;
+    try {
+      routes = JSON.parse($("#rules-text").value);
+    } catch (e) {
+      say(`the rules are not JSON: ${e.message}`, false);
+      return;
+    }
+    const applied = change("POST", `/api/services/${encodeURIComponent(parentName())}/routes`, routes);
+    // Once applied, the editor shows the rules as they now run.
+    applied.then((ok) => { if (ok) { ui.rulesFor = null; renderRules(); } });
+  });
   $("#lb-form").addEventListener("submit", (e) => {
     e.preventDefault();
     change("POST", svc("/settings"), {

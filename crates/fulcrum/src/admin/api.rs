@@ -38,6 +38,7 @@ pub fn routes<C: Control>() -> Router<Arc<C>> {
         .route("/api/services/{service}/algorithm", post(algorithm::<C>))
         .route("/api/services/{service}/health", post(health::<C>))
         .route("/api/services/{service}/settings", post(settings::<C>))
+        .route("/api/services/{service}/routes", post(set_routes::<C>))
         .route("/api/services/{service}/start", post(start::<C>))
         .route("/api/services/{service}/stop", post(stop::<C>))
 }
@@ -284,6 +285,11 @@ async fn health<C: Control>(State(control): State<Arc<C>>, Extension(editor): Ex
 
 async fn settings<C: Control>(State(control): State<Arc<C>>, Extension(editor): Extension<Editor>, Path(service): Path<String>, Body(settings): Body<ServiceSettings>) -> Response {
     answer(control.change(Change::Settings { service, settings }, editor).await)
+}
+
+/// Replaces a service's routes with the list in the body, validated as a config file's are.
+async fn set_routes<C: Control>(State(control): State<Arc<C>>, Extension(editor): Extension<Editor>, Path(service): Path<String>, Body(routes): Body<Vec<config::Route>>) -> Response {
+    answer(control.change(Change::Routes { service, routes }, editor).await)
 }
 
 async fn start<C: Control>(State(control): State<Arc<C>>, Extension(editor): Extension<Editor>, Path(service): Path<String>) -> Response {

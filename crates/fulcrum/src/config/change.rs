@@ -7,7 +7,7 @@ use serde::Deserialize;
 
 use super::Algorithm;
 use super::error::ChangeError;
-use super::schema::{Config, Health, Server, Service};
+use super::schema::{Config, Health, Route, Server, Service};
 
 /// An administrative state of a real server.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize)]
@@ -74,6 +74,11 @@ pub enum Change {
     RemoveService {
         service: String,
     },
+    /// A service's rules, all of them in their order (the dashboard's Rules tab edits them whole).
+    Routes {
+        service: String,
+        routes: Vec<Route>,
+    },
     Replace(Box<Config>),
 }
 
@@ -92,6 +97,10 @@ impl Change {
             Change::Replace(c) => format!("replace the config ({})", super::services(c.services.len())),
             Change::AddService(s) => format!("add service {} on {}", s.name, s.listen),
             Change::RemoveService { service } => format!("remove service {service}"),
+            Change::Routes { service, routes } => format!("set the {} of {service}", match routes.len() {
+                1 => "1 route".to_string(),
+                n => format!("{n} routes"),
+            }),
         }
     }
 
@@ -133,6 +142,7 @@ impl Change {
             Change::Algorithm { service, algorithm } => *target_mut(config, &service)?.algorithm = algorithm,
             Change::Health { service, health } => *target_mut(config, &service)?.health = health,
             Change::ServiceEnabled { service, enabled } => service_mut(config, &service)?.enabled = enabled,
+            Change::Routes { service, routes } => service_mut(config, &service)?.routes = routes,
             Change::Settings { service, settings } => {
                 let s = service_mut(config, &service)?;
                 let ServiceSettings { listen, half_close, terminate_on_disable, connect_timeout, failure_limit, retries, maxconn } = settings;

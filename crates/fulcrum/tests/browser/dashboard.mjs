@@ -142,6 +142,22 @@ try {
   assert.equal(served.pick, process.env.NEW_SERVER);
   await tab("overview");
   await page.waitForSelector('#overview .service-card[data-service="api"] canvas', { timeout: 5000 });
+  // Its rules, edited in the Rules tab: a broken rule is refused with its place, a good one runs
+  // and is listed with what it does.
+  await tab("rules");
+  assert.equal(await page.inputValue("#rules-text"), "[]");
+  await page.fill("#rules-text", JSON.stringify([{ path_prefix: ["/closed"], deny: 700 }]));
+  await page.click("#rules-apply");
+  await page.waitForFunction(() => document.querySelector("#message.error")?.textContent.includes("route[0]"), null, { timeout: 5000 });
+  assert.match(await page.textContent("#message"), /deny/);
+  await page.fill("#rules-text", JSON.stringify([{ path_prefix: ["/closed"], deny: 403 }, { path: ["/old"], redirect: { status: 308, path: "/new" } }]));
+  await page.click("#rules-apply");
+  await page.waitForFunction(() => document.querySelectorAll("#rules-table tbody tr").length === 2, null, { timeout: 10000 });
+  assert.match(await page.textContent("#rules-table tbody tr:first-child"), /path_prefix \["\/closed"\].*deny 403/);
+  const denied = await page.evaluate(async () => (await fetch(`/api/explain?service=api&client=127.0.0.1&path=/closed/x`)).json());
+  assert.ok(denied.routes[0].taken && denied.routes[0].actions.includes("deny 403"), JSON.stringify(denied.routes));
+  await shot("rules");
+  step("rules: a broken one refused at route[0], two applied and listed, explain sees the deny");
   await tab("lb");
   page.once("dialog", (d) => d.accept());
   await page.click("#lb-delete");

@@ -379,3 +379,32 @@ fn parsed(script: &str, text: &str) -> String {
     assert!(out.status.success(), "the parser refused /metrics (pip install prometheus_client; scripts/test does): {err}\n{text}");
     String::from_utf8_lossy(&out.stdout).to_string()
 }
+
+/// A service's rules replaced through the API, as the dashboard's Rules tab sends them: the new
+/// rules take requests at once; a bad one is refused with the check's words and its place, and
+/// the running rules stay.
+#[test]
+fn a_services_rules_are_replaced_whole_through_the_api() {
+    let b1 = Backend::start("b1");
+    let f = Fulcrum::start(&service_over("round-robin", "mode = \"http\"", "kind = \"none\"", &[(b1.addr, "")]));
+    assert_eq!(http_get(f.listen, "/closed/x").0, 404, "no rule yet: the server's own 404");
+    let rules = serde_json::json!([
+        { "path_prefix": ["/closed"], "deny": 403 },
+        { "path": ["/old"], "redirect": { "status": 308, "path": "/new" } },
+    ]);
+    let (status, answer) = f.api("POST", "/api/services/web/routes", Some(rules));
+    assert_eq!(status, 200, "{answer}");
+    assert_eq!(http_get(f.listen, "/closed/x").0, 403);
+    assert_eq!(http_get(f.listen, "/old").0, 308);
+    assert_eq!(f.api("GET", "/api/config", None).1["config"]["service"][0]["route"][1]["redirect"]["path"], "/new");
+    let bad = serde_json::json!([{ "path_prefix": ["/closed"], "deny": 403 }, { "path": ["/x"], "redirect": { "status": 299 } }]);
+    let (status, answer) = f.api("POST", "/api/services/web/routes", Some(bad));
+    assert_eq!(status, 422, "{answer}");
+    let why = answer.to_string();
+    assert!(why.contains("route[1]") && why.contains("299"), "the refusal points at the rule: {why}");
+    let unknown = serde_json::json!([{ "path_prefix": ["/a"], "deny_all": true }]);
+    let (status, answer) = f.api("POST", "/api/services/web/routes", Some(unknown));
+    assert!(status == 400 || status == 422, "{status} {answer}");
+    assert!(answer.to_string().contains("deny_all"), "{answer}");
+    assert_eq!(http_get(f.listen, "/old").0, 308, "the running rules stayed");
+}
