@@ -330,8 +330,8 @@ fn the_configuration_manual_documents_every_key_and_no_other() {
             inside = false;
         } else if inside && text.starts_with("#[serde(") {
             rename = text.split("rename = \"").nth(1).and_then(|r| r.split('"').next()).map(str::to_string);
-            // A flattened field's keys are its struct's, listed there.
-            flattened = text.contains("flatten");
+            // A flattened field's keys are its struct's, listed there; a skipped one is no key.
+            flattened = text.contains("flatten") || text == "#[serde(skip)]";
         } else if inside && line.starts_with("    pub ") {
             let name = text.trim_start_matches("pub ").split(':').next().unwrap().to_string();
             if !std::mem::take(&mut flattened) {

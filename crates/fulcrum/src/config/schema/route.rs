@@ -77,6 +77,17 @@ impl Route {
     pub fn rewrites(&self) -> bool {
         self.request_headers.is_some() || self.strip_prefix.is_some() || self.replace_prefix.is_some() || self.rewrite_path.is_some() || self.set_query.is_some()
     }
+
+    /// Whether one of the route's templates names `var`; a redirect built from the request's
+    /// own URL (no `location`) reads its host, path and query too.
+    pub fn uses(&self, var: Variable) -> bool {
+        let redirect = self.redirect.as_ref();
+        if redirect.is_some_and(|r| r.location.is_none()) && matches!(var, Variable::Host | Variable::Path | Variable::Query) {
+            return true;
+        }
+        let headers = [&self.request_headers, &self.response_headers].into_iter().flatten().flat_map(|a| a.set.values().chain(a.add.values()));
+        redirect.and_then(|r| r.location.as_ref()).into_iter().chain(headers).any(|t| t.pieces.contains(&Piece::Var(var)))
+    }
 }
 
 /// Refuses the keys left once the route's own and its conditions' are taken.
@@ -202,7 +213,7 @@ pub struct Redirect {
 /// `request_headers` and `response_headers`: applied in this order: `delete`, `set` (replaces
 /// every field of the name), `add` (one more field). Values are templates.
 #[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
-#[serde(deny_unknown_fields)]
+#[serde(from = "RawHeaderActions")]
 pub struct HeaderActions {
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub delete: Vec<String>,
@@ -210,6 +221,38 @@ pub struct HeaderActions {
     pub set: BTreeMap<String, Template>,
     #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
     pub add: BTreeMap<String, Template>,
+    /// The same with each name parsed as the config is read, so a request parses none (a name
+    /// that is not one is left out here, and refused by `check`).
+    #[serde(skip)]
+    pub parsed: ParsedActions,
+}
+
+#[derive(Debug, Clone, Default, PartialEq)]
+pub struct ParsedActions {
+    pub delete: Vec<hyper::header::HeaderName>,
+    pub set: Vec<(hyper::header::HeaderName, Template)>,
+    pub add: Vec<(hyper::header::HeaderName, Template)>,
+}
+
+/// `HeaderActions` as written.
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+struct RawHeaderActions {
+    #[serde(default)]
+    delete: Vec<String>,
+    #[serde(default)]
+    set: BTreeMap<String, Template>,
+    #[serde(default)]
+    add: BTreeMap<String, Template>,
+}
+
+impl From<RawHeaderActions> for HeaderActions {
+    fn from(raw: RawHeaderActions) -> HeaderActions {
+        let name = |n: &String| hyper::header::HeaderName::from_bytes(n.as_bytes()).ok();
+        let pairs = |m: &BTreeMap<String, Template>| m.iter().filter_map(|(n, t)| Some((name(n)?, t.clone()))).collect();
+        let parsed = ParsedActions { delete: raw.delete.iter().filter_map(name).collect(), set: pairs(&raw.set), add: pairs(&raw.add) };
+        HeaderActions { delete: raw.delete, set: raw.set, add: raw.add, parsed }
+    }
 }
 
 /// `replace_prefix = { from = "/old", to = "/new" }`.
@@ -373,6 +416,8 @@ pub(crate) fn pieces<V: Copy>(s: &str, names: &[(&'static str, V)], what: &str) 
 pub struct Template {
     source: String,
     pub pieces: Vec<Piece>,
+    /// The header value of a template without variables, made once.
+    literal_value: Option<hyper::header::HeaderValue>,
 }
 
 impl Template {
@@ -381,6 +426,11 @@ impl Template {
 
     pub fn as_str(&self) -> &str {
         &self.source
+    }
+
+    /// The template's header value when it names no variable.
+    pub fn literal_value(&self) -> Option<&hyper::header::HeaderValue> {
+        self.literal_value.as_ref()
     }
 
     /// The template's value when it names no variable.
@@ -402,7 +452,9 @@ impl FromStr for Template {
         if let Some(c) = s.chars().find(|c| c.is_control() && *c != '\t') {
             return Err(format!("{s:?} holds the control character {c:?}, which no header value may"));
         }
-        Ok(Template { source: s.to_string(), pieces: pieces(s, &Variable::ALL, "variable")? })
+        let mut t = Template { source: s.to_string(), pieces: pieces(s, &Variable::ALL, "variable")?, literal_value: None };
+        t.literal_value = t.literal().and_then(|text| hyper::header::HeaderValue::from_str(text).ok());
+        Ok(t)
     }
 }
 

@@ -401,17 +401,19 @@ fn error_page(response: &mut Response<ProxyBody>, pages: &crate::live::pages::Er
 #[derive(Debug, Clone, Copy)]
 struct Served(SocketAddr);
 
-/// What the templates and rewrites of `route` read of the request.
+/// What the templates and redirect of `route` read of the request: only that is copied.
 fn context(req: &Request<Incoming>, peer: SocketAddr, node: &headers::ClientNode, request_id: Option<&HeaderValue>, route: &crate::config::Route) -> rules::Context {
+    use crate::config::Variable;
+    let uses = |var| route.uses(var);
     rules::Context {
         client: peer,
-        request_id: request_id.and_then(|id| id.to_str().ok()).map(String::from),
-        sni: node.sni().map(std::sync::Arc::from),
-        host: request_host(req).map(String::from),
-        authority: named_authority(req).map(String::from),
-        path: req.uri().path().to_string(),
-        query: req.uri().query().map(String::from),
-        matched_prefix: route::matched_prefix(&route.when, req.uri().path()).map(String::from),
+        request_id: request_id.filter(|_| uses(Variable::RequestId)).and_then(|id| id.to_str().ok()).map(String::from),
+        sni: node.sni().filter(|_| uses(Variable::Sni)).map(std::sync::Arc::from),
+        host: request_host(req).filter(|_| uses(Variable::Host)).map(String::from),
+        authority: named_authority(req).filter(|_| route.redirect.is_some()).map(String::from),
+        path: if uses(Variable::Path) { req.uri().path().to_string() } else { String::new() },
+        query: req.uri().query().filter(|_| uses(Variable::Query)).map(String::from),
+        matched_prefix: route::matched_prefix(&route.when, req.uri().path()).filter(|_| uses(Variable::MatchedPrefix)).map(String::from),
         scheme: node.scheme(),
         server: None,
     }

@@ -10,7 +10,7 @@
 use std::net::SocketAddr;
 use std::sync::Arc;
 
-use hyper::header::{HeaderMap, HeaderName, HeaderValue};
+use hyper::header::{HeaderMap, HeaderValue};
 use hyper::http::uri::PathAndQuery;
 use hyper::{StatusCode, Uri};
 
@@ -37,34 +37,46 @@ pub struct Context {
 
 /// A template filled in, as a header value: every variable's control characters are left out.
 pub fn fill(t: &Template, v: &Context) -> HeaderValue {
-    if let Some(text) = t.literal() {
-        // Checked when the config was read: no control character.
-        return HeaderValue::from_str(text).unwrap_or_else(|_| HeaderValue::from_static(""));
+    if let Some(value) = t.literal_value() {
+        // Made when the config was read (no control character).
+        return value.clone();
     }
     let mut out = String::with_capacity(t.as_str().len() + 32);
     for piece in &t.pieces {
         match piece {
             Piece::Text(text) => out.push_str(text),
-            Piece::Var(var) => push_clean(&mut out, &value(*var, v)),
+            Piece::Var(var) => push_value(&mut out, *var, v),
         }
     }
     // Whatever is left is visible ASCII, tabs, spaces and UTF-8, which a header value may carry.
     HeaderValue::from_bytes(out.as_bytes()).unwrap_or_else(|_| HeaderValue::from_static(""))
 }
 
-fn value(var: Variable, v: &Context) -> String {
-    match var {
-        Variable::ClientIp => v.client.ip().to_string(),
-        Variable::ClientPort => v.client.port().to_string(),
-        Variable::RequestId => v.request_id.clone().unwrap_or_default(),
-        Variable::Sni => v.sni.as_deref().unwrap_or_default().to_string(),
-        Variable::Host => v.host.clone().unwrap_or_default(),
-        Variable::Path => v.path.clone(),
-        Variable::Query => v.query.clone().unwrap_or_default(),
-        Variable::MatchedPrefix => v.matched_prefix.clone().unwrap_or_default(),
-        Variable::Scheme => v.scheme.to_string(),
-        Variable::Server => v.server.map(|s| s.to_string()).unwrap_or_default(),
-    }
+/// Writes a variable's value into `out`, without its control characters (the numbers and
+/// addresses have none).
+fn push_value(out: &mut String, var: Variable, v: &Context) {
+    use std::fmt::Write;
+    let _ = match var {
+        Variable::ClientIp => write!(out, "{}", v.client.ip()),
+        Variable::ClientPort => write!(out, "{}", v.client.port()),
+        Variable::Server => v.server.map_or(Ok(()), |s| write!(out, "{s}")),
+        Variable::Scheme => {
+            out.push_str(v.scheme);
+            Ok(())
+        }
+        text => {
+            let value = match text {
+                Variable::RequestId => v.request_id.as_deref(),
+                Variable::Sni => v.sni.as_deref(),
+                Variable::Host => v.host.as_deref(),
+                Variable::Path => Some(v.path.as_str()),
+                Variable::Query => v.query.as_deref(),
+                _ => v.matched_prefix.as_deref(),
+            };
+            push_clean(out, value.unwrap_or_default());
+            Ok(())
+        }
+    };
 }
 
 fn push_clean(out: &mut String, value: &str) {
@@ -73,18 +85,15 @@ fn push_clean(out: &mut String, value: &str) {
 
 /// Applies `actions` to `headers`: delete, then set, then add. Names were checked with the config.
 pub fn apply(actions: &HeaderActions, headers: &mut HeaderMap, v: &Context) {
-    for name in &actions.delete {
-        headers.remove(name.as_str());
+    let parsed = &actions.parsed;
+    for name in &parsed.delete {
+        headers.remove(name);
     }
-    for (name, t) in &actions.set {
-        if let Ok(name) = HeaderName::from_bytes(name.as_bytes()) {
-            headers.insert(name, fill(t, v));
-        }
+    for (name, t) in &parsed.set {
+        headers.insert(name.clone(), fill(t, v));
     }
-    for (name, t) in &actions.add {
-        if let Ok(name) = HeaderName::from_bytes(name.as_bytes()) {
-            headers.append(name, fill(t, v));
-        }
+    for (name, t) in &parsed.add {
+        headers.append(name.clone(), fill(t, v));
     }
 }
 
