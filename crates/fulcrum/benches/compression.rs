@@ -39,7 +39,13 @@ fn corpus(mb: usize) -> Vec<u8> {
         if i.is_multiple_of(2) {
             text.push_str(&format!("<li class=\"item\" data-id=\"{i}\"><a href=\"/p/{i}\">Product {i}</a> <span>{}.{:02} EUR</span></li>\n", price / 100, price % 100));
         } else {
-            text.push_str(&format!("{{\"id\":{i},\"sku\":\"S{:08x}\",\"price\":{price},\"stock\":{},\"tags\":[\"t{}\",\"t{}\"]}},\n", i.wrapping_mul(40503), price % 17, price % 13, i % 7));
+            text.push_str(&format!(
+                "{{\"id\":{i},\"sku\":\"S{:08x}\",\"price\":{price},\"stock\":{},\"tags\":[\"t{}\",\"t{}\"]}},\n",
+                i.wrapping_mul(40503),
+                price % 17,
+                price % 13,
+                i % 7
+            ));
         }
     }
     text.into_bytes()

@@ -288,7 +288,12 @@ async fn settings<C: Control>(State(control): State<Arc<C>>, Extension(editor): 
 }
 
 /// Replaces a service's routes with the list in the body, validated as a config file's are.
-async fn set_routes<C: Control>(State(control): State<Arc<C>>, Extension(editor): Extension<Editor>, Path(service): Path<String>, Body(routes): Body<Vec<config::Route>>) -> Response {
+async fn set_routes<C: Control>(
+    State(control): State<Arc<C>>,
+    Extension(editor): Extension<Editor>,
+    Path(service): Path<String>,
+    Body(routes): Body<Vec<config::Route>>,
+) -> Response {
     answer(control.change(Change::Routes { service, routes }, editor).await)
 }
 

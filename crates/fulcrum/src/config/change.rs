@@ -97,10 +97,13 @@ impl Change {
             Change::Replace(c) => format!("replace the config ({})", super::services(c.services.len())),
             Change::AddService(s) => format!("add service {} on {}", s.name, s.listen),
             Change::RemoveService { service } => format!("remove service {service}"),
-            Change::Routes { service, routes } => format!("set the {} of {service}", match routes.len() {
-                1 => "1 route".to_string(),
-                n => format!("{n} routes"),
-            }),
+            Change::Routes { service, routes } => format!(
+                "set the {} of {service}",
+                match routes.len() {
+                    1 => "1 route".to_string(),
+                    n => format!("{n} routes"),
+                }
+            ),
         }
     }
 

@@ -867,7 +867,11 @@ fn validate_compression(compression: &crate::config::Compression, at: &[Seg<'_>]
     report.range(&key("min_size"), "min_size", compression.min_size, &range::COMPRESS_MIN_SIZE);
     let algorithms = &compression.algorithms;
     if algorithms.is_empty() || (1..algorithms.len()).any(|i| algorithms[..i].contains(&algorithms[i])) {
-        report.error(&key("algorithms"), format!("algorithms {:?} must name each coding once", algorithms.iter().map(|c| c.token()).collect::<Vec<_>>()), "some of [\"zstd\", \"br\", \"gzip\"], best first");
+        report.error(
+            &key("algorithms"),
+            format!("algorithms {:?} must name each coding once", algorithms.iter().map(|c| c.token()).collect::<Vec<_>>()),
+            "some of [\"zstd\", \"br\", \"gzip\"], best first",
+        );
     }
     if compression.types.len() > MAX_TYPES {
         report.error(&key("types"), format!("types has {} entries", compression.types.len()), &format!("at most {MAX_TYPES}"));
@@ -876,7 +880,11 @@ fn validate_compression(compression: &crate::config::Compression, at: &[Seg<'_>]
     for (i, media) in compression.types.iter().enumerate() {
         let ok = media.split_once('/').is_some_and(|(main, sub)| token(main) && (sub == "*" || token(sub)));
         if !ok {
-            report.error(&path(at, &[Seg::Key("types"), Seg::Index(i)]), format!("{media:?} is not a media type"), "type/subtype, or type/* for a whole type, e.g. \"text/*\" or \"application/json\"");
+            report.error(
+                &path(at, &[Seg::Key("types"), Seg::Index(i)]),
+                format!("{media:?} is not a media type"),
+                "type/subtype, or type/* for a whole type, e.g. \"text/*\" or \"application/json\"",
+            );
         }
     }
 }

@@ -92,12 +92,7 @@ impl SyslogSender {
             (None, Some(path)) => Target::Unix(UnixDatagram::unbound()?, path.clone()),
             (None, None) => return Err(std::io::Error::other("syslog needs an address or a socket")),
         };
-        let header = Header {
-            pri: u16::from(cfg.facility.code()) * 8 + 6,
-            host: hostname(),
-            tag: cfg.tag.clone(),
-            pid: std::process::id(),
-        };
+        let header = Header { pri: u16::from(cfg.facility.code()) * 8 + 6, host: hostname(), tag: cfg.tag.clone(), pid: std::process::id() };
         let shared = Arc::new(Shared { service: service.to_string(), dropped: AtomicU64::new(0), warned: AtomicU64::new(0) });
         let (lines, rx) = sync_channel(QUEUE);
         let thread_shared = shared.clone();

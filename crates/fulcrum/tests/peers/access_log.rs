@@ -81,7 +81,10 @@ fn lines_reach_syslog_receivers_over_udp_and_a_unix_socket() {
     udp.set_read_timeout(Some(Duration::from_secs(10))).unwrap();
     let f = Fulcrum::start(&service(
         b.addr,
-        &format!("log_format = \"{{method}} {{path}} {{status}} {{request_id}}\"\n[service.http.syslog]\naddress = \"{}\"\nfacility = \"local3\"\ntag = \"edge\"", udp.local_addr().unwrap()),
+        &format!(
+            "log_format = \"{{method}} {{path}} {{status}} {{request_id}}\"\n[service.http.syslog]\naddress = \"{}\"\nfacility = \"local3\"\ntag = \"edge\"",
+            udp.local_addr().unwrap()
+        ),
     ));
     for h2 in [false, true] {
         curl_with(f.listen, &format!("/name?udp={h2}"), h2, "curl");

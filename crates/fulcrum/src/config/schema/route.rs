@@ -158,9 +158,74 @@ pub struct Conditions {
     /// The client's HTTP version: `"1.0"`, `"1.1"` or `"2"`.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub version: Vec<String>,
+    /// Which conditions are given, worked out on the first request: a request reads one word to
+    /// pass over the conditions a route does not have.
+    #[serde(skip)]
+    pub given: Given,
+}
+
+/// The conditions a `Conditions` has, one bit each (`Conditions::given_bits`), and its header's
+/// name parsed, made once. Never part of a config's equality: it only caches what the config says.
+#[derive(Debug, Clone, Default)]
+pub struct Given(std::sync::OnceLock<(u16, Option<hyper::header::HeaderName>)>);
+
+impl PartialEq for Given {
+    fn eq(&self, _: &Given) -> bool {
+        true
+    }
 }
 
 impl Conditions {
+    pub const METHOD: u16 = 1;
+    pub const VERSION: u16 = 1 << 1;
+    pub const CLIENT: u16 = 1 << 2;
+    pub const CLIENT_FILE: u16 = 1 << 3;
+    pub const SNI: u16 = 1 << 4;
+    pub const HOST: u16 = 1 << 5;
+    pub const PATH: u16 = 1 << 6;
+    pub const PATH_PREFIX: u16 = 1 << 7;
+    pub const PATH_BEG: u16 = 1 << 8;
+    pub const PATH_SUFFIX: u16 = 1 << 9;
+    pub const PATH_REGEX: u16 = 1 << 10;
+    pub const HEADER: u16 = 1 << 11;
+    pub const QUERY: u16 = 1 << 12;
+    pub const COOKIE: u16 = 1 << 13;
+
+    /// The conditions given, as bits.
+    pub fn given_bits(&self) -> u16 {
+        self.given().0
+    }
+
+    /// The `header` condition's name, parsed (`None` without one, or for a name `check` refuses).
+    pub fn header_name(&self) -> Option<&hyper::header::HeaderName> {
+        self.given().1.as_ref()
+    }
+
+    fn given(&self) -> &(u16, Option<hyper::header::HeaderName>) {
+        self.given.0.get_or_init(|| {
+            let bits = [
+                (Self::METHOD, !self.method.is_empty()),
+                (Self::VERSION, !self.version.is_empty()),
+                (Self::CLIENT, !self.client.is_empty()),
+                (Self::CLIENT_FILE, self.client_file.is_some()),
+                (Self::SNI, !self.sni.is_empty()),
+                (Self::HOST, !self.host.is_empty()),
+                (Self::PATH, !self.path.is_empty()),
+                (Self::PATH_PREFIX, !self.path_prefix.is_empty()),
+                (Self::PATH_BEG, !self.path_beg.is_empty()),
+                (Self::PATH_SUFFIX, !self.path_suffix.is_empty()),
+                (Self::PATH_REGEX, !self.path_regex.is_empty()),
+                (Self::HEADER, self.header.is_some()),
+                (Self::QUERY, !self.query.is_empty()),
+                (Self::COOKIE, !self.cookie.is_empty()),
+            ]
+            .iter()
+            .filter(|(_, given)| *given)
+            .fold(0, |bits, (bit, _)| bits | bit);
+            (bits, self.header.as_ref().and_then(|h| hyper::header::HeaderName::from_bytes(h.as_bytes()).ok()))
+        })
+    }
+
     /// Whether any condition reads the HTTP request (every one but `sni` and `client`).
     pub fn reads_request(&self) -> bool {
         !(self.path.is_empty()

@@ -132,8 +132,16 @@ impl Record {
         match format {
             AccessLog::Off | AccessLog::Text => format!(
                 "{time} {} {} {} {server} \"{} {}\" {} {bytes_in} {} queue={:.1}ms connect={:.1}ms response={:.1}ms{}{}",
-                self.client, self.service, self.pool, self.method, self.path, self.status, self.bytes_out,
-                ms(self.queue), ms(self.connect), ms(self.response),
+                self.client,
+                self.service,
+                self.pool,
+                self.method,
+                self.path,
+                self.status,
+                self.bytes_out,
+                ms(self.queue),
+                ms(self.connect),
+                ms(self.response),
                 self.request_id.as_ref().map(|id| format!(" id={id}")).unwrap_or_default(),
                 self.why.as_ref().map(|w| format!(" why=\"{w}\"")).unwrap_or_default(),
             ),
@@ -213,11 +221,10 @@ mod tests {
     #[test]
     fn a_format_fills_its_fields_and_a_client_cannot_break_the_line() {
         let r = record();
-        let f: LogFormat = "{client_ip} {host} [{time}] \"{method} {path} {version}\" {status} {bytes_out} \"{referer}\" \"{user_agent}\" {queue_ms} {server} {{id={request_id}}}".parse().unwrap();
-        assert_eq!(
-            r.text_line(&f),
-            "127.0.0.9 a.test [2026-11-18T11:06:40.123Z] \"GET /a?b HTTP/1.1\" 502 12 \"-\" \"evil\\x22\\x0A\\x5C agent\" 1.5 - {id=r-1}"
-        );
+        let f: LogFormat = "{client_ip} {host} [{time}] \"{method} {path} {version}\" {status} {bytes_out} \"{referer}\" \"{user_agent}\" {queue_ms} {server} {{id={request_id}}}"
+            .parse()
+            .unwrap();
+        assert_eq!(r.text_line(&f), "127.0.0.9 a.test [2026-11-18T11:06:40.123Z] \"GET /a?b HTTP/1.1\" 502 12 \"-\" \"evil\\x22\\x0A\\x5C agent\" 1.5 - {id=r-1}");
         let j: serde_json::Value = serde_json::from_str(&r.json_line(&f)).unwrap();
         assert_eq!(j["status"], 502);
         assert_eq!(j["user_agent"], "evil\"\n\\ agent");

@@ -136,12 +136,8 @@ fn compressible(settings: &Compression, response: &Response<ProxyBody>) -> bool 
     }
     let headers = response.headers();
     let coded = headers.get(header::CONTENT_ENCODING).is_some_and(|c| !c.as_bytes().eq_ignore_ascii_case(b"identity"));
-    let no_transform = headers
-        .get_all(header::CACHE_CONTROL)
-        .iter()
-        .filter_map(|v| v.to_str().ok())
-        .flat_map(|v| v.split(','))
-        .any(|d| d.trim().eq_ignore_ascii_case("no-transform"));
+    let no_transform =
+        headers.get_all(header::CACHE_CONTROL).iter().filter_map(|v| v.to_str().ok()).flat_map(|v| v.split(',')).any(|d| d.trim().eq_ignore_ascii_case("no-transform"));
     if coded || no_transform || headers.contains_key(header::CONTENT_RANGE) {
         return false;
     }

@@ -26,8 +26,8 @@ mod headers;
 mod idle;
 mod park;
 mod replay;
-pub(crate) mod route;
-pub(crate) mod rules;
+pub mod route;
+pub mod rules;
 mod upstream;
 
 use std::net::SocketAddr;

@@ -54,40 +54,41 @@ pub fn matched_prefix<'r>(c: &'r Conditions, path: &str) -> Option<&'r str> {
 /// fixed order, cheapest first. Allocates nothing, and looks at nothing a condition not given
 /// would read: a rule costs a request only the conditions it has.
 fn failing(c: &Conditions, seen: &Seen<'_>, negated: bool) -> Option<&'static str> {
+    let given = c.given_bits();
     let ic = c.ignore_case;
     let path = seen.path;
     // A condition that is not given never fails, negated or not.
     macro_rules! check {
-        ($key:literal, $absent:expr, $holds:expr) => {
-            if !$absent && $holds == negated {
+        ($key:literal, $bit:expr, $holds:expr) => {
+            if given & $bit != 0 && $holds == negated {
                 return Some($key);
             }
         };
     }
-    check!("method", c.method.is_empty(), c.method.iter().any(|m| m.eq_ignore_ascii_case(seen.method.as_str())));
-    check!("version", c.version.is_empty(), c.version.iter().any(|v| version_name(seen.version) == v));
-    check!("client", c.client.is_empty(), c.client.iter().any(|n| n.contains(seen.client)));
-    check!("client_file", c.client_file.is_none(), c.client_file.as_ref().is_some_and(|f| f.set.contains(seen.client)));
-    check!("sni", c.sni.is_empty(), seen.sni.is_some_and(|n| super::super::passthrough::names_match(&c.sni, n)));
-    check!("host", c.host.is_empty(), seen.host.is_some_and(|h| c.host.iter().any(|r| r.eq_ignore_ascii_case(h))));
-    check!("path", c.path.is_empty(), c.path.iter().any(|p| same(path.as_bytes(), p.as_bytes(), ic)));
-    check!("path_prefix", c.path_prefix.is_empty(), c.path_prefix.iter().any(|p| prefix_matches(path, p, ic)));
-    check!("path_beg", c.path_beg.is_empty(), c.path_beg.iter().any(|p| begins(path, p, ic).is_some()));
-    check!("path_suffix", c.path_suffix.is_empty(), c.path_suffix.iter().any(|s| ends(path, s, ic)));
-    check!("path_regex", c.path_regex.is_empty(), c.path_regex.iter().any(|r| r.regex().is_match(path)));
-    check!("header", c.header.is_none(), header_holds(c, seen.headers));
-    check!("query", c.query.is_empty(), c.query.iter().any(|q| pair_in(seen.query.unwrap_or(""), '&', q, ic)));
-    check!(
-        "cookie",
-        c.cookie.is_empty(),
-        c.cookie.iter().any(|q| seen.headers.get_all(header::COOKIE).iter().any(|v| v.to_str().is_ok_and(|v| pair_in(v, ';', q, ic))))
-    );
+    check!("method", Conditions::METHOD, c.method.iter().any(|m| m.eq_ignore_ascii_case(seen.method.as_str())));
+    check!("version", Conditions::VERSION, c.version.iter().any(|v| version_name(seen.version) == v));
+    check!("client", Conditions::CLIENT, c.client.iter().any(|n| n.contains(seen.client)));
+    check!("client_file", Conditions::CLIENT_FILE, c.client_file.as_ref().is_some_and(|f| f.set.contains(seen.client)));
+    check!("sni", Conditions::SNI, seen.sni.is_some_and(|n| super::super::passthrough::names_match(&c.sni, n)));
+    check!("host", Conditions::HOST, seen.host.is_some_and(|h| c.host.iter().any(|r| r.eq_ignore_ascii_case(h))));
+    check!("path", Conditions::PATH, c.path.iter().any(|p| same(path.as_bytes(), p.as_bytes(), ic)));
+    check!("path_prefix", Conditions::PATH_PREFIX, c.path_prefix.iter().any(|p| prefix_matches(path, p, ic)));
+    check!("path_beg", Conditions::PATH_BEG, c.path_beg.iter().any(|p| begins(path, p, ic).is_some()));
+    check!("path_suffix", Conditions::PATH_SUFFIX, c.path_suffix.iter().any(|s| ends(path, s, ic)));
+    check!("path_regex", Conditions::PATH_REGEX, c.path_regex.iter().any(|r| r.regex().is_match(path)));
+    check!("header", Conditions::HEADER, header_holds(c, seen.headers));
+    check!("query", Conditions::QUERY, c.query.iter().any(|q| pair_in(seen.query.unwrap_or(""), '&', q, ic)));
+    check!("cookie", Conditions::COOKIE, c.cookie.iter().any(|q| seen.headers.get_all(header::COOKIE).iter().any(|v| v.to_str().is_ok_and(|v| pair_in(v, ';', q, ic)))));
     None
 }
 
 fn header_holds(c: &Conditions, headers: &HeaderMap) -> bool {
-    let Some(name) = &c.header else { return true };
-    let mut values = headers.get_all(name.as_str()).iter();
+    if c.header.is_none() {
+        return true;
+    }
+    // A name `check` refuses is in no request.
+    let Some(name) = c.header_name() else { return false };
+    let mut values = headers.get_all(name).iter();
     match (&c.header_value, &c.header_regex) {
         (Some(want), _) => values.any(|v| same(v.as_bytes(), want.as_bytes(), c.ignore_case)),
         (None, Some(re)) => values.any(|v| v.to_str().is_ok_and(|v| re.regex().is_match(v))),

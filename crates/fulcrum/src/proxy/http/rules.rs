@@ -48,8 +48,9 @@ pub fn fill(t: &Template, v: &Context) -> HeaderValue {
             Piece::Var(var) => push_value(&mut out, *var, v),
         }
     }
-    // Whatever is left is visible ASCII, tabs, spaces and UTF-8, which a header value may carry.
-    HeaderValue::from_bytes(out.as_bytes()).unwrap_or_else(|_| HeaderValue::from_static(""))
+    // Whatever is left is visible ASCII, tabs, spaces and UTF-8, which a header value may carry;
+    // the text becomes the value without a copy.
+    HeaderValue::from_maybe_shared(bytes::Bytes::from(out)).unwrap_or_else(|_| HeaderValue::from_static(""))
 }
 
 /// Writes a variable's value into `out`, without its control characters (the numbers and
