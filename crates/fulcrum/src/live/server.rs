@@ -107,6 +107,9 @@ pub struct Counters {
     pub lb_total: AtomicU64,
     /// HTTP mode: the server's responses by status class.
     pub responses: super::http_stats::Classes,
+    /// HTTP mode: from a request's arrival to this server's response head, and to its end.
+    pub first_byte: super::http_stats::Histogram,
+    pub duration: super::http_stats::Histogram,
     /// Connects to this server that failed and were sent to another server instead.
     pub redispatches: AtomicU64,
     /// Connections that ended on an error (reset, idle timeout) rather than a close.

@@ -239,6 +239,12 @@ pub struct ServerStats {
     /// HTTP mode: the server's responses by status class (`1xx` to `5xx`).
     #[serde(skip_serializing_if = "Option::is_none")]
     pub responses: Option<[u64; 5]>,
+    /// HTTP mode: the times to this server's response head and to its end, for `/metrics` only
+    /// (the dashboard's once-a-second read of `/api/stats` would carry them for every server).
+    #[serde(skip)]
+    pub first_byte: Option<HistogramSnapshot>,
+    #[serde(skip)]
+    pub duration: Option<HistogramSnapshot>,
 }
 
 fn tls_stats(t: &crate::tls::Terminator, counters: &crate::tls::Counters) -> TlsStats {
@@ -354,6 +360,8 @@ fn server(e: &ServerEntry, backup: bool, now: u64, algorithm: Option<AlgorithmMe
         ewma_connect_ms: m.ewma_us / 1000.0,
         algorithm,
         responses: (mode == crate::mode::Mode::Http).then(|| c.responses.read()),
+        first_byte: (mode == crate::mode::Mode::Http).then(|| c.first_byte.read()),
+        duration: (mode == crate::mode::Mode::Http).then(|| c.duration.read()),
     }
 }
 

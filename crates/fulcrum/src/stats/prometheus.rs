@@ -146,6 +146,23 @@ fn http_families(out: &mut String, snap: &Snapshot) {
             let _ = writeln!(out, "fulcrum_route_hits_total{{service=\"{}\",route=\"{k}\"}} {n}", escape(&s.name));
         }
     }
+    for (name, help, which) in [
+        (
+            "fulcrum_http_server_first_byte_seconds",
+            "From a request's arrival to this server's response head",
+            (|v| v.first_byte.as_ref()) as fn(&super::ServerStats) -> Option<&HistogramSnapshot>,
+        ),
+        ("fulcrum_http_server_request_duration_seconds", "From a request's arrival to the end of this server's response", |v| v.duration.as_ref()),
+    ] {
+        let _ = writeln!(out, "# HELP {name} {help}\n# TYPE {name} histogram");
+        for s in &snap.services {
+            for v in &s.servers {
+                if let Some(h) = which(v) {
+                    histogram_lines(out, name, &format!("service=\"{}\",server=\"{}\"", escape(&s.name), escape(&v.address)), h);
+                }
+            }
+        }
+    }
     let _ = writeln!(
         out,
         "# HELP fulcrum_http_route_responses_total Responses to the requests a route took, by status class (since the service was last rebuilt)\n# TYPE fulcrum_http_route_responses_total counter"

@@ -345,6 +345,8 @@ out = {
     "route_classes": {s.labels["route"] + " " + s.labels["class"]: int(s.value) for s in samples("fulcrum_http_route_responses", "_total") if s.value},
     "route_type": families["fulcrum_http_route_request_duration_seconds"].type,
     "route_counts": {s.labels["route"]: int(s.value) for s in samples("fulcrum_http_route_request_duration_seconds", "_count")},
+    "server_counts": [int(sum(s.value for s in samples(f"fulcrum_http_server_{n}_seconds", "_count"))) for n in ["first_byte", "request_duration"]],
+    "server_type": families["fulcrum_http_server_request_duration_seconds"].type,
 }
 print(json.dumps(out))
 "#;
@@ -357,6 +359,7 @@ print(json.dumps(out))
     assert_eq!(m["hits"], serde_json::json!({"0": 3, "1": 0, "2": 10}), "{m}");
     assert_eq!(m["route_classes"], serde_json::json!({"0 4xx": 3, "2 2xx": 10}), "{m}");
     assert_eq!((m["route_type"].as_str(), &m["route_counts"]), (Some("histogram"), &serde_json::json!({"0": 3, "1": 0, "2": 10})), "{m}");
+    assert_eq!((m["server_type"].as_str(), &m["server_counts"]), (Some("histogram"), &serde_json::json!([12, 12])), "the server's 12 answers: {m}");
     let http = &f.stats()["services"][0]["http"];
     let (p50, p99) = (http["p50_ms"].as_f64().unwrap(), http["p99_ms"].as_f64().unwrap());
     assert!(p50 > 0.0 && p50 <= p99 && p99 <= 10_000.0, "{http}");

@@ -76,6 +76,8 @@ pub struct Timing {
     pub began: std::time::Instant,
     pub state: Arc<crate::live::ServiceState>,
     pub route: Option<Arc<crate::live::http_stats::RouteStats>>,
+    /// The server that answered.
+    pub server: Option<Arc<crate::live::ServerState>>,
 }
 
 impl Drop for Timing {
@@ -84,6 +86,9 @@ impl Drop for Timing {
         self.state.http.total.observe(took);
         if let Some(route) = &self.route {
             route.total.observe(took);
+        }
+        if let Some(server) = &self.server {
+            server.counters.duration.observe(took);
         }
     }
 }

@@ -563,9 +563,11 @@ async fn forward(
             rparts.extensions.insert(Served(entry.addr));
             entry.state.counters.responses.add(record.status);
             let state = service.state();
-            state.http.first_byte.observe(crate::clock::since(began));
+            let first_byte = crate::clock::since(began);
+            state.http.first_byte.observe(first_byte);
+            entry.state.counters.first_byte.observe(first_byte);
             let route = taken.and_then(|(k, _)| service.routes.get(k)).cloned();
-            let timing = body::Timing { began, state: state.clone(), route };
+            let timing = body::Timing { began, state: state.clone(), route, server: Some(entry.state.clone()) };
             let body = ProxyBody::Response { body: rbody, lent: a.lent, record: logging.then(|| Box::new(record)), place: Some(a.place), fault, _timing: timing };
             Response::from_parts(rparts, body)
         }
