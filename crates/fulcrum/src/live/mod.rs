@@ -14,6 +14,7 @@
 pub mod access_log;
 pub mod budget;
 pub mod http_stats;
+pub mod limit;
 pub mod pages;
 mod pool;
 mod rate;
