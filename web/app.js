@@ -159,12 +159,12 @@ const shown = (k, v) => `${k} ${typeof v === "string" ? v : JSON.stringify(v)}`;
 function renderRules() {
   const s = ui.config?.service?.find((x) => x.name === parentName());
   const routes = s?.route ?? [];
-  const stats = ui.stats?.services.find((x) => x.name === parentName())?.http?.routes ?? [];
+  const http = ui.stats?.services.find((x) => x.name === parentName())?.http;
   $("#rules-table tbody").replaceChildren(...routes.map((r, i) => {
     const when = Object.entries(r).filter(([k]) => !ACTIONS.includes(k)).map(([k, v]) => shown(k, v));
     const then = Object.entries(r).filter(([k]) => ACTIONS.includes(k)).map(([k, v]) => shown(k, v));
-    const st = stats[i];
-    const hits = ui.stats?.services.find((x) => x.name === parentName())?.http?.route_hits?.[i] ?? 0;
+    const st = http?.routes?.[i];
+    const hits = http?.route_hits?.[i] ?? 0;
     const cls = (c) => el("td", { class: "num" }, String(st?.responses?.[c] ?? 0));
     return el("tr", {},
       el("td", {}, String(i)),

@@ -83,6 +83,8 @@ impl LogField {
 pub struct LogFormat {
     source: String,
     pub pieces: Vec<Piece<LogField>>,
+    /// The fields it names, in order, each once: made with the format, read on every line.
+    fields: Vec<LogField>,
 }
 
 impl LogFormat {
@@ -90,20 +92,12 @@ impl LogFormat {
     pub const MAX_LEN: usize = 4096;
 
     /// The fields it names, in order, each once.
-    pub fn fields(&self) -> Vec<LogField> {
-        let mut fields = Vec::new();
-        for p in &self.pieces {
-            if let Piece::Var(f) = p
-                && !fields.contains(f)
-            {
-                fields.push(*f);
-            }
-        }
-        fields
+    pub fn fields(&self) -> &[LogField] {
+        &self.fields
     }
 
     pub fn names(&self, field: LogField) -> bool {
-        self.pieces.contains(&Piece::Var(field))
+        self.fields.contains(&field)
     }
 }
 
@@ -116,7 +110,16 @@ impl FromStr for LogFormat {
         if let Some(c) = s.chars().find(|c| c.is_control() && *c != '\t') {
             return Err(format!("{s:?} holds the control character {c:?}: a log line is one line"));
         }
-        Ok(LogFormat { source: s.to_string(), pieces: pieces(s, &LogField::ALL, "field")? })
+        let pieces = pieces(s, &LogField::ALL, "field")?;
+        let mut fields = Vec::new();
+        for p in &pieces {
+            if let Piece::Var(f) = p
+                && !fields.contains(f)
+            {
+                fields.push(*f);
+            }
+        }
+        Ok(LogFormat { source: s.to_string(), pieces, fields })
     }
 }
 

@@ -228,22 +228,12 @@ impl Conditions {
 
     /// Whether any condition reads the HTTP request (every one but `sni` and `client`).
     pub fn reads_request(&self) -> bool {
-        !(self.path.is_empty()
-            && self.path_prefix.is_empty()
-            && self.path_beg.is_empty()
-            && self.path_suffix.is_empty()
-            && self.path_regex.is_empty()
-            && self.host.is_empty()
-            && self.method.is_empty()
-            && self.header.is_none()
-            && self.query.is_empty()
-            && self.cookie.is_empty()
-            && self.version.is_empty())
+        self.given_bits() & !(Self::CLIENT | Self::CLIENT_FILE | Self::SNI) != 0
     }
 
     /// Whether no condition is given.
     pub fn is_empty(&self) -> bool {
-        !self.reads_request() && self.client.is_empty() && self.client_file.is_none() && self.sni.is_empty()
+        self.given_bits() == 0
     }
 }
 

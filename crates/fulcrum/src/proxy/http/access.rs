@@ -107,7 +107,7 @@ impl Record {
     /// The JSON object of the fields `format` names, in its order.
     fn json_line(&self, format: &LogFormat) -> String {
         let mut line = String::from("{");
-        for (i, f) in format.fields().into_iter().enumerate() {
+        for (i, &f) in format.fields().iter().enumerate() {
             let v = match self.value(f) {
                 Value::Text(t) => serde_json::Value::from(t.into_owned()),
                 Value::Count(n) => n.into(),

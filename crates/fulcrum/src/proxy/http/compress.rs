@@ -262,10 +262,6 @@ impl Encoder {
     }
 }
 
-fn failed(e: std::io::Error) -> BodyError {
-    BodyError::Encoding(e)
-}
-
 impl Body for Compressing {
     type Data = Bytes;
     type Error = BodyError;
@@ -278,7 +274,7 @@ impl Body for Compressing {
                     Poll::Ready(Some(Ok(frame))) => match frame.into_data() {
                         Ok(data) => {
                             this.unflushed = true;
-                            let out = this.encoder.encode(&data).map_err(failed)?;
+                            let out = this.encoder.encode(&data).map_err(BodyError::Encoding)?;
                             if !out.is_empty() {
                                 return Poll::Ready(Some(Ok(Frame::data(out))));
                             }
@@ -290,7 +286,7 @@ impl Body for Compressing {
                     Poll::Pending => {
                         // The server paused: what the encoder holds goes out now.
                         if std::mem::take(&mut this.unflushed) {
-                            let out = this.encoder.flush().map_err(failed)?;
+                            let out = this.encoder.flush().map_err(BodyError::Encoding)?;
                             if !out.is_empty() {
                                 return Poll::Ready(Some(Ok(Frame::data(out))));
                             }
@@ -301,7 +297,7 @@ impl Body for Compressing {
                 State::Finishing(trailers) => {
                     let trailers = trailers.take();
                     this.state = State::Trailers(trailers);
-                    let out = this.encoder.finish().map_err(failed)?;
+                    let out = this.encoder.finish().map_err(BodyError::Encoding)?;
                     if !out.is_empty() {
                         return Poll::Ready(Some(Ok(Frame::data(out))));
                     }
