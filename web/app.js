@@ -89,6 +89,9 @@ async function loadConfig() {
 function fillForms() {
   const s = serviceConfig();
   if (!s) return;
+  // At once, not at the next poll: the rules editor must hold this service's rules before anyone
+  // types into it, or the poll would take the text for another service's and replace it.
+  renderRules();
   $("#lb-name").value = s.name;
   $("#lb-mode").value = s.mode + (s.data_ports ? ` (data ports ${s.data_ports})` : "");
   $("#lb-listen").value = s.listen;
