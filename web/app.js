@@ -146,6 +146,7 @@ async function poll() {
   renderServers();
   renderAlgorithm();
   renderStats();
+  if (ui.tab === "stats") loadLimits();
   renderFleet();
   renderRules();
   if (ui.tab === "graphs" && Date.now() - ui.graphsAt > 10000) loadGraphs();
@@ -305,7 +306,7 @@ function renderStats() {
     rows.push(el("tr", { class: "total-row" },
       el("td", {}, "Total"),
       el("td", { class: "num" }, s.queue), el("td", { class: "num" }, s.queue_max), el("td", { class: "num" }, s.queue_limit),
-      el("td", { class: "num" }, s.rate), el("td", { class: "num" }, s.rate_max), el("td", { class: "num" }, ""),
+      el("td", { class: "num" }, s.rate), el("td", { class: "num" }, s.rate_max), el("td", { class: "num session-limit" }, s.rate_limit || ""),
       el("td", { class: "num" }, s.current), el("td", { class: "num" }, s.max), el("td", { class: "num" }, s.maxconn || ""),
       el("td", { class: "num" }, s.total), el("td", { class: "num" }, ""), el("td", {}, ""),
       el("td", { class: "num" }, bytes(bin)), el("td", { class: "num" }, bytes(bout)),
@@ -313,6 +314,32 @@ function renderStats() {
       el("td", {}, s.enabled ? "OPEN" : "STOPPED"), el("td", { class: "muted" }, `${s.refused} refused`), el("td", {}, ""), el("td", {}, ""), el("td", {}, "")));
   }
   body.replaceChildren(...rows);
+}
+
+// Each limit's table with the keys closest to their limit, and a button that clears a key.
+async function loadLimits() {
+  const any = (ui.stats.limits ?? []).length > 0;
+  $("#limits-none").hidden = any;
+  $("#limits-table").hidden = !any;
+  if (!any) return;
+  let r;
+  try {
+    r = await api("GET", "/api/limits?top=5");
+  } catch (e) {
+    say(`cannot read limits: ${e.message}`, false);
+    return;
+  }
+  const per = (l) => (l.count === "connections" ? "at once" : `per ${l.period_ms % 1000 ? `${l.period_ms} ms` : `${l.period_ms / 1000} s`}`);
+  const rows = r.limits.map((l) => el("tr", { "data-table": l.name },
+    el("td", {}, l.name), el("td", {}, l.route === undefined ? l.service : `${l.service} route ${l.route + 1}`),
+    el("td", {}, `${l.count} by ${l.key}`), el("td", { class: "num" }, `${l.limit} ${per(l)}`),
+    el("td", {}, l.store === "redis" ? `${l.action}, shared${l.sync && !l.sync.connected ? " (Redis unreachable)" : ""}` : l.action),
+    el("td", { class: "num" }, `${l.keys}/${l.max_keys}`), el("td", { class: "num" }, l.passed), el("td", { class: "num" }, l.limited),
+    el("td", { class: "num" }, l.delayed), el("td", { class: "num" }, l.logged),
+    el("td", {}, ...(l.top ?? []).map((k) => el("span", { class: "limit-key", "data-key": k.key, title: k.retry_after_ms ? `over: back in ${k.retry_after_ms} ms` : "" },
+      `${k.key} ${Math.round(k.used * 100)}% `,
+      l.count === "connections" ? "" : el("button", { class: "small clear-key", onclick: () => change("DELETE", `/api/limits/${encodeURIComponent(l.name)}/${encodeURIComponent(k.key)}`) }, "clear"))))));
+  $("#limits-table tbody").replaceChildren(...rows);
 }
 
 // ---- Graphs (MRTG style: inbound as a filled area, outbound as a line) ---------------------------

@@ -9,7 +9,7 @@ use std::hint::black_box;
 use std::net::{IpAddr, Ipv4Addr};
 use std::time::{Duration, Instant};
 
-use fulcrum::live::limit::{Key, Rate, Table};
+use fulcrum::live::limit::{Counter, Key, Keyed, Rate, Table};
 
 const CHECKS: u64 = 10_000_000;
 
@@ -27,7 +27,7 @@ fn main() {
             state ^= state >> 7;
             state ^= state << 17;
             now += 100;
-            black_box(table.check(keys[(state % n) as usize], now));
+            black_box(table.check(Keyed { key: keys[(state % n) as usize], text: None }, now, 1));
         }
         best = best.min(began.elapsed().as_nanos() as f64 / CHECKS as f64);
     }

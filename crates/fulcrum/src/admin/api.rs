@@ -25,6 +25,9 @@ pub fn routes<C: Control>() -> Router<Arc<C>> {
         .route("/api/history", get(history::<C>))
         .route("/api/explain", get(explain::<C>))
         .route("/api/explain/recent", get(explain_recent::<C>))
+        .route("/api/limits", get(limits::<C>))
+        .route("/api/limits/{table}", get(limit::<C>))
+        .route("/api/limits/{table}/{key}", axum::routing::delete(clear_limit_key::<C>))
         .route("/api/config", get(get_config::<C>).post(put_config::<C>))
         .route("/api/config/validate", post(validate_config))
         .route("/api/save", post(save::<C>))
@@ -166,6 +169,71 @@ async fn explain_recent<C: Control>(State(control): State<Arc<C>>, Query(q): Que
         return refuse(StatusCode::BAD_REQUEST, format!("limit {limit}: from 1 to {most} (the last {} picks of each of its pools are kept)", crate::live::why::RECENT));
     }
     Json(serde_json::json!({ "service": q.service, "picks": crate::proxy::explain::recent(service, limit) })).into_response()
+}
+
+#[derive(Deserialize)]
+struct TopQuery {
+    top: Option<usize>,
+}
+
+/// The most keys `top` may ask for: each is found by a walk of the whole table.
+const MOST_TOP: usize = 1000;
+
+fn top_of(q: &TopQuery, default: usize) -> Result<usize, Box<Response>> {
+    let n = q.top.unwrap_or(default);
+    if !(1..=MOST_TOP).contains(&n) {
+        return Err(Box::new(refuse(StatusCode::BAD_REQUEST, format!("top {n}: from 1 to {MOST_TOP}"))));
+    }
+    Ok(n)
+}
+
+/// Every per-client limit with its `top` (10) keys closest to their limit.
+async fn limits<C: Control>(State(control): State<Arc<C>>, Query(q): Query<TopQuery>) -> Response {
+    let top = match top_of(&q, 10) {
+        Ok(n) => n,
+        Err(refused) => return *refused,
+    };
+    let generation = control.current();
+    // Each table is walked whole: off the runtime's threads.
+    let found = tokio::task::spawn_blocking(move || generation.limits().map(|l| stats::limits::limit_stats(l, Some(top))).collect::<Vec<_>>()).await;
+    match found {
+        Ok(limits) => Json(json!({ "limits": limits })).into_response(),
+        Err(e) => refuse(StatusCode::INTERNAL_SERVER_ERROR, format!("reading the tables failed: {e}")),
+    }
+}
+
+/// One per-client limit with its `top` (100) keys closest to their limit.
+async fn limit<C: Control>(State(control): State<Arc<C>>, Path(table): Path<String>, Query(q): Query<TopQuery>) -> Response {
+    let top = match top_of(&q, 100) {
+        Ok(n) => n,
+        Err(refused) => return *refused,
+    };
+    let generation = control.current();
+    let Some(limiter) = generation.limit(&table).cloned() else {
+        return refuse(StatusCode::NOT_FOUND, format!("no limit named {table:?}"));
+    };
+    match tokio::task::spawn_blocking(move || stats::limits::limit_stats(&limiter, Some(top))).await {
+        Ok(found) => Json(found).into_response(),
+        Err(e) => refuse(StatusCode::INTERNAL_SERVER_ERROR, format!("reading the table failed: {e}")),
+    }
+}
+
+/// Forgets one key of a table (an address, a network as the table shows it, or a header's,
+/// cookie's or server name's text): the client starts afresh.
+async fn clear_limit_key<C: Control>(State(control): State<Arc<C>>, Path((table, key)): Path<(String, String)>) -> Response {
+    let generation = control.current();
+    let Some(limiter) = generation.limit(&table) else {
+        return refuse(StatusCode::NOT_FOUND, format!("no limit named {table:?}"));
+    };
+    if limiter.open.is_some() {
+        return refuse(StatusCode::CONFLICT, format!("{table} counts open connections: a key leaves it when its connections close"));
+    }
+    if limiter.clear(limiter.parse_key(&key)) {
+        tracing::info!(table = %table, key = %key, "limit key cleared");
+        Json(json!({ "table": table, "key": key, "cleared": true, "message": format!("{key} cleared from {table}") })).into_response()
+    } else {
+        refuse(StatusCode::NOT_FOUND, format!("{table} holds no key {key:?}"))
+    }
 }
 
 #[derive(Deserialize)]

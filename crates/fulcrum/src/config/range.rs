@@ -51,7 +51,7 @@ macro_rules! shown_as_display {
         }
     )*};
 }
-shown_as_display!(u16, u32, u64, usize, f64);
+shown_as_display!(u8, u16, u32, u64, usize, f64);
 
 impl Shown for Duration {
     fn shown(&self) -> String {
@@ -127,6 +127,18 @@ pub const MAX_STREAMS: Range<u32> =
     Range::new(1, 1000, "each open stream may hold a request's read-ahead and a server connection; 100 is the default (RFC 9113 asks for at least 100)");
 /// Below it a response is sent as it is; a response of unknown length is always compressed.
 pub const COMPRESS_MIN_SIZE: Range<u64> = Range::new(0, 1 << 30, "1024 is the default; NGINX's gzip_min_length defaults to 20");
+
+// `[[service.limit]]`.
+pub const IPV4_PREFIX: Range<u8> = Range::new(8, 32, "32 counts each address, 24 each /24 network");
+pub const IPV6_PREFIX: Range<u8> = Range::new(16, 128, "64 counts each site's /64, as one host usually has a whole /64");
+pub const LIMIT: Range<u64> = Range::new(1, 1_000_000_000, "per period (connections: at once); to let everything through, leave the limit out");
+pub const LIMIT_PERIOD: Range<Duration> = Range::new(MS, HOUR, "\"1s\" is the default; a rate over more than an hour is a quota, not a limit");
+pub const BURST: Range<u64> = Range::new(0, 1_000_000_000, "how many beyond the rate may come at once; 0 is NGINX's strict rate");
+pub const LIMIT_HOLD: Range<Duration> = Range::new(MS, MINUTE, "each held request or connection keeps its socket open; \"1s\" is the default");
+/// About 90 bytes a key (`live::limit::gcra::BYTES_PER_KEY`): 10 million keys are about 1 GiB.
+pub const MAX_KEYS: Range<usize> = Range::new(1, 10_000_000, "about 90 bytes a key; 100000 is the default");
+pub const SYNC_INTERVAL: Range<Duration> =
+    Range::new(Duration::from_millis(10), Duration::from_secs(10), "the fleet may go past a limit by what it admits in one interval; \"100ms\" is the default");
 
 // `[[service.server]]`.
 pub const WEIGHT: Range<u32> = Range::new(1, super::MAX_WEIGHT, "weights go from 1 to 256; disable a server with enabled = false");

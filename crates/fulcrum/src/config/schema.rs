@@ -17,6 +17,7 @@ mod access_log;
 mod fleet;
 mod health;
 mod http;
+mod limit;
 mod pool;
 mod route;
 mod server;
@@ -26,6 +27,7 @@ pub use access_log::*;
 pub use fleet::*;
 pub use health::*;
 pub use http::*;
+pub use limit::*;
 pub use pool::*;
 pub use route::*;
 pub use server::*;
@@ -281,6 +283,9 @@ pub struct Service {
     /// The pool of what no route matches; the service's own servers when unset.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub default_pool: Option<String>,
+    /// Per-client limits on every connection and request of the service.
+    #[serde(default, rename = "limit", skip_serializing_if = "Vec::is_empty")]
+    pub limits: Vec<Limit>,
 }
 
 impl Service {
@@ -461,6 +466,24 @@ pub(crate) mod defaults {
     }
     pub fn facility() -> Facility {
         Facility::Local0
+    }
+    pub fn ipv4_prefix() -> u8 {
+        32
+    }
+    pub fn ipv6_prefix() -> u8 {
+        64
+    }
+    pub fn limit_period() -> Duration {
+        Duration::from_secs(1)
+    }
+    pub fn limit_hold() -> Duration {
+        Duration::from_secs(1)
+    }
+    pub fn max_keys() -> usize {
+        100_000
+    }
+    pub fn sync_interval() -> Duration {
+        Duration::from_millis(100)
     }
     pub fn syslog_tag() -> String {
         "fulcrum".into()

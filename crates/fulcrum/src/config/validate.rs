@@ -12,7 +12,7 @@ use super::Resolve;
 use super::diagnostic::{Diagnostic, Diagnostics, line_col};
 use super::error::AddressError;
 use super::range::{self, Range, Shown};
-use super::schema::{Conditions, Config, Damping, FastPath, Fleet, HealthKind, Mode, PoolSettings, Route, Server, Service, Tls};
+use super::schema::{Conditions, Config, Counted, Damping, FastPath, Fleet, HealthKind, Limit, LimitAction, LimitKey, LimitStore, Mode, PoolSettings, Route, Server, Service, Tls};
 
 /// One step of a path into the document: a key, or an index into an array of tables.
 #[derive(Debug, Clone, Copy)]
@@ -251,6 +251,7 @@ pub fn validate_against(config: &Config, text: &str, file: &str, resolve: Resolv
     }
     let mut names: HashMap<&str, usize> = HashMap::new();
     let mut listens: HashMap<SocketAddr, usize> = HashMap::new();
+    let mut tables: HashMap<&str, (usize, Vec<Seg<'_>>)> = HashMap::new();
     for (i, service) in config.services.iter().enumerate() {
         let at = |key| [Seg::Key("service"), Seg::Index(i), Seg::Key(key)];
         if !plain_name(&service.name) {
@@ -280,6 +281,24 @@ pub fn validate_against(config: &Config, text: &str, file: &str, resolve: Resolv
         validate_edge(service, &[Seg::Key("service"), Seg::Index(i)], &mut report);
         validate_service(service, &[Seg::Key("service"), Seg::Index(i)], &mut report);
         validate_routing(service, i, &mut report);
+        let limits = service.limits.iter().enumerate().map(|(k, l)| (l, vec![Seg::Key("service"), Seg::Index(i), Seg::Key("limit"), Seg::Index(k)], false));
+        let routed = service.routes.iter().enumerate().flat_map(|(r, route)| {
+            route
+                .limits
+                .iter()
+                .enumerate()
+                .map(move |(k, l)| (l, vec![Seg::Key("service"), Seg::Index(i), Seg::Key("route"), Seg::Index(r), Seg::Key("limit"), Seg::Index(k)], true))
+        });
+        for (limit, at, on_route) in limits.chain(routed) {
+            validate_limit(service, limit, on_route, &at, &mut report);
+            if let Some(first) = tables.insert(&limit.name, (i, at.clone())) {
+                report.error(
+                    &path(&at, &[Seg::Key("name")]),
+                    format!("limit name {:?} is used twice (also in service {:?})", limit.name, config.services[first.0].name),
+                    "every limit is a table of its own, named in the API and the metrics: give each its own name",
+                );
+            }
+        }
     }
     Diagnostics(report.out)
 }
@@ -730,6 +749,61 @@ fn validate_routing(service: &Service, i: usize, report: &mut Report<'_>) {
         for (conditions, prefix) in std::iter::once((when, "")).chain(route.not.as_ref().map(|n| (n, "not."))) {
             validate_conditions(conditions, prefix, &rat, report);
         }
+    }
+}
+
+/// A `[[service.limit]]` (`on_route`: a route's): its numbers in range, and a count, key, action
+/// and store that its service can carry out.
+fn validate_limit(service: &Service, limit: &Limit, on_route: bool, prefix: &[Seg<'_>], report: &mut Report<'_>) {
+    let at = |key| path(prefix, &[Seg::Key(key)]);
+    if !plain_name(&limit.name) {
+        report.error(&at("name"), format!("limit name {:?} is not a plain name", limit.name), "use letters, digits, '-', '_' and '.'");
+    }
+    report.range(&at("ipv4_prefix"), "ipv4_prefix", limit.ipv4_prefix, &range::IPV4_PREFIX);
+    report.range(&at("ipv6_prefix"), "ipv6_prefix", limit.ipv6_prefix, &range::IPV6_PREFIX);
+    report.range(&at("limit"), "limit", limit.limit, &range::LIMIT);
+    report.range(&at("period"), "period", limit.period, &range::LIMIT_PERIOD);
+    if let Some(burst) = limit.burst {
+        report.range(&at("burst"), "burst", burst, &range::BURST);
+    }
+    report.range(&at("hold"), "hold", limit.hold, &range::LIMIT_HOLD);
+    report.range(&at("max_keys"), "max_keys", limit.max_keys, &range::MAX_KEYS);
+    report.range(&at("sync_interval"), "sync_interval", limit.sync_interval, &range::SYNC_INTERVAL);
+    let http = service.mode == Mode::Http;
+    let count = limit.count.as_str();
+    if matches!(limit.count, Counted::Requests | Counted::Errors) && !http {
+        report.error(
+            &at("count"),
+            format!("count = {count:?} counts HTTP requests, and this service is mode = {:?}", service.mode.as_str()),
+            "count connections, new-connections or bytes",
+        );
+    }
+    if limit.per_connection() && limit.key != LimitKey::Client {
+        report.error(&at("key"), format!("key = \"{}\" is not known when a connection is accepted", limit.key), "count connections by key = \"client\"");
+    } else if limit.key.needs_request() && !http {
+        report.error(&at("key"), format!("key = \"{}\" is read from each HTTP request", limit.key), "key this service's limits by \"client\" or \"sni\"");
+    }
+    if on_route && limit.per_connection() {
+        report.error(&at("count"), format!("a route takes requests, not connections: count = {count:?}"), "put it in the service's [[service.limit]]");
+    }
+    if limit.count == Counted::Connections {
+        if limit.burst.is_some() {
+            report.error(&at("burst"), "connections open at once have no burst".into(), "remove burst, or count new-connections");
+        }
+        if limit.action == LimitAction::Delay {
+            report.error(&at("action"), "a connection past its key's open connections cannot wait for one to close".into(), "reject, tarpit or log");
+        }
+        if limit.store == LimitStore::Redis {
+            report.error(&at("store"), "open connections are counted where they are open".into(), "keep store = \"local\" for connections");
+        }
+    }
+    match (limit.store, &limit.redis) {
+        (LimitStore::Redis, None) => report.error(&at("redis"), "store = \"redis\" without a redis address".into(), "e.g. redis = \"127.0.0.1:6379\""),
+        (LimitStore::Local, Some(_)) => report.error(&at("redis"), "a redis address for a local table".into(), "set store = \"redis\" to share the table, or remove redis"),
+        (LimitStore::Redis, Some(address)) if !address.starts_with("redis://") && split_host_port(address).is_err() => {
+            report.error(&at("redis"), format!("redis address {address:?} is not host:port or a redis:// URL"), "e.g. \"127.0.0.1:6379\"")
+        }
+        _ => {}
     }
 }
 

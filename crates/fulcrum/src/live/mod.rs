@@ -68,6 +68,16 @@ impl Generation {
         defaults.chain(self.services.iter().flat_map(|s| s.pools.iter().map(move |p| (s, p))))
     }
 
+    /// A per-client limit by its name.
+    pub fn limit(&self, name: &str) -> Option<&Arc<limit::Limiter>> {
+        self.limits().find(|l| l.config.name == name)
+    }
+
+    /// Every per-client limit: each service's, then its routes'.
+    pub fn limits(&self) -> impl Iterator<Item = &Arc<limit::Limiter>> {
+        self.services.iter().flat_map(|s| s.limits.iter().chain(s.route_limits.iter().flat_map(|r| r.iter())))
+    }
+
     /// A pool by its name: a service's, or a routed pool's `service/pool`.
     pub fn pool(&self, name: &str) -> Option<&Arc<Pool>> {
         self.pools().map(|(_, p)| p).find(|p| p.config.name == name)
@@ -79,6 +89,8 @@ impl Generation {
 struct Registry {
     servers: HashMap<ServerKey, Arc<ServerState>>,
     services: HashMap<String, Arc<ServiceState>>,
+    /// Per-client limits by name: a reload that leaves one as it is keeps its counts.
+    limits: HashMap<String, Arc<limit::Limiter>>,
 }
 
 /// What changed between two generations that the data path must act on.
@@ -274,10 +286,27 @@ fn build(config: Config, registry: &mut Registry, budget: &Arc<Budget>, previous
                 None => Arc::new(build_pool(&own, &found, registry, previous.is_some(), running.map(|r| &*r.pool), refresh)?),
             };
             let routes = sc.routes.iter().map(|_| Arc::default()).collect();
-            Ok(Arc::new(Service { config: sc.clone(), listen, pool, pools, tls, pages, access, routes }))
+            let limits = sc.limits.iter().map(|l| limiter(registry, l, &sc.name, None)).collect();
+            let route_limits = sc.routes.iter().enumerate().map(|(k, r)| r.limits.iter().map(|l| limiter(registry, l, &sc.name, Some(k))).collect()).collect();
+            Ok(Arc::new(Service { config: sc.clone(), listen, pool, pools, tls, pages, access, routes, limits, route_limits }))
         })
         .collect::<Result<_, BuildError>>()?;
+    let named: std::collections::HashSet<&str> =
+        config.services.iter().flat_map(|s| s.limits.iter().chain(s.routes.iter().flat_map(|r| &r.limits))).map(|l| l.name.as_str()).collect();
+    registry.limits.retain(|name, _| named.contains(name.as_str()));
     Ok(Generation { config, services, budget: budget.clone() })
+}
+
+/// The running limit of this name when its settings, service and route are the same (its counts
+/// go on), else a new one.
+fn limiter(registry: &mut Registry, config: &config::Limit, service: &str, route: Option<usize>) -> Arc<limit::Limiter> {
+    let same = |l: &&Arc<limit::Limiter>| l.config == *config && l.service == service && l.route == route;
+    if let Some(running) = registry.limits.get(&config.name).filter(same) {
+        return running.clone();
+    }
+    let made = Arc::new(limit::Limiter::new(config, service, route));
+    registry.limits.insert(config.name.clone(), made.clone());
+    made
 }
 
 /// Whether the running service of a config the diff does not name serves `sc` as it is:

@@ -26,6 +26,10 @@ pub struct Service {
     /// Each route's requests, answers and times, by its index, since this generation of the
     /// service was built.
     pub routes: Box<[Arc<super::http_stats::RouteStats>]>,
+    /// `[[service.limit]]`, in config order.
+    pub limits: Box<[Arc<super::limit::Limiter>]>,
+    /// Each route's `[[service.route.limit]]`, by the route's index.
+    pub route_limits: Box<[Box<[Arc<super::limit::Limiter>]>]>,
 }
 
 impl Service {
@@ -45,6 +49,11 @@ impl Service {
             .filter(|(e, _)| !self.config.servers.iter().any(|c| c.address == e.state.key.address))
             .map(|(e, backup)| crate::dns::SrvServer { address: e.state.key.address.clone(), addr: e.addr, weight: e.state.weight(), backup })
             .collect()
+    }
+
+    /// Whether a limit counts the service's connections as they are accepted.
+    pub fn limits_connections(&self) -> bool {
+        self.limits.iter().any(|l| l.config.on_connections(self.config.mode))
     }
 
     /// A routed pool of this service by its name in the config.

@@ -63,12 +63,20 @@ impl ServiceState {
         self.max.fetch_max(now, Relaxed);
         self.total.fetch_add(1, Relaxed);
         self.rate.tick(crate::clock::unix_ms() / 1000);
-        ServiceGuard(self.clone())
+        ServiceGuard(self.clone(), None)
     }
 }
 
-/// Held for the life of one client connection of a service.
-pub struct ServiceGuard(Arc<ServiceState>);
+/// Held for the life of one client connection of a service, with what else the connection holds
+/// until it closes (its places in per-client connection limits).
+pub struct ServiceGuard(Arc<ServiceState>, Option<Box<dyn Send + Sync>>);
+
+impl ServiceGuard {
+    /// Keeps `held` until the connection closes.
+    pub fn keep(&mut self, held: Box<dyn Send + Sync>) {
+        self.1 = Some(held);
+    }
+}
 
 impl Drop for ServiceGuard {
     fn drop(&mut self) {

@@ -7,6 +7,7 @@ pub mod dispatch;
 pub mod explain;
 pub mod ftp;
 pub mod http;
+pub mod limits;
 pub mod listener;
 pub mod passthrough;
 pub mod queue;
@@ -80,8 +81,31 @@ async fn proxied(mut client: TcpStream, peer: SocketAddr, service: &Service) -> 
     }
 }
 
-/// Serves a client connection whose address is known, on a task of its own.
-fn start(client: TcpStream, peer: SocketAddr, service: Arc<Service>, counted: (Slot, ServiceGuard), shutdown: Shutdown) {
+/// Serves a client connection whose address is known, on a task of its own, once its
+/// per-client connection limits let it in.
+fn start(client: TcpStream, peer: SocketAddr, service: Arc<Service>, mut counted: (Slot, ServiceGuard), shutdown: Shutdown) {
+    if !service.limits_connections() {
+        return admitted(client, peer, service, counted, shutdown);
+    }
+    let tasks = shutdown.tasks().clone();
+    tasks.spawn(async move {
+        match limits::admit_connection(&service, peer.ip()).await {
+            Ok(held) => {
+                if !held.is_empty() {
+                    counted.1.keep(Box::new(held));
+                }
+                admitted(client, peer, service, counted, shutdown);
+            }
+            // Counted in the limit's own figures, not as a client no server could take.
+            Err(refused) => {
+                debug!(service = %service.config().name, client = %peer, table = %refused.limiter.config.name, "connection refused: over its limit");
+            }
+        }
+    });
+}
+
+/// Serves a client connection that its limits let in, on a task of its own.
+fn admitted(client: TcpStream, peer: SocketAddr, service: Arc<Service>, counted: (Slot, ServiceGuard), shutdown: Shutdown) {
     let tasks = shutdown.tasks().clone();
     if let Some(tls) = service.tls.clone() {
         tasks.spawn(async move {
@@ -298,7 +322,10 @@ fn handle(client: TcpStream, peer: SocketAddr, service: Arc<Service>, counted: (
         let sockmap = cfg.fast_path == Some(crate::config::FastPath::Sockmap) && sockmap::active();
         tokio::select! {
             r = forward(client, server, sockmap, &service, opts, meters) => match r {
-                Ok((up, down)) => debug!(service = %cfg.name, client = %peer, server = %entry.addr, up, down, "connection closed"),
+                Ok((up, down)) => {
+                    limits::connection_moved(&service, peer.ip(), up + down);
+                    debug!(service = %cfg.name, client = %peer, server = %entry.addr, up, down, "connection closed")
+                }
                 Err(e) => {
                     state.counters.transfer_errors.fetch_add(1, Relaxed);
                     debug!(service = %cfg.name, client = %peer, server = %entry.addr, "connection ended: {e}");
@@ -351,7 +378,10 @@ async fn relay(client: TcpStream, server: TcpStream, place: &dispatch::Place, se
     let sockmap = cfg.fast_path == Some(crate::config::FastPath::Sockmap) && sockmap::active();
     tokio::select! {
         r = forward(client, server, sockmap, service, opts, meters) => match r {
-            Ok((up, down)) => debug!(service = %cfg.name, client = %peer, server = %entry.addr, up, down, "connection closed"),
+            Ok((up, down)) => {
+                limits::connection_moved(service, peer.ip(), up + down);
+                debug!(service = %cfg.name, client = %peer, server = %entry.addr, up, down, "connection closed")
+            }
             Err(e) => {
                 state.counters.transfer_errors.fetch_add(1, Relaxed);
                 debug!(service = %cfg.name, client = %peer, server = %entry.addr, "connection ended: {e}");

@@ -1,6 +1,7 @@
 //! Read-only views over the live counters, for `GET /api/stats` and `GET /metrics`.
 
 pub mod history;
+pub mod limits;
 pub mod process;
 pub mod prometheus;
 
@@ -18,6 +19,8 @@ use crate::live::{Generation, ServerEntry, State};
 pub struct Snapshot {
     pub process: ProcessStats,
     pub services: Vec<ServiceStats>,
+    /// Per-client limits: what each table did (its top keys: `GET /api/limits`).
+    pub limits: Vec<limits::LimitStats>,
 }
 
 /// The whole process's client connections against its `maxconn` (`live::budget`).
@@ -65,6 +68,10 @@ pub struct ServiceStats {
     /// Sessions started in the last whole second, and the most in one second.
     pub rate: u64,
     pub rate_max: u64,
+    /// The per-client limit on the session rate, e.g. "50/s per client" (the service's own
+    /// entry only).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub rate_limit: Option<String>,
     /// Clients waiting: for a server place (servers at their `maxconn`) and in the accept
     /// backlog (the service at its `maxconn`); the most seen; the backlog's limit.
     pub queue: u64,
@@ -289,6 +296,7 @@ pub fn snapshot(generation: &Generation) -> Snapshot {
             maxconn: service.config().maxconn,
             rate: s.state.rate.current(now / 1000),
             rate_max: s.state.rate.max(),
+            rate_limit: Arc::ptr_eq(&service.pool, s).then(|| limits::session_limit(service)).flatten(),
             queue: s.state.waiting(),
             queue_max: s.state.queue_max.load(Relaxed),
             queue_limit: (crate::proxy::listener::BACKLOG as usize * crate::proxy::workers::sockets_per_address()) as u32,
@@ -315,7 +323,8 @@ pub fn snapshot(generation: &Generation) -> Snapshot {
         tls_loads: crate::tls::loads(),
         figures: None,
     };
-    Snapshot { process, services }
+    let limits = generation.limits().map(|l| limits::limit_stats(l, None)).collect();
+    Snapshot { process, services, limits }
 }
 
 fn server(e: &ServerEntry, backup: bool, now: u64, algorithm: Option<AlgorithmMetrics>, mode: crate::mode::Mode) -> ServerStats {

@@ -80,6 +80,7 @@ pub fn render(snap: &Snapshot) -> String {
     });
     tls_families(&mut out, snap);
     http_families(&mut out, snap);
+    limit_lines(&mut out, &snap.limits);
     for f in SERVER_FAMILIES {
         let _ = writeln!(out, "# HELP {} {}\n# TYPE {} {}", f.name, f.help, f.name, f.kind);
         for service in &snap.services {
@@ -188,6 +189,23 @@ fn http_families(out: &mut String, snap: &Snapshot) {
     );
     for (s, h) in http() {
         let _ = writeln!(out, "fulcrum_access_log_dropped_total{{service=\"{}\"}} {}", escape(&s.name), h.access_log_dropped);
+    }
+}
+
+/// Each per-client limit's decisions and keys.
+fn limit_lines(out: &mut String, limits: &[super::limits::LimitStats]) {
+    let _ = writeln!(
+        out,
+        "# HELP fulcrum_limit_decisions_total Requests and connections each per-client limit passed, refused (limited), delayed, or let through over it (logged, action = \"log\")\n# TYPE fulcrum_limit_decisions_total counter"
+    );
+    for l in limits {
+        for (outcome, n) in [("passed", l.passed), ("limited", l.limited), ("delayed", l.delayed), ("logged", l.logged)] {
+            let _ = writeln!(out, "fulcrum_limit_decisions_total{{table=\"{}\",service=\"{}\",outcome=\"{outcome}\"}} {n}", escape(&l.name), escape(&l.service));
+        }
+    }
+    let _ = writeln!(out, "# HELP fulcrum_limit_keys Keys each per-client limit's table holds\n# TYPE fulcrum_limit_keys gauge");
+    for l in limits {
+        let _ = writeln!(out, "fulcrum_limit_keys{{table=\"{}\",service=\"{}\"}} {}", escape(&l.name), escape(&l.service), l.keys);
     }
 }
 

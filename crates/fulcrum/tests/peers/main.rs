@@ -29,6 +29,7 @@ mod health;
 mod http;
 mod http2;
 mod lab;
+mod limits;
 mod passive;
 mod proxy_protocol;
 mod recovery;

@@ -81,6 +81,14 @@ pub(crate) fn settings() -> Vec<Setting> {
         count("service.http", "max_request_body", &MAX_REQUEST_BODY),
         count("service.http", "max_streams", &MAX_STREAMS),
         count("service.http.compression", "min_size", &COMPRESS_MIN_SIZE),
+        count("service.limit", "ipv4_prefix", &IPV4_PREFIX),
+        count("service.limit", "ipv6_prefix", &IPV6_PREFIX),
+        count("service.limit", "limit", &LIMIT),
+        time("service.limit", "period", &LIMIT_PERIOD),
+        count("service.limit", "burst", &BURST),
+        time("service.limit", "hold", &LIMIT_HOLD),
+        count("service.limit", "max_keys", &MAX_KEYS),
+        time("service.limit", "sync_interval", &SYNC_INTERVAL),
         Setting { section: "ftp", key: "data_ports", kind: Kind::Ports { min: DATA_PORT.min, max: DATA_PORT.max }, range: DATA_PORT.to_string() },
     ];
     for (pool, health, passive, p2c, damping, server) in [
@@ -128,6 +136,7 @@ pub(crate) const SECTIONS: &[(&str, &str)] = &[
     ("service.pool.damping", "[service.pool.damping]\n"),
     ("service.pool.server", "[[service.pool.server]]\naddress = \"127.0.0.1:1002\"\n"),
     ("service.route", "[[service.route]]\npool = \"p\"\npath_prefix = [\"/p\"]\n"),
+    ("service.limit", "[[service.limit]]\nname = \"l\"\ncount = \"requests\"\n"),
     ("ftp", "[[service]]\nname = \"files\"\nlisten = \"127.0.0.1:1003\"\nmode = \"ftp\"\n"),
     ("ftp.health", "[service.health]\nkind = \"ftp\"\n"),
     ("ftp.server", "[[service.server]]\naddress = \"127.0.0.1:1004\"\n"),

@@ -70,6 +70,10 @@ pub struct Route {
     /// `[http.compression]`, with its defaults.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub compress: Option<bool>,
+    /// Per-client limits on the requests this route takes (`requests`, `bytes`, `errors`), after
+    /// the service's.
+    #[serde(default, rename = "limit", skip_serializing_if = "Vec::is_empty")]
+    pub limits: Vec<Limit>,
 }
 
 impl Route {

@@ -102,7 +102,7 @@ fn set(headers: &mut HeaderMap, cookie: &str) {
 }
 
 /// The value of cookie `name` in the request's Cookie headers.
-fn cookie(headers: &HeaderMap, name: &str) -> Option<String> {
+pub(crate) fn cookie(headers: &HeaderMap, name: &str) -> Option<String> {
     headers
         .get_all(header::COOKIE)
         .iter()

@@ -64,7 +64,7 @@ pub enum ProxyBody {
         /// The request body's fault, if it fails: then a broken response is not the server's.
         fault: ClientFault,
         /// Adds the request's whole time to its service's histogram when the body is done.
-        _timing: Timing,
+        timing: Timing,
     },
     /// Any of the above, compressed on its way to the client (`compress.rs`).
     Compressed(Box<super::compress::Compressing>),
@@ -78,6 +78,16 @@ pub struct Timing {
     pub route: Option<Arc<crate::live::http_stats::RouteStats>>,
     /// The server that answered.
     pub server: Option<Arc<crate::live::ServerState>>,
+    /// With `bytes` limits: the request's limits, charged the bytes both ways when it ends.
+    pub bytes: Option<Box<ByteCharge>>,
+}
+
+/// What a response charges its request's `bytes` limits as it ends: its body's bytes and the
+/// request body's.
+pub struct ByteCharge {
+    pub limits: Arc<crate::proxy::limits::Request>,
+    pub received: Arc<AtomicU64>,
+    pub sent: u64,
 }
 
 impl Drop for Timing {
@@ -89,6 +99,9 @@ impl Drop for Timing {
         }
         if let Some(server) = &self.server {
             server.counters.duration.observe(took);
+        }
+        if let Some(b) = &self.bytes {
+            b.limits.charge(crate::config::Counted::Bytes, b.sent + b.received.load(Relaxed));
         }
     }
 }
@@ -265,12 +278,15 @@ impl Body for ProxyBody {
                 }
                 Poll::Ready(frame.map(|f| f.map_err(BodyError::Client)))
             }
-            ProxyBody::Response { body, lent, record, place, fault, .. } => {
+            ProxyBody::Response { body, lent, record, place, fault, timing } => {
                 let polled = Pin::new(&mut *body).poll_frame(cx);
                 match &polled {
                     Poll::Ready(Some(Ok(f))) => {
                         if let (Some(d), Some(r)) = (f.data_ref(), record.as_mut()) {
                             r.bytes_out += d.len() as u64;
+                        }
+                        if let (Some(d), Some(b)) = (f.data_ref(), timing.bytes.as_mut()) {
+                            b.sent += d.len() as u64;
                         }
                     }
                     Poll::Ready(Some(Err(e))) => {

@@ -301,6 +301,17 @@ fn handle(
         if let Some(route) = taken.and_then(|(k, _)| service.routes.get(k)) {
             route.hits.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
         }
+        // Per-client limits, before the body is read: a refused request costs no server a byte.
+        let limited = crate::proxy::limits::Request::new(service, taken.map(|(k, _)| k), client, req.headers(), node.sni()).map(Arc::new);
+        if let Some(l) = &limited
+            && let Err(refused) = l.admit(client).await
+        {
+            let why = format!("over the limit of {} ({})", crate::proxy::limits::describe(&refused.limiter), refused.limiter.config.name);
+            let mut response = answer(record, StatusCode::TOO_MANY_REQUESTS, why);
+            crate::proxy::limits::refusal_headers(&refused, response.headers_mut());
+            return leaving_unread(response, Some(req.into_body()), client_version);
+        }
+        let received = record.bytes_in.clone();
         // The request's id: the client's own when it sent a usable one, else a new one.
         let request_id = cfg.http.request_id.as_ref().and_then(|name| {
             let name = header::HeaderName::from_bytes(name.as_bytes()).ok()?;
@@ -323,6 +334,14 @@ fn handle(
         };
         let negotiated = compress::negotiate(compression, req.method(), req.headers().get(header::ACCEPT_ENCODING));
         let mut response = forward(req, record, peer, node, service, verdict, taken, context.as_ref(), began).await;
+        if let Some(l) = limited {
+            l.answered(response.status().as_u16());
+            if l.counts_bytes()
+                && let ProxyBody::Response { timing, .. } = response.body_mut()
+            {
+                timing.bytes = Some(Box::new(body::ByteCharge { limits: l, received, sent: 0 }));
+            }
+        }
         if let Some((k, _)) = taken {
             response.extensions_mut().insert(Taken(k));
         }
@@ -567,8 +586,8 @@ async fn forward(
             state.http.first_byte.observe(first_byte);
             entry.state.counters.first_byte.observe(first_byte);
             let route = taken.and_then(|(k, _)| service.routes.get(k)).cloned();
-            let timing = body::Timing { began, state: state.clone(), route, server: Some(entry.state.clone()) };
-            let body = ProxyBody::Response { body: rbody, lent: a.lent, record: logging.then(|| Box::new(record)), place: Some(a.place), fault, _timing: timing };
+            let timing = body::Timing { began, state: state.clone(), route, server: Some(entry.state.clone()), bytes: None };
+            let body = ProxyBody::Response { body: rbody, lent: a.lent, record: logging.then(|| Box::new(record)), place: Some(a.place), fault, timing };
             Response::from_parts(rparts, body)
         }
         Err(f) => {
