@@ -225,6 +225,7 @@ function renderHeader(s) {
 
 // How a server is coming back: its slow-start ramp, or why flap damping keeps it out.
 function recovery(v) {
+  if (v.outlier) return el("span", { class: "recovery outlier" }, ` ${v.outlier}`);
   if (v.suppressed) return el("span", { class: "recovery suppressed" }, ` suppressed: ${v.suppressed}`);
   if (v.ramp_percent !== undefined) return el("span", { class: "recovery ramp" }, ` slow start ${v.ramp_percent}% (weight ${v.effective_weight.toFixed(2)} of ${v.weight})`);
   return "";
@@ -525,7 +526,7 @@ function renderOverview() {
     const first = l.picks[0], last = l.picks[l.picks.length - 1];
     const picked = (v) => Math.max((last[v.address] ?? 0) - (first[v.address] ?? 0), 0);
     const sum = s.servers.reduce((n, v) => n + picked(v), 0);
-    card.querySelector(".tiles").replaceChildren(...s.servers.map((v) => el("div", { class: `tile ${v.state}`, "data-server": v.address, title: v.suppressed ? `suppressed: ${v.suppressed}` : v.last_check },
+    card.querySelector(".tiles").replaceChildren(...s.servers.map((v) => el("div", { class: `tile ${v.state}`, "data-server": v.address, title: v.outlier ?? (v.suppressed ? `suppressed: ${v.suppressed}` : v.last_check) },
       el("strong", {}, v.address), el("span", {}, v.state + (v.ramp_percent !== undefined ? ` (slow start ${v.ramp_percent}%)` : "")),
       el("span", { class: "share" }, sum ? `${((100 * picked(v)) / sum).toFixed(0)}% of picks` : "no picks yet"))));
   }

@@ -107,6 +107,7 @@ impl App {
             warn!("cannot start the balancer update thread ({e}); updates run where servers change");
         }
         tokio::spawn(record_history(Arc::downgrade(&app)));
+        tokio::spawn(crate::live::outlier::run(Arc::downgrade(&app.live)));
         tokio::spawn(resolve::run(Arc::downgrade(&app)));
         let generation = live.current();
         app.checks.follow(&generation);

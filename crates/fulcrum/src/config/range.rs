@@ -128,6 +128,20 @@ pub const MAX_STREAMS: Range<u32> =
 /// Below it a response is sent as it is; a response of unknown length is always compressed.
 pub const COMPRESS_MIN_SIZE: Range<u64> = Range::new(0, 1 << 30, "1024 is the default; NGINX's gzip_min_length defaults to 20");
 
+// `[service.outlier]`, `panic_threshold` and `[service.http.retry]`.
+pub const CONSECUTIVE: Range<u32> = Range::new(0, 1000, "0 turns it off; Envoy ejects after 5");
+pub const OUTLIER_INTERVAL: Range<Duration> = Range::new(Duration::from_secs(1), HOUR, "\"10s\" is the default (Envoy's)");
+pub const BASE_EJECTION_TIME: Range<Duration> = Range::new(Duration::from_secs(1), HOUR, "\"30s\" is the default (Envoy's)");
+pub const MAX_EJECTION_TIME: Range<Duration> = Range::new(Duration::from_secs(1), DAY, "\"5m\" is the default (Envoy's)");
+pub const PERCENT: Range<u32> = Range::new(0, 100, "a share of the whole, in percent");
+pub const SUCCESS_RATE_STDEV: Range<f64> = Range::new(0.0, 10.0, "0 turns the success-rate test off; Envoy uses 1.9");
+pub const SUCCESS_RATE_MIN_REQUESTS: Range<u64> = Range::new(1, 1_000_000, "requests per interval; 100 is the default");
+pub const SUCCESS_RATE_MIN_HOSTS: Range<u32> = Range::new(2, 1000, "a mean of one server says nothing; 3 is the default");
+pub const SHIFT_THRESHOLD: Range<f64> = Range::new(0.0, 1.0, "an error ratio; 0.05 is the default");
+pub const RETRY_COUNT: Range<u32> = Range::new(1, 10, "each retry is another server's time; 2 is the default");
+pub const MIN_RETRIES: Range<u32> = Range::new(0, 10_000, "3 a second is the default");
+pub const BUDGET_WINDOW: Range<Duration> = Range::new(Duration::from_secs(1), HOUR, "\"10s\" is the default");
+
 // `[[service.limit]]`.
 pub const IPV4_PREFIX: Range<u8> = Range::new(8, 32, "32 counts each address, 24 each /24 network");
 pub const IPV6_PREFIX: Range<u8> = Range::new(16, 128, "64 counts each site's /64, as one host usually has a whole /64");

@@ -18,6 +18,7 @@ mod fleet;
 mod health;
 mod http;
 mod limit;
+mod outlier;
 mod pool;
 mod route;
 mod server;
@@ -28,6 +29,7 @@ pub use fleet::*;
 pub use health::*;
 pub use http::*;
 pub use limit::*;
+pub use outlier::*;
 pub use pool::*;
 pub use route::*;
 pub use server::*;
@@ -266,6 +268,14 @@ pub struct Service {
     /// What happens while no server of the pool is usable (all down, suppressed or full).
     #[serde(default, skip_serializing_if = "AllDown::is_fail")]
     pub all_down: AllDown,
+    /// Envoy's panic threshold: while fewer than this percent of the primary servers are usable,
+    /// traffic goes to every server in rotation, health ignored, 0 (off) to 100. `all_down =
+    /// "use-all"` is the case of none usable.
+    #[serde(default, skip_serializing_if = "is_zero")]
+    pub panic_threshold: u32,
+    /// Outlier detection: servers that fail real traffic are ejected or given less of it.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub outlier: Option<Outlier>,
     #[serde(default, rename = "server")]
     pub servers: Vec<Server>,
     /// Servers from the DNS SRV records of this name (e.g. `_http._tcp.web.example`), beside
@@ -315,6 +325,8 @@ impl Service {
             slow_start: self.slow_start,
             damping: self.damping.clone(),
             all_down: self.all_down,
+            panic_threshold: self.panic_threshold,
+            outlier: self.outlier.clone(),
             servers: self.servers.clone(),
             connect_timeout: self.connect_timeout,
             failure_limit: self.failure_limit,
@@ -342,6 +354,8 @@ impl Service {
             slow_start: pool.slow_start.unwrap_or(self.slow_start),
             damping: pool.damping.clone().unwrap_or(service.damping),
             all_down: pool.all_down.unwrap_or(self.all_down),
+            panic_threshold: pool.panic_threshold.unwrap_or(self.panic_threshold),
+            outlier: pool.outlier.clone().or_else(|| self.outlier.clone()),
             servers: pool.servers.clone(),
             ..service
         }
@@ -367,6 +381,8 @@ pub struct PoolSettings {
     pub slow_start: Duration,
     pub damping: Damping,
     pub all_down: AllDown,
+    pub panic_threshold: u32,
+    pub outlier: Option<Outlier>,
     pub servers: Vec<Server>,
     /// How connections to its servers are made and retried: the service's.
     pub connect_timeout: Duration,
@@ -484,6 +500,45 @@ pub(crate) mod defaults {
     }
     pub fn sync_interval() -> Duration {
         Duration::from_millis(100)
+    }
+    pub fn consecutive() -> u32 {
+        5
+    }
+    pub fn outlier_interval() -> Duration {
+        Duration::from_secs(10)
+    }
+    pub fn base_ejection_time() -> Duration {
+        Duration::from_secs(30)
+    }
+    pub fn max_ejection_time() -> Duration {
+        Duration::from_secs(300)
+    }
+    pub fn max_ejection_percent() -> u32 {
+        10
+    }
+    pub fn success_rate_stdev() -> f64 {
+        1.9
+    }
+    pub fn success_rate_min_requests() -> u64 {
+        100
+    }
+    pub fn success_rate_min_hosts() -> u32 {
+        3
+    }
+    pub fn shift_threshold() -> f64 {
+        0.05
+    }
+    pub fn retry_count() -> u32 {
+        2
+    }
+    pub fn budget_percent() -> u32 {
+        20
+    }
+    pub fn min_retries_per_second() -> u32 {
+        3
+    }
+    pub fn budget_window() -> Duration {
+        Duration::from_secs(10)
     }
     pub fn syslog_tag() -> String {
         "fulcrum".into()

@@ -12,7 +12,9 @@ use super::Resolve;
 use super::diagnostic::{Diagnostic, Diagnostics, line_col};
 use super::error::AddressError;
 use super::range::{self, Range, Shown};
-use super::schema::{Conditions, Config, Counted, Damping, FastPath, Fleet, HealthKind, Limit, LimitAction, LimitKey, LimitStore, Mode, PoolSettings, Route, Server, Service, Tls};
+use super::schema::{
+    Conditions, Config, Counted, Damping, FastPath, Fleet, HealthKind, Limit, LimitAction, LimitKey, LimitStore, Mode, Outlier, PoolSettings, Route, Server, Service, Tls,
+};
 
 /// One step of a path into the document: a key, or an index into an array of tables.
 #[derive(Debug, Clone, Copy)]
@@ -559,6 +561,7 @@ fn validate_tls(service: &Service, tls: &Tls, prefix: &[Seg<'_>], report: &mut R
 fn validate_service_numbers(service: &Service, prefix: &[Seg<'_>], report: &mut Report<'_>) {
     let at = |keys: &[&'static str]| path(prefix, &keys.iter().map(|k| Seg::Key(k)).collect::<Vec<_>>());
     validate_recovery(Some(service.slow_start), Some(&service.damping), prefix, report);
+    validate_outlier(Some(service.panic_threshold), service.outlier.as_ref(), prefix, report);
     report.range(&at(&["connect_timeout"]), "connect_timeout", service.connect_timeout, &range::CONNECT_TIMEOUT);
     report.range(&at(&["client_timeout"]), "client_timeout", service.client_timeout, &range::IDLE_TIMEOUT);
     report.range(&at(&["server_timeout"]), "server_timeout", service.server_timeout, &range::IDLE_TIMEOUT);
@@ -582,6 +585,22 @@ fn validate_service_numbers(service: &Service, prefix: &[Seg<'_>], report: &mut 
     report.range(&at(&["http", "max_uri_length"]), "max_uri_length", http.max_uri_length, &range::MAX_URI_LENGTH);
     report.range(&at(&["http", "max_request_body"]), "max_request_body", http.max_request_body, &range::MAX_REQUEST_BODY);
     report.range(&at(&["http", "max_streams"]), "max_streams", http.max_streams, &range::MAX_STREAMS);
+    if let Some(r) = &http.retry {
+        let rat = |key| at(&["http", "retry", key]);
+        report.range(&rat("count"), "count", r.count, &range::RETRY_COUNT);
+        if let Some(t) = r.per_try_timeout {
+            report.range(&rat("per_try_timeout"), "per_try_timeout", t, &range::RESPONSE_TIMEOUT);
+        }
+        report.range(&rat("budget_percent"), "budget_percent", r.budget_percent, &range::PERCENT);
+        report.range(&rat("min_retries_per_second"), "min_retries_per_second", r.min_retries_per_second, &range::MIN_RETRIES);
+        report.range(&rat("budget_window"), "budget_window", r.budget_window, &range::BUDGET_WINDOW);
+        if r.retry_on.is_empty() {
+            report.error(&rat("retry_on"), "retry_on names nothing to retry".into(), "e.g. retry_on = [\"502\", \"503\", \"504\", \"reset\", \"connect-failure\"]");
+        }
+        if service.mode != Mode::Http {
+            report.error(&rat("retry_on"), "[service.http.retry] retries HTTP requests".into(), "set mode = \"http\", or use retries (connect failures) in TCP mode");
+        }
+    }
     validate_error_pages(&http.error_pages, &at(&["http", "error_pages"]), report);
     // The id header is set on every request the server gets: a name that is not one would leave
     // requests without it unnoticed, and one that frames the message could split a request.
@@ -704,6 +723,7 @@ fn validate_routing(service: &Service, i: usize, report: &mut Report<'_>) {
         let pool_at = [Seg::Key("service"), Seg::Index(i), Seg::Key("pool"), Seg::Index(k)];
         // What a pool leaves unset is the service's, checked once there.
         validate_recovery(pool.slow_start, pool.damping.as_ref(), &pool_at, report);
+        validate_outlier(pool.panic_threshold, pool.outlier.as_ref(), &pool_at, report);
         validate_pool(&service.routed_pool(pool), false, &pool_at, report);
     }
     let known = |name: &str| names.contains_key(name);
@@ -749,6 +769,29 @@ fn validate_routing(service: &Service, i: usize, report: &mut Report<'_>) {
         for (conditions, prefix) in std::iter::once((when, "")).chain(route.not.as_ref().map(|n| (n, "not."))) {
             validate_conditions(conditions, prefix, &rat, report);
         }
+    }
+}
+
+/// A pool's own `panic_threshold` and `[outlier]` (a routed pool's unset ones are its service's,
+/// checked there).
+fn validate_outlier(panic: Option<u32>, outlier: Option<&Outlier>, prefix: &[Seg<'_>], report: &mut Report<'_>) {
+    let at = |keys: &[&'static str]| path(prefix, &keys.iter().map(|k| Seg::Key(k)).collect::<Vec<_>>());
+    if let Some(panic) = panic {
+        report.range(&at(&["panic_threshold"]), "panic_threshold", panic, &range::PERCENT);
+    }
+    if let Some(o) = outlier {
+        let oat = |key| at(&["outlier", key]);
+        report.range(&oat("consecutive_5xx"), "consecutive_5xx", o.consecutive_5xx, &range::CONSECUTIVE);
+        report.range(&oat("consecutive_gateway_errors"), "consecutive_gateway_errors", o.consecutive_gateway_errors, &range::CONSECUTIVE);
+        report.range(&oat("interval"), "interval", o.interval, &range::OUTLIER_INTERVAL);
+        report.range(&oat("base_ejection_time"), "base_ejection_time", o.base_ejection_time, &range::BASE_EJECTION_TIME);
+        report.range(&oat("max_ejection_time"), "max_ejection_time", o.max_ejection_time, &range::MAX_EJECTION_TIME);
+        report.range(&oat("max_ejection_percent"), "max_ejection_percent", o.max_ejection_percent, &range::PERCENT);
+        report.range(&oat("success_rate_stdev"), "success_rate_stdev", o.success_rate_stdev, &range::SUCCESS_RATE_STDEV);
+        report.range(&oat("success_rate_min_requests"), "success_rate_min_requests", o.success_rate_min_requests, &range::SUCCESS_RATE_MIN_REQUESTS);
+        report.range(&oat("success_rate_min_hosts"), "success_rate_min_hosts", o.success_rate_min_hosts, &range::SUCCESS_RATE_MIN_HOSTS);
+        report.range(&oat("shift_delta"), "shift_delta", o.shift_delta, &range::DELTA);
+        report.range(&oat("shift_threshold"), "shift_threshold", o.shift_threshold, &range::SHIFT_THRESHOLD);
     }
 }
 

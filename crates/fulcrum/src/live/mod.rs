@@ -15,11 +15,13 @@ pub mod access_log;
 pub mod budget;
 pub mod http_stats;
 pub mod limit;
+pub mod outlier;
 pub mod pages;
 mod pool;
 mod rate;
 #[cfg(test)]
 mod recovery_tests;
+pub mod retry_budget;
 mod server;
 mod service;
 mod service_state;

@@ -231,9 +231,17 @@ impl Pool {
         Some(Picked::of(&self.backup, Role::Backup, i, false))
     }
 
-    /// Whether `all_down = "use-all"` is in force now: the policy is set and no server is usable.
+    /// Whether the pool balances over every server in rotation, health ignored: `all_down =
+    /// "use-all"` while no server is usable, or fewer than `panic_threshold` percent of the
+    /// primaries are (Envoy's panic mode).
     pub fn panicking(&self) -> bool {
-        self.config.all_down == config::AllDown::UseAll && !self.servers().any(|e| e.state.effective_weight() > 0)
+        let usable = |e: &&Arc<ServerEntry>| e.state.effective_weight() > 0;
+        if self.config.all_down == config::AllDown::UseAll && !self.servers().any(|e| usable(&e)) {
+            return true;
+        }
+        let threshold = u64::from(self.config.panic_threshold);
+        let primaries = self.primary.servers.len() as u64;
+        threshold > 0 && primaries > 0 && (self.primary.servers.iter().filter(usable).count() as u64) * 100 < threshold * primaries
     }
 
     /// The usable server named `id` (the `cookie` algorithm's affinity), with its place.

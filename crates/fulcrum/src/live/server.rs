@@ -29,6 +29,8 @@ pub enum State {
     Disabled,
     /// Checks pass, but flap damping keeps it out until its penalty has decayed.
     Suppressed,
+    /// Outlier detection took it out of real traffic for a while (`live::outlier`).
+    Ejected,
 }
 
 /// Identity of a server across reloads.
@@ -83,6 +85,8 @@ pub struct ServerState {
     flaps: Mutex<Flaps>,
     suppressed: AtomicBool,
     pub counters: Counters,
+    /// Outlier detection: streaks, the interval's counts, an ejection or a shifted share.
+    pub outlier: super::outlier::Tracker,
     /// Connect measurements for the load-aware algorithms.
     pub measure: Measure,
     /// What a data path keeps for this server across requests (HTTP: its idle keep-alive
@@ -204,6 +208,7 @@ impl ServerState {
             suppressed: AtomicBool::new(false),
             last_check: Mutex::new(if checked { "not checked yet".into() } else { "no check".into() }),
             counters: Counters::default(),
+            outlier: super::outlier::Tracker::default(),
             measure: Measure::new(crate::config::P2c::default().decay),
             kept: OnceLock::new(),
         })
@@ -242,6 +247,8 @@ impl ServerState {
             State::Down
         } else if self.suppressed.load(Relaxed) {
             State::Suppressed
+        } else if self.outlier.ejected() {
+            State::Ejected
         } else {
             State::Up
         }
@@ -254,9 +261,24 @@ impl ServerState {
     }
 
     /// The share of its weight the server takes now, in thousandths ([`RAMP_FULL`]: all).
+    /// Outlier detection's `shift` scales it by the server's share.
     pub fn ramp(&self) -> u32 {
         let from = self.ramp_from.load(Relaxed);
-        if from == 0 { RAMP_FULL } else { self.ramp_at(from, clock_ms()) }
+        let ramp = if from == 0 { RAMP_FULL } else { self.ramp_at(from, clock_ms()) };
+        match self.outlier.share() {
+            RAMP_FULL => ramp,
+            share => (u64::from(ramp) * u64::from(share) / u64::from(RAMP_FULL)).max(1) as u32,
+        }
+    }
+
+    /// Outlier detection ejected it, brought it back or shifted its share: the balancers hear.
+    pub(super) fn outlier_changed(&self) {
+        self.bump();
+    }
+
+    /// Runs `then` on the server after `delay` (an ejection's end), if it is still there.
+    pub(super) fn after_delay(&self, delay: Duration, then: impl FnOnce(&ServerState) + Send + 'static) {
+        after(&self.me, delay, then);
     }
 
     /// The weight it takes traffic by now (0 unless up; scaled by the ramp while slow start runs)

@@ -45,6 +45,12 @@ pub struct ServiceState {
     pub recent: crate::live::why::Recent,
     /// HTTP mode: responses by class and Fulcrum's own by status, and how long requests took.
     pub http: super::http_stats::HttpCounters,
+    /// When outlier detection last compared the pool's servers (`clock_ms`; 0: not yet).
+    pub outlier_swept: AtomicU64,
+    /// `[service.http.retry]`: retries sent, and those the budget refused.
+    pub retries: AtomicU64,
+    pub retries_over_budget: AtomicU64,
+    pub retry_budget: super::retry_budget::RetryBudget,
 }
 
 impl ServiceState {

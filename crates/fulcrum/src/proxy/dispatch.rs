@@ -147,6 +147,7 @@ impl<'a> Dispatch<'a> {
             Ok(stream) => {
                 state.measure.record_connect(syns, true, crate::clock::since(started));
                 state.record_connect_success();
+                crate::live::outlier::observe(self.pool, entry, crate::live::outlier::Outcome::Connected);
                 return Ok(stream);
             }
             Err(Some(e)) => Error::connect(entry.addr, e),
@@ -158,6 +159,7 @@ impl<'a> Dispatch<'a> {
         }
         // A refusal is an answer (RST), but not a SYN-ACK: the server did not accept.
         state.measure.record_connect(syns, false, crate::clock::since(started));
+        crate::live::outlier::observe(self.pool, entry, crate::live::outlier::Outcome::Gateway("connect failure"));
         if state.record_connect_failure(cfg.failure_limit) {
             warn!(service = %cfg.name, server = %state.key.address, reason = %err,
                 "server down: {} consecutive connect failures (failure_limit)", cfg.failure_limit);
@@ -178,6 +180,18 @@ impl<'a> Dispatch<'a> {
         self.avoid.add(place.role, place.index);
         self.last = Some(err);
         Ok(())
+    }
+
+    /// Leaves the server of `place` for another (a retry of its answer), avoided from now on;
+    /// `false`, and nothing changed, when no other server would be left to try.
+    pub fn leave(&mut self, place: &Place) -> bool {
+        let mut avoid = self.avoid.clone();
+        avoid.add(place.role, place.index);
+        if !self.pool.any_usable(&avoid) {
+            return false;
+        }
+        self.avoid = avoid;
+        true
     }
 
     /// Spends one attempt without blaming the server (HTTP sends a request again when a reused

@@ -304,6 +304,7 @@ fn candidates(pool: &Pool, panic: bool) -> Vec<Candidate> {
                 State::Down if st.passive_down() => Some("down: held by failure_limit connect failures until a check passes".to_string()),
                 State::Down => Some(format!("down: {}", st.last_check())),
                 State::Suppressed => Some(format!("suppressed: {}", st.damping().suppression().unwrap_or_else(|| "flapping".into()))),
+                State::Ejected => Some(st.outlier.describe().unwrap_or_else(|| "ejected".into())),
                 State::Up if e.maxconn > 0 && active >= u64::from(e.maxconn) => Some(format!("full: {active} of maxconn {}", e.maxconn)),
                 State::Up if backup && primary_usable => Some("a backup: used only while no primary is usable".to_string()),
                 State::Up => None,

@@ -78,6 +78,10 @@ pub struct ServiceStats {
     pub queue_max: u64,
     pub queue_limit: u32,
     pub redispatches: u64,
+    /// `[service.http.retry]`: requests sent again on an answer or failure, and retries the
+    /// budget refused.
+    pub retries: u64,
+    pub retries_over_budget: u64,
     /// `[service.tls]`: handshakes and certificates (the service's own entry only).
     #[serde(skip_serializing_if = "Option::is_none")]
     pub tls: Option<TlsStats>,
@@ -197,6 +201,10 @@ pub struct ServerStats {
     /// While suppressed: "flapping (penalty P, back in ~T)".
     #[serde(skip_serializing_if = "Option::is_none")]
     pub suppressed: Option<String>,
+    /// While outlier detection holds it: "ejected: 5 consecutive 5xx answers (the last 503),
+    /// back in 30s", or "shifted: takes 41% of its share (error ratio 35% ...)".
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub outlier: Option<String>,
     /// Active health check result held up or down (rise/fall applied).
     pub check_up: bool,
     /// Held down by `failure_limit` consecutive connect failures.
@@ -301,6 +309,8 @@ pub fn snapshot(generation: &Generation) -> Snapshot {
             queue_max: s.state.queue_max.load(Relaxed),
             queue_limit: (crate::proxy::listener::BACKLOG as usize * crate::proxy::workers::sockets_per_address()) as u32,
             redispatches: s.state.redispatches.load(Relaxed),
+            retries: s.state.retries.load(Relaxed),
+            retries_over_budget: s.state.retries_over_budget.load(Relaxed),
             tls: service.tls.as_ref().filter(|_| Arc::ptr_eq(&service.pool, s)).map(|t| tls_stats(t, &s.state.tls)),
             http: (s.config.mode == crate::mode::Mode::Http && Arc::ptr_eq(&service.pool, s)).then(|| http_stats(service)),
             servers: s
@@ -343,6 +353,7 @@ fn server(e: &ServerEntry, backup: bool, now: u64, algorithm: Option<AlgorithmMe
         ramp_percent,
         flap_penalty: damping.penalty.round() as u32,
         suppressed: damping.suppression(),
+        outlier: st.outlier.describe(),
         check_up: st.health_up(),
         passive_down: st.passive_down(),
         last_check: st.last_check(),

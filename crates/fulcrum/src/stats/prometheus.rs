@@ -73,6 +73,8 @@ pub fn render(snap: &Snapshot) -> String {
     service_family(&mut out, snap, "fulcrum_service_connections_total", "counter", "Client connections accepted", |s| s.total);
     service_family(&mut out, snap, "fulcrum_service_queue", "gauge", "Clients waiting in the accept queue while the service is at maxconn", |s| s.queue);
     service_family(&mut out, snap, "fulcrum_service_redispatches_total", "counter", "Failed connects sent on to another server", |s| s.redispatches);
+    service_family(&mut out, snap, "fulcrum_service_retries_total", "counter", "Requests sent again to another server on an answer or failure retry_on names", |s| s.retries);
+    service_family(&mut out, snap, "fulcrum_service_retries_over_budget_total", "counter", "Retries the retry budget refused", |s| s.retries_over_budget);
     service_family(&mut out, snap, "fulcrum_service_up", "gauge", "1 when the service's listener runs", |s| s.enabled as u64);
     service_family(&mut out, snap, "fulcrum_service_refused_total", "counter", "Clients closed because no server could take them", |s| s.refused);
     service_family(&mut out, snap, "fulcrum_fast_path_sockmap_connections_total", "counter", "Connections whose bytes the kernel moved through the BPF sockmap", |s| {

@@ -30,6 +30,7 @@ mod http;
 mod http2;
 mod lab;
 mod limits;
+mod outlier;
 mod passive;
 mod proxy_protocol;
 mod recovery;

@@ -142,6 +142,7 @@ http {{
         location = /session {{ add_header X-Served-By {name} always; add_header Set-Cookie "JSESSIONID=sess-{name}; Path=/" always; default_type text/plain; return 200 "{name}"; }}
         location = /client {{ default_type text/plain; return 200 "$proxy_protocol_addr:$proxy_protocol_port"; }}
         location = /headers {{ default_type text/plain; return 200 "server={name}\nxff=$http_x_forwarded_for\nproto=$http_x_forwarded_proto\nforwarded=$http_forwarded\nconnection=$http_connection\nkeep-alive=$http_keep_alive\nte=$http_te\nhost=$host\n"; }}
+        location = /flaky {{ default_type text/plain; if (-f {root}/fail) {{ return 503 "{name} failing\n"; }} return 200 "{name}\n"; }}
         location /echo/ {{ default_type text/plain; return 200 "server={name}\nuri=$request_uri\nmethod=$request_method\nhost=$http_host\nx-set=$http_x_set\nx-added=$http_x_added\nx-drop=$http_x_drop\nrequest-id=$http_x_request_id\n"; }}
         location / {{ }}
     }}
@@ -157,6 +158,16 @@ http {{
     /// The directory nginx serves files from (`index.html` and `large` are there).
     pub fn root(&self) -> PathBuf {
         self.dir.join("www")
+    }
+
+    /// Makes `/flaky` answer 503 (`true`) or 200 again.
+    pub fn fail(&self, failing: bool) {
+        let flag = self.root().join("fail");
+        if failing {
+            std::fs::write(flag, "").unwrap();
+        } else {
+            let _ = std::fs::remove_file(flag);
+        }
     }
 
     /// What nginx logged at `warn` and above.

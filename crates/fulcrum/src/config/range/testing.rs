@@ -81,6 +81,11 @@ pub(crate) fn settings() -> Vec<Setting> {
         count("service.http", "max_request_body", &MAX_REQUEST_BODY),
         count("service.http", "max_streams", &MAX_STREAMS),
         count("service.http.compression", "min_size", &COMPRESS_MIN_SIZE),
+        count("service.http.retry", "count", &RETRY_COUNT),
+        time("service.http.retry", "per_try_timeout", &RESPONSE_TIMEOUT),
+        count("service.http.retry", "budget_percent", &PERCENT),
+        count("service.http.retry", "min_retries_per_second", &MIN_RETRIES),
+        time("service.http.retry", "budget_window", &BUDGET_WINDOW),
         count("service.limit", "ipv4_prefix", &IPV4_PREFIX),
         count("service.limit", "ipv6_prefix", &IPV6_PREFIX),
         count("service.limit", "limit", &LIMIT),
@@ -91,11 +96,28 @@ pub(crate) fn settings() -> Vec<Setting> {
         time("service.limit", "sync_interval", &SYNC_INTERVAL),
         Setting { section: "ftp", key: "data_ports", kind: Kind::Ports { min: DATA_PORT.min, max: DATA_PORT.max }, range: DATA_PORT.to_string() },
     ];
-    for (pool, health, passive, p2c, damping, server) in [
-        ("service", "service.health", "service.passive", "service.p2c", "service.damping", "service.server"),
-        ("service.pool", "service.pool.health", "service.pool.passive", "service.pool.p2c", "service.pool.damping", "service.pool.server"),
+    for (pool, health, passive, p2c, damping, server, outlier) in [
+        ("service", "service.health", "service.passive", "service.p2c", "service.damping", "service.server", "service.outlier"),
+        ("service.pool", "service.pool.health", "service.pool.passive", "service.pool.p2c", "service.pool.damping", "service.pool.server", "service.pool.outlier"),
     ] {
         all.extend([
+            count(pool, "panic_threshold", &PERCENT),
+            count(outlier, "consecutive_5xx", &CONSECUTIVE),
+            count(outlier, "consecutive_gateway_errors", &CONSECUTIVE),
+            time(outlier, "interval", &OUTLIER_INTERVAL),
+            time(outlier, "base_ejection_time", &BASE_EJECTION_TIME),
+            time(outlier, "max_ejection_time", &MAX_EJECTION_TIME),
+            count(outlier, "max_ejection_percent", &PERCENT),
+            Setting {
+                section: outlier,
+                key: "success_rate_stdev",
+                kind: Kind::Share { min: SUCCESS_RATE_STDEV.min, max: SUCCESS_RATE_STDEV.max },
+                range: SUCCESS_RATE_STDEV.to_string(),
+            },
+            count(outlier, "success_rate_min_requests", &SUCCESS_RATE_MIN_REQUESTS),
+            count(outlier, "success_rate_min_hosts", &SUCCESS_RATE_MIN_HOSTS),
+            Setting { section: outlier, key: "shift_delta", kind: Kind::Share { min: DELTA.min, max: DELTA.max }, range: DELTA.to_string() },
+            Setting { section: outlier, key: "shift_threshold", kind: Kind::Share { min: SHIFT_THRESHOLD.min, max: SHIFT_THRESHOLD.max }, range: SHIFT_THRESHOLD.to_string() },
             time(health, "interval", &HEALTH_INTERVAL),
             time(health, "timeout", &HEALTH_TIMEOUT),
             count(health, "rise", &RISE_FALL),
@@ -128,12 +150,15 @@ pub(crate) const SECTIONS: &[(&str, &str)] = &[
     ("service.damping", "[service.damping]\n"),
     ("service.http", "[service.http]\n"),
     ("service.http.compression", "[service.http.compression]\n"),
+    ("service.http.retry", "[service.http.retry]\nretry_on = [\"503\"]\n"),
+    ("service.outlier", "[service.outlier]\n"),
     ("service.server", "[[service.server]]\naddress = \"127.0.0.1:1001\"\n"),
     ("service.pool", "[[service.pool]]\nname = \"p\"\nalgorithm = \"p2c-ewma\"\n"),
     ("service.pool.health", "[service.pool.health]\nkind = \"http\"\n"),
     ("service.pool.passive", "[service.pool.passive]\n"),
     ("service.pool.p2c", "[service.pool.p2c]\n"),
     ("service.pool.damping", "[service.pool.damping]\n"),
+    ("service.pool.outlier", "[service.pool.outlier]\n"),
     ("service.pool.server", "[[service.pool.server]]\naddress = \"127.0.0.1:1002\"\n"),
     ("service.route", "[[service.route]]\npool = \"p\"\npath_prefix = [\"/p\"]\n"),
     ("service.limit", "[[service.limit]]\nname = \"l\"\ncount = \"requests\"\n"),
@@ -192,7 +217,10 @@ pub(crate) fn outside(kind: Kind) -> Vec<String> {
             v.push("\"10000000000s\"".into());
             v
         }
-        Kind::Share { min, max } => vec![share(min / 2.0), share(max * 1.001), "nan".into(), "inf".into(), "-inf".into(), "-0.5".into()],
+        Kind::Share { min, max } => {
+            let below = if min > 0.0 { min / 2.0 } else { -0.001 };
+            vec![share(below), share(max * 1.001), "nan".into(), "inf".into(), "-inf".into(), "-0.5".into()]
+        }
         Kind::Ports { min, .. } => vec![format!("\"{}-{}\"", min - 1, min), "\"1-100\"".into()],
     }
 }

@@ -24,6 +24,9 @@ pub enum AccessLog {
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct Http {
+    /// Requests sent again when a server answers a status `retry_on` names, within a budget.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub retry: Option<Retry>,
     #[serde(default = "defaults::forwarded_headers")]
     pub forwarded_headers: Vec<ForwardedHeader>,
     /// Clients in these networks are not named in `X-Forwarded-For` or `Forwarded` (HAProxy's
@@ -201,6 +204,7 @@ impl CookieNew {
 impl Default for Http {
     fn default() -> Self {
         Http {
+            retry: None,
             forwarded_headers: defaults::forwarded_headers(),
             forwarded_except: Vec::new(),
             trusted_forwarders: Vec::new(),

@@ -34,6 +34,12 @@ pub struct Pool {
     /// Unset: the service's.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub all_down: Option<AllDown>,
+    /// Unset: the service's.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub panic_threshold: Option<u32>,
+    /// Unset: the service's.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub outlier: Option<Outlier>,
     #[serde(default, rename = "server")]
     pub servers: Vec<Server>,
 }
@@ -80,7 +86,8 @@ pub enum AllDown {
     #[default]
     Fail,
     /// Envoy's panic mode: ignore health (and damping) and spread over every enabled server
-    /// that is not draining, since some may answer.
+    /// that is not draining, since some may answer. The case of `panic_threshold` where none is
+    /// usable.
     UseAll,
 }
 

@@ -581,6 +581,7 @@ async fn forward(
             debug!(service = %cfg.name, client = %peer, server = %entry.addr, status = record.status, response = ?record.response, "request forwarded");
             rparts.extensions.insert(Served(entry.addr));
             entry.state.counters.responses.add(record.status);
+            crate::live::outlier::observe(target, &entry, crate::live::outlier::Outcome::Answered(record.status));
             let state = service.state();
             let first_byte = crate::clock::since(began);
             state.http.first_byte.observe(first_byte);
@@ -592,6 +593,18 @@ async fn forward(
         }
         Err(f) => {
             let local = matches!(&f, Failure::Connect(e) if e.side == Side::Local);
+            // A server that took the request and gave no answer (a failed connect was counted as
+            // it failed).
+            let unanswered = match &f {
+                Failure::Timeout(s) => Some((*s, "timeout")),
+                Failure::Broken(s, _) => Some((*s, "reset")),
+                _ => None,
+            };
+            if let Some((addr, what)) = unanswered
+                && let Some(entry) = target.servers().find(|e| e.addr == addr)
+            {
+                crate::live::outlier::observe(target, entry, crate::live::outlier::Outcome::Gateway(what));
+            }
             let (status, why, server) = match f {
                 Failure::Connect(e) if e.kind == Kind::NoServer => (StatusCode::SERVICE_UNAVAILABLE, "no server is available".to_string(), None),
                 // This host ran out of something (descriptors, ports): no server is to blame.

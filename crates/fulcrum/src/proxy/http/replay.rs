@@ -7,7 +7,8 @@
 //!   keep-alive race): it is rebuilt and sent again, as a retry.
 //!
 //! Anything else (a body streamed past the read-ahead, a new connection broke, a non-idempotent
-//! method) is the client's answer: 502.
+//! method) is the client's answer: 502. `[service.http.retry]` sends an idempotent request whose
+//! body is in hand to another server after an answer or failure it names ([`Replay::again`]).
 
 use hyper::client::conn::TrySendError;
 use hyper::{HeaderMap, Method, Request, Uri, Version};
@@ -41,17 +42,20 @@ impl Replay {
         if let (Some(req), true) = (unsent, reused) {
             return Next::Unsent(req);
         }
-        match &self.template {
-            Some((method, uri, version, headers, body)) if reused && error.is_incomplete_message() => {
-                let Some(body) = body.replica() else { return Next::Fail(error) };
-                let mut again = Request::new(body);
-                *again.method_mut() = method.clone();
-                *again.uri_mut() = uri.clone();
-                *again.version_mut() = *version;
-                *again.headers_mut() = headers.clone();
-                Next::Retry(again, error)
-            }
+        match self.again() {
+            Some(again) if reused && error.is_incomplete_message() => Next::Retry(again, error),
             _ => Next::Fail(error),
         }
+    }
+
+    /// The request once more, when it may be sent again (`[service.http.retry]`).
+    pub fn again(&self) -> Option<Request<ProxyBody>> {
+        let (method, uri, version, headers, body) = self.template.as_ref()?;
+        let mut again = Request::new(body.replica()?);
+        *again.method_mut() = method.clone();
+        *again.uri_mut() = uri.clone();
+        *again.version_mut() = *version;
+        *again.headers_mut() = headers.clone();
+        Some(again)
     }
 }

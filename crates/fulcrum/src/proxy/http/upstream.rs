@@ -19,7 +19,7 @@ use super::Kept;
 use super::body::ProxyBody;
 use super::idle::Lent;
 use super::replay::{Next, Replay};
-use crate::config::ServerProtocol;
+use crate::config::{RetryOn, ServerProtocol};
 use crate::error::{Error, Kind, Side};
 use crate::live::Pool;
 use crate::proxy::dispatch::{Dispatch, Place, Steer};
@@ -70,6 +70,7 @@ pub fn send(
         let mut dispatch = Dispatch::new(pool, client, steer);
         let replay = Replay::of(&req, idempotent);
         let fault = req.body().fault();
+        let mut retries = Retries::new(pool);
         loop {
             let place = dispatch.reserve().await.map_err(|e| match e.kind {
                 Kind::QueueTimeout => Failure::Queue(cfg.queue_timeout),
@@ -98,6 +99,9 @@ pub fn send(
             let mut sender = match opened {
                 Ok(s) => s,
                 Err(err) => {
+                    if !retries.connect_failure() {
+                        return Err(Failure::Connect(err));
+                    }
                     dispatch.failed(place, err).map_err(Failure::Connect)?;
                     continue;
                 }
@@ -105,8 +109,18 @@ pub fn send(
             let connect = crate::clock::since(started);
             place.opened();
             let sent = crate::clock::now();
-            match tokio::time::timeout(cfg.http.response_timeout, sender.try_send(req)).await {
+            match tokio::time::timeout(retries.per_try, sender.try_send(req)).await {
                 Ok(Ok(response)) => {
+                    let status = response.status().as_u16();
+                    if let Some(again) = retries.take(RetryOn::Status(status), &replay, &mut dispatch, &place) {
+                        debug!(service = %cfg.name, server = %entry.addr, status, "retrying on another server");
+                        // This answer is counted as the last one will be; its connection, its
+                        // body unread, is closed with it.
+                        entry.state.counters.responses.add(status);
+                        crate::live::outlier::observe(pool, &entry, crate::live::outlier::Outcome::Answered(status));
+                        req = again;
+                        continue;
+                    }
                     let lent = match (sender, kept) {
                         (Sender::H1(s), Some(k)) if !upgrade => Some(Lent::new(s, entry.addr, k.idle.clone())),
                         _ => None,
@@ -133,11 +147,80 @@ pub fn send(
                             debug!(service = %cfg.name, server = %entry.addr, "reused connection closed by the server, retrying: {error}");
                             req = r;
                         }
-                        Next::Fail(error) => return Err(Failure::Broken(entry.addr, error)),
+                        Next::Fail(error) => match retries.take(RetryOn::Reset, &replay, &mut dispatch, &place) {
+                            Some(again) => {
+                                debug!(service = %cfg.name, server = %entry.addr, "the server broke the connection, retrying on another: {error}");
+                                crate::live::outlier::observe(pool, &entry, crate::live::outlier::Outcome::Gateway("reset"));
+                                req = again;
+                            }
+                            None => return Err(Failure::Broken(entry.addr, error)),
+                        },
                     }
                 }
-                Err(_) => return Err(Failure::Timeout(entry.addr)),
+                Err(_) => match retries.take(RetryOn::Timeout, &replay, &mut dispatch, &place) {
+                    Some(again) => {
+                        debug!(service = %cfg.name, server = %entry.addr, "no answer within the try's timeout, retrying on another server");
+                        crate::live::outlier::observe(pool, &entry, crate::live::outlier::Outcome::Gateway("timeout"));
+                        req = again;
+                    }
+                    None => return Err(Failure::Timeout(entry.addr)),
+                },
             }
+        }
+    }
+}
+
+/// `[service.http.retry]` for one request: what it retries, how many are left, and the pool's
+/// budget that every retry takes from.
+struct Retries<'a> {
+    pool: &'a Pool,
+    retry: Option<&'a crate::config::Retry>,
+    /// Each try's wait for an answer: `per_try_timeout`, else `response_timeout`.
+    per_try: Duration,
+    left: u32,
+}
+
+impl<'a> Retries<'a> {
+    /// Counts the request in the pool's budget.
+    fn new(pool: &'a Pool) -> Self {
+        let http = &pool.config.http;
+        let retry = http.retry.as_ref();
+        if let Some(r) = retry {
+            pool.state.retry_budget.request(crate::clock::clock_ms(), r.budget_window);
+        }
+        Retries { pool, retry, per_try: retry.and_then(|r| r.per_try_timeout).unwrap_or(http.response_timeout), left: retry.map_or(0, |r| r.count) }
+    }
+
+    /// The request again for another server, when `what` is retried, a retry is left, the
+    /// request can be sent again, another server is there to take it and the budget allows.
+    fn take(&mut self, what: RetryOn, replay: &Replay, dispatch: &mut Dispatch<'_>, place: &Place) -> Option<Request<ProxyBody>> {
+        let r = self.retry.filter(|r| r.on(what) && self.left > 0)?;
+        let again = replay.again()?;
+        if !self.budget(r) || !dispatch.leave(place) {
+            return None;
+        }
+        self.left -= 1;
+        Some(again)
+    }
+
+    /// Whether a failed connect may go on to another server: always, unless `retry_on` names
+    /// `connect-failure`, which puts those retries in the budget too.
+    fn connect_failure(&mut self) -> bool {
+        match self.retry.filter(|r| r.on(RetryOn::ConnectFailure)) {
+            Some(r) => self.budget(r),
+            None => true,
+        }
+    }
+
+    fn budget(&self, r: &crate::config::Retry) -> bool {
+        let state = &self.pool.state;
+        let allowance = crate::live::retry_budget::Allowance { percent: r.budget_percent, min_per_second: r.min_retries_per_second, window: r.budget_window };
+        if state.retry_budget.try_retry(crate::clock::clock_ms(), allowance) {
+            state.retries.fetch_add(1, Relaxed);
+            true
+        } else {
+            state.retries_over_budget.fetch_add(1, Relaxed);
+            false
         }
     }
 }
