@@ -4,6 +4,8 @@
 //! digest it runs, and per service its algorithm, the digest of its lookup table (hashing
 //! algorithms) and the servers it sees up. For each of these, the value most instances report is
 //! taken as the fleet's, and every instance that reports another is named with both values.
+//! Beside agreement, what an instance runs degraded: a limit shared through Redis that cannot
+//! reach it (the instance goes on with its own counts, or refuses with `fail = "closed"`).
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::time::Duration;
@@ -21,6 +23,8 @@ pub struct Seen {
     pub name: String,
     /// Property -> value, e.g. "service web: up servers" -> "127.0.0.1:9001, 127.0.0.1:9002".
     pub facts: BTreeMap<String, String>,
+    /// What it runs degraded, e.g. "limit per-client: Redis cannot be reached (...)".
+    pub warnings: Vec<String>,
 }
 
 /// Reads what `member` runs from its admin API.
@@ -37,7 +41,16 @@ pub async fn ask(member: &Member, authorization: Option<&str>) -> anyhow::Result
         let up: BTreeSet<&str> = service["servers"].as_array().into_iter().flatten().filter(|s| s["state"] == "up").filter_map(|s| s["address"].as_str()).collect();
         facts.insert(format!("service {name}: up servers"), up.into_iter().collect::<Vec<_>>().join(", "));
     }
-    Ok(Seen { name: member.name.clone(), facts })
+    let mut warnings = Vec::new();
+    for limit in stats["limits"].as_array().into_iter().flatten() {
+        let sync = &limit["sync"];
+        if sync.is_object() && sync["connected"] == false {
+            let name = limit["name"].as_str().unwrap_or_default();
+            let error = sync["error"].as_str().unwrap_or("no answer");
+            warnings.push(format!("limit {name}: Redis cannot be reached ({error}); it goes on with this instance's own counts unless fail = \"closed\""));
+        }
+    }
+    Ok(Seen { name: member.name.clone(), facts, warnings })
 }
 
 /// Every disagreement: for each property, the instances whose value is not the one most report.
@@ -92,7 +105,7 @@ mod tests {
     use super::*;
 
     fn seen(name: &str, facts: &[(&str, &str)]) -> Seen {
-        Seen { name: name.into(), facts: facts.iter().map(|(k, v)| (k.to_string(), v.to_string())).collect() }
+        Seen { name: name.into(), facts: facts.iter().map(|(k, v)| (k.to_string(), v.to_string())).collect(), warnings: Vec::new() }
     }
 
     #[test]

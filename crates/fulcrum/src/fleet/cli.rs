@@ -36,7 +36,7 @@ pub enum FleetCommand {
     /// Print the fleet's services as a config file.
     Export,
     /// Ask every registered instance what it runs and balances; exit 1, naming the instance and
-    /// what differs, unless all agree.
+    /// what differs, unless all agree and none runs degraded (a shared limit without Redis).
     Check {
         /// A file holding the admin API's bearer token, when the instances require one.
         #[arg(long)]
@@ -104,10 +104,12 @@ pub async fn run(args: FleetArgs) -> anyhow::Result<()> {
                 }
             }
             let differences = agreement::disagreements(&seen);
-            for line in unreachable.iter().chain(&differences) {
+            let degraded: Vec<String> = seen.iter().flat_map(|s| s.warnings.iter().map(move |w| format!("{}: {w}", s.name))).collect();
+            for line in unreachable.iter().chain(&differences).chain(&degraded) {
                 println!("{line}");
             }
             anyhow::ensure!(unreachable.is_empty() && differences.is_empty(), "the fleet does not agree ({} instances)", members.len());
+            anyhow::ensure!(degraded.is_empty(), "the {} instances agree, but not all run whole (above)", members.len());
             println!("{} instances agree", members.len());
         }
     }

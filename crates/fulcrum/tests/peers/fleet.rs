@@ -223,6 +223,40 @@ fn fleet_check_passes_on_an_agreeing_fleet_and_names_the_instance_that_differs()
     });
 }
 
+#[test]
+fn fleet_check_names_an_instance_whose_shared_limit_cannot_reach_redis() {
+    let etcd = Etcd::start(1);
+    let mut redis = crate::limits::Redis::start();
+    let backend = Backend::start("a");
+    let dir = scratch("fleet-limit");
+    let file = dir.join("services.toml");
+    std::fs::write(
+        &file,
+        format!(
+            "[[service]]\nname = \"web\"\nlisten = \"127.0.0.1:80\"\nmode = \"http\"\n[service.health]\nkind = \"none\"\n[[service.server]]\naddress = \"{}\"\n\
+             [[service.limit]]\nname = \"shared\"\ncount = \"requests\"\nlimit = 100\nstore = \"redis\"\nredis = \"127.0.0.1:{}\"\n",
+            backend.addr, redis.port
+        ),
+    )
+    .unwrap();
+    fleet_cli(&etcd, &["import", file.to_str().unwrap()]);
+    let lbs: Vec<Fulcrum> = ["lb-1", "lb-2"].iter().map(|n| Fulcrum::start(&instance(&etcd, n))).collect();
+    wait_until("two members registered", Duration::from_secs(10), || registered(&lbs[0], 2));
+    let synced = |lb: &Fulcrum, connected: bool| lb.stats()["limits"][0]["sync"]["connected"] == connected;
+    wait_until("both synced with Redis", Duration::from_secs(10), || lbs.iter().all(|lb| synced(lb, true)));
+    let (ok, out) = try_fleet_cli(&etcd, &["check"]);
+    assert!(ok && out.contains("2 instances agree"), "{out}");
+    // Redis gone: they agree still, and each is named as running its shared limit on its own.
+    redis.kill();
+    wait_until("both lost Redis", Duration::from_secs(10), || lbs.iter().all(|lb| synced(lb, false)));
+    let (ok, out) = try_fleet_cli(&etcd, &["check"]);
+    assert!(!ok, "{out}");
+    for name in ["lb-1", "lb-2"] {
+        assert!(out.contains(&format!("{name}: limit shared: Redis cannot be reached (")), "{out}");
+    }
+    assert!(out.contains("not all run whole"), "{out}");
+}
+
 /// A CA and a certificate it signed for 127.0.0.1, written into `dir`, as etcd serves TLS.
 fn etcd_tls(dir: &std::path::Path) -> Tls {
     use rcgen::{BasicConstraints, CertificateParams, IsCa, Issuer, KeyPair};

@@ -331,3 +331,118 @@ fn delay_holds_a_request_until_its_turn_and_tarpit_holds_then_refuses() {
     assert_eq!(t.get("/trap/b", "").status, 429);
     assert!(began.elapsed() >= Duration::from_millis(290), "held {:?} before the refusal", began.elapsed());
 }
+
+/// A redis-server of the test's own on a loopback port; killed when dropped, and restartable
+/// on the same port.
+pub struct Redis {
+    pub port: u16,
+    child: Option<std::process::Child>,
+}
+
+impl Redis {
+    pub fn start() -> Redis {
+        let mut r = Redis { port: free_port(), child: None };
+        r.restart();
+        r
+    }
+
+    fn restart(&mut self) {
+        let child = std::process::Command::new("redis-server")
+            .args(["--port", &self.port.to_string(), "--bind", "127.0.0.1", "--save", "", "--appendonly", "no"])
+            .stdout(std::process::Stdio::null())
+            .spawn()
+            .expect("redis-server must be installed (scripts/test installs it)");
+        self.child = Some(child);
+        let addr: SocketAddr = format!("127.0.0.1:{}", self.port).parse().unwrap();
+        wait_until("redis-server accepting", Duration::from_secs(10), || TcpStream::connect(addr).is_ok());
+    }
+
+    pub fn kill(&mut self) {
+        if let Some(mut c) = self.child.take() {
+            let _ = c.kill();
+            let _ = c.wait();
+        }
+    }
+}
+
+impl Drop for Redis {
+    fn drop(&mut self) {
+        self.kill();
+    }
+}
+
+/// One client address offering `per_second` requests a second to each instance for `seconds`:
+/// the requests the fleet let through in each second.
+fn offer_fleet(instances: &[&Fulcrum], source: IpAddr, per_second: u32, seconds: u64) -> Vec<u64> {
+    let began = Instant::now();
+    let passed: Vec<Vec<u64>> = std::thread::scope(|s| {
+        let threads: Vec<_> = instances
+            .iter()
+            .map(|f| {
+                let listen = f.listen;
+                s.spawn(move || {
+                    let mut c = Client::new(source, listen);
+                    let mut by_second = vec![0u64; seconds as usize];
+                    let every = Duration::from_secs(1) / per_second;
+                    let mut next = Instant::now();
+                    while began.elapsed() < Duration::from_secs(seconds) {
+                        let at = began.elapsed().as_secs() as usize;
+                        if c.get("/name", "").status == 200 && at < by_second.len() {
+                            by_second[at] += 1;
+                        }
+                        next += every;
+                        std::thread::sleep(next.saturating_duration_since(Instant::now()));
+                    }
+                    by_second
+                })
+            })
+            .collect();
+        threads.into_iter().map(|t| t.join().unwrap()).collect()
+    });
+    (0..seconds as usize).map(|i| passed.iter().map(|p| p[i]).sum()).collect()
+}
+
+#[test]
+fn three_instances_share_a_limit_through_redis_and_go_on_without_it() {
+    let mut redis = Redis::start();
+    let b = Backend::start("b");
+    let config = http_service(
+        b.addr,
+        &format!(
+            "[[service.limit]]\nname = \"fleet\"\ncount = \"requests\"\nlimit = 100\nperiod = \"1s\"\nstore = \"redis\"\nredis = \"127.0.0.1:{}\"\nsync_interval = \"100ms\"\n",
+            redis.port
+        ),
+    );
+    let fleet: Vec<Fulcrum> = (0..3).map(|_| Fulcrum::start(&config)).collect();
+    let all: Vec<&Fulcrum> = fleet.iter().collect();
+    let client = IpAddr::from([127, 0, 0, 111]);
+    // 100 a second to each of three instances: 300 offered against a fleet-wide 100. The bound
+    // (docs/protection.md): the limit plus what the fleet is offered in one sync interval.
+    let bound = 100 + 300 / 10;
+    let shared = offer_fleet(&all, client, 100, 4);
+    println!("shared through Redis, passed each second: {shared:?} (bound {bound})");
+    // The first second may hold a fresh key's burst; the ones after hold the rate.
+    for (i, n) in shared.iter().enumerate().skip(1) {
+        assert!((80..=bound + 10).contains(n), "second {i}: {n} passed across the fleet, not 100 within the bound {bound}: {shared:?}");
+    }
+    let sync = &fleet[0].stats()["limits"][0]["sync"];
+    assert_eq!(sync["connected"], true, "{sync}");
+    // Redis killed: each instance goes on with its own counts (fail-open), and says so once.
+    redis.kill();
+    let alone = offer_fleet(&all, client, 100, 2);
+    println!("Redis down, passed each second: {alone:?}");
+    assert!(alone[1] > 0, "requests go on without Redis: {alone:?}");
+    for f in &fleet {
+        let sync = &f.stats()["limits"][0]["sync"];
+        assert_eq!(sync["connected"], false, "{sync}");
+        f.wait_log("cannot sync the limit's counts with Redis, going on with this instance's counts");
+    }
+    // Back: every instance syncs again within a few intervals, and the fleet-wide limit holds.
+    redis.restart();
+    wait_until("every instance synced again", Duration::from_secs(5), || fleet.iter().all(|f| f.stats()["limits"][0]["sync"]["connected"] == true));
+    let again = offer_fleet(&all, client, 100, 3);
+    println!("Redis back, passed each second: {again:?}");
+    for (i, n) in again.iter().enumerate().skip(1) {
+        assert!(*n <= bound + 10, "second {i} after the restart: {n} passed, past the bound {bound}: {again:?}");
+    }
+}
