@@ -9,3 +9,4 @@ mod support;
 
 mod dashboard;
 mod front_door;
+mod protection;
