@@ -108,6 +108,7 @@ impl App {
         }
         tokio::spawn(record_history(Arc::downgrade(&app)));
         tokio::spawn(crate::live::outlier::run(Arc::downgrade(&app.live)));
+        tokio::spawn(crate::live::limit::run(Arc::downgrade(&app.live)));
         tokio::spawn(resolve::run(Arc::downgrade(&app)));
         let generation = live.current();
         app.checks.follow(&generation);

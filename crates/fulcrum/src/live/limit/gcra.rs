@@ -10,8 +10,8 @@
 //! nanoseconds, so the threads that move traffic never wait on one lock shared by all. A shard
 //! holds at most its share of `max_keys`: a new key in a full shard evicts the least recently
 //! seen of a few sampled entries (Redis' approximated LRU), so a flood of distinct keys (spoofed
-//! addresses) only evicts and never grows the table. A key whose TAT is past holds no count and
-//! is the first a sample evicts. Memory per key: [`BYTES_PER_KEY`].
+//! addresses) only evicts and never grows the table. A key whose TAT is past holds no count: it
+//! is the first a sample evicts, and the sweep every few seconds (`super::run`) takes it out. Memory per key: [`BYTES_PER_KEY`].
 
 use std::collections::HashMap;
 use std::sync::Mutex;
@@ -156,6 +156,17 @@ impl Counter for Table {
         true
     }
 
+    fn expire(&self, now_ns: u64) -> usize {
+        let mut gone = 0;
+        for shard in self.shards.iter() {
+            let Ok(mut shard) = shard.lock() else { continue };
+            let Shard { index, slots, .. } = &mut *shard;
+            // A key whose TAT is past holds no count: a new one starts the same.
+            gone += super::sweep(slots, index, |s| s.key, |s| s.tat <= now_ns);
+        }
+        gone
+    }
+
     fn len(&self) -> usize {
         self.shards.iter().map(|s| s.lock().map_or(0, |s| s.slots.len())).sum()
     }
@@ -241,6 +252,12 @@ mod tests {
         assert!(t.over(key.key, 2 * SECOND + 2).is_none());
         assert!(t.clear(key.key) && !t.clear(key.key));
         assert_eq!(t.len(), 0);
+        // Keys with nothing left counted leave by themselves.
+        t.charge(key, 1, 1500);
+        t.charge(k(Key::text(b"d")), 1, 10);
+        assert_eq!(t.expire(SECOND), 1, "d's 10 ms ran out, c's 1.5 s did not");
+        assert_eq!(t.expire(2 * SECOND), 1);
+        assert!(t.is_empty());
     }
 
     #[test]

@@ -123,6 +123,8 @@ pub trait Counter: Send + Sync {
     fn top(&self, now_ns: u64, n: usize) -> Vec<Usage>;
     /// Forgets `key`; `true` when it was there.
     fn clear(&self, key: Key) -> bool;
+    /// Forgets the keys with nothing counted any more at `now_ns`; how many went.
+    fn expire(&self, now_ns: u64) -> usize;
     /// Keys held now.
     fn len(&self) -> usize;
     fn is_empty(&self) -> bool {
@@ -225,6 +227,45 @@ impl Limiter {
         self.rate.as_ref().is_some_and(|r| r.clear(key))
     }
 }
+
+/// Takes the slots `gone` says out of a shard's `slots` and its `index`; how many went.
+pub(crate) fn sweep<S>(slots: &mut Vec<S>, index: &mut std::collections::HashMap<Key, usize>, key: impl Fn(&S) -> Key, gone: impl Fn(&S) -> bool) -> usize {
+    let before = slots.len();
+    let mut i = 0;
+    while i < slots.len() {
+        if gone(&slots[i]) {
+            index.remove(&key(&slots[i]));
+            slots.swap_remove(i);
+            if let Some(moved) = slots.get(i) {
+                index.insert(key(moved), i);
+            }
+        } else {
+            i += 1;
+        }
+    }
+    before - slots.len()
+}
+
+/// Every rate table's expired keys leave, every few seconds, for as long as `live` runs: a
+/// table shrinks back after a flood instead of holding its high-water mark until new keys evict.
+pub async fn run(live: std::sync::Weak<super::Live>) {
+    let mut tick = tokio::time::interval(EXPIRE_EVERY);
+    tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+    loop {
+        tick.tick().await;
+        let Some(live) = live.upgrade() else { return };
+        let tables: Vec<_> = live.current().limits().filter_map(|l| l.rate.clone()).collect();
+        drop(live);
+        // The walk locks each shard in turn, briefly: off the traffic's threads.
+        let swept = tokio::task::spawn_blocking(move || tables.iter().map(|t| t.expire(now_ns())).sum::<usize>()).await;
+        if let Ok(n @ 1..) = swept {
+            tracing::debug!("{n} expired keys left the limits' tables");
+        }
+    }
+}
+
+/// How often expired keys are swept out.
+const EXPIRE_EVERY: Duration = Duration::from_secs(10);
 
 /// Picks the `n` highest of `all` by use, highest first.
 pub(crate) fn highest(mut all: Vec<Usage>, n: usize) -> Vec<Usage> {

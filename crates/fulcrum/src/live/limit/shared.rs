@@ -562,6 +562,19 @@ impl Counter for Shared {
         true
     }
 
+    fn expire(&self, now_ns: u64) -> usize {
+        // Past the two periods a batch carries, a key's counts are Redis' alone; a key seen again
+        // reads them back with the next batch.
+        let stale = now_ns.saturating_sub(self.period_ns.saturating_mul(3));
+        let mut gone = 0;
+        for shard in self.shards.iter() {
+            let Ok(mut shard) = shard.lock() else { continue };
+            let Shard { index, slots, .. } = &mut *shard;
+            gone += super::sweep(slots, index, |s| s.key, |s| s.last_seen < stale);
+        }
+        gone
+    }
+
     fn len(&self) -> usize {
         self.shards.iter().map(|s| s.lock().map_or(0, |s| s.slots.len())).sum()
     }
