@@ -157,7 +157,7 @@ async function poll() {
 
 // Routes belong to the service: a pool shown as `service/pool` shows its parent's.
 const parentName = () => (ui.service ?? "").split("/")[0];
-const ACTIONS = ["deny", "allow", "redirect", "request_headers", "strip_prefix", "replace_prefix", "rewrite_path", "set_query", "pool", "max_request_body", "error_pages", "response_headers", "compress"];
+const ACTIONS = ["deny", "allow", "redirect", "request_headers", "strip_prefix", "replace_prefix", "rewrite_path", "set_query", "pool", "max_request_body", "error_pages", "response_headers", "compress", "limit"];
 const shown = (k, v) => `${k} ${typeof v === "string" ? v : JSON.stringify(v)}`;
 
 function renderRules() {

@@ -231,6 +231,11 @@ fn first_match(routes: &[crate::config::Route], what: &str, mismatch: impl Fn(&c
 /// What `r` does to a request it takes, in order.
 fn actions(r: &crate::config::Route) -> Vec<String> {
     let mut out = Vec::new();
+    // Limits are counted before anything else the route does.
+    for l in &r.limits {
+        let per = if l.count == crate::config::Counted::Connections { "at once".to_string() } else { format!("per {}", humantime::format_duration(l.period)) };
+        out.push(format!("limit {}: {} {} {per} by {} ({})", l.name, l.limit, l.count.as_str(), l.key, l.action.as_str()));
+    }
     if let Some(status) = r.deny {
         out.push(format!("deny {status}"));
     }

@@ -194,6 +194,10 @@ fn a_scanner_collecting_errors_is_refused_and_a_route_has_its_own_limit() {
     // The route's limit counts only its requests.
     let mut c = Client::new(IpAddr::from([127, 0, 0, 72]), f.listen);
     assert_eq!([c.get("/api/x", "").status, c.get("/api/x", "").status, c.get("/name", "").status], [404, 429, 200]);
+    // Explain lists the route's limit first among what it does.
+    let (_, e) = f.api("GET", "/api/explain?service=web&client=127.0.0.73&path=/api/y", None);
+    let taken = e["routes"].as_array().unwrap().iter().find(|r| r["taken"] == true).unwrap().clone();
+    assert_eq!(taken["actions"][0], "limit api: 1 requests per 1m by client (reject)", "{e}");
 }
 
 /// Whether a TCP connection from `source` through Fulcrum reaches the server: an HTTP/1.0

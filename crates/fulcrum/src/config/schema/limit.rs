@@ -190,6 +190,17 @@ pub enum LimitAction {
     Log,
 }
 
+impl LimitAction {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            LimitAction::Reject => "reject",
+            LimitAction::Delay => "delay",
+            LimitAction::Tarpit => "tarpit",
+            LimitAction::Log => "log",
+        }
+    }
+}
+
 /// Where a limit's counts live.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "kebab-case")]
