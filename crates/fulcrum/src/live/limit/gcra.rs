@@ -13,21 +13,24 @@
 //! addresses) only evicts and never grows the table. A key whose TAT is past holds no count: it
 //! is the first a sample evicts, and the sweep every few seconds (`super::run`) takes it out. Memory per key: [`BYTES_PER_KEY`].
 
-use std::collections::HashMap;
 use std::sync::Mutex;
 use std::time::Duration;
 
+use super::shard::Shard;
 use super::{Counter, Key, Keyed, Usage, Verdict};
 
 /// Shards of a table: enough that the traffic threads of a large machine rarely meet.
 pub const SHARDS: usize = 64;
-/// Entries looked at to pick the one a full shard evicts.
-const SAMPLES: usize = 5;
-/// A key's memory in a full table, measured (`benches/limits.rs`): its slot (key, TAT, last seen,
-/// the text it was made from when it has one) and its index entry (key, position, the hash map's
-/// control byte and load-factor slack). A header's or cookie's key adds its text, up to
-/// [`super::MAX_LABEL`] bytes.
-pub const BYTES_PER_KEY: usize = 48 + 40;
+/// A key's memory in a full table of the default `max_keys` (100,000: 1,563 keys a shard), as
+/// `benches/limits.rs` measures it: its slot (key, TAT, last seen, the text it was made from
+/// when it has one: 48 bytes) in a shard's Vec of exactly its 1,563, and its index entry (key and
+/// position: 32 bytes, and the hash map's control byte) in a map of 4,096 buckets, 86 bytes a key:
+/// the 2,048 its keys need, doubled once by the tombstones that evictions leave. With another
+/// `max_keys`, by where its share of a shard falls between powers of two, from about 125 to 200
+/// bytes a key once a flood has doubled the map (10 million: 159), and 86 to 123 before (10
+/// million: 103, measured after 20 million evictions). A header's or cookie's key adds its text,
+/// up to [`super::MAX_LABEL`] bytes.
+pub const BYTES_PER_KEY: usize = 135;
 
 /// `rate` per `period`, with bursts of up to `burst` at once.
 #[derive(Debug, Clone, Copy, PartialEq)]
@@ -54,24 +57,16 @@ struct Slot {
     label: Option<Box<str>>,
 }
 
-#[derive(Default)]
-struct Shard {
-    index: HashMap<Key, usize>,
-    slots: Vec<Slot>,
-    /// A small generator for the eviction sample (xorshift: no shared state, no syscall).
-    seed: u64,
-}
-
 /// A rate table of at most about `max_keys` keys.
 pub struct Table {
-    shards: Box<[Mutex<Shard>]>,
+    shards: Box<[Mutex<Shard<Slot>>]>,
     per_shard: usize,
     rate: Rate,
 }
 
 impl Table {
     pub fn new(rate: Rate, max_keys: usize) -> Table {
-        let shards = (0..SHARDS).map(|i| Mutex::new(Shard { seed: 0x2545_f491_4f6c_dd1d ^ i as u64, ..Shard::default() })).collect();
+        let shards = (0..SHARDS).map(|i| Mutex::new(Shard::new(i))).collect();
         Table { shards, per_shard: max_keys.div_ceil(SHARDS).max(1), rate }
     }
 
@@ -84,11 +79,9 @@ impl Table {
     /// holding the lock (the caller fails open rather than refuse everyone).
     fn with<T>(&self, key: Keyed<'_>, now_ns: u64, then: impl FnOnce(&mut Slot, Rate) -> T) -> Option<T> {
         let mut shard = self.shards[key.key.shard(SHARDS)].lock().ok()?;
-        let i = match shard.index.get(&key.key) {
-            Some(&i) => i,
-            None => shard.insert(key, now_ns, self.per_shard),
-        };
-        let slot = &mut shard.slots[i];
+        let fresh = || Slot { key: key.key, tat: now_ns, last_seen: now_ns, label: super::label(key.text) };
+        // A key with no count left (its TAT past) goes first, then the least recently seen.
+        let slot = shard.place(key.key, self.per_shard, fresh, |s| (s.tat > now_ns, s.last_seen));
         slot.last_seen = now_ns;
         Some(then(slot, self.rate))
     }
@@ -118,7 +111,7 @@ impl Counter for Table {
 
     fn over(&self, key: Key, now_ns: u64) -> Option<Duration> {
         let shard = self.shards[key.shard(SHARDS)].lock().ok()?;
-        let slot = &shard.slots[*shard.index.get(&key)?];
+        let slot = shard.get(key)?;
         let ahead = slot.tat.saturating_sub(now_ns);
         (ahead > self.rate.tolerance_ns).then(|| Duration::from_nanos(ahead - self.rate.tolerance_ns))
     }
@@ -129,7 +122,7 @@ impl Counter for Table {
         let mut all = Vec::new();
         for shard in self.shards.iter() {
             let Ok(shard) = shard.lock() else { continue };
-            for slot in shard.slots.iter().filter(|s| s.tat > now_ns) {
+            for slot in shard.iter().filter(|s| s.tat > now_ns) {
                 let ahead = slot.tat - now_ns;
                 all.push(Usage {
                     key: slot.key,
@@ -147,55 +140,27 @@ impl Counter for Table {
     }
 
     fn clear(&self, key: Key) -> bool {
-        let Ok(mut shard) = self.shards[key.shard(SHARDS)].lock() else { return false };
-        let Some(i) = shard.index.remove(&key) else { return false };
-        shard.slots.swap_remove(i);
-        if let Some(moved) = shard.slots.get(i).map(|s| s.key) {
-            shard.index.insert(moved, i);
-        }
-        true
+        self.shards[key.shard(SHARDS)].lock().is_ok_and(|mut s| s.remove(key))
     }
 
     fn expire(&self, now_ns: u64) -> usize {
         let mut gone = 0;
         for shard in self.shards.iter() {
             let Ok(mut shard) = shard.lock() else { continue };
-            let Shard { index, slots, .. } = &mut *shard;
             // A key whose TAT is past holds no count: a new one starts the same.
-            gone += super::sweep(slots, index, |s| s.key, |s| s.tat <= now_ns);
+            gone += shard.sweep(|s| s.tat <= now_ns);
         }
         gone
     }
 
     fn len(&self) -> usize {
-        self.shards.iter().map(|s| s.lock().map_or(0, |s| s.slots.len())).sum()
+        self.shards.iter().map(|s| s.lock().map_or(0, |s| s.len())).sum()
     }
 }
 
-impl Shard {
-    /// A slot for `key`, evicting the least recently seen of a sample when the shard is full.
-    fn insert(&mut self, key: Keyed<'_>, now_ns: u64, capacity: usize) -> usize {
-        let fresh = Slot { key: key.key, tat: now_ns, last_seen: now_ns, label: super::label(key.text) };
-        if self.slots.len() < capacity {
-            self.slots.push(fresh);
-            self.index.insert(key.key, self.slots.len() - 1);
-            return self.slots.len() - 1;
-        }
-        let n = self.slots.len();
-        let sample: [usize; SAMPLES] = std::array::from_fn(|_| self.next() as usize % n);
-        // A key with no count left (its TAT past) goes first, then the least recently seen.
-        let victim = sample.into_iter().min_by_key(|&i| (self.slots[i].tat > now_ns, self.slots[i].last_seen)).unwrap_or(0);
-        self.index.remove(&self.slots[victim].key);
-        self.slots[victim] = fresh;
-        self.index.insert(key.key, victim);
-        victim
-    }
-
-    fn next(&mut self) -> u64 {
-        self.seed ^= self.seed << 13;
-        self.seed ^= self.seed >> 7;
-        self.seed ^= self.seed << 17;
-        self.seed
+impl super::shard::Slot for Slot {
+    fn key(&self) -> Key {
+        self.key
     }
 }
 

@@ -11,6 +11,7 @@
 
 pub mod concurrent;
 pub mod gcra;
+mod shard;
 pub mod shared;
 
 use std::net::{IpAddr, Ipv4Addr, Ipv6Addr};
@@ -226,24 +227,6 @@ impl Limiter {
     pub fn clear(&self, key: Key) -> bool {
         self.rate.as_ref().is_some_and(|r| r.clear(key))
     }
-}
-
-/// Takes the slots `gone` says out of a shard's `slots` and its `index`; how many went.
-pub(crate) fn sweep<S>(slots: &mut Vec<S>, index: &mut std::collections::HashMap<Key, usize>, key: impl Fn(&S) -> Key, gone: impl Fn(&S) -> bool) -> usize {
-    let before = slots.len();
-    let mut i = 0;
-    while i < slots.len() {
-        if gone(&slots[i]) {
-            index.remove(&key(&slots[i]));
-            slots.swap_remove(i);
-            if let Some(moved) = slots.get(i) {
-                index.insert(key(moved), i);
-            }
-        } else {
-            i += 1;
-        }
-    }
-    before - slots.len()
 }
 
 /// Every rate table's expired keys leave, every few seconds, for as long as `live` runs: a

@@ -53,7 +53,6 @@
 //! counted in this window or the last first. A batch carries every key seen in the last two
 //! periods, so `max_keys` also bounds a batch.
 
-use std::collections::HashMap;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, Weak};
 use std::time::Duration;
@@ -62,10 +61,9 @@ use redis::Value;
 use redis::aio::MultiplexedConnection;
 
 use super::gcra::SHARDS;
+use super::shard::Shard;
 use super::{Counter, Key, Keyed, Usage, Verdict};
 
-/// Entries looked at to pick the one a full shard evicts.
-const SAMPLES: usize = 5;
 /// The longest a connection or a batch may take before the sync counts as failed.
 const TIMEOUT: Duration = Duration::from_secs(1);
 /// The sync interval until [`Shared::start`] says otherwise: what a fail-closed check tells the
@@ -185,14 +183,6 @@ impl Slot {
     }
 }
 
-#[derive(Default)]
-struct Shard {
-    index: HashMap<Key, usize>,
-    slots: Vec<Slot>,
-    /// A small generator for the eviction sample (xorshift: no shared state, no syscall).
-    seed: u64,
-}
-
 /// One key's part of a batch: what was sent for the window and for the one before (0 for the
 /// one before means it is only read, with `GET`, so Redis makes no key for it).
 struct Entry {
@@ -218,7 +208,7 @@ pub struct Shared {
     /// the wall clock, which every instance shares, and time is read on the process's clock.
     offset_ns: u64,
     fail_closed: bool,
-    shards: Box<[Mutex<Shard>]>,
+    shards: Box<[Mutex<Shard<Slot>>]>,
     per_shard: usize,
     /// Whether the last sync failed: what a fail-closed table limits every check on.
     failing: AtomicBool,
@@ -238,7 +228,7 @@ impl Shared {
     }
 
     fn build(table: &str, limit: u64, period: Duration, max_keys: usize, fail_closed: bool, offset_ns: u64) -> Arc<Shared> {
-        let shards = (0..SHARDS).map(|i| Mutex::new(Shard { seed: 0x2545_f491_4f6c_dd1d ^ i as u64, ..Shard::default() })).collect();
+        let shards = (0..SHARDS).map(|i| Mutex::new(Shard::new(i))).collect();
         Arc::new(Shared {
             table: table.into(),
             limit,
@@ -315,11 +305,10 @@ impl Shared {
     /// if a thread panicked holding the lock (the caller fails open rather than refuse everyone).
     fn with<T>(&self, key: Keyed<'_>, now_ns: u64, window: u64, then: impl FnOnce(&mut Slot) -> T) -> Option<T> {
         let mut shard = self.shards[key.key.shard(SHARDS)].lock().ok()?;
-        let i = match shard.index.get(&key.key) {
-            Some(&i) => i,
-            None => shard.insert(key, now_ns, window, self.per_shard),
-        };
-        let slot = &mut shard.slots[i];
+        let fresh = || Slot { key: key.key, label: super::label(key.text), last_seen: now_ns, window, cur: Count::default(), prev: Count::default() };
+        // A key with nothing counted in this window or the last goes first (what it has not sent
+        // yet is lost with it), then the least recently seen.
+        let slot = shard.place(key.key, self.per_shard, fresh, |s| (s.totals(window) != (0, 0), s.last_seen));
         slot.last_seen = now_ns;
         slot.roll(window);
         Some(then(slot))
@@ -340,7 +329,7 @@ impl Shared {
             .map(|shard| {
                 let Ok(mut shard) = shard.lock() else { return Vec::new() };
                 let mut entries = Vec::new();
-                for slot in shard.slots.iter_mut().filter(|s| s.last_seen >= recent) {
+                for slot in shard.iter_mut().filter(|s| s.last_seen >= recent) {
                     slot.roll(window);
                     let entry = Entry { key: slot.key, cur: slot.cur.take(), prev: slot.prev.take() };
                     let name = format!("fulcrum:limit:{}:{:032x}", self.table, slot.key.bits());
@@ -385,8 +374,7 @@ impl Shared {
                     None => (None, None),
                 };
                 // The key may have been evicted since (its counts with it), or cleared.
-                let Some(&i) = shard.index.get(&entry.key) else { continue };
-                let slot = &mut shard.slots[i];
+                let Some(slot) = shard.get_mut(entry.key) else { continue };
                 for (window, sent, reply) in [(this, entry.cur, cur), (last, entry.prev, prev)] {
                     let Some(count) = slot.count(window) else { continue };
                     match reply {
@@ -521,7 +509,7 @@ impl Counter for Shared {
     fn over(&self, key: Key, now_ns: u64) -> Option<Duration> {
         let (window, elapsed) = self.at(now_ns);
         let shard = self.shards[key.shard(SHARDS)].lock().ok()?;
-        let totals = shard.slots[*shard.index.get(&key)?].totals(window);
+        let totals = shard.get(key)?.totals(window);
         (self.estimate(totals, elapsed) >= self.limit as f64).then(|| self.wait(totals, elapsed, 0))
     }
 
@@ -531,7 +519,7 @@ impl Counter for Shared {
         let mut all = Vec::new();
         for shard in self.shards.iter() {
             let Ok(shard) = shard.lock() else { continue };
-            for slot in shard.slots.iter() {
+            for slot in shard.iter() {
                 let totals = slot.totals(window);
                 if totals == (0, 0) {
                     continue;
@@ -553,13 +541,7 @@ impl Counter for Shared {
     }
 
     fn clear(&self, key: Key) -> bool {
-        let Ok(mut shard) = self.shards[key.shard(SHARDS)].lock() else { return false };
-        let Some(i) = shard.index.remove(&key) else { return false };
-        shard.slots.swap_remove(i);
-        if let Some(moved) = shard.slots.get(i).map(|s| s.key) {
-            shard.index.insert(moved, i);
-        }
-        true
+        self.shards[key.shard(SHARDS)].lock().is_ok_and(|mut s| s.remove(key))
     }
 
     fn expire(&self, now_ns: u64) -> usize {
@@ -569,42 +551,19 @@ impl Counter for Shared {
         let mut gone = 0;
         for shard in self.shards.iter() {
             let Ok(mut shard) = shard.lock() else { continue };
-            let Shard { index, slots, .. } = &mut *shard;
-            gone += super::sweep(slots, index, |s| s.key, |s| s.last_seen < stale);
+            gone += shard.sweep(|s| s.last_seen < stale);
         }
         gone
     }
 
     fn len(&self) -> usize {
-        self.shards.iter().map(|s| s.lock().map_or(0, |s| s.slots.len())).sum()
+        self.shards.iter().map(|s| s.lock().map_or(0, |s| s.len())).sum()
     }
 }
 
-impl Shard {
-    /// A slot for `key`, evicting the least recently seen of a sample when the shard is full.
-    fn insert(&mut self, key: Keyed<'_>, now_ns: u64, window: u64, capacity: usize) -> usize {
-        let fresh = Slot { key: key.key, label: super::label(key.text), last_seen: now_ns, window, cur: Count::default(), prev: Count::default() };
-        if self.slots.len() < capacity {
-            self.slots.push(fresh);
-            self.index.insert(key.key, self.slots.len() - 1);
-            return self.slots.len() - 1;
-        }
-        let n = self.slots.len();
-        let sample: [usize; SAMPLES] = std::array::from_fn(|_| self.next() as usize % n);
-        // A key with nothing counted in this window or the last goes first (what it has not sent
-        // yet is lost with it), then the least recently seen.
-        let victim = sample.into_iter().min_by_key(|&i| (self.slots[i].totals(window) != (0, 0), self.slots[i].last_seen)).unwrap_or(0);
-        self.index.remove(&self.slots[victim].key);
-        self.slots[victim] = fresh;
-        self.index.insert(key.key, victim);
-        victim
-    }
-
-    fn next(&mut self) -> u64 {
-        self.seed ^= self.seed << 13;
-        self.seed ^= self.seed >> 7;
-        self.seed ^= self.seed << 17;
-        self.seed
+impl super::shard::Slot for Slot {
+    fn key(&self) -> Key {
+        self.key
     }
 }
 
@@ -665,8 +624,7 @@ mod tests {
     /// The window `t` is in and what this instance and the fleet (as last synced) counted in it.
     fn counts(t: &Shared, key: Key, window: u64) -> (u64, u64) {
         let mut shard = t.shards[key.shard(SHARDS)].lock().unwrap();
-        let i = shard.index[&key];
-        shard.slots[i].count(window).map_or((0, 0), |c| (c.mine, c.known))
+        shard.get_mut(key).unwrap().count(window).map_or((0, 0), |c| (c.mine, c.known))
     }
 
     /// Polls `done` every 10 ms for up to `within`; how long it took.

@@ -1,0 +1,109 @@
+//! One shard of a table: its keys' slots in a `Vec`, found through a hash index, at most
+//! `capacity` of them. A new key in a full shard takes the place of one of a few sampled slots,
+//! the one its table ranks first (Redis' approximated LRU: the least recently seen, a key with
+//! nothing counted before any other), so a flood of new keys only evicts and never grows it.
+//! Both rate tables, the local one (`gcra`) and the fleet's (`shared`), keep their keys so.
+
+use std::collections::HashMap;
+
+use super::Key;
+
+/// Slots looked at to pick the one a full shard gives a new key.
+const SAMPLES: usize = 5;
+
+/// What a shard holds per key.
+pub trait Slot {
+    fn key(&self) -> Key;
+}
+
+pub struct Shard<S> {
+    index: HashMap<Key, usize>,
+    slots: Vec<S>,
+    /// A small generator for the eviction sample (xorshift: no shared state, no syscall).
+    seed: u64,
+}
+
+impl<S: Slot> Shard<S> {
+    /// The `n`th shard of a table (its generator's seed differs from the others').
+    pub fn new(n: usize) -> Self {
+        Shard { index: HashMap::new(), slots: Vec::new(), seed: 0x2545_f491_4f6c_dd1d ^ n as u64 }
+    }
+
+    /// The slot of `key`, made by `fresh` when it is new: in a full shard (`capacity` slots), in
+    /// place of the sampled slot that `rank` puts first.
+    pub fn place<R: Ord>(&mut self, key: Key, capacity: usize, fresh: impl FnOnce() -> S, rank: impl Fn(&S) -> R) -> &mut S {
+        if let Some(&i) = self.index.get(&key) {
+            return &mut self.slots[i];
+        }
+        let i = if self.slots.len() < capacity {
+            if self.slots.len() == self.slots.capacity() {
+                // Grown by doubling, but never past what the shard may hold.
+                let next = (self.slots.capacity() * 2).max(4).min(capacity);
+                self.slots.reserve_exact(next - self.slots.len());
+            }
+            self.slots.push(fresh());
+            self.slots.len() - 1
+        } else {
+            let n = self.slots.len();
+            let sample: [usize; SAMPLES] = std::array::from_fn(|_| self.next() as usize % n);
+            let victim = sample.into_iter().min_by_key(|&i| rank(&self.slots[i])).unwrap_or(0);
+            self.index.remove(&self.slots[victim].key());
+            self.slots[victim] = fresh();
+            victim
+        };
+        self.index.insert(key, i);
+        &mut self.slots[i]
+    }
+
+    pub fn get(&self, key: Key) -> Option<&S> {
+        self.index.get(&key).map(|&i| &self.slots[i])
+    }
+
+    pub fn get_mut(&mut self, key: Key) -> Option<&mut S> {
+        self.index.get(&key).map(|&i| &mut self.slots[i])
+    }
+
+    /// Forgets `key`; `true` when it was there.
+    pub fn remove(&mut self, key: Key) -> bool {
+        let Some(i) = self.index.remove(&key) else { return false };
+        self.slots.swap_remove(i);
+        if let Some(moved) = self.slots.get(i) {
+            self.index.insert(moved.key(), i);
+        }
+        true
+    }
+
+    /// Forgets every slot `gone` says; how many went.
+    pub fn sweep(&mut self, gone: impl Fn(&S) -> bool) -> usize {
+        let before = self.slots.len();
+        let mut i = 0;
+        while i < self.slots.len() {
+            if gone(&self.slots[i]) {
+                let key = self.slots[i].key();
+                self.remove(key);
+            } else {
+                i += 1;
+            }
+        }
+        before - self.slots.len()
+    }
+
+    pub fn iter(&self) -> impl Iterator<Item = &S> {
+        self.slots.iter()
+    }
+
+    pub fn iter_mut(&mut self) -> impl Iterator<Item = &mut S> {
+        self.slots.iter_mut()
+    }
+
+    pub fn len(&self) -> usize {
+        self.slots.len()
+    }
+
+    fn next(&mut self) -> u64 {
+        self.seed ^= self.seed << 13;
+        self.seed ^= self.seed >> 7;
+        self.seed ^= self.seed << 17;
+        self.seed
+    }
+}
