@@ -149,8 +149,8 @@ pub const LIMIT: Range<u64> = Range::new(1, 1_000_000_000, "per period (connecti
 pub const LIMIT_PERIOD: Range<Duration> = Range::new(MS, HOUR, "\"1s\" is the default; a rate over more than an hour is a quota, not a limit");
 pub const BURST: Range<u64> = Range::new(0, 1_000_000_000, "how many beyond the rate may come at once; 0 is NGINX's strict rate");
 pub const LIMIT_HOLD: Range<Duration> = Range::new(MS, MINUTE, "each held request or connection keeps its socket open; \"1s\" is the default");
-/// About 90 bytes a key (`live::limit::gcra::BYTES_PER_KEY`): 10 million keys are about 1 GiB.
-pub const MAX_KEYS: Range<usize> = Range::new(1, 10_000_000, "about 90 bytes a key; 100000 is the default");
+/// About 135 bytes a key (`live::limit::gcra::BYTES_PER_KEY`): 10 million keys are 1 to 1.6 GB.
+pub const MAX_KEYS: Range<usize> = Range::new(1, 10_000_000, "about 135 bytes a key; 100000 is the default");
 pub const SYNC_INTERVAL: Range<Duration> =
     Range::new(Duration::from_millis(10), Duration::from_secs(10), "the fleet may go past a limit by what it admits in one interval; \"100ms\" is the default");
 

@@ -45,7 +45,7 @@ pub struct Limit {
     #[serde(default = "defaults::limit_hold", with = "duration")]
     pub hold: Duration,
     /// The most keys the table holds, 1 to 10,000,000: a new key past it evicts the least
-    /// recently seen of a sample (about 90 bytes per key, `docs/protection.md`).
+    /// recently seen of a sample (about 135 bytes per key, `docs/protection.md`).
     #[serde(default = "defaults::max_keys")]
     pub max_keys: usize,
     /// Where the counts live: this process, or Redis for a fleet (`requests`, `new-connections`,

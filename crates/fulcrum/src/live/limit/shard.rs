@@ -5,6 +5,7 @@
 //! Both rate tables, the local one (`gcra`) and the fleet's (`shared`), keep their keys so.
 
 use std::collections::HashMap;
+use std::hash::{BuildHasherDefault, Hasher};
 
 use super::Key;
 
@@ -17,7 +18,7 @@ pub trait Slot {
 }
 
 pub struct Shard<S> {
-    index: HashMap<Key, usize>,
+    index: HashMap<Key, usize, BuildHasherDefault<KeyHasher>>,
     slots: Vec<S>,
     /// A small generator for the eviction sample (xorshift: no shared state, no syscall).
     seed: u64,
@@ -26,7 +27,7 @@ pub struct Shard<S> {
 impl<S: Slot> Shard<S> {
     /// The `n`th shard of a table (its generator's seed differs from the others').
     pub fn new(n: usize) -> Self {
-        Shard { index: HashMap::new(), slots: Vec::new(), seed: 0x2545_f491_4f6c_dd1d ^ n as u64 }
+        Shard { index: HashMap::default(), slots: Vec::new(), seed: 0x2545_f491_4f6c_dd1d ^ n as u64 }
     }
 
     /// The slot of `key`, made by `fresh` when it is new: in a full shard (`capacity` slots), in
@@ -105,5 +106,40 @@ impl<S: Slot> Shard<S> {
         self.seed ^= self.seed >> 7;
         self.seed ^= self.seed << 17;
         self.seed
+    }
+}
+
+/// The index's hasher. A key is a hash already (xxh3 of a value) or an address whose low bits are
+/// zero: MurmurHash3's 64-bit finalizer over its folded halves spreads it well enough, where
+/// SipHash, the map's default, would be most of a lookup's CPU. (It must not be `Key::shard`'s
+/// multiply: the keys of one shard share those bits, and would share buckets.)
+#[derive(Default)]
+pub struct KeyHasher(u64);
+
+impl Hasher for KeyHasher {
+    fn write(&mut self, bytes: &[u8]) {
+        for chunk in bytes.chunks(8) {
+            let mut word = [0u8; 8];
+            word[..chunk.len()].copy_from_slice(chunk);
+            self.write_u64(u64::from_le_bytes(word));
+        }
+    }
+
+    fn write_u64(&mut self, n: u64) {
+        let mut h = self.0 ^ n;
+        h ^= h >> 33;
+        h = h.wrapping_mul(0xff51_afd7_ed55_8ccd);
+        h ^= h >> 33;
+        h = h.wrapping_mul(0xc4ce_b9fe_1a85_ec53);
+        h ^= h >> 33;
+        self.0 = h;
+    }
+
+    fn write_u128(&mut self, n: u128) {
+        self.write_u64(n as u64 ^ (n >> 64) as u64);
+    }
+
+    fn finish(&self) -> u64 {
+        self.0
     }
 }
