@@ -11,7 +11,7 @@ use std::collections::HashMap;
 use std::sync::atomic::{AtomicU64, Ordering::Relaxed};
 use std::sync::{Arc, Mutex};
 
-use super::gcra::SHARDS;
+use super::shard::SHARDS;
 use super::{Key, Keyed, Usage};
 
 struct Entry {

@@ -13,14 +13,11 @@
 //! addresses) only evicts and never grows the table. A key whose TAT is past holds no count: it
 //! is the first a sample evicts, and the sweep every few seconds (`super::run`) takes it out. Memory per key: [`BYTES_PER_KEY`].
 
-use std::sync::Mutex;
 use std::time::Duration;
 
-use super::shard::Shard;
+use super::shard::Shards;
 use super::{Counter, Key, Keyed, Usage, Verdict};
 
-/// Shards of a table: enough that the traffic threads of a large machine rarely meet.
-pub const SHARDS: usize = 64;
 /// A key's memory in a full table of the default `max_keys` (100,000: 1,563 keys a shard), as
 /// `benches/limits.rs` measures it: its slot (key, TAT, last seen, the text it was made from
 /// when it has one: 48 bytes) in a shard's Vec of exactly its 1,563, and its index entry (key and
@@ -59,31 +56,34 @@ struct Slot {
 
 /// A rate table of at most about `max_keys` keys.
 pub struct Table {
-    shards: Box<[Mutex<Shard<Slot>>]>,
-    per_shard: usize,
+    shards: Shards<Slot>,
     rate: Rate,
 }
 
 impl Table {
     pub fn new(rate: Rate, max_keys: usize) -> Table {
-        let shards = (0..SHARDS).map(|i| Mutex::new(Shard::new(i))).collect();
-        Table { shards, per_shard: max_keys.div_ceil(SHARDS).max(1), rate }
+        Table { shards: Shards::new(max_keys), rate }
     }
 
     /// The most keys it holds.
     pub fn capacity(&self) -> usize {
-        self.per_shard * SHARDS
+        self.shards.capacity()
     }
 
     /// The slot of `key` in its locked shard, made when new; `None` if a thread panicked
     /// holding the lock (the caller fails open rather than refuse everyone).
     fn with<T>(&self, key: Keyed<'_>, now_ns: u64, then: impl FnOnce(&mut Slot, Rate) -> T) -> Option<T> {
-        let mut shard = self.shards[key.key.shard(SHARDS)].lock().ok()?;
         let fresh = || Slot { key: key.key, tat: now_ns, last_seen: now_ns, label: super::label(key.text) };
         // A key with no count left (its TAT past) goes first, then the least recently seen.
-        let slot = shard.place(key.key, self.per_shard, fresh, |s| (s.tat > now_ns, s.last_seen));
-        slot.last_seen = now_ns;
-        Some(then(slot, self.rate))
+        self.shards.with(
+            key.key,
+            fresh,
+            |s| (s.tat > now_ns, s.last_seen),
+            |slot| {
+                slot.last_seen = now_ns;
+                then(slot, self.rate)
+            },
+        )
     }
 }
 
@@ -110,7 +110,7 @@ impl Counter for Table {
     }
 
     fn over(&self, key: Key, now_ns: u64) -> Option<Duration> {
-        let shard = self.shards[key.shard(SHARDS)].lock().ok()?;
+        let shard = self.shards.of(key)?;
         let slot = shard.get(key)?;
         let ahead = slot.tat.saturating_sub(now_ns);
         (ahead > self.rate.tolerance_ns).then(|| Duration::from_nanos(ahead - self.rate.tolerance_ns))
@@ -140,21 +140,16 @@ impl Counter for Table {
     }
 
     fn clear(&self, key: Key) -> bool {
-        self.shards[key.shard(SHARDS)].lock().is_ok_and(|mut s| s.remove(key))
+        self.shards.remove(key)
     }
 
     fn expire(&self, now_ns: u64) -> usize {
-        let mut gone = 0;
-        for shard in self.shards.iter() {
-            let Ok(mut shard) = shard.lock() else { continue };
-            // A key whose TAT is past holds no count: a new one starts the same.
-            gone += shard.sweep(|s| s.tat <= now_ns);
-        }
-        gone
+        // A key whose TAT is past holds no count: a new one starts the same.
+        self.shards.sweep(|s| s.tat <= now_ns)
     }
 
     fn len(&self) -> usize {
-        self.shards.iter().map(|s| s.lock().map_or(0, |s| s.len())).sum()
+        self.shards.len()
     }
 }
 

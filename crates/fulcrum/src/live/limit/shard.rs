@@ -1,13 +1,18 @@
-//! One shard of a table: its keys' slots in a `Vec`, found through a hash index, at most
-//! `capacity` of them. A new key in a full shard takes the place of one of a few sampled slots,
+//! A table's shards ([`Shards`]), each behind its own mutex held for a few nanoseconds, so the
+//! threads that move traffic never wait on one lock shared by all; and one shard ([`Shard`]): its
+//! keys' slots in a `Vec`, found through a hash index, at most `capacity` of them. A new key in a full shard takes the place of one of a few sampled slots,
 //! the one its table ranks first (Redis' approximated LRU: the least recently seen, a key with
 //! nothing counted before any other), so a flood of new keys only evicts and never grows it.
 //! Both rate tables, the local one (`gcra`) and the fleet's (`shared`), keep their keys so.
 
 use std::collections::HashMap;
 use std::hash::{BuildHasherDefault, Hasher};
+use std::sync::{Mutex, MutexGuard};
 
 use super::Key;
+
+/// Shards of a table: enough that the traffic threads of a large machine rarely meet.
+pub const SHARDS: usize = 64;
 
 /// Slots looked at to pick the one a full shard gives a new key.
 const SAMPLES: usize = 5;
@@ -15,6 +20,56 @@ const SAMPLES: usize = 5;
 /// What a shard holds per key.
 pub trait Slot {
     fn key(&self) -> Key;
+}
+
+/// A table's [`SHARDS`] shards, each holding at most its share of the table's keys.
+pub struct Shards<S> {
+    shards: Box<[Mutex<Shard<S>>]>,
+    per_shard: usize,
+}
+
+impl<S: Slot> Shards<S> {
+    /// Shards for about `max_keys` keys.
+    pub fn new(max_keys: usize) -> Self {
+        Shards { shards: (0..SHARDS).map(|i| Mutex::new(Shard::new(i))).collect(), per_shard: max_keys.div_ceil(SHARDS).max(1) }
+    }
+
+    /// The most keys they hold.
+    pub fn capacity(&self) -> usize {
+        self.per_shard * SHARDS
+    }
+
+    /// The locked shard `key` lives in; `None` if a thread panicked holding it (the caller fails
+    /// open rather than refuse everyone).
+    pub fn of(&self, key: Key) -> Option<MutexGuard<'_, Shard<S>>> {
+        self.shards[key.shard(SHARDS)].lock().ok()
+    }
+
+    /// `then` on the slot of `key`, made by `fresh` when new (see [`Shard::place`]).
+    pub fn with<R: Ord, T>(&self, key: Key, fresh: impl FnOnce() -> S, rank: impl Fn(&S) -> R, then: impl FnOnce(&mut S) -> T) -> Option<T> {
+        let mut shard = self.of(key)?;
+        Some(then(shard.place(key, self.per_shard, fresh, rank)))
+    }
+
+    /// Every shard's lock, in order (a poisoned one is passed over by its caller).
+    pub fn iter(&self) -> impl Iterator<Item = &Mutex<Shard<S>>> {
+        self.shards.iter()
+    }
+
+    /// Forgets `key`; `true` when it was there.
+    pub fn remove(&self, key: Key) -> bool {
+        self.of(key).is_some_and(|mut s| s.remove(key))
+    }
+
+    /// Forgets every slot `gone` says, shard by shard; how many went.
+    pub fn sweep(&self, gone: impl Fn(&S) -> bool) -> usize {
+        self.iter().filter_map(|s| s.lock().ok()).map(|mut s| s.sweep(&gone)).sum()
+    }
+
+    /// Keys held now.
+    pub fn len(&self) -> usize {
+        self.iter().map(|s| s.lock().map_or(0, |s| s.len())).sum()
+    }
 }
 
 pub struct Shard<S> {

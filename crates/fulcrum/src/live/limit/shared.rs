@@ -60,8 +60,7 @@ use std::time::Duration;
 use redis::Value;
 use redis::aio::MultiplexedConnection;
 
-use super::gcra::SHARDS;
-use super::shard::Shard;
+use super::shard::Shards;
 use super::{Counter, Key, Keyed, Usage, Verdict};
 
 /// The longest a connection or a batch may take before the sync counts as failed.
@@ -208,8 +207,7 @@ pub struct Shared {
     /// the wall clock, which every instance shares, and time is read on the process's clock.
     offset_ns: u64,
     fail_closed: bool,
-    shards: Box<[Mutex<Shard<Slot>>]>,
-    per_shard: usize,
+    shards: Shards<Slot>,
     /// Whether the last sync failed: what a fail-closed table limits every check on.
     failing: AtomicBool,
     /// The sync interval, in nanoseconds: how long a fail-closed check tells the client to wait.
@@ -228,15 +226,13 @@ impl Shared {
     }
 
     fn build(table: &str, limit: u64, period: Duration, max_keys: usize, fail_closed: bool, offset_ns: u64) -> Arc<Shared> {
-        let shards = (0..SHARDS).map(|i| Mutex::new(Shard::new(i))).collect();
         Arc::new(Shared {
             table: table.into(),
             limit,
             period_ns: period.as_nanos().clamp(1, u128::from(u64::MAX / 4)) as u64,
             offset_ns,
             fail_closed,
-            shards,
-            per_shard: max_keys.div_ceil(SHARDS).max(1),
+            shards: Shards::new(max_keys),
             failing: AtomicBool::new(false),
             interval_ns: AtomicU64::new(DEFAULT_INTERVAL.as_nanos() as u64),
             status: Mutex::new(SyncStatus::default()),
@@ -265,7 +261,7 @@ impl Shared {
 
     /// The most keys it holds.
     pub fn capacity(&self) -> usize {
-        self.per_shard * SHARDS
+        self.shards.capacity()
     }
 
     /// The window `now_ns` is in, and how far into it.
@@ -304,14 +300,19 @@ impl Shared {
     /// The slot of `key` in its locked shard, made when new and moved on to `window`; `None`
     /// if a thread panicked holding the lock (the caller fails open rather than refuse everyone).
     fn with<T>(&self, key: Keyed<'_>, now_ns: u64, window: u64, then: impl FnOnce(&mut Slot) -> T) -> Option<T> {
-        let mut shard = self.shards[key.key.shard(SHARDS)].lock().ok()?;
         let fresh = || Slot { key: key.key, label: super::label(key.text), last_seen: now_ns, window, cur: Count::default(), prev: Count::default() };
         // A key with nothing counted in this window or the last goes first (what it has not sent
         // yet is lost with it), then the least recently seen.
-        let slot = shard.place(key.key, self.per_shard, fresh, |s| (s.totals(window) != (0, 0), s.last_seen));
-        slot.last_seen = now_ns;
-        slot.roll(window);
-        Some(then(slot))
+        self.shards.with(
+            key.key,
+            fresh,
+            |s| (s.totals(window) != (0, 0), s.last_seen),
+            |slot| {
+                slot.last_seen = now_ns;
+                slot.roll(window);
+                then(slot)
+            },
+        )
     }
 
     /// Takes what every key seen in the last two periods has to send, as one batch.
@@ -508,7 +509,7 @@ impl Counter for Shared {
 
     fn over(&self, key: Key, now_ns: u64) -> Option<Duration> {
         let (window, elapsed) = self.at(now_ns);
-        let shard = self.shards[key.shard(SHARDS)].lock().ok()?;
+        let shard = self.shards.of(key)?;
         let totals = shard.get(key)?.totals(window);
         (self.estimate(totals, elapsed) >= self.limit as f64).then(|| self.wait(totals, elapsed, 0))
     }
@@ -541,23 +542,18 @@ impl Counter for Shared {
     }
 
     fn clear(&self, key: Key) -> bool {
-        self.shards[key.shard(SHARDS)].lock().is_ok_and(|mut s| s.remove(key))
+        self.shards.remove(key)
     }
 
     fn expire(&self, now_ns: u64) -> usize {
         // Past the two periods a batch carries, a key's counts are Redis' alone; a key seen again
         // reads them back with the next batch.
         let stale = now_ns.saturating_sub(self.period_ns.saturating_mul(3));
-        let mut gone = 0;
-        for shard in self.shards.iter() {
-            let Ok(mut shard) = shard.lock() else { continue };
-            gone += shard.sweep(|s| s.last_seen < stale);
-        }
-        gone
+        self.shards.sweep(|s| s.last_seen < stale)
     }
 
     fn len(&self) -> usize {
-        self.shards.iter().map(|s| s.lock().map_or(0, |s| s.len())).sum()
+        self.shards.len()
     }
 }
 
@@ -623,7 +619,7 @@ mod tests {
 
     /// The window `t` is in and what this instance and the fleet (as last synced) counted in it.
     fn counts(t: &Shared, key: Key, window: u64) -> (u64, u64) {
-        let mut shard = t.shards[key.shard(SHARDS)].lock().unwrap();
+        let mut shard = t.shards.of(key).unwrap();
         shard.get_mut(key).unwrap().count(window).map_or((0, 0), |c| (c.mine, c.known))
     }
 
