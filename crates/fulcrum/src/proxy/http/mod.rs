@@ -311,7 +311,8 @@ fn handle(
             crate::proxy::limits::refusal_headers(&refused, response.headers_mut());
             return leaving_unread(response, Some(req.into_body()), client_version);
         }
-        let received = record.bytes_in.clone();
+        // What a `bytes` limit charges as the response ends: the request body's count, shared.
+        let received = limited.as_ref().filter(|l| l.counts_bytes()).map(|_| record.bytes_in.clone());
         // The request's id: the client's own when it sent a usable one, else a new one.
         let request_id = cfg.http.request_id.as_ref().and_then(|name| {
             let name = header::HeaderName::from_bytes(name.as_bytes()).ok()?;
@@ -336,9 +337,7 @@ fn handle(
         let mut response = forward(req, record, peer, node, service, verdict, taken, context.as_ref(), began).await;
         if let Some(l) = limited {
             l.answered(response.status().as_u16());
-            if l.counts_bytes()
-                && let ProxyBody::Response { timing, .. } = response.body_mut()
-            {
+            if let (Some(received), ProxyBody::Response { timing, .. }) = (received, response.body_mut()) {
                 timing.bytes = Some(Box::new(body::ByteCharge { limits: l, received, sent: 0 }));
             }
         }
