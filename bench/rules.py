@@ -53,28 +53,15 @@ def fifty_rules(actions=True):
     return "\n" + "\n".join(rules)
 
 
-class Instance(sbs.Balancer):
+class Instance(sbs.Edited):
     """Fulcrum in HTTP mode as bench/run runs it, with `routes` appended to its service."""
 
     def __init__(self, name, port, routes):
-        super().__init__(name, "http", port)
+        super().__init__(name, port)
         self.routes = routes
 
-    def start(self):
-        # Each round starts the instance again, in a clean directory.
-        sbs.shutil.rmtree(sbs.work / f"{self.name}-{self.mode}-{self.port}", ignore_errors=True)
-        super().start()
-
-    def config(self, d):
-        cmd = super().config(d)
-        path = d / "fulcrum.toml"
-        text = path.read_text()
-        head, servers = text.split("[service.health]", 1)
-        path.write_text(head + "[service.health]" + servers + self.routes)
-        check = sbs.subprocess.run([str(sbs.FULCRUM), "check", str(path)], capture_output=True, text=True)
-        if check.returncode != 0:
-            raise SystemExit(f"bench: the {self.name} config does not pass check:\n{check.stderr}")
-        return cmd
+    def edit(self, head, rest):
+        return head + rest + self.routes
 
 
 def main():

@@ -240,6 +240,32 @@ events {{ worker_connections 16384; }}
         self.proc.wait()
 
 
+class Edited(Balancer):
+    """Fulcrum in HTTP mode as bench/run runs it, started afresh in a clean directory each time,
+    with its config rewritten by `edit` and checked with `fulcrum check` (bench/rules, bench/limits)."""
+
+    def __init__(self, name, port):
+        super().__init__(name, "http", port)
+
+    def edit(self, head, rest):
+        """The config from its service's head (up to `[service.health]`) and the rest."""
+        return head + rest
+
+    def start(self):
+        shutil.rmtree(work / f"{self.name}-{self.mode}-{self.port}", ignore_errors=True)
+        super().start()
+
+    def config(self, d):
+        cmd = super().config(d)
+        path = d / "fulcrum.toml"
+        head, rest = path.read_text().split("[service.health]", 1)
+        path.write_text(self.edit(head, "[service.health]" + rest))
+        check = subprocess.run([str(FULCRUM), "check", str(path)], capture_output=True, text=True)
+        if check.returncode != 0:
+            raise SystemExit(f"bench: the {self.name} config does not pass check:\n{check.stderr}")
+        return cmd
+
+
 def haproxy_config(workers, mode, bind):
     """HAProxy with `workers` threads balancing the real servers round robin in `mode`; `bind` is
     the rest of its bind line (address, and TLS options for the TLS cases)."""
