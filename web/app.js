@@ -75,6 +75,7 @@ async function loadConfig() {
   $("#file").textContent = data.fleet
     ? `fleet ${data.fleet.prefix}, instance ${data.fleet.name}, revision ${data.fleet.revision}`
     : data.file ? `config: ${data.file}` : "embedded config (Save is off)";
+  renderUnsaved(data.unsaved);
   $("#save").hidden = Boolean(data.fleet);
   $("#save").disabled = !data.file;
   $("#config-reload").disabled = !data.file;
@@ -84,6 +85,50 @@ async function loadConfig() {
   select.replaceChildren(...names.map((n) => new Option(n, n, false, n === ui.service)));
   if (document.activeElement !== $("#config-text")) $("#config-text").value = data.toml;
   fillForms();
+}
+
+// Edits made here and not saved to the file yet: a banner with them and the diff, since a reload
+// (or a SIGHUP) would drop them.
+function renderUnsaved(unsaved) {
+  $("#unsaved-banner").hidden = !unsaved;
+  if (!unsaved) return;
+  const n = Math.max(unsaved.edits.length, 1);
+  $("#unsaved-text").textContent = `unsaved changes: ${n} edit${n === 1 ? "" : "s"} not in the config file (${unsaved.edits.join("; ") || "the running config differs"}); a reload would drop them.`;
+  $("#unsaved-diff").textContent = unsaved.diff;
+}
+
+// The History tab: the audit trail, newest first.
+async function loadAudit() {
+  let r;
+  try {
+    r = await api("GET", "/api/audit");
+  } catch (e) {
+    say(`cannot read the history: ${e.message}`, false);
+    return;
+  }
+  const rows = r.records.map((a) => el("tr", { class: a.outcome === "refused" ? "state-down" : "" },
+    el("td", {}, new Date(a.unix_ms).toLocaleString()), el("td", {}, a.who), el("td", {}, a.source + (a.instance ? ` (${a.instance})` : "")),
+    el("td", {}, a.what), el("td", { title: a.message ?? "" }, a.outcome),
+    el("td", {}, a.diff ? el("details", {}, el("summary", {}, `${a.diff.split("\n").length} lines`), el("pre", {}, a.diff)) : "")));
+  $("#audit-table tbody").replaceChildren(...rows);
+}
+
+// Reload from the file; edits not saved make the server answer 409 with them, and dropping them
+// takes a confirmation.
+async function reloadFromFile() {
+  try {
+    const answer = await api("POST", "/api/reload");
+    say(answer.message || "done");
+  } catch (e) {
+    if (!e.message.includes("unsaved edit") || !confirm(`${e.message}\n\nReload anyway and drop them?`)) {
+      say(e.message, false);
+      return;
+    }
+    await change("POST", "/api/reload?force=true");
+    return;
+  }
+  await loadConfig();
+  await poll();
 }
 
 function fillForms() {
@@ -147,6 +192,7 @@ async function poll() {
   renderAlgorithm();
   renderStats();
   if (ui.tab === "stats") loadLimits();
+  if (ui.tab === "history") loadAudit();
   renderFleet();
   renderRules();
   if (ui.tab === "graphs" && Date.now() - ui.graphsAt > 10000) loadGraphs();
@@ -580,6 +626,7 @@ function showTab(name) {
   for (const t of document.querySelectorAll(".tab")) t.classList.toggle("active", t.id === `tab-${name}`);
   if (name === "graphs") loadGraphs();
   if (name === "why") loadRecent();
+  if (name === "history") loadAudit();
   if (name === "overview" && ui.stats) renderOverview();
 }
 
@@ -649,7 +696,8 @@ function wire() {
     try { say((await api("POST", "/api/config/validate", toml())).message); } catch (e) { say(e.message, false); }
   });
   $("#config-apply").addEventListener("click", () => change("POST", "/api/config", toml()));
-  $("#config-reload").addEventListener("click", () => change("POST", "/api/reload"));
+  $("#config-reload").addEventListener("click", reloadFromFile);
+  $("#unsaved-save").addEventListener("click", () => change("POST", "/api/save"));
   $("#why-form").addEventListener("submit", (e) => { e.preventDefault(); explain(); });
   $("#algorithm").addEventListener("change", describeAlgorithm);
   $("#ns-mode").addEventListener("change", () => offerAlgorithms($("#ns-algorithm"), $("#ns-mode").value, $("#ns-algorithm").value));

@@ -13,6 +13,7 @@
 //!
 //! The admin listener reaches the process only through the [`admin::Control`] it implements.
 
+pub mod audit;
 mod error;
 mod resolve;
 pub mod systemd;
@@ -26,6 +27,7 @@ use std::time::Duration;
 use tokio_util::sync::CancellationToken;
 use tracing::{error, info, warn};
 
+use crate::config::audit::{Outcome, Record, Source};
 use crate::config::{self, Config};
 use crate::fleet::Fleet;
 use crate::live::{self, Generation, Live};
@@ -55,12 +57,27 @@ pub struct App {
     /// With `reuse_port` and more than one worker: the workers that each accept on a socket of
     /// every address. `None`: one accept loop per address on the runtime that runs the app.
     workers: Option<proxy::workers::Workers>,
+    /// Every change, reload and save, and who made it.
+    pub trail: audit::Trail,
+    /// What the config file holds, as last read or saved, and the edits made since through the
+    /// API: while the running config differs from it, a reload would drop them. `None` without a
+    /// file to compare to (the demo's embedded config, a fleet).
+    file: Mutex<Option<FileState>>,
+}
+
+/// The config file as the process last read or wrote it, and the edits not written to it yet.
+struct FileState {
+    config: Config,
+    edits: Vec<String>,
 }
 
 impl App {
     /// Starts everything `config` describes: first health round, listeners, admin.
     pub async fn start(config: Config, path: Option<PathBuf>, shutdown: Shutdown) -> Result<Arc<App>, StartError> {
         let admin_cfg = config.admin.clone();
+        let trail = audit::Trail::default();
+        trail.configure(config.audit.as_ref());
+        let file = (path.is_some() && config.fleet.is_none()).then(|| FileState { config: config.clone(), edits: Vec::new() });
         let (fleet, installs) = Fleet::new(&config).unzip();
         let first_round = config.services.iter().flat_map(|s| std::iter::once(s.health.timeout).chain(s.pools.iter().map(|p| p.health.timeout))).max().unwrap_or_default();
         // The sockmap program loads here, once, on a blocking thread with the first generation.
@@ -101,6 +118,8 @@ impl App {
             history: stats::history::History::default(),
             fleet: fleet.clone(),
             workers,
+            trail,
+            file: Mutex::new(file),
         });
         // From here, balancer updates run on their own thread, off the tasks that change servers.
         if let Err(e) = crate::balance::events::start_updates() {
@@ -127,7 +146,79 @@ impl App {
             tokio::spawn(apply_installs(Arc::downgrade(&app), installs));
             tokio::spawn(fleet.run(admin_addr, shutdown.stopping().clone()));
         }
+        let what = match &app.path {
+            Some(p) => format!("start with {}", p.display()),
+            None => "start with the embedded config".to_string(),
+        };
+        app.trail.record(Record::now("fulcrum", Source::File, what, Outcome::Applied, config::services(generation.config.services.len())));
         Ok(app)
+    }
+
+    /// The edits made through the API that the config file does not have yet: what they were, and
+    /// the file's config against the running one as a diff. `None` when the two are the same, or
+    /// there is no file.
+    pub fn unsaved(&self) -> Option<admin::Unsaved> {
+        let mut file = self.file.lock().ok()?;
+        let file = file.as_mut()?;
+        let running = self.live.current();
+        if running.config == file.config {
+            file.edits.clear();
+            return None;
+        }
+        let diff = config::audit::diff(&config::to_toml(&file.config), &config::to_toml(&running.config), ("file", "running"));
+        Some(admin::Unsaved { edits: file.edits.clone(), diff })
+    }
+
+    /// After a reload or a save: the file and the running config are one again.
+    fn file_is(&self, config: Config) {
+        if let Ok(mut file) = self.file.lock()
+            && let Some(file) = file.as_mut()
+        {
+            *file = FileState { config, edits: Vec::new() };
+        }
+    }
+
+    /// Records a change made by `who` through `source`, with the diff from `before` to what runs now.
+    fn audit(&self, who: &str, source: Source, what: String, before: &Config, result: &Result<String, ControlError>) {
+        let record = match result {
+            Ok(message) => {
+                let after = self.live.current();
+                let diff =
+                    if after.config == *before { String::new() } else { config::audit::diff(&config::to_toml(before), &config::to_toml(&after.config), ("before", "after")) };
+                Record::now(who, source, what, Outcome::Applied, message.clone()).with_diff(diff)
+            }
+            Err(e) => Record::now(who, source, what, Outcome::Refused, e.to_string()),
+        };
+        self.trail.record(record);
+    }
+
+    /// `reload` on behalf of `who`, recorded in the audit trail; edits not saved are dropped, and
+    /// a reload by signal (which cannot be refused back to its sender) says how many.
+    pub async fn reload_by(&self, who: &str, source: Source) -> Result<String, ControlError> {
+        let dropped = self.unsaved().map(|u| u.edits.len().max(1));
+        if let (Some(n), Source::Signal) = (dropped, source) {
+            warn!("SIGHUP: discarding {n} unsaved edit{} made through the API (Save writes them to the file first)", if n == 1 { "" } else { "s" });
+        }
+        let before = self.live.current().config.clone();
+        let result = self.reload().await;
+        self.audit(who, source, "reload".to_string(), &before, &result);
+        result
+    }
+
+    /// `save` on behalf of `who`, recorded in the audit trail.
+    pub async fn save_by(&self, who: &str) -> Result<String, ControlError> {
+        let written = self.unsaved().map(|u| u.diff).unwrap_or_default();
+        let result = self.save().await;
+        let what = match &self.path {
+            Some(p) => format!("save to {}", p.display()),
+            None => "save".to_string(),
+        };
+        let record = match &result {
+            Ok(message) => Record::now(who, Source::Api, what, Outcome::Applied, message.clone()).with_diff(written),
+            Err(e) => Record::now(who, Source::Api, what, Outcome::Refused, e.to_string()),
+        };
+        self.trail.record(record);
+        result
     }
 
     /// Re-reads the config file and applies it; on any error the running config stays.
@@ -137,7 +228,14 @@ impl App {
         let loaded = tokio::task::spawn_blocking(move || config::load_against(&path, Some(&running.config))).await?;
         match (loaded, &self.fleet) {
             (Ok(l), None) if l.config.fleet.is_some() => Err(ControlError::JoinsFleet),
-            (Ok(l), None) => self.apply(l.config).await,
+            (Ok(l), None) => {
+                let read = l.config.clone();
+                let applied = self.apply(l.config).await;
+                if applied.is_ok() {
+                    self.file_is(read);
+                }
+                applied
+            }
             (Ok(l), Some(fleet)) => Ok(fleet.reload(l.config).await?),
             (Err(d), _) => Err(ControlError::Refused(d)),
         }
@@ -146,8 +244,22 @@ impl App {
     /// Applies one change to the running config, validated as a file would be; in a fleet, it is
     /// written to etcd on behalf of `by` and applied from there.
     pub async fn change(&self, change: config::Change, by: admin::Editor) -> Result<String, ControlError> {
+        let what = change.summary();
+        let before = self.live.current().config.clone();
+        let result = self.change_unrecorded(change, &by).await;
+        if result.is_ok()
+            && let Ok(mut file) = self.file.lock()
+            && let Some(file) = file.as_mut()
+        {
+            file.edits.push(format!("{what} (by {})", by.who));
+        }
+        self.audit(&by.who, Source::Api, what, &before, &result);
+        result
+    }
+
+    async fn change_unrecorded(&self, change: config::Change, by: &admin::Editor) -> Result<String, ControlError> {
         if let Some(fleet) = &self.fleet {
-            return Ok(fleet.change(&self.live.current().config, change, &by).await?);
+            return Ok(fleet.change(&self.live.current().config, change, by).await?);
         }
         let _one_at_a_time = self.changing.lock().await;
         let mut next = self.live.current().config.clone();
@@ -165,7 +277,7 @@ impl App {
         }
         let _one_at_a_time = self.changing.lock().await;
         let text = format!("# Written by fulcrum from its running config.\n\n{}", config::to_toml(&self.live.current().config));
-        tokio::task::spawn_blocking(move || {
+        let saved = tokio::task::spawn_blocking(move || {
             let backup = path.with_extension("toml.bak");
             let write = || -> std::io::Result<()> {
                 if path.exists() {
@@ -180,7 +292,11 @@ impl App {
                 Err(cause) => Err(ControlError::Save { file: path, cause }),
             }
         })
-        .await?
+        .await?;
+        if saved.is_ok() {
+            self.file_is(self.live.current().config.clone());
+        }
+        saved
     }
 
     /// Applies a validated config: bind new addresses, swap, stop dropped listeners, restart checks.
@@ -241,6 +357,7 @@ impl App {
         }
         let generation = self.live.current();
         self.checks.follow(&generation);
+        self.trail.configure(generation.config.audit.as_ref());
         let servers: usize = generation.pools().map(|(_, p)| p.servers().count()).sum();
         let msg = format!(
             "config applied: {}, {servers} servers, {added} listeners added, {removed} removed; {}",
@@ -289,7 +406,7 @@ impl App {
                 _ = hup.recv() => {
                     info!("SIGHUP: reloading {}", self.path.as_ref().map(|p| p.display().to_string()).unwrap_or_default());
                     systemd::reloading();
-                    match self.reload().await {
+                    match self.reload_by("signal", Source::Signal).await {
                         Ok(done) => systemd::ready(&done),
                         Err(e) => {
                             error!("reload refused: {e}");
@@ -366,14 +483,20 @@ impl admin::Control for App {
     fn fleet(&self) -> Option<crate::fleet::Status> {
         self.fleet.as_ref().map(|f| f.status())
     }
+    fn unsaved(&self) -> Option<admin::Unsaved> {
+        App::unsaved(self)
+    }
+    fn audit(&self) -> Vec<Record> {
+        self.trail.recent()
+    }
     fn change(&self, change: config::Change, by: admin::Editor) -> impl Future<Output = Result<String, ControlError>> + Send {
         App::change(self, change, by)
     }
-    fn reload(&self) -> impl Future<Output = Result<String, ControlError>> + Send {
-        App::reload(self)
+    async fn reload(&self, by: admin::Editor) -> Result<String, ControlError> {
+        self.reload_by(&by.who, Source::Api).await
     }
-    fn save(&self) -> impl Future<Output = Result<String, ControlError>> + Send {
-        App::save(self)
+    async fn save(&self, by: admin::Editor) -> Result<String, ControlError> {
+        self.save_by(&by.who).await
     }
 }
 
@@ -382,7 +505,10 @@ impl admin::Control for App {
 async fn apply_installs(app: std::sync::Weak<App>, mut installs: tokio::sync::mpsc::Receiver<crate::fleet::Install>) {
     while let Some(install) = installs.recv().await {
         let Some(app) = app.upgrade() else { return };
-        let said = app.apply(install.config).await.map_err(|e| crate::fleet::InstallError::Refused(Box::new(e)));
+        let before = app.live.current().config.clone();
+        let applied = app.apply(install.config).await;
+        app.audit("fleet", Source::Fleet, "apply the fleet's config".to_string(), &before, &applied);
+        let said = applied.map_err(|e| crate::fleet::InstallError::Refused(Box::new(e)));
         let _ = install.done.send(said);
     }
 }

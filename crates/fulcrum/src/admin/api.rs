@@ -32,6 +32,7 @@ pub fn routes<C: Control>() -> Router<Arc<C>> {
         .route("/api/config/validate", post(validate_config))
         .route("/api/save", post(save::<C>))
         .route("/api/reload", post(reload::<C>))
+        .route("/api/audit", get(audit::<C>))
         .route("/api/services", post(add_service::<C>))
         .route("/api/services/{service}", axum::routing::delete(remove_service::<C>))
         .route("/api/services/{service}/servers", post(add_server::<C>))
@@ -250,7 +251,16 @@ async fn history<C: Control>(State(control): State<Arc<C>>, Query(q): Query<Hist
 
 async fn get_config<C: Control>(State(control): State<Arc<C>>) -> Response {
     let config = control.current().config.clone();
-    Json(json!({ "toml": config::to_toml(&config), "config": config, "file": control.file().map(|p| p.display().to_string()), "fleet": control.fleet() })).into_response()
+    let unsaved = control.unsaved();
+    Json(json!({ "toml": config::to_toml(&config), "config": config, "file": control.file().map(|p| p.display().to_string()), "fleet": control.fleet(), "unsaved": unsaved }))
+        .into_response()
+}
+
+/// The audit trail's latest records, newest first.
+async fn audit<C: Control>(State(control): State<Arc<C>>) -> Response {
+    let mut records = control.audit();
+    records.reverse();
+    Json(json!({ "records": records })).into_response()
 }
 
 #[derive(Deserialize)]
@@ -284,12 +294,31 @@ async fn put_config<C: Control>(State(control): State<Arc<C>>, Extension(editor)
     }
 }
 
-async fn save<C: Control>(State(control): State<Arc<C>>) -> Response {
-    answer(control.save().await)
+async fn save<C: Control>(State(control): State<Arc<C>>, Extension(editor): Extension<Editor>) -> Response {
+    answer(control.save(editor).await)
 }
 
-async fn reload<C: Control>(State(control): State<Arc<C>>) -> Response {
-    answer(control.reload().await)
+#[derive(Deserialize)]
+struct ReloadQuery {
+    #[serde(default)]
+    force: bool,
+}
+
+/// Reads the config file again. Edits made through the API and not saved would be lost: then the
+/// answer is 409 with the edits and the diff, unless `?force=true` says to drop them.
+async fn reload<C: Control>(State(control): State<Arc<C>>, Extension(editor): Extension<Editor>, Query(q): Query<ReloadQuery>) -> Response {
+    if !q.force
+        && let Some(unsaved) = control.unsaved()
+    {
+        let n = unsaved.edits.len().max(1);
+        let error = format!(
+            "{n} unsaved edit{} would be lost: {}; save them first, or reload with ?force=true to drop them",
+            if n == 1 { "" } else { "s" },
+            if unsaved.edits.is_empty() { "the running config differs from the file".to_string() } else { unsaved.edits.join("; ") }
+        );
+        return (StatusCode::CONFLICT, Json(json!({ "ok": false, "error": error, "unsaved": unsaved }))).into_response();
+    }
+    answer(control.reload(editor).await)
 }
 
 #[derive(Deserialize)]

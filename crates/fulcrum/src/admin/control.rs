@@ -9,6 +9,7 @@ use tokio_util::sync::CancellationToken;
 
 use super::{Auth, Editor};
 use crate::config::Change;
+use crate::config::audit::Record;
 use crate::live::Generation;
 use crate::stats::history::History;
 
@@ -31,12 +32,27 @@ pub trait Control: Send + Sync + 'static {
     /// The fleet as this instance sees it; `None` when it runs alone.
     fn fleet(&self) -> Option<crate::fleet::Status>;
 
+    /// The edits the config file does not have yet; `None` when it has them all (or there is no
+    /// file). A reload would drop them: the API refuses one unless forced.
+    fn unsaved(&self) -> Option<Unsaved>;
+    /// The latest records of the audit trail, oldest first.
+    fn audit(&self) -> Vec<Record>;
+
     /// Applies one change to the running config on behalf of `by`; `Ok` says what was applied.
     fn change(&self, change: Change, by: Editor) -> impl Future<Output = Result<String, Self::Error>> + Send;
-    /// Re-reads the config file and applies it.
-    fn reload(&self) -> impl Future<Output = Result<String, Self::Error>> + Send;
-    /// Writes the running config to its file.
-    fn save(&self) -> impl Future<Output = Result<String, Self::Error>> + Send;
+    /// Re-reads the config file and applies it, on behalf of `by`.
+    fn reload(&self, by: Editor) -> impl Future<Output = Result<String, Self::Error>> + Send;
+    /// Writes the running config to its file, on behalf of `by`.
+    fn save(&self, by: Editor) -> impl Future<Output = Result<String, Self::Error>> + Send;
+}
+
+/// Edits applied through the API and not saved to the config file.
+#[derive(Debug, Clone, PartialEq, serde::Serialize)]
+pub struct Unsaved {
+    /// Each edit in a few words, with who made it, oldest first.
+    pub edits: Vec<String>,
+    /// The file's config against the running one, as a unified diff.
+    pub diff: String,
 }
 
 #[cfg(test)]
@@ -87,10 +103,16 @@ mod tests {
             }
             Ok("changed".to_string())
         }
-        async fn reload(&self) -> Result<String, String> {
+        fn unsaved(&self) -> Option<Unsaved> {
+            None
+        }
+        fn audit(&self) -> Vec<Record> {
+            Vec::new()
+        }
+        async fn reload(&self, _by: Editor) -> Result<String, String> {
             Err("nothing to reload".to_string())
         }
-        async fn save(&self) -> Result<String, String> {
+        async fn save(&self, _by: Editor) -> Result<String, String> {
             Err("nothing to save".to_string())
         }
     }

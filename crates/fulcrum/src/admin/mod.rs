@@ -41,7 +41,7 @@ pub struct Editor {
     pub who: String,
     pub based_on: Option<i64>,
 }
-pub use control::Control;
+pub use control::{Control, Unsaved};
 use listener::CONNECTIONS;
 
 pub fn router<C: Control>(control: Arc<C>) -> Router {

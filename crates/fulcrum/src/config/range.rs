@@ -68,6 +68,8 @@ const DAY: Duration = Duration::from_secs(86_400);
 // Top level.
 pub const WORKERS: Range<usize> = Range::new(0, 1024, "0 is one thread per core; more threads than 1024 only add switching");
 pub const PROCESS_MAXCONN: Range<u32> = Range::new(1, 1_000_000, "leave it out to derive it from the descriptor limit (ulimit -n)");
+pub const AUDIT_MAX_SIZE: Range<u64> = Range::new(4096, 1 << 30, "bytes before the audit file is rotated; 10485760 (10 MiB) is the default");
+pub const AUDIT_KEEP: Range<u32> = Range::new(1, 100, "rotated audit files kept; 5 is the default");
 pub const SHUTDOWN_GRACE: Range<Duration> = Range::new(Duration::ZERO, DAY, "0 closes connections at once; a drain longer than a day is a hang");
 pub const RESOLVE_INTERVAL: Range<Duration> =
     Range::new(Duration::from_secs(1), DAY, "\"0s\" resolves only when a config is applied; more often than every second is a load on the resolver");

@@ -63,11 +63,30 @@ pub struct Config {
     /// Where DNS questions of Fulcrum's own go (SRV records); the system's resolver otherwise.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub dns: Option<Dns>,
+    /// The audit log: every config change, reload and save as a JSON line.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub audit: Option<Audit>,
     /// Run as one instance of a fleet: the services come from etcd, not from this file.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub fleet: Option<Fleet>,
     #[serde(default, rename = "service")]
     pub services: Vec<Service>,
+}
+
+/// `[audit]`: where the audit trail is written (`config::audit::Record`, one JSON line each),
+/// rotated by size: `FILE` moves to `FILE.1`, `FILE.1` to `FILE.2` and so on, the oldest past
+/// `keep` is removed. The dashboard's History and `GET /api/audit` show the latest records
+/// with or without a file.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct Audit {
+    pub file: String,
+    /// Bytes a file grows to before it is rotated, 4,096 to 1 GiB; 10 MiB by default.
+    #[serde(default = "defaults::audit_max_size")]
+    pub max_size: u64,
+    /// Rotated files kept beside the current one, 1 to 100; 5 by default.
+    #[serde(default = "defaults::audit_keep")]
+    pub keep: u32,
 }
 
 /// `[dns]`: the nameservers SRV lookups ask (host names of servers are the system resolver's).
@@ -578,6 +597,12 @@ pub(crate) mod defaults {
     }
     pub fn admin_listen() -> String {
         "127.0.0.1:9090".into()
+    }
+    pub fn audit_max_size() -> u64 {
+        10 << 20
+    }
+    pub fn audit_keep() -> u32 {
+        5
     }
     pub fn health_kind() -> HealthKind {
         HealthKind::Tcp

@@ -243,6 +243,17 @@ pub fn validate_against(config: &Config, text: &str, file: &str, resolve: Resolv
             report.error(&at, format!("nameserver {ns:?} is not ip:port"), "e.g. \"10.0.0.2:53\"");
         }
     }
+    if let Some(audit) = &config.audit {
+        report.range(&[Seg::Key("audit"), Seg::Key("max_size")], "max_size", audit.max_size, &range::AUDIT_MAX_SIZE);
+        report.range(&[Seg::Key("audit"), Seg::Key("keep")], "keep", audit.keep, &range::AUDIT_KEEP);
+        if audit.file.trim().is_empty() {
+            report.error(
+                &[Seg::Key("audit"), Seg::Key("file")],
+                "audit file is empty".to_string(),
+                "name the file the audit log is written to, e.g. \"/var/log/fulcrum/audit.log\"",
+            );
+        }
+    }
     report.range(&[Seg::Key("workers")], "workers", config.workers, &range::WORKERS);
     if let Some(maxconn) = config.maxconn {
         report.range(&[Seg::Key("maxconn")], "maxconn", maxconn, &range::PROCESS_MAXCONN);

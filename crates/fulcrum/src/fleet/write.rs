@@ -11,8 +11,8 @@
 use std::collections::BTreeMap;
 use std::time::Duration;
 
+use crate::config::audit::{Outcome, Record, Source};
 use etcd_client::{Client, Compare, CompareOp, GetOptions, Txn, TxnOp};
-use serde_json::json;
 
 use super::snapshot::{Discovered, Key, Keys, Stored};
 use super::{Fleet, FleetError};
@@ -70,10 +70,16 @@ impl Fleet {
             return Ok("nothing to change: the fleet's services are already so".into());
         }
         let written = ops.len();
-        let now = crate::clock::since_epoch();
-        let audit = json!({ "who": by.who, "instance": self.name, "unix_ms": now.as_millis() as u64, "what": what, "based_on": based_on, "services": written });
+        let mut audit = Record::now(by.who.clone(), Source::Api, what.clone(), Outcome::Applied, "written to the fleet").with_diff(config::audit::diff(
+            &config::to_toml(&before),
+            &config::to_toml(&next),
+            ("before", "after"),
+        ));
+        audit.instance = Some(self.name.clone());
+        audit.based_on = Some(based_on);
+        audit.services = Some(written);
         ops.push(TxnOp::put(marker.clone(), self.name.clone(), None));
-        ops.push(TxnOp::put(self.keys.audit(now.as_millis(), &self.name), audit.to_string(), None));
+        ops.push(TxnOp::put(self.keys.audit(u128::from(audit.unix_ms), &self.name), serde_json::to_string(&audit).unwrap_or_default(), None));
         let response = client.txn(Txn::new().when(compares).and_then(ops)).await?;
         if !response.succeeded() {
             let current = client.get(marker, None).await?;
@@ -116,10 +122,11 @@ pub async fn replace_services(client: &mut Client, keys: &Keys, services: &[Serv
         let text = toml::to_string_pretty(&table).map_err(|e| FleetError::Encode { service: s.name.clone(), cause: e.to_string() })?;
         ops.push(TxnOp::put(keys.service(&s.name), text, None));
     }
-    let now = crate::clock::since_epoch();
-    let audit = json!({ "who": who, "instance": "fulcrum fleet import", "unix_ms": now.as_millis() as u64, "what": what });
+    let mut audit = Record::now(who, Source::File, what, Outcome::Applied, format!("{} imported", crate::config::services(services.len())));
+    audit.instance = Some("fulcrum fleet import".into());
+    audit.services = Some(services.len());
     ops.push(TxnOp::put(keys.marker(), "fulcrum fleet import", None));
-    ops.push(TxnOp::put(keys.audit(now.as_millis(), "import"), audit.to_string(), None));
+    ops.push(TxnOp::put(keys.audit(u128::from(audit.unix_ms), "import"), serde_json::to_string(&audit).unwrap_or_default(), None));
     let unchanged = Compare::mod_revision(keys.services(), CompareOp::Less, based_on + 1).with_prefix();
     let response = client.txn(Txn::new().when([unchanged]).and_then(ops)).await?;
     if !response.succeeded() {

@@ -103,14 +103,31 @@ try {
   await page.waitForFunction(() => document.querySelector("#message.error")?.textContent.includes("invalid duration"), null, { timeout: 5000 });
   step(`refused: ${(await page.textContent("#message")).split("\n")[0]}`);
 
+  // The edits are not in the file yet: the banner says so, with the diff.
+  assert.equal(await page.isVisible("#unsaved-banner"), true);
+  assert.match(await page.textContent("#unsaved-text"), /unsaved changes: \d+ edits not in the config file \(.*algorithm/);
+  assert.match(await page.textContent("#unsaved-diff"), /\+algorithm = "least-conn"/);
+  step(`banner: ${(await page.textContent("#unsaved-text")).slice(0, 60)}...`);
+
   // Save, and find the changes in the file.
   await page.click("#save");
   await page.waitForFunction(() => document.querySelector("#message").textContent.includes("saved to"), null, { timeout: 5000 });
+  await page.waitForFunction(() => document.querySelector("#unsaved-banner").hidden, null, { timeout: 5000 });
   const saved = readFileSync(configPath, "utf8");
   assert.match(saved, /algorithm = "least-conn"/);
   assert.match(saved, /expect_text = "TARGET b"/);
   assert.match(saved, new RegExp(`address = "${victim}"\\s*\\n(weight = \\d+\\s*\\n)?(backup = false\\s*\\n)?enabled = false`));
   step(`saved to ${configPath}: algorithm, expected text and the disabled server are in the file`);
+
+  // The History tab: every edit above and who made it, from the start on.
+  await tab("history");
+  await page.waitForFunction(() => document.querySelectorAll("#audit-table tbody tr").length >= 5, null, { timeout: 5000 });
+  const history = await page.$$eval("#audit-table tbody tr", (rows) => rows.map((r) => [...r.cells].map((c) => c.textContent)));
+  assert.match(history[0][3], /^save to /);
+  assert.ok(history.some((r) => /^algorithm LeastConn for web/i.test(r[3]) && r[4] === "applied"), JSON.stringify(history));
+  assert.ok(history.some((r) => /^start with /.test(r[3]) && r[2] === "file"), JSON.stringify(history));
+  step(`history: ${history.length} records, the newest "${history[0][3]}"`);
+  await shot("history");
 
   // The remaining tabs, for the record; the traffic graph has its first point after 10 s.
   await tab("lb");

@@ -115,12 +115,15 @@ fn every_action_changes_the_running_service_and_save_writes_it_back() {
     let check = std::process::Command::new(env!("CARGO_BIN_EXE_fulcrum")).args(["check", f.config_path.to_str().unwrap()]).output().unwrap();
     assert!(check.status.success(), "{}", String::from_utf8_lossy(&check.stderr));
 
-    // A whole new config through the API, then reload from the file brings the saved one back.
+    // A whole new config through the API, then a forced reload from the file brings the saved
+    // one back.
     let replaced = running_toml(&f).replace("algorithm = \"static-rr\"", "algorithm = \"least-conn\"");
     ok(&f, "POST", "/api/config/validate", json!({ "toml": replaced }));
     ok(&f, "POST", "/api/config", json!({ "toml": replaced }));
     assert_eq!(f.stats()["services"][0]["algorithm"], "least-conn");
-    ok(&f, "POST", "/api/reload", json!({}));
+    // The replacement is not in the file: a plain reload would drop it and is refused.
+    refused(&f, "POST", "/api/reload", json!({}), 409, "1 unsaved edit would be lost: replace the config");
+    ok(&f, "POST", "/api/reload?force=true", json!({}));
     assert_eq!(f.stats()["services"][0]["algorithm"], "static-rr");
 
     // The stats table as CSV: a header and a row per server, with the counters of the traffic.

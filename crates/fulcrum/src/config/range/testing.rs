@@ -64,6 +64,8 @@ pub(crate) fn settings() -> Vec<Setting> {
         count("", "maxconn", &PROCESS_MAXCONN),
         time("", "shutdown_grace", &SHUTDOWN_GRACE),
         time("", "resolve_interval", &RESOLVE_INTERVAL),
+        count("audit", "max_size", &AUDIT_MAX_SIZE),
+        count("audit", "keep", &AUDIT_KEEP),
         time("service", "connect_timeout", &CONNECT_TIMEOUT),
         time("service", "client_timeout", &IDLE_TIMEOUT),
         time("service", "server_timeout", &IDLE_TIMEOUT),
@@ -143,6 +145,7 @@ pub(crate) fn settings() -> Vec<Setting> {
 /// HTTP service with a routed pool (HTTP checks, so `expect_status` is used), and an FTP service.
 pub(crate) const SECTIONS: &[(&str, &str)] = &[
     ("", ""),
+    ("audit", "[audit]\nfile = \"/var/log/fulcrum/audit.log\"\n"),
     ("service", "[[service]]\nname = \"web\"\nlisten = \"127.0.0.1:1000\"\nmode = \"http\"\nalgorithm = \"passive-ratio\"\n"),
     ("service.health", "[service.health]\nkind = \"http\"\npath = \"/\"\n"),
     ("service.passive", "[service.passive]\n"),

@@ -1,0 +1,133 @@
+//! One record of the audit trail: who changed the config, when, through what, what the change
+//! did and whether it took. A standalone instance keeps them in its audit log (`app::audit`), a
+//! fleet in etcd (`fleet::write`), in this one shape, so one reader reads both.
+
+use serde::{Deserialize, Serialize};
+
+/// The most bytes of a record's diff: a replaced config of thousands of servers is cut there,
+/// with a line that says so, so one record stays a line a log shipper takes.
+pub const DIFF_MAX: usize = 64 * 1024;
+
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct Record {
+    pub unix_ms: u64,
+    /// The same instant in RFC 3339 (UTC), for a reader of the file.
+    pub time: String,
+    /// Who: `user@address` (basic authentication), `token@address`, the address alone (no
+    /// authentication), `signal` for SIGHUP, `fulcrum` for what the process did by itself.
+    pub who: String,
+    pub source: Source,
+    /// The change in a few words (`weight 5 for server 10.0.0.5:80 of web`, `reload`, `save`).
+    pub what: String,
+    /// The config's TOML before and after, as a unified diff; empty when nothing changed.
+    #[serde(default, skip_serializing_if = "String::is_empty")]
+    pub diff: String,
+    pub outcome: Outcome,
+    /// What the process answered: what it applied, or why it refused.
+    #[serde(default, skip_serializing_if = "String::is_empty")]
+    pub message: String,
+    /// In a fleet: the instance that wrote the change.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub instance: Option<String>,
+    /// In a fleet: the etcd revision the editor saw (`If-Match`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub based_on: Option<i64>,
+    /// In a fleet: the service keys the change wrote.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub services: Option<usize>,
+}
+
+/// Through what a change came.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum Source {
+    /// The admin API (and so the dashboard): an edit, a reload or a save.
+    Api,
+    /// The config file: read at start, or a `fulcrum fleet import`.
+    File,
+    /// SIGHUP (`systemctl reload`): the file read again.
+    Signal,
+    /// Written to, or applied from, the fleet's etcd.
+    Fleet,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum Outcome {
+    Applied,
+    Refused,
+}
+
+impl Record {
+    /// A record stamped now, with no diff and no fleet fields.
+    pub fn now(who: impl Into<String>, source: Source, what: impl Into<String>, outcome: Outcome, message: impl Into<String>) -> Record {
+        let now = crate::clock::since_epoch();
+        let time = humantime::format_rfc3339_millis(std::time::UNIX_EPOCH + now).to_string();
+        Record {
+            unix_ms: now.as_millis() as u64,
+            time,
+            who: who.into(),
+            source,
+            what: what.into(),
+            diff: String::new(),
+            outcome,
+            message: message.into(),
+            instance: None,
+            based_on: None,
+            services: None,
+        }
+    }
+
+    pub fn with_diff(mut self, diff: String) -> Record {
+        self.diff = diff;
+        self
+    }
+}
+
+/// The unified diff from `before` to `after` (two config texts), two lines of context, at most
+/// [`DIFF_MAX`] bytes; empty when they are the same.
+pub fn diff(before: &str, after: &str, names: (&str, &str)) -> String {
+    if before == after {
+        return String::new();
+    }
+    let mut text = similar::TextDiff::from_lines(before, after).unified_diff().context_radius(2).header(names.0, names.1).to_string();
+    if text.len() > DIFF_MAX {
+        let mut cut = DIFF_MAX;
+        while !text.is_char_boundary(cut) {
+            cut -= 1;
+        }
+        text.truncate(cut);
+        text.push_str("\n... (diff cut at 64 KiB)\n");
+    }
+    text
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_diff_names_the_lines_that_changed_and_nothing_when_none_did() {
+        let d = diff("a = 1\nb = 2\nc = 3\n", "a = 1\nb = 5\nc = 3\n", ("file", "running"));
+        assert!(d.starts_with("--- file\n+++ running\n"), "{d}");
+        assert!(d.contains("-b = 2\n+b = 5\n"), "{d}");
+        assert_eq!(diff("x\n", "x\n", ("a", "b")), "");
+    }
+
+    #[test]
+    fn a_long_diff_is_cut_with_a_note() {
+        let before: String = (0..20_000).map(|i| format!("line {i}\n")).collect();
+        let d = diff(&before, "", ("a", "b"));
+        assert!(d.len() <= DIFF_MAX + 40 && d.ends_with("(diff cut at 64 KiB)\n"), "{}", d.len());
+    }
+
+    #[test]
+    fn a_record_is_one_json_line_with_its_fields() {
+        let r = Record::now("admin@127.0.0.1", Source::Api, "weight 5 for server a of web", Outcome::Applied, "config applied");
+        let line = serde_json::to_string(&r).unwrap();
+        assert!(!line.contains('\n'));
+        let v: serde_json::Value = serde_json::from_str(&line).unwrap();
+        assert_eq!((v["source"].as_str(), v["outcome"].as_str(), v["who"].as_str()), (Some("api"), Some("applied"), Some("admin@127.0.0.1")));
+        assert!(v["time"].as_str().unwrap().ends_with('Z') && v.get("instance").is_none(), "{v}");
+    }
+}
