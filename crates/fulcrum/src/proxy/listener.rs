@@ -81,10 +81,8 @@ pub async fn serve(listener: std::net::TcpListener, addr: SocketAddr, live: Arc<
         if !until_room(&service, &listener, 0, &stop).await {
             return;
         }
-        tokio::select! {
-            _ = live.budget().room() => {}
-            _ = stop.cancelled() => break,
-            _ = shutdown.stopping().cancelled() => break,
+        if !until_budget(&live, &listener, addr, &stop, &shutdown).await {
+            break;
         }
         let accepted = tokio::select! {
             _ = stop.cancelled() => break,
@@ -120,6 +118,41 @@ pub async fn serve(listener: std::net::TcpListener, addr: SocketAddr, live: Arc<
     match worker {
         Some(w) => info!(%addr, worker = w, "stopped listening"),
         None => info!(%addr, "stopped listening"),
+    }
+}
+
+/// Waits for room in the process's budget (`maxconn`, or what the descriptors carry); false if
+/// `stop` or shutdown came first. While the process is full it says so once a second for the
+/// whole process, with what waits and what to raise: clients held in the backlog are otherwise
+/// silent, as a server that refuses is not.
+async fn until_budget(live: &Live, listener: &TcpListener, addr: SocketAddr, stop: &CancellationToken, shutdown: &Shutdown) -> bool {
+    let budget = live.budget();
+    if budget.current() < budget.max() {
+        return true;
+    }
+    static FULL: Throttle = Throttle::new();
+    let room = budget.room();
+    tokio::pin!(room);
+    loop {
+        if let Some(since) = FULL.ready() {
+            let waiting = super::tcp_info::accept_queue(listener).map_or(0, |(waiting, _)| waiting);
+            warn!(
+                %addr,
+                open = budget.current(),
+                maxconn = budget.max(),
+                waiting,
+                held_since_last = since,
+                waits = budget.waits(),
+                "the process is at its connection limit: new clients wait in the listen backlog; raise `maxconn`, or the descriptor limit (`ulimit -n`, LimitNOFILE) it derives from: 2 a connection and {} kept aside",
+                crate::live::budget::RESERVED
+            );
+        }
+        tokio::select! {
+            _ = &mut room => return true,
+            _ = tokio::time::sleep(Duration::from_secs(1)) => {}
+            _ = stop.cancelled() => return false,
+            _ = shutdown.stopping().cancelled() => return false,
+        }
     }
 }
 

@@ -57,6 +57,9 @@ fn out_of_descriptors_clients_wait_in_the_backlog_and_no_server_is_blamed() {
     let log = f.log();
     assert!(!log.contains("server down"), "{log}");
     assert!(log.contains("maxconn is more than the descriptor limit carries"), "the lowered maxconn is explained: {log}");
+    let full = log.lines().find(|l| l.contains("the process is at its connection limit")).unwrap_or_else(|| panic!("a full process says so: {log}"));
+    assert!(full.contains("raise `maxconn`, or the descriptor limit") && full.contains("waiting="), "{full}");
+    assert!(log.matches("the process is at its connection limit").count() <= 30, "at most once a second: {log}");
     let process = &f.stats()["process"];
     assert_eq!(process["descriptors"], 256, "{process}");
     let maxconn = process["maxconn"].as_u64().unwrap();
