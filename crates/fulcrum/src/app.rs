@@ -401,8 +401,15 @@ impl App {
     /// Serves until SIGTERM or SIGINT (reloading on SIGHUP), then drains.
     pub async fn run_until_signal(self: Arc<Self>, signals: Signals) -> std::io::Result<()> {
         let Signals { mut hup, mut term, mut int } = signals;
+        // Without a watchdog the tick is a day long and says nothing.
+        let watchdog = systemd::watchdog_interval();
+        let mut alive = tokio::time::interval(watchdog.unwrap_or(Duration::from_secs(86_400)));
+        alive.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
         loop {
             tokio::select! {
+                _ = alive.tick() => if watchdog.is_some() {
+                    systemd::watchdog();
+                },
                 _ = hup.recv() => {
                     info!("SIGHUP: reloading {}", self.path.as_ref().map(|p| p.display().to_string()).unwrap_or_default());
                     systemd::reloading();

@@ -2,6 +2,10 @@
 //! READY once the first health round is done and the listeners are bound, RELOADING and READY
 //! again around a reload (SIGHUP, which the unit's `ExecReload` sends), STOPPING when the drain
 //! begins. Outside systemd (no `NOTIFY_SOCKET`) each call does nothing.
+//!
+//! With `WatchdogSec=` in the unit, the main loop (`App::run_until_signal`) says WATCHDOG=1 at
+//! half that interval: a process whose runtime no longer runs its tasks stops saying it, and
+//! systemd restarts it.
 
 use sd_notify::NotifyState;
 use tracing::warn;
@@ -23,6 +27,16 @@ pub fn reloading() {
 /// The drain begins.
 pub fn stopping() {
     send(&[NotifyState::Stopping, NotifyState::Status("draining connections")]);
+}
+
+/// How often to say WATCHDOG=1: half the unit's `WatchdogSec`, or `None` without one.
+pub fn watchdog_interval() -> Option<std::time::Duration> {
+    sd_notify::watchdog_enabled().filter(|d| !d.is_zero()).map(|d| d / 2)
+}
+
+/// The main loop is alive.
+pub fn watchdog() {
+    send(&[NotifyState::Watchdog]);
 }
 
 fn send(states: &[NotifyState<'_>]) {

@@ -40,5 +40,6 @@ mod resolve;
 mod rules;
 mod sockmap;
 mod systemd;
+mod systemd_unit;
 mod tls;
 mod vrrp;
