@@ -17,10 +17,15 @@ pub mod audit;
 mod error;
 mod resolve;
 pub mod systemd;
+/// Takes its handover socket over from the descriptor number the old process names.
+#[allow(unsafe_code)]
+pub mod upgrade;
 
 use std::collections::HashMap;
 use std::net::SocketAddr;
+use std::os::fd::OwnedFd;
 use std::path::{Path, PathBuf};
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
@@ -41,9 +46,14 @@ pub struct App {
     pub shutdown: Shutdown,
     /// The file `reload` re-reads; `None` for an embedded config (the demo).
     pub path: Option<PathBuf>,
-    /// The accept loop of each configured listen address: how to stop it, and the address it
-    /// bound (the same, unless the config asked for port 0).
-    listeners: Mutex<HashMap<SocketAddr, (CancellationToken, SocketAddr)>>,
+    /// The accept loops of each configured listen address.
+    listeners: Mutex<HashMap<SocketAddr, Listening>>,
+    /// A copy of the admin listener's socket, for a new binary to take over (`upgrade`).
+    admin_socket: Option<(SocketAddr, OwnedFd)>,
+    /// Set while a new binary is being started; cancelled once it serves, when this process stops
+    /// accepting and drains.
+    upgrading: AtomicBool,
+    upgraded: CancellationToken,
     /// The health checks, one task per server identity.
     checks: health::Checks,
     /// Serialises config changes so two reloads cannot interleave their binds and swaps.
@@ -65,6 +75,14 @@ pub struct App {
     file: Mutex<Option<FileState>>,
 }
 
+/// One listen address's accept loops: how to stop them, the address bound (the same, unless the
+/// config asked for port 0), and a copy of each socket, for a new binary to take over.
+struct Listening {
+    stop: CancellationToken,
+    local: SocketAddr,
+    sockets: Vec<OwnedFd>,
+}
+
 /// The config file as the process last read or wrote it, and the edits not written to it yet.
 struct FileState {
     config: Config,
@@ -74,6 +92,12 @@ struct FileState {
 impl App {
     /// Starts everything `config` describes: first health round, listeners, admin.
     pub async fn start(config: Config, path: Option<PathBuf>, shutdown: Shutdown) -> Result<Arc<App>, StartError> {
+        Self::start_inheriting(config, path, shutdown, None).await
+    }
+
+    /// `start`, taking over the sockets and the servers' state a previous process handed this one
+    /// (`upgrade`): an inherited listening socket is used instead of binding its address.
+    pub async fn start_inheriting(config: Config, path: Option<PathBuf>, shutdown: Shutdown, mut inherited: Option<upgrade::Inherited>) -> Result<Arc<App>, StartError> {
         let admin_cfg = config.admin.clone();
         let trail = audit::Trail::default();
         trail.configure(config.audit.as_ref());
@@ -91,13 +115,18 @@ impl App {
         let admin_listener = match &admin_cfg {
             Some(a) => {
                 let addr: SocketAddr = a.listen.parse().map_err(|cause| StartError::AdminAddress { listen: a.listen.clone(), cause })?;
-                let l = tokio::net::TcpListener::bind(addr).await.map_err(|cause| StartError::AdminBind { address: addr, cause })?;
+                let l = match inherited.as_mut().and_then(|i| i.admin(addr)) {
+                    Some(l) => l.set_nonblocking(true).and_then(|()| tokio::net::TcpListener::from_std(l)),
+                    None => tokio::net::TcpListener::bind(addr).await,
+                };
+                let l = l.map_err(|cause| StartError::AdminBind { address: addr, cause })?;
                 let bound = l.local_addr().map_err(|cause| StartError::AdminBind { address: addr, cause })?;
-                Some((l, bound))
+                let copy = socket2::SockRef::from(&l).try_clone().map_err(|cause| StartError::AdminBind { address: addr, cause })?;
+                Some((l, bound, (addr, OwnedFd::from(copy))))
             }
             None => None,
         };
-        let admin_addr = admin_listener.as_ref().map(|(_, addr)| *addr);
+        let admin_addr = admin_listener.as_ref().map(|(_, addr, _)| *addr);
         let auth = match &admin_cfg {
             Some(a) => admin::Auth::from_config(a)?,
             None => admin::Auth::default(),
@@ -111,6 +140,9 @@ impl App {
             shutdown: shutdown.clone(),
             path,
             listeners: Mutex::default(),
+            admin_socket: admin_listener.as_ref().and_then(|(_, _, copy)| copy.1.try_clone().ok().map(|fd| (copy.0, fd))),
+            upgrading: AtomicBool::new(false),
+            upgraded: CancellationToken::new(),
             checks: health::Checks::default(),
             changing: tokio::sync::Mutex::new(()),
             admin_addr,
@@ -130,15 +162,25 @@ impl App {
         tokio::spawn(crate::live::limit::run(Arc::downgrade(&app.live)));
         tokio::spawn(resolve::run(Arc::downgrade(&app)));
         let generation = live.current();
+        if let Some(i) = &inherited {
+            let restored = i.restore(&generation);
+            info!(from = i.from_pid, "upgrade: took over the state of {restored} servers");
+        }
         app.checks.follow(&generation);
         health::wait_first_round(&generation, first_round + Duration::from_millis(200)).await;
         let mut bound = Vec::new();
         for s in generation.services.iter().filter(|s| s.config().enabled) {
-            let l = proxy::listener::bind(s.listen, app.sockets_per_address()).map_err(|cause| StartError::Bind { service: s.config().name.clone(), address: s.listen, cause })?;
+            let taken = inherited.as_mut().and_then(|i| i.listener(s.listen)).filter(|l| l.len() == app.sockets_per_address());
+            let l = match taken {
+                Some(l) => l,
+                None => {
+                    proxy::listener::bind(s.listen, app.sockets_per_address()).map_err(|cause| StartError::Bind { service: s.config().name.clone(), address: s.listen, cause })?
+                }
+            };
             bound.push((s.listen, l));
         }
         app.start_listeners(bound);
-        if let Some((listener, addr)) = admin_listener {
+        if let Some((listener, addr, _)) = admin_listener {
             info!(%addr, "admin API listening");
             tokio::spawn(admin::serve(listener, app.clone()));
         }
@@ -203,6 +245,53 @@ impl App {
         let result = self.reload().await;
         self.audit(who, source, "reload".to_string(), &before, &result);
         result
+    }
+
+    /// Starts the binary at this process's path on its config file and hands it the listening
+    /// sockets and the servers' state (`upgrade`); once it serves, this process stops accepting
+    /// and drains. Recorded in the audit trail; edits not saved are dropped, as by a reload.
+    pub async fn upgrade_by(&self, who: &str, source: Source) -> Result<String, ControlError> {
+        let result = self.upgrade().await;
+        let record = match &result {
+            Ok(message) => Record::now(who, source, "upgrade", Outcome::Applied, message.clone()),
+            Err(e) => Record::now(who, source, "upgrade", Outcome::Refused, e.to_string()),
+        };
+        self.trail.record(record);
+        result
+    }
+
+    async fn upgrade(&self) -> Result<String, ControlError> {
+        if self.path.is_none() {
+            return Err(upgrade::UpgradeError::NoFile.into());
+        }
+        // No reload binds or drops a listener while the sockets are handed over.
+        let _one_at_a_time = self.changing.lock().await;
+        if self.upgrading.swap(true, Ordering::SeqCst) {
+            return Err(upgrade::UpgradeError::Busy.into());
+        }
+        let sockets: Vec<(SocketAddr, Vec<OwnedFd>)> = match self.listeners.lock() {
+            Ok(l) => l.iter().map(|(addr, l)| (*addr, l.sockets.iter().filter_map(|fd| fd.try_clone().ok()).collect())).collect(),
+            Err(_) => return Err(ControlError::Poisoned),
+        };
+        let admin = self.admin_socket.as_ref().and_then(|(addr, fd)| fd.try_clone().ok().map(|fd| (*addr, fd)));
+        let generation = self.live.current();
+        info!("upgrade: starting the new binary and handing it {} listen addresses", sockets.len());
+        let handed = tokio::task::spawn_blocking(move || upgrade::hand_over(&sockets, admin, &generation)).await.map_err(upgrade::UpgradeError::from).and_then(|r| r);
+        match handed {
+            Ok(pid) => {
+                self.upgraded.cancel();
+                let grace = self.live.current().config.shutdown_grace;
+                let message =
+                    format!("upgraded: process {pid} serves now; this one ({}) stops accepting and drains for up to {}", std::process::id(), humantime::format_duration(grace));
+                info!("{message}");
+                Ok(message)
+            }
+            Err(e) => {
+                self.upgrading.store(false, Ordering::SeqCst);
+                error!("upgrade refused: {e}");
+                Err(e.into())
+            }
+        }
     }
 
     /// `save` on behalf of `who`, recorded in the audit trail.
@@ -346,10 +435,10 @@ impl App {
         self.start_listeners(bound);
         let mut removed = 0;
         if let Ok(mut listeners) = self.listeners.lock() {
-            listeners.retain(|addr, (stop, _)| {
+            listeners.retain(|addr, l| {
                 let keep = wanted.iter().any(|(_, a)| a == addr);
                 if !keep {
-                    stop.cancel();
+                    l.stop.cancel();
                     removed += 1;
                 }
                 keep
@@ -380,7 +469,8 @@ impl App {
         for (addr, sockets) in bound {
             let stop = CancellationToken::new();
             let local = sockets.first().and_then(|l| l.local_addr().ok()).unwrap_or(addr);
-            listeners.insert(addr, (stop.clone(), local));
+            let copies = sockets.iter().filter_map(|l| l.try_clone().ok().map(OwnedFd::from)).collect();
+            listeners.insert(addr, Listening { stop: stop.clone(), local, sockets: copies });
             for (i, l) in sockets.into_iter().enumerate() {
                 let accept = proxy::listener::serve(l, addr, self.live.clone(), stop.clone(), self.shutdown.clone());
                 // Detached: `stop` ends the loop.
@@ -395,12 +485,12 @@ impl App {
     /// The address the listener of `listen` (as configured) is bound to: where a config that
     /// asked for port 0 (the fast tests) can be reached.
     pub fn local_addr(&self, listen: SocketAddr) -> Option<SocketAddr> {
-        self.listeners.lock().ok()?.get(&listen).map(|(_, local)| *local)
+        self.listeners.lock().ok()?.get(&listen).map(|l| l.local)
     }
 
     /// Serves until SIGTERM or SIGINT (reloading on SIGHUP), then drains.
     pub async fn run_until_signal(self: Arc<Self>, signals: Signals) -> std::io::Result<()> {
-        let Signals { mut hup, mut term, mut int } = signals;
+        let Signals { mut hup, mut term, mut int, mut usr2 } = signals;
         // Without a watchdog the tick is a day long and says nothing.
         let watchdog = systemd::watchdog_interval();
         let mut alive = tokio::time::interval(watchdog.unwrap_or(Duration::from_secs(86_400)));
@@ -421,6 +511,14 @@ impl App {
                         }
                     }
                 }
+                _ = usr2.recv() => {
+                    if let Some(u) = self.unsaved() {
+                        warn!("SIGUSR2: the new binary reads the config file; {} unsaved edit{} made through the API are not in it", u.edits.len().max(1), if u.edits.len() == 1 { "" } else { "s" });
+                    }
+                    // The outcome is logged and recorded either way.
+                    let _ = self.upgrade_by("signal", Source::Signal).await;
+                }
+                _ = self.upgraded.cancelled() => break,
                 _ = term.recv() => break,
                 _ = int.recv() => break,
             }
@@ -432,7 +530,11 @@ impl App {
     /// Stops accepting, drains connections up to the grace period, and stops health checks.
     pub async fn stop(&self) {
         let grace = self.live.current().config.shutdown_grace;
-        systemd::stopping();
+        // After an upgrade the new process is the service's main process for systemd: this one
+        // leaves without a word.
+        if !self.upgraded.is_cancelled() {
+            systemd::stopping();
+        }
         info!("shutting down: draining connections for up to {}", humantime::format_duration(grace));
         self.checks.stop();
         let left = self.shutdown.drain(grace).await;
@@ -450,13 +552,20 @@ pub struct Signals {
     hup: tokio::signal::unix::Signal,
     term: tokio::signal::unix::Signal,
     int: tokio::signal::unix::Signal,
+    /// A binary upgrade (`upgrade`), as NGINX takes USR2.
+    usr2: tokio::signal::unix::Signal,
 }
 
 impl Signals {
     /// Installs the handlers; call on the runtime, before `App::start`.
     pub fn install() -> std::io::Result<Signals> {
         use tokio::signal::unix::{SignalKind, signal};
-        Ok(Signals { hup: signal(SignalKind::hangup())?, term: signal(SignalKind::terminate())?, int: signal(SignalKind::interrupt())? })
+        Ok(Signals {
+            hup: signal(SignalKind::hangup())?,
+            term: signal(SignalKind::terminate())?,
+            int: signal(SignalKind::interrupt())?,
+            usr2: signal(SignalKind::user_defined2())?,
+        })
     }
 }
 
@@ -504,6 +613,9 @@ impl admin::Control for App {
     }
     async fn save(&self, by: admin::Editor) -> Result<String, ControlError> {
         self.save_by(&by.who).await
+    }
+    async fn upgrade(&self, by: admin::Editor) -> Result<String, ControlError> {
+        self.upgrade_by(&by.who, Source::Api).await
     }
 }
 

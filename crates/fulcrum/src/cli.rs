@@ -58,6 +58,7 @@ pub enum Command {
 
 pub fn main() -> ExitCode {
     crate::stats::process::mark_start();
+    crate::app::upgrade::remember_exe();
     let cli = Cli::parse();
     init_tracing(&cli.log, cli.log_format);
     let result = match cli.command {
@@ -128,14 +129,40 @@ fn runtime(workers: usize, reuse_port: bool) -> anyhow::Result<tokio::runtime::R
 }
 
 fn run(path: PathBuf) -> anyhow::Result<()> {
-    let loaded = config::load(&path).map_err(|d| anyhow::anyhow!("invalid config:\n{d}"))?;
+    // Started by a running Fulcrum to take its place (`app::upgrade`): its sockets and servers.
+    let (inherited, answer) = crate::app::upgrade::Inherited::take().context("cannot take over from the running process")?.unzip();
+    let loaded = match config::load(&path) {
+        Ok(l) => l,
+        Err(d) => {
+            let error = format!("invalid config:\n{d}");
+            if let Some(a) = answer {
+                a.fail(&error);
+            }
+            anyhow::bail!(error);
+        }
+    };
     crate::live::budget::raise_descriptor_limit();
     let rt = runtime(loaded.config.workers, loaded.config.reuse_port)?;
     rt.block_on(async move {
         let signals = crate::app::Signals::install()?;
-        let app = App::start(loaded.config, Some(path), Shutdown::new()).await?;
+        let app = match App::start_inheriting(loaded.config, Some(path), Shutdown::new(), inherited).await {
+            Ok(app) => app,
+            Err(e) => {
+                if let Some(a) = answer {
+                    a.fail(&e.to_string());
+                }
+                return Err(e.into());
+            }
+        };
         let services = app.live.current().services.len();
-        crate::app::systemd::ready(&format!("serving {services} service{}", if services == 1 { "" } else { "s" }));
+        let status = format!("serving {services} service{}", if services == 1 { "" } else { "s" });
+        match answer {
+            Some(a) => {
+                a.ready().context("cannot tell the previous process this one serves")?;
+                crate::app::systemd::took_over(&status);
+            }
+            None => crate::app::systemd::ready(&status),
+        }
         app.run_until_signal(signals).await?;
         Ok(())
     })

@@ -57,7 +57,8 @@
 //! demo and the lab), `crates/fulcrum-lab` (the papers' experiments, with reports and plots) and
 //! `crates/testkit` (the harness that starts processes for the tests, the lab and the soak).
 //! `unsafe_code` is denied workspace-wide; `proxy::splice`, `proxy::tcp_info` and `proxy::sockmap`
-//! (the BPF fast path of TCP mode: SO_COOKIE, TIOCOUTQ, epoll) allow it.
+//! (the BPF fast path of TCP mode: SO_COOKIE, TIOCOUTQ, epoll) allow it, and `app::upgrade` (the
+//! handover socket a new binary is started with, named by its descriptor number).
 
 pub mod admin;
 pub mod app;

@@ -33,6 +33,7 @@ pub fn routes<C: Control>() -> Router<Arc<C>> {
         .route("/api/save", post(save::<C>))
         .route("/api/reload", post(reload::<C>))
         .route("/api/audit", get(audit::<C>))
+        .route("/api/upgrade", post(upgrade::<C>))
         .route("/api/services", post(add_service::<C>))
         .route("/api/services/{service}", axum::routing::delete(remove_service::<C>))
         .route("/api/services/{service}/servers", post(add_server::<C>))
@@ -304,21 +305,35 @@ struct ReloadQuery {
     force: bool,
 }
 
-/// Reads the config file again. Edits made through the API and not saved would be lost: then the
-/// answer is 409 with the edits and the diff, unless `?force=true` says to drop them.
+/// Edits made through the API and not saved, which reading the config file again would lose:
+/// the 409 that names them and shows the diff, unless `force` says to drop them.
+fn unsaved_conflict<C: Control>(control: &C, force: bool, action: &str) -> Option<Response> {
+    let unsaved = control.unsaved().filter(|_| !force)?;
+    let n = unsaved.edits.len().max(1);
+    let error = format!(
+        "{n} unsaved edit{} would be lost: {}; save them first, or {action} with ?force=true to drop them",
+        if n == 1 { "" } else { "s" },
+        if unsaved.edits.is_empty() { "the running config differs from the file".to_string() } else { unsaved.edits.join("; ") }
+    );
+    Some((StatusCode::CONFLICT, Json(json!({ "ok": false, "error": error, "unsaved": unsaved }))).into_response())
+}
+
+/// Reads the config file again; 409 while edits are not saved, unless forced.
 async fn reload<C: Control>(State(control): State<Arc<C>>, Extension(editor): Extension<Editor>, Query(q): Query<ReloadQuery>) -> Response {
-    if !q.force
-        && let Some(unsaved) = control.unsaved()
-    {
-        let n = unsaved.edits.len().max(1);
-        let error = format!(
-            "{n} unsaved edit{} would be lost: {}; save them first, or reload with ?force=true to drop them",
-            if n == 1 { "" } else { "s" },
-            if unsaved.edits.is_empty() { "the running config differs from the file".to_string() } else { unsaved.edits.join("; ") }
-        );
-        return (StatusCode::CONFLICT, Json(json!({ "ok": false, "error": error, "unsaved": unsaved }))).into_response();
+    if let Some(conflict) = unsaved_conflict(&*control, q.force, "reload") {
+        return conflict;
     }
     answer(control.reload(editor).await)
+}
+
+/// Replaces the running binary with the one at its path (which reads the config file, as a
+/// reload does: 409 while edits are not saved, unless forced); answers once the new process
+/// serves, or why it does not and this one serves on.
+async fn upgrade<C: Control>(State(control): State<Arc<C>>, Extension(editor): Extension<Editor>, Query(q): Query<ReloadQuery>) -> Response {
+    if let Some(conflict) = unsaved_conflict(&*control, q.force, "upgrade") {
+        return conflict;
+    }
+    answer(control.upgrade(editor).await)
 }
 
 #[derive(Deserialize)]

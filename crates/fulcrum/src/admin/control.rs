@@ -44,6 +44,9 @@ pub trait Control: Send + Sync + 'static {
     fn reload(&self, by: Editor) -> impl Future<Output = Result<String, Self::Error>> + Send;
     /// Writes the running config to its file, on behalf of `by`.
     fn save(&self, by: Editor) -> impl Future<Output = Result<String, Self::Error>> + Send;
+    /// Replaces the running binary with the one at its path, on behalf of `by`: `Ok` once the new
+    /// process serves, when this one drains and exits.
+    fn upgrade(&self, by: Editor) -> impl Future<Output = Result<String, Self::Error>> + Send;
 }
 
 /// Edits applied through the API and not saved to the config file.
@@ -114,6 +117,9 @@ mod tests {
         }
         async fn save(&self, _by: Editor) -> Result<String, String> {
             Err("nothing to save".to_string())
+        }
+        async fn upgrade(&self, _by: Editor) -> Result<String, String> {
+            Err("nothing to upgrade".to_string())
         }
     }
 

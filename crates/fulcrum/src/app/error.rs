@@ -62,6 +62,8 @@ pub enum ControlError {
     JoinsFleet,
     #[error("a fleet's services live in etcd, not in this file: `fulcrum fleet export` writes them to one")]
     FleetSave,
+    #[error(transparent)]
+    Upgrade(#[from] super::upgrade::UpgradeError),
     /// Blocking work (reading, validating, building) did not finish (it panicked, or the runtime
     /// is shutting down).
     #[error(transparent)]

@@ -15,6 +15,12 @@ pub fn ready(status: &str) {
     send(&[NotifyState::Ready, NotifyState::Status(status)]);
 }
 
+/// The process took over from the one it upgraded (`app::upgrade`): it is the service's main
+/// process now (the unit's `NotifyAccess=all` lets systemd hear it before it is), and serves.
+pub fn took_over(status: &str) {
+    send(&[NotifyState::MainPid(std::process::id()), NotifyState::Ready, NotifyState::Status(status)]);
+}
+
 /// A reload begins: systemd waits for the next READY before it calls the reload done.
 pub fn reloading() {
     // systemd 253 and later want the monotonic time with RELOADING to tell reloads apart.

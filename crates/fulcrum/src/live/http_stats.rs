@@ -38,6 +38,13 @@ impl Classes {
     pub fn read(&self) -> [u64; 5] {
         std::array::from_fn(|i| self.0[i].load(Relaxed))
     }
+
+    /// Takes on counts carried from the previous process (`live::server::Carried`).
+    pub fn restore(&self, counts: [u64; 5]) {
+        for (c, n) in self.0.iter().zip(counts) {
+            c.store(n, Relaxed);
+        }
+    }
 }
 
 /// Durations in `BOUNDS` buckets (each counted once, in the first bucket whose bound holds it; the

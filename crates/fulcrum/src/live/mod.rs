@@ -38,7 +38,7 @@ use crate::config::{self, Config, HealthKind};
 pub use budget::{Budget, Slot};
 pub use pool::{Avoid, Picked, Pool, Role, Tier};
 pub use rate::Rate;
-pub use server::{ConnGuard, DampingNow, ServerEntry, ServerKey, ServerState, State};
+pub use server::{Carried, ConnGuard, DampingNow, ServerEntry, ServerKey, ServerState, State};
 pub use service::Service;
 pub use service_state::{ServiceGuard, ServiceState};
 

@@ -11,6 +11,9 @@ use std::time::Duration;
 use serde::Serialize;
 
 use super::rate::Rate;
+pub use carried::Carried;
+
+mod carried;
 use crate::balance::RAMP_FULL;
 use crate::balance::events::Subscribers;
 use crate::balance::load::Measure;
@@ -301,11 +304,16 @@ impl ServerState {
     /// Starts a ramp now, and a timer that tells the balancers as it goes (those that build a
     /// table from the weights rebuild it) and ends it.
     fn begin_ramp(&self) {
+        self.resume_ramp(clock_ms());
+    }
+
+    /// A ramp that began at `from` (a ramp carried from the previous process began before this
+    /// one started), and its timer.
+    fn resume_ramp(&self, from: u64) {
         let period = self.slow_start_ms.load(Relaxed);
         if period == 0 {
             return;
         }
-        let from = clock_ms();
         self.ramp_from.store(from, Relaxed);
         // Twenty steps, none shorter than 100ms.
         let step = Duration::from_millis((period / 20).max(100));

@@ -17,6 +17,8 @@ pub fn mark_start() {
 
 #[derive(Debug, Clone, Default, Serialize)]
 pub struct ProcessFigures {
+    /// Which process answers: after an upgrade, the new one.
+    pub pid: u32,
     pub start_time_seconds: f64,
     pub uptime_seconds: f64,
     /// User and system CPU time.
@@ -31,6 +33,7 @@ pub fn read() -> ProcessFigures {
     let started = STARTED.duration_since(UNIX_EPOCH).map(|d| d.as_secs_f64()).unwrap_or(0.0);
     let now = crate::clock::since_epoch().as_secs_f64();
     ProcessFigures {
+        pid: std::process::id(),
         start_time_seconds: started,
         uptime_seconds: (now - started).max(0.0),
         cpu_seconds_total: cpu_seconds(),

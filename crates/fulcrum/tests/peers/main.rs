@@ -42,4 +42,5 @@ mod sockmap;
 mod systemd;
 mod systemd_unit;
 mod tls;
+mod upgrade;
 mod vrrp;

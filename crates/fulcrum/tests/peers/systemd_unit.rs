@@ -107,30 +107,7 @@ fn the_shipped_unit_passes_verify_and_its_sandbox_lets_fulcrum_save_reload_and_r
     // A certificate whose key is root's, readable by ssl-cert only, as Debian keeps them.
     let private = at("/etc/ssl/private");
     install_dir(&private, "0710", "root", "ssl-cert");
-    let (key, cert) = (private.join("site.key"), at("/etc/ssl/site.pem"));
-    run(
-        "openssl req",
-        Command::new("openssl")
-            .args([
-                "req",
-                "-x509",
-                "-newkey",
-                "ec",
-                "-pkeyopt",
-                "ec_paramgen_curve:P-256",
-                "-nodes",
-                "-days",
-                "30",
-                "-subj",
-                "/CN=site.test",
-                "-addext",
-                "subjectAltName=DNS:site.test",
-            ])
-            .arg("-keyout")
-            .arg(&key)
-            .arg("-out")
-            .arg(&cert),
-    );
+    let (cert, key) = openssl_self_signed(&private, "site.test");
     run("chown", Command::new("chown").arg("root:ssl-cert").arg(&key));
     run("chmod", Command::new("chmod").arg("0640").arg(&key));
 

@@ -192,6 +192,35 @@ http {{
 
 /// `fulcrum check` of `config` written to `dir/check.toml`: whether it passed, and what it
 /// printed.
+/// A self-signed certificate for `name` made by the openssl command, and its key: (cert, key).
+pub fn openssl_self_signed(dir: &Path, name: &str) -> (PathBuf, PathBuf) {
+    let (cert, key) = (dir.join(format!("{name}.pem")), dir.join(format!("{name}.key")));
+    let out = Command::new("openssl")
+        .args([
+            "req",
+            "-x509",
+            "-newkey",
+            "ec",
+            "-pkeyopt",
+            "ec_paramgen_curve:P-256",
+            "-nodes",
+            "-days",
+            "30",
+            "-subj",
+            &format!("/CN={name}"),
+            "-addext",
+            &format!("subjectAltName=DNS:{name}"),
+        ])
+        .arg("-keyout")
+        .arg(&key)
+        .arg("-out")
+        .arg(&cert)
+        .output()
+        .unwrap();
+    assert!(out.status.success(), "openssl req: {}", String::from_utf8_lossy(&out.stderr));
+    (cert, key)
+}
+
 pub fn check_config(config: &str, dir: &Path) -> (bool, String) {
     let path = dir.join("check.toml");
     std::fs::write(&path, config).unwrap();
@@ -258,6 +287,11 @@ impl Fulcrum {
         Self::spawn(prefix, config, "", None)
     }
 
+    /// Like `start`, running the binary at `exe` (a copy a test replaces, as an upgrade does).
+    pub fn start_exe(exe: &Path, config: &str) -> Fulcrum {
+        Self::spawn(&[exe.to_str().unwrap()], config, "", None)
+    }
+
     fn spawn(prefix: &[&str], config: &str, admin_extra: &str, authorization: Option<String>) -> Fulcrum {
         let dir = scratch("fulcrum");
         let listen: SocketAddr = format!("127.0.0.1:{}", free_port()).parse().unwrap();
@@ -266,6 +300,8 @@ impl Fulcrum {
         write_config(&config_path, admin, admin_extra, &config.replace("{LISTEN}", &listen.to_string()));
         let log_path = dir.join("fulcrum.log");
         let mut command = match prefix.split_first() {
+            // A copy of the binary, run as it is.
+            Some((p, [])) if p.ends_with("/fulcrum") => Command::new(p),
             Some((p, rest)) => {
                 let mut c = Command::new(p);
                 c.args(rest).arg(env!("CARGO_BIN_EXE_fulcrum"));

@@ -91,7 +91,7 @@ pub async fn serve<S: ClientIo>(mut client: S, peer: SocketAddr, service: Arc<Se
     let (mut io, verdict) = Guarded::new(client, http.max_head_size, activity.clone());
     io.read_first(&first);
     let linger = park::LINGER.min(http.head_timeout / 4);
-    let svc = requests::<S>(&service, peer, local, names, sni, verdict.clone(), activity.clone());
+    let svc = requests::<S>(&service, peer, local, names, sni, verdict.clone(), activity.clone(), shutdown.stopping().clone());
     loop {
         // Parked: wait for the client's next bytes with no buffer. `head_timeout` counts from
         // here, and hyper gets what is left of it for the head.
@@ -132,7 +132,11 @@ pub async fn serve<S: ClientIo>(mut client: S, peer: SocketAddr, service: Arc<Se
 
 /// The handler of a connection's requests, for either protocol: each request is counted in
 /// `activity` until its answer is written, and its answer gets its error page, its place in the
-/// service's counters (`finish`) and HSTS when the service sets it.
+/// service's counters (`finish`) and HSTS when the service sets it. Once the process stops
+/// accepting (a drain, an upgrade), an HTTP/1 answer closes its connection, so the client's next
+/// request opens one to whoever accepts now; an idle connection is not closed under a client
+/// that may be sending on it.
+#[allow(clippy::too_many_arguments)]
 fn requests<S: ClientIo>(
     service: &Arc<Service>,
     peer: SocketAddr,
@@ -141,6 +145,7 @@ fn requests<S: ClientIo>(
     sni: Option<Arc<str>>,
     verdict: Verdict,
     activity: Arc<park::Activity>,
+    stopping: tokio_util::sync::CancellationToken,
 ) -> impl hyper::service::Service<Request<Incoming>, Response = Response<park::Answer>, Error = std::convert::Infallible, Future: Send + 'static> + Clone + Send + 'static {
     let http = &service.config().http;
     let service = service.clone();
@@ -154,10 +159,15 @@ fn requests<S: ClientIo>(
         let hsts = hsts.clone();
         let names = names.clone();
         let answer = park::InFlight::count(&activity);
+        let stopping = stopping.clone();
         async move {
             let began = crate::clock::now();
+            let h1 = req.version() < hyper::Version::HTTP_2;
             let mut response = handle(req, peer, &node, names.as_deref(), &service, &verdict, began).await;
             finish(&service, &mut response, began);
+            if h1 && stopping.is_cancelled() {
+                response.headers_mut().insert(header::CONNECTION, HeaderValue::from_static("close"));
+            }
             if let Some(hsts) = hsts {
                 response.headers_mut().entry(header::STRICT_TRANSPORT_SECURITY).or_insert(hsts);
             }
