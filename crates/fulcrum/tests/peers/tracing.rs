@@ -133,8 +133,23 @@ fn a_traceparent_reaches_the_server_under_fulcrums_span_which_reaches_the_receiv
         let whole = (span["end"].as_u64().unwrap() - span["start"].as_u64().unwrap()) as f64 / 1e9;
         assert!(server_time > 0.0 && server_time <= whole, "the server's time {server_time}s within the span's {whole}s");
     }
-    let stats = f.stats();
-    assert_eq!(stats["services"][0]["http"]["tracing_spans_sent"], 2, "{stats}");
+    let sent = |f: &Fulcrum| f.stats()["services"][0]["http"]["tracing_spans_sent"].clone();
+    assert_eq!(sent(&f), 2);
+
+    // A reload that leaves the tracing as it was keeps the exporter and its count; one that
+    // changes it starts another.
+    let applied = |f: &Fulcrum, n: usize| wait_until("the reload", Duration::from_secs(10), || f.log().matches("config applied").count() == n);
+    let endpoint = format!("http://{}/v1/traces", r.addr);
+    assert_eq!(f.log().matches("config applied").count(), 0, "a start is no reload");
+    f.reload(&service(n.addr, &format!("access_log = \"json\"\n{}", tracing(&endpoint, 0.0))));
+    applied(&f, 1);
+    assert_eq!(sent(&f), 2, "the same exporter");
+    f.reload(&service(n.addr, &tracing(&endpoint, 0.0).replace("edge proxy", "renamed")));
+    applied(&f, 2);
+    assert_eq!(sent(&f), 0, "a new exporter");
+    let trace = TRACE.replace('4', "7");
+    through(&f, &[&format!("traceparent: 00-{trace}-{PARENT}-01")], false);
+    assert_eq!(r.span(&trace)["resource"]["service.name"], "renamed");
 }
 
 #[test]

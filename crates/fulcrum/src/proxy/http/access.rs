@@ -14,8 +14,6 @@ use crate::live::access_log::AccessLogger;
 
 /// The longest request header value (`Host`, `User-Agent`, `Referer`) a line keeps.
 pub const MAX_HEADER_FIELD: usize = 256;
-/// The longest request target a line (and a span) keeps, in characters.
-pub const MAX_PATH: usize = 512;
 
 pub struct Record {
     /// The service's access log; `None` when it is off (nothing is then gathered).

@@ -223,7 +223,7 @@ fn handle(
             method: if logging { req.method().to_string() } else { String::new() },
             // A CONNECT's target is an authority, with no path.
             path: if logging {
-                truncate(req.uri().path_and_query().map(|p| p.as_str()).or_else(|| req.uri().authority().map(|a| a.as_str())).unwrap_or(""), access::MAX_PATH)
+                truncate(req.uri().path_and_query().map(|p| p.as_str()).or_else(|| req.uri().authority().map(|a| a.as_str())).unwrap_or(""), 512)
             } else {
                 String::new()
             },
@@ -247,16 +247,7 @@ fn handle(
         };
         // With tracing: the server's traceparent, and the span when the request is sampled.
         if let Some(tracer) = &service.tracer {
-            record.trace = trace_context::begin(tracer, req.headers_mut(), peer.ip());
-            if let Some(traced) = &mut record.trace {
-                traced.span.method = req.method().to_string();
-                traced.span.path = req.uri().path().chars().take(access::MAX_PATH).collect();
-                traced.span.version = match req.version() {
-                    hyper::Version::HTTP_10 => "1.0",
-                    hyper::Version::HTTP_2 => "2",
-                    _ => "1.1",
-                };
-            }
+            record.trace = trace_context::begin(tracer, &mut req, peer.ip());
         }
         if req.method() == Method::CONNECT {
             // The guard reads nothing after the CONNECT head, so no tunnelled byte is taken for HTTP.

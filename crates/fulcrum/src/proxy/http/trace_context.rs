@@ -40,10 +40,15 @@ pub struct Traced {
     pub span: Span,
 }
 
+/// The longest method and path a span keeps, in bytes: with `MAX_TRACE_STATE`, what bounds a
+/// queued span (about 1.5 KiB at most, some 300 bytes for a usual request).
+const MAX_METHOD: usize = 32;
+const MAX_PATH: usize = 512;
+
 /// Reads the request's trace context, decides whether it is traced, and puts the `traceparent`
-/// for the server in `headers`. `Some` when the request is traced: its span, opened now.
-/// The span's method, path and version are the caller's to fill (it holds the request).
-pub fn begin(tracer: &Arc<Tracer>, headers: &mut HeaderMap, client: IpAddr) -> Option<Box<Traced>> {
+/// for the server in its headers. `Some` when the request is traced: its span, opened now.
+pub fn begin<B>(tracer: &Arc<Tracer>, req: &mut hyper::Request<B>, client: IpAddr) -> Option<Box<Traced>> {
+    let headers = req.headers_mut();
     let parent = read(headers);
     let trace_id = match &parent {
         Some(p) => p.trace_id,
@@ -62,7 +67,7 @@ pub fn begin(tracer: &Arc<Tracer>, headers: &mut HeaderMap, client: IpAddr) -> O
     if !sampled {
         return None;
     }
-    let mut states = headers.get_all(TRACESTATE).iter();
+    let mut states = req.headers().get_all(TRACESTATE).iter();
     let trace_state = match (states.next(), states.next()) {
         (Some(one), None) if one.len() <= MAX_TRACE_STATE => one.to_str().ok().map(String::from),
         _ => None,
@@ -74,9 +79,13 @@ pub fn begin(tracer: &Arc<Tracer>, headers: &mut HeaderMap, client: IpAddr) -> O
         trace_state,
         start: crate::clock::wall(),
         end: std::time::SystemTime::UNIX_EPOCH,
-        method: String::new(),
-        path: String::new(),
-        version: "1.1",
+        method: clip(req.method().as_str(), MAX_METHOD),
+        path: clip(req.uri().path(), MAX_PATH),
+        version: match req.version() {
+            hyper::Version::HTTP_10 => "1.0",
+            hyper::Version::HTTP_2 => "2",
+            _ => "1.1",
+        },
         client,
         status: 0,
         server: None,
@@ -87,6 +96,15 @@ pub fn begin(tracer: &Arc<Tracer>, headers: &mut HeaderMap, client: IpAddr) -> O
         response: Default::default(),
     };
     Some(Box::new(Traced { tracer: tracer.clone(), span }))
+}
+
+/// `text`, cut to at most `max` bytes on a character boundary.
+fn clip(text: &str, max: usize) -> String {
+    let mut end = text.len().min(max);
+    while !text.is_char_boundary(end) {
+        end -= 1;
+    }
+    text[..end].to_string()
 }
 
 /// The request's one usable `traceparent`, if it has one.
@@ -212,6 +230,13 @@ mod tests {
         assert!(read(&h).is_some());
         h.append(TRACEPARENT, HeaderValue::from_static(VALID));
         assert_eq!(read(&h), None);
+    }
+
+    #[test]
+    fn a_clipped_text_ends_on_a_character() {
+        assert_eq!(clip("/é", 2), "/");
+        assert_eq!(clip("/é", 3), "/é");
+        assert_eq!(clip("GET", 32), "GET");
     }
 
     #[test]
