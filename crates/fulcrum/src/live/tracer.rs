@@ -256,8 +256,22 @@ mod tests {
     }
 
     #[test]
-    fn a_span_encodes_as_an_otlp_export_request() {
-        let span = Span {
+    fn a_span_that_finds_the_queue_full_is_dropped_and_counted() {
+        // A receiver that takes the connection and never answers: the exporter holds one
+        // batch of one span for a minute, the queue holds one more, the rest are dropped.
+        let silent = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+        let endpoint = format!("http://{}/v1/traces", silent.local_addr().unwrap());
+        let cfg = Tracing { endpoint, queue: 1, batch_size: 1, timeout: Duration::from_secs(60), ..Tracing::default() };
+        let t = Tracer::new("web", &Http { tracing: Some(cfg), ..Http::default() }).unwrap().unwrap();
+        for _ in 0..5 {
+            t.send(span());
+        }
+        assert!(t.dropped() >= 3, "{} dropped", t.dropped());
+        assert_eq!(t.sent(), 0);
+    }
+
+    fn span() -> Span {
+        Span {
             trace_id: [1; 16],
             span_id: [2; 8],
             parent_span_id: Some([3; 8]),
@@ -275,8 +289,12 @@ mod tests {
             queue: Duration::ZERO,
             connect: Duration::ZERO,
             response: Duration::from_millis(5),
-        };
-        let bytes = prost::Message::encode_to_vec(&otlp::request("edge", "web", vec![span]));
+        }
+    }
+
+    #[test]
+    fn a_span_encodes_as_an_otlp_export_request() {
+        let bytes = prost::Message::encode_to_vec(&otlp::request("edge", "web", vec![span()]));
         let back: otlp::ExportTraceServiceRequest = prost::Message::decode(&bytes[..]).unwrap();
         let s = &back.resource_spans[0].scope_spans[0].spans[0];
         assert_eq!((s.trace_id.as_slice(), s.parent_span_id.as_slice(), s.name.as_str()), (&[1u8; 16][..], &[3u8; 8][..], "GET"));

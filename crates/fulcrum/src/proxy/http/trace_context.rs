@@ -232,6 +232,22 @@ mod tests {
         assert_eq!(read(&h), None);
     }
 
+    proptest::proptest! {
+        #[test]
+        fn any_bytes_parse_without_panic_and_a_parsed_context_writes_back_the_same(bytes in proptest::collection::vec(proptest::prelude::any::<u8>(), 0..80)) {
+            if let Some(p) = parse(&bytes) {
+                proptest::prop_assert_eq!(parse(write(&p.trace_id, &p.span_id, p.sampled).as_bytes()), Some(p));
+            }
+        }
+
+        #[test]
+        fn a_valid_context_parses_whatever_its_ids(trace in proptest::prelude::any::<[u8; 16]>(), span in proptest::prelude::any::<[u8; 8]>(), sampled: bool) {
+            let parsed = parse(write(&trace, &span, sampled).as_bytes());
+            let valid = trace != [0; 16] && span != [0; 8];
+            proptest::prop_assert_eq!(parsed, valid.then_some(Parent { trace_id: trace, span_id: span, sampled }));
+        }
+    }
+
     #[test]
     fn a_clipped_text_ends_on_a_character() {
         assert_eq!(clip("/é", 2), "/");
