@@ -130,6 +130,16 @@ pub const MAX_STREAMS: Range<u32> =
 /// Below it a response is sent as it is; a response of unknown length is always compressed.
 pub const COMPRESS_MIN_SIZE: Range<u64> = Range::new(0, 1 << 30, "1024 is the default; NGINX's gzip_min_length defaults to 20");
 
+// `[service.http.tracing]`.
+pub const TRACE_SAMPLE: Range<f64> = Range::new(0.0, 1.0, "a share of the requests that arrive without a sampled traceparent; 1.0 is the default");
+/// Each batch is one export request's body, held while it is sent: 8192 spans are 2 to 12 MiB.
+pub const TRACE_BATCH: Range<usize> = Range::new(1, 8192, "spans per export request; 512 is the default (the OpenTelemetry SDKs')");
+pub const TRACE_INTERVAL: Range<Duration> = Range::new(Duration::from_millis(10), MINUTE, "how long a span may wait to be sent; \"5s\" is the default");
+/// About 300 bytes a waiting span, 1.5 KiB at most (a long path and `tracestate`): 65536 are
+/// 20 to 100 MiB per service.
+pub const TRACE_QUEUE: Range<usize> = Range::new(1, 65536, "spans waiting to be sent, about 300 bytes each (1.5 KiB at most); 2048 is the default");
+pub const TRACE_TIMEOUT: Range<Duration> = Range::new(MS, MINUTE, "\"10s\" is the default (the OpenTelemetry SDKs')");
+
 // `[service.outlier]`, `panic_threshold` and `[service.http.retry]`.
 pub const CONSECUTIVE: Range<u32> = Range::new(0, 1000, "0 turns it off; Envoy ejects after 5");
 pub const OUTLIER_INTERVAL: Range<Duration> = Range::new(Duration::from_secs(1), HOUR, "\"10s\" is the default (Envoy's)");

@@ -1,6 +1,6 @@
 //! The TOML schema: what a user writes, with defaults. The top of the file and its services are
 //! here, each concern of a service in a file of its own (`schema/`: tls, pool, health, http,
-//! access_log, route, server, fleet). Validation beyond types lives in `validate.rs`; the range of every number,
+//! access_log, route, server, fleet, tracing). Validation beyond types lives in `validate.rs`; the range of every number,
 //! which each field's doc states, lives in `range.rs`.
 //!
 //! Every struct denies unknown fields, so a typo is an error with a line and column instead of a
@@ -23,6 +23,7 @@ mod pool;
 mod route;
 mod server;
 mod tls;
+mod tracing;
 
 pub use access_log::*;
 pub use fleet::*;
@@ -34,6 +35,7 @@ pub use pool::*;
 pub use route::*;
 pub use server::*;
 pub use tls::*;
+pub use tracing::*;
 
 /// The whole config file.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
@@ -557,6 +559,30 @@ pub(crate) mod defaults {
         3
     }
     pub fn budget_window() -> Duration {
+        Duration::from_secs(10)
+    }
+    pub fn tracing_endpoint() -> String {
+        "http://127.0.0.1:4318/v1/traces".into()
+    }
+    /// Every request, as the OpenTelemetry SDKs' default sampler (parent-based, always on).
+    pub fn tracing_sample() -> f64 {
+        1.0
+    }
+    pub fn tracing_service_name() -> String {
+        "fulcrum".into()
+    }
+    /// The OpenTelemetry SDKs' batch span processor's defaults: 512 spans, every 5 seconds,
+    /// 2048 waiting, 10 seconds to answer.
+    pub fn tracing_batch_size() -> usize {
+        512
+    }
+    pub fn tracing_interval() -> Duration {
+        Duration::from_secs(5)
+    }
+    pub fn tracing_queue() -> usize {
+        2048
+    }
+    pub fn tracing_timeout() -> Duration {
         Duration::from_secs(10)
     }
     pub fn syslog_tag() -> String {

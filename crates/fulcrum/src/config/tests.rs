@@ -217,6 +217,26 @@ fn tls_settings_are_checked_where_they_cannot_work() {
 }
 
 #[test]
+fn tracing_needs_an_http_endpoint_and_a_name_a_trace_can_show() {
+    let with = |mode: &str, tracing: &str| {
+        format!("[[service]]\nname = \"a\"\nlisten = \"127.0.0.1:1000\"\nmode = \"{mode}\"\n[[service.server]]\naddress = \"127.0.0.1:1001\"\n[service.http.tracing]\n{tracing}\n")
+    };
+    let c = parse(&with("http", ""), "t").expect("every key has a default");
+    let endpoint = c.services[0].http.tracing.as_ref().unwrap().endpoint().unwrap();
+    assert_eq!((endpoint.host.as_str(), endpoint.port, endpoint.path.as_str()), ("127.0.0.1", 4318, "/v1/traces"));
+    let e = errors(&with("http", "endpoint = \"https://collector:4318/v1/traces\""));
+    assert!(e.contains("is not an http:// URL"), "{e}");
+    let e = errors(&with("http", "endpoint = \"http://\"\nservice_name = \"\""));
+    assert!(e.contains("endpoint") && e.contains("service_name \"\" cannot name a service"), "{e}");
+    let e = errors(&with("http", "sample = 1.5"));
+    assert!(e.contains("sample = 1.5 is out of range: use 0 to 1"), "{e}");
+    let ipv6 = parse(&with("http", "endpoint = \"http://[::1]/traces\""), "t").unwrap();
+    let endpoint = ipv6.services[0].http.tracing.as_ref().unwrap().endpoint().unwrap();
+    assert_eq!((endpoint.host.as_str(), endpoint.port, endpoint.authority.as_str()), ("::1", 80, "[::1]"));
+    assert!(errors(&with("tcp", "")).contains("mode = \"http\""), "tracing is for HTTP services");
+}
+
+#[test]
 fn tls_passthrough_routes_by_server_name_in_tcp_mode_only() {
     let text = include_str!("../../../../examples/tls-passthrough.toml");
     let c = parse_with(text, "passthrough.toml", Resolve::No).unwrap();

@@ -635,6 +635,9 @@ fn validate_service_numbers(service: &Service, prefix: &[Seg<'_>], report: &mut 
             report.error(&key("tag"), format!("tag {:?} cannot be a syslog APP-NAME", syslog.tag), "1 to 48 visible ASCII characters, e.g. \"fulcrum\"");
         }
     }
+    if let Some(tracing) = &http.tracing {
+        validate_tracing(tracing, &at(&["http", "tracing"]), report);
+    }
     if let Some(compression) = &http.compression {
         validate_compression(compression, &at(&["http", "compression"]), report);
     }
@@ -987,6 +990,24 @@ fn validate_rule(route: &Route, rat: &dyn Fn(&'static str) -> Vec<Seg<'static>>,
 }
 
 /// Error pages: each key a status from 400 to 599, each file there and no larger than a page may be.
+/// `[service.http.tracing]`: its numbers, an endpoint Fulcrum can send to, and a service name
+/// a trace viewer can show.
+fn validate_tracing(tracing: &crate::config::Tracing, at: &[Seg<'_>], report: &mut Report<'_>) {
+    let key = |k: &'static str| path(at, &[Seg::Key(k)]);
+    report.range(&key("sample"), "sample", tracing.sample, &range::TRACE_SAMPLE);
+    report.range(&key("batch_size"), "batch_size", tracing.batch_size, &range::TRACE_BATCH);
+    report.range(&key("interval"), "interval", tracing.interval, &range::TRACE_INTERVAL);
+    report.range(&key("queue"), "queue", tracing.queue, &range::TRACE_QUEUE);
+    report.range(&key("timeout"), "timeout", tracing.timeout, &range::TRACE_TIMEOUT);
+    if let Err(why) = tracing.endpoint() {
+        report.error(&key("endpoint"), format!("endpoint {why}"), "an OTLP/HTTP traces URL, e.g. \"http://127.0.0.1:4318/v1/traces\"");
+    }
+    let name = &tracing.service_name;
+    if name.is_empty() || name.len() > 128 || !name.bytes().all(|b| b.is_ascii_graphic() || b == b' ') {
+        report.error(&key("service_name"), format!("service_name {name:?} cannot name a service in a trace"), "1 to 128 visible ASCII characters or spaces, e.g. \"fulcrum\"");
+    }
+}
+
 /// Media types compressed at most (`[http.compression] types`).
 const MAX_TYPES: usize = 100;
 

@@ -11,9 +11,9 @@
 use std::net::UdpSocket;
 use std::os::unix::net::UnixDatagram;
 use std::sync::Arc;
-use std::sync::atomic::{AtomicU64, Ordering::Relaxed};
 use std::sync::mpsc::{Receiver, SyncSender, TrySendError, sync_channel};
 
+use super::losses::Losses;
 use crate::config::{AccessLog, Http, LogFormat, Syslog};
 
 /// Lines waiting for the syslog thread, at most.
@@ -55,31 +55,13 @@ impl AccessLogger {
 
     /// Lines the syslog thread could not send or had no room for.
     pub fn dropped(&self) -> u64 {
-        self.syslog.as_ref().map_or(0, |s| s.shared.dropped.load(Relaxed))
+        self.syslog.as_ref().map_or(0, |s| s.shared.count())
     }
 }
 
 struct SyslogSender {
     lines: SyncSender<String>,
-    shared: Arc<Shared>,
-}
-
-struct Shared {
-    service: String,
-    dropped: AtomicU64,
-    /// When the last "dropped" warning was logged (seconds since the epoch).
-    warned: AtomicU64,
-}
-
-impl Shared {
-    fn drop_line(&self, why: &str) {
-        let n = self.dropped.fetch_add(1, Relaxed) + 1;
-        let now = crate::clock::wall().duration_since(std::time::UNIX_EPOCH).map_or(0, |d| d.as_secs());
-        let last = self.warned.load(Relaxed);
-        if now >= last + 60 && self.warned.compare_exchange(last, now, Relaxed, Relaxed).is_ok() {
-            tracing::warn!(service = %self.service, dropped = n, "access log lines lost on their way to syslog: {why}");
-        }
-    }
+    shared: Arc<Losses>,
 }
 
 impl SyslogSender {
@@ -93,7 +75,7 @@ impl SyslogSender {
             (None, None) => return Err(std::io::Error::other("syslog needs an address or a socket")),
         };
         let header = Header { pri: u16::from(cfg.facility.code()) * 8 + 6, host: hostname(), tag: cfg.tag.clone(), pid: std::process::id() };
-        let shared = Arc::new(Shared { service: service.to_string(), dropped: AtomicU64::new(0), warned: AtomicU64::new(0) });
+        let shared = Arc::new(Losses::new(service, "access log lines lost on their way to syslog"));
         let (lines, rx) = sync_channel(QUEUE);
         let thread_shared = shared.clone();
         std::thread::Builder::new().name("fulcrum-syslog".into()).spawn(move || send_loop(rx, target, header, &thread_shared))?;
@@ -103,8 +85,8 @@ impl SyslogSender {
     fn send(&self, line: &str) {
         match self.lines.try_send(line.to_string()) {
             Ok(()) => {}
-            Err(TrySendError::Full(_)) => self.shared.drop_line("the queue is full (the receiver is slower than the traffic)"),
-            Err(TrySendError::Disconnected(_)) => self.shared.drop_line("the syslog thread is gone"),
+            Err(TrySendError::Full(_)) => self.shared.lose(1, "the queue is full (the receiver is slower than the traffic)"),
+            Err(TrySendError::Disconnected(_)) => self.shared.lose(1, "the syslog thread is gone"),
         }
     }
 }
@@ -138,7 +120,7 @@ impl Header {
 
 /// The syslog thread: sends each line until the logger is dropped (a reload that changed it, or
 /// the service gone), when the queue's sender closes.
-fn send_loop(rx: Receiver<String>, target: Target, header: Header, shared: &Shared) {
+fn send_loop(rx: Receiver<String>, target: Target, header: Header, shared: &Losses) {
     let mut connected = false;
     while let Ok(line) = rx.recv() {
         let message = header.message(&line);
@@ -155,7 +137,7 @@ fn send_loop(rx: Receiver<String>, target: Target, header: Header, shared: &Shar
             }
         };
         if let Err(e) = sent {
-            shared.drop_line(&format!("the receiver refused it: {e}"));
+            shared.lose(1, &format!("the receiver refused it: {e}"));
         }
     }
 }

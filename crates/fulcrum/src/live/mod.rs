@@ -15,6 +15,7 @@ pub mod access_log;
 pub mod budget;
 pub mod http_stats;
 pub mod limit;
+mod losses;
 pub mod outlier;
 pub mod pages;
 mod pool;
@@ -25,6 +26,7 @@ pub mod retry_budget;
 mod server;
 mod service;
 mod service_state;
+pub mod tracer;
 pub mod why;
 
 use std::collections::HashMap;
@@ -130,6 +132,8 @@ pub enum BuildError {
     Page { service: String, cause: pages::PageError },
     #[error("service {service}: the access log's syslog socket: {cause}")]
     AccessLog { service: String, cause: std::io::Error },
+    #[error("service {service}: tracing: {cause}")]
+    Tracer { service: String, cause: std::io::Error },
     #[error("runtime registry poisoned")]
     Poisoned,
 }
@@ -262,6 +266,11 @@ fn build(config: Config, registry: &mut Registry, budget: &Arc<Budget>, previous
                 Some(a) if running.is_some_and(|r| access_log::AccessLogger::same(&r.config().http, &sc.http)) => Some(a.clone()),
                 _ => access_log::AccessLogger::new(&sc.name, &sc.http).map_err(|cause| BuildError::AccessLog { service: sc.name.clone(), cause })?.map(Arc::new),
             };
+            // The tracer, kept with its exporter thread when the reload changed nothing of it.
+            let tracer = match running.and_then(|r| r.tracer.as_ref()) {
+                Some(t) if running.is_some_and(|r| tracer::Tracer::same(&r.config().http, &sc.http)) => Some(t.clone()),
+                _ => tracer::Tracer::new(&sc.name, &sc.http).map_err(|cause| BuildError::Tracer { service: sc.name.clone(), cause })?.map(Arc::new),
+            };
             // Servers from DNS SRV records join the service's own (`dns` asks them on a thread of
             // its own), asked again only when the name is new or `refresh` says its records moved.
             let kept_srv = running.filter(|r| r.config().srv == sc.srv && !refresh.srv.contains(&sc.name));
@@ -290,7 +299,7 @@ fn build(config: Config, registry: &mut Registry, budget: &Arc<Budget>, previous
             let routes = sc.routes.iter().map(|_| Arc::default()).collect();
             let limits = sc.limits.iter().map(|l| limiter(registry, l, &sc.name, None)).collect();
             let route_limits = sc.routes.iter().enumerate().map(|(k, r)| r.limits.iter().map(|l| limiter(registry, l, &sc.name, Some(k))).collect()).collect();
-            Ok(Arc::new(Service { config: sc.clone(), listen, pool, pools, tls, pages, access, routes, limits, route_limits }))
+            Ok(Arc::new(Service { config: sc.clone(), listen, pool, pools, tls, pages, access, tracer, routes, limits, route_limits }))
         })
         .collect::<Result<_, BuildError>>()?;
     let named: std::collections::HashSet<&str> =

@@ -23,6 +23,8 @@ pub struct Service {
     pub pages: Option<Arc<super::pages::ErrorPages>>,
     /// The access log; `None` when it is off.
     pub access: Option<Arc<super::access_log::AccessLogger>>,
+    /// `[service.http.tracing]`'s sampling and exporter; `None` when tracing is off.
+    pub tracer: Option<Arc<super::tracer::Tracer>>,
     /// Each route's requests, answers and times, by its index, since this generation of the
     /// service was built.
     pub routes: Box<[Arc<super::http_stats::RouteStats>]>,

@@ -111,6 +111,10 @@ pub struct HttpStats {
     pub bounds: &'static [f64],
     /// Access log lines the syslog receiver did not get (queue full, or refused).
     pub access_log_dropped: u64,
+    /// With `[service.http.tracing]`: spans the OTLP receiver did not get (the queue full, or
+    /// their batch refused or unanswered), and spans it took.
+    pub tracing_spans_dropped: u64,
+    pub tracing_spans_sent: u64,
 }
 
 /// One route's answers by status class and its requests' whole time (`HttpStats::routes`).
@@ -160,6 +164,8 @@ fn http_stats(service: &crate::live::Service) -> HttpStats {
             .collect(),
         bounds: &crate::live::http_stats::BOUNDS,
         access_log_dropped: service.access.as_ref().map_or(0, |a| a.dropped()),
+        tracing_spans_dropped: service.tracer.as_ref().map_or(0, |t| t.dropped()),
+        tracing_spans_sent: service.tracer.as_ref().map_or(0, |t| t.sent()),
     }
 }
 

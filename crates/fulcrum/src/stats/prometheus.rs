@@ -192,6 +192,17 @@ fn http_families(out: &mut String, snap: &Snapshot) {
     for (s, h) in http() {
         let _ = writeln!(out, "fulcrum_access_log_dropped_total{{service=\"{}\"}} {}", escape(&s.name), h.access_log_dropped);
     }
+    let _ = writeln!(
+        out,
+        "# HELP fulcrum_tracing_spans_dropped_total Spans the OTLP receiver did not get (the exporter's queue full, or their batch refused or unanswered)\n# TYPE fulcrum_tracing_spans_dropped_total counter"
+    );
+    for (s, h) in http() {
+        let _ = writeln!(out, "fulcrum_tracing_spans_dropped_total{{service=\"{}\"}} {}", escape(&s.name), h.tracing_spans_dropped);
+    }
+    let _ = writeln!(out, "# HELP fulcrum_tracing_spans_sent_total Spans the OTLP receiver took\n# TYPE fulcrum_tracing_spans_sent_total counter");
+    for (s, h) in http() {
+        let _ = writeln!(out, "fulcrum_tracing_spans_sent_total{{service=\"{}\"}} {}", escape(&s.name), h.tracing_spans_sent);
+    }
 }
 
 /// Each per-client limit's decisions and keys.

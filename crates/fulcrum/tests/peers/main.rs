@@ -42,5 +42,6 @@ mod sockmap;
 mod systemd;
 mod systemd_unit;
 mod tls;
+mod tracing;
 mod upgrade;
 mod vrrp;

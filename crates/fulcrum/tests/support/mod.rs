@@ -141,7 +141,7 @@ http {{
         location = /post {{ default_type text/plain; return 200 "{name}"; }}
         location = /session {{ add_header X-Served-By {name} always; add_header Set-Cookie "JSESSIONID=sess-{name}; Path=/" always; default_type text/plain; return 200 "{name}"; }}
         location = /client {{ default_type text/plain; return 200 "$proxy_protocol_addr:$proxy_protocol_port"; }}
-        location = /headers {{ default_type text/plain; return 200 "server={name}\nxff=$http_x_forwarded_for\nproto=$http_x_forwarded_proto\nforwarded=$http_forwarded\nconnection=$http_connection\nkeep-alive=$http_keep_alive\nte=$http_te\nhost=$host\n"; }}
+        location = /headers {{ default_type text/plain; return 200 "server={name}\nxff=$http_x_forwarded_for\nproto=$http_x_forwarded_proto\nforwarded=$http_forwarded\nconnection=$http_connection\nkeep-alive=$http_keep_alive\nte=$http_te\nhost=$host\ntraceparent=$http_traceparent\ntracestate=$http_tracestate\n"; }}
         location = /flaky {{ default_type text/plain; if (-f {root}/fail) {{ return 503 "{name} failing\n"; }} return 200 "{name}\n"; }}
         location /echo/ {{ default_type text/plain; return 200 "server={name}\nuri=$request_uri\nmethod=$request_method\nhost=$http_host\nx-set=$http_x_set\nx-added=$http_x_added\nx-drop=$http_x_drop\nrequest-id=$http_x_request_id\n"; }}
         location / {{ }}

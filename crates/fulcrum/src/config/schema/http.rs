@@ -126,6 +126,9 @@ pub struct Http {
     /// Responses compressed for the clients that accept it (`[service.http.compression]`).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub compression: Option<Compression>,
+    /// W3C `traceparent` propagation and OpenTelemetry export (`[service.http.tracing]`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub tracing: Option<Tracing>,
 }
 
 /// `[service.http.compression]`: which responses are compressed, and how. A response is
@@ -234,6 +237,7 @@ impl Default for Http {
             error_pages: Default::default(),
             intercept_errors: false,
             compression: None,
+            tracing: None,
         }
     }
 }

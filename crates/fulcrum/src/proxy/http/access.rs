@@ -41,6 +41,9 @@ pub struct Record {
     pub host: Option<String>,
     pub user_agent: Option<String>,
     pub referer: Option<String>,
+    /// With `[service.http.tracing]`, a sampled request's span: finished and handed to the
+    /// exporter when the record is dropped, as the line is written.
+    pub trace: Option<Box<super::trace_context::Traced>>,
 }
 
 /// A field's value in a line.
@@ -177,8 +180,27 @@ fn escape_into(line: &mut String, value: &str) {
     }
 }
 
+impl Record {
+    /// Ends the request's span with what the record knows of its answer, and hands it over.
+    fn end_span(&self, traced: super::trace_context::Traced) {
+        let super::trace_context::Traced { tracer, mut span } = traced;
+        span.end = crate::clock::wall();
+        span.status = self.status;
+        span.server = self.server;
+        span.pool.clone_from(&self.pool);
+        span.why.clone_from(&self.why);
+        span.queue = self.queue;
+        span.connect = self.connect;
+        span.response = self.response;
+        tracer.send(span);
+    }
+}
+
 impl Drop for Record {
     fn drop(&mut self) {
+        if let Some(traced) = self.trace.take() {
+            self.end_span(*traced);
+        }
         let Some(log) = self.log.take() else { return };
         let line = match (&log.template, log.format) {
             (Some(t), AccessLog::Json) => self.json_line(t),
@@ -215,6 +237,7 @@ mod tests {
             host: Some("a.test".into()),
             user_agent: Some("evil\"\n\\ agent".into()),
             referer: None,
+            trace: None,
         }
     }
 

@@ -28,6 +28,7 @@ mod park;
 mod replay;
 pub mod route;
 pub mod rules;
+mod trace_context;
 mod upstream;
 
 use std::net::SocketAddr;
@@ -252,7 +253,12 @@ fn handle(
             host,
             user_agent,
             referer,
+            trace: None,
         };
+        // With tracing: the server's traceparent, and the span when the request is sampled.
+        if let Some(tracer) = &service.tracer {
+            record.trace = trace_context::begin(tracer, &mut req, peer.ip());
+        }
         if req.method() == Method::CONNECT {
             // The guard reads nothing after the CONNECT head, so no tunnelled byte is taken for HTTP.
             return refuse(&cfg.name, record, StatusCode::NOT_IMPLEMENTED, "CONNECT: Fulcrum does not tunnel".into());
@@ -463,6 +469,8 @@ async fn forward(
 ) -> Response<ProxyBody> {
     let cfg = service.config();
     let logging = record.log.is_some();
+    // A sampled span reads the pool, the server and the times as the access log does.
+    let traced = record.trace.is_some();
     let client_version = req.version();
     if let Some((k, route)) = taken {
         if let Some(status) = route.deny {
@@ -542,7 +550,7 @@ async fn forward(
         }
     }
     let (target, pool) = service.pool_for(taken.and_then(|(_, r)| r.pool.as_deref()));
-    if logging {
+    if logging || traced {
         record.pool = pool.to_string();
     }
     if target.config.protocol == ServerProtocol::H2 {
@@ -574,7 +582,7 @@ async fn forward(
             record.server = Some(entry.addr);
             record.connect = a.connect;
             record.queue = a.place.queued();
-            if logging && cfg.http.access_log_why {
+            if (logging && cfg.http.access_log_why) || traced {
                 record.why = Some(a.place.why().describe(target.config.algorithm));
             }
             record.response = a.response_time;
@@ -597,7 +605,7 @@ async fn forward(
             entry.state.counters.first_byte.observe(first_byte);
             let route = taken.and_then(|(k, _)| service.routes.get(k)).cloned();
             let timing = body::Timing { began, state: state.clone(), route, server: Some(entry.state.clone()), bytes: None };
-            let body = ProxyBody::Response { body: rbody, lent: a.lent, record: logging.then(|| Box::new(record)), place: Some(a.place), fault, timing };
+            let body = ProxyBody::Response { body: rbody, lent: a.lent, record: (logging || traced).then(|| Box::new(record)), place: Some(a.place), fault, timing };
             Response::from_parts(rparts, body)
         }
         Err(f) => {
