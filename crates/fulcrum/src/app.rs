@@ -49,7 +49,7 @@ pub struct App {
     /// The accept loops of each configured listen address.
     listeners: Mutex<HashMap<SocketAddr, Listening>>,
     /// A copy of the admin listener's socket, for a new binary to take over (`upgrade`).
-    admin_socket: Option<(SocketAddr, OwnedFd)>,
+    admin_socket: Mutex<Option<(SocketAddr, OwnedFd)>>,
     /// Set while a new binary is being started; cancelled once it serves, when this process stops
     /// accepting and drains.
     upgrading: AtomicBool,
@@ -140,7 +140,7 @@ impl App {
             shutdown: shutdown.clone(),
             path,
             listeners: Mutex::default(),
-            admin_socket: admin_listener.as_ref().and_then(|(_, _, copy)| copy.1.try_clone().ok().map(|fd| (copy.0, fd))),
+            admin_socket: Mutex::new(admin_listener.as_ref().and_then(|(_, _, copy)| copy.1.try_clone().ok().map(|fd| (copy.0, fd)))),
             upgrading: AtomicBool::new(false),
             upgraded: CancellationToken::new(),
             checks: health::Checks::default(),
@@ -273,7 +273,7 @@ impl App {
             Ok(l) => l.iter().map(|(addr, l)| (*addr, l.sockets.iter().filter_map(|fd| fd.try_clone().ok()).collect())).collect(),
             Err(_) => return Err(ControlError::Poisoned),
         };
-        let admin = self.admin_socket.as_ref().and_then(|(addr, fd)| fd.try_clone().ok().map(|fd| (*addr, fd)));
+        let admin = self.admin_socket.lock().ok().and_then(|a| a.as_ref().and_then(|(addr, fd)| fd.try_clone().ok().map(|fd| (*addr, fd))));
         let generation = self.live.current();
         info!("upgrade: starting the new binary and handing it {} listen addresses", sockets.len());
         let handed = tokio::task::spawn_blocking(move || upgrade::hand_over(&sockets, admin, &generation)).await.map_err(upgrade::UpgradeError::from).and_then(|r| r);
@@ -536,6 +536,14 @@ impl App {
             systemd::stopping();
         }
         info!("shutting down: draining connections for up to {}", humantime::format_duration(grace));
+        // The copies kept for an upgrade close with the accept loops: a socket still open would
+        // take connections into its backlog that nobody accepts.
+        if let Ok(mut listeners) = self.listeners.lock() {
+            listeners.drain().for_each(|(_, l)| l.stop.cancel());
+        }
+        if let Ok(mut admin) = self.admin_socket.lock() {
+            admin.take();
+        }
         self.checks.stop();
         let left = self.shutdown.drain(grace).await;
         if left > 0 {
