@@ -1,6 +1,6 @@
 //! TLS to the servers (`server_tls`): Fulcrum is the client, verifies each server's certificate
 //! against the configured CA file or the system's roots, and sends SNI (the configured name,
-//! else the host of the server's `address`). Built with the pool's generation on a blocking
+//! else the host of the server's `address`), with the versions and suites of `policy`. Built with the pool's generation on a blocking
 //! thread, as the certificates are read from files then; `check` runs the same loading.
 
 use std::sync::Arc;
@@ -31,10 +31,11 @@ impl Originator {
             None => system_roots()?,
         };
         let sni = tls.sni.as_deref().map(name).transpose()?;
-        let provider = Arc::new(rustls::crypto::ring::default_provider());
-        let mut config = ClientConfig::builder_with_provider(provider)
-            .with_protocol_versions(&[&rustls::version::TLS13, &rustls::version::TLS12])
-            .map_err(|e| TlsError { file: "server_tls".into(), reason: e.to_string() })?
+        let fail = |reason: String| TlsError { file: "server_tls".into(), reason };
+        let policy = super::policy::policy(tls.protocols(), super::provider()).map_err(|e| fail(e.to_string()))?;
+        let mut config = ClientConfig::builder_with_provider(policy.provider)
+            .with_protocol_versions(&policy.versions)
+            .map_err(|e| fail(e.to_string()))?
             .with_root_certificates(roots)
             .with_no_client_auth();
         config.alpn_protocols = match (http, h2) {

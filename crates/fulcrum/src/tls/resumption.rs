@@ -8,7 +8,8 @@
 //! client of the old CA in.
 //!
 //! A *context* is the service's name, the DER of every certificate chain it serves, and the DER
-//! of every CA of its `client_ca` (none without it). Each context has its own ticket keys (rotated
+//! of every CA of the `client_ca` that applies to the names of one client-certificate policy
+//! (none for names that ask for no certificate; `clients` makes one context per policy). Each context has its own ticket keys (rotated
 //! by rustls, as before) and its own session cache: a session resumes only where it was issued,
 //! and a reload that changes any part of the context gives new keys and an empty cache, so every
 //! earlier session gets a full handshake. A reload that changes nothing of it (another server's

@@ -40,4 +40,5 @@ mod rules;
 mod sockmap;
 mod systemd;
 mod tls;
+mod tls_options;
 mod vrrp;
