@@ -177,3 +177,25 @@ fn each_name_requires_the_client_certificates_of_its_own_ca() {
     refused(&config("", &[(&a, "client_auth = \"optional\"")]), &dir, &["unknown variant `optional`, expected `required` or `none`"]);
     assert!(check_config(&config("", &[(&a, &own), (&b, "")]).replace("{LISTEN}", "127.0.0.1:1"), &dir).0);
 }
+
+/// Sessions resume on a service without `client_ca`: `-reconnect` (five reconnections) with
+/// TLS 1.2 session IDs and tickets, and a TLS 1.3 ticket saved and offered again.
+#[test]
+fn sessions_resume_by_ticket_and_by_session_id() {
+    let dir = scratch("tls-resumption");
+    let cert = self_signed(&dir, "a", &["a.test"], 30);
+    let backend = Backend::start("b1");
+    let f = Fulcrum::start(&service("web", "{LISTEN}", backend.addr, &tls_table("", &[(&cert, "")])));
+    for (how, args) in [("TLS 1.2 ticket", &["-tls1_2"][..]), ("TLS 1.2 session ID", &["-tls1_2", "-no_ticket"][..])] {
+        let out = s_client(f.listen, &[&["-servername", "a.test", "-reconnect"][..], args].concat());
+        let reused = out.lines().filter(|l| l.starts_with("Reused,")).count();
+        assert_eq!(reused, 5, "{how}: every reconnection resumes\n{out}");
+    }
+    let ticket = dir.join("tls13.pem");
+    let first = s_client_request(f.listen, "a.test", &["-tls1_3", "-sess_out", ticket.to_str().unwrap()]);
+    assert!(first.contains("New,") && first.contains("HTTP/1.1 200"), "{first}");
+    for n in 0..3 {
+        let again = s_client_request(f.listen, "a.test", &["-tls1_3", "-sess_in", ticket.to_str().unwrap()]);
+        assert!(again.contains("Reused,") && again.contains("HTTP/1.1 200"), "resumption {n}\n{again}");
+    }
+}
