@@ -52,7 +52,9 @@ impl std::fmt::Display for TlsVersion {
 }
 
 /// The versions and cipher suites one side of TLS allows, as `[service.tls]` and `server_tls`
-/// both set them (`tls::policy` turns them into what rustls takes).
+/// both set them (`tls::policy` turns them into what rustls takes). Each table declares the
+/// three keys itself rather than flattening a shared struct: with serde's `flatten` a table
+/// cannot deny unknown keys, and a bad value or a typo would lose its line and its hint.
 #[derive(Debug, Clone, Copy, Default)]
 pub struct Protocols<'a> {
     pub min_version: Option<TlsVersion>,
