@@ -19,6 +19,8 @@ use crate::config;
 pub struct Originator {
     connector: TlsConnector,
     sni: Option<ServerName<'static>>,
+    /// What it was built from: the settings and the CA certificates read.
+    identity: u64,
 }
 
 impl Originator {
@@ -26,8 +28,15 @@ impl Originator {
     /// offers HTTP/2 by ALPN (and only it), else HTTP/1.1 for an HTTP pool (`http`), nothing
     /// for TCP.
     pub fn load(tls: &config::ServerTls, http: bool, h2: bool) -> Result<Originator, TlsError> {
+        use std::hash::{Hash, Hasher};
+        let mut identity = std::hash::DefaultHasher::new();
+        (tls, http, h2).hash(&mut identity);
         let roots = match &tls.ca {
-            Some(ca) => super::certs::ca_roots(ca)?,
+            Some(ca) => {
+                let (roots, ders) = super::certs::ca_file(ca)?;
+                ders.hash(&mut identity);
+                roots
+            }
             None => system_roots()?,
         };
         let sni = tls.sni.as_deref().map(name).transpose()?;
@@ -43,7 +52,14 @@ impl Originator {
             (true, false) => vec![b"http/1.1".to_vec()],
             (false, _) => Vec::new(),
         };
-        Ok(Originator { connector: TlsConnector::from(Arc::new(config)), sni })
+        Ok(Originator { connector: TlsConnector::from(Arc::new(config)), sni, identity: identity.finish() })
+    }
+
+    /// Tells the connections made with one `server_tls` (its settings and CA certificates) from
+    /// those of another, so that a reload that changes them reuses none kept from before. The
+    /// same settings loaded again have the same identity: their connections stay in use.
+    pub fn identity(&self) -> u64 {
+        self.identity
     }
 
     /// A TLS session over `stream` to the server at `address` (`host:port` as configured),

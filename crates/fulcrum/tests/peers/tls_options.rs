@@ -42,7 +42,8 @@ fn refused(config: &str, dir: &Path, expected: &[&str]) {
 /// A service allows only the versions and suites it sets, picking in the order given: OpenSSL
 /// offers every suite, and gets the first of the list; a client that offers only others, or
 /// only a version outside the range, fails its handshake. `server_tls` offers the servers only
-/// its own. `check` refuses what cannot serve, listing what would.
+/// its own, and a reload that changes it reuses no connection kept from before. `check` refuses
+/// what cannot serve, listing what would.
 #[test]
 fn only_the_versions_and_cipher_suites_set_are_negotiated() {
     let dir = scratch("tls-policy");
@@ -86,6 +87,12 @@ fn only_the_versions_and_cipher_suites_set_are_negotiated() {
     assert_eq!(metric(&f, "fulcrum_tls_handshakes_total{service=\"only13\",version=\"1.3\"}"), before + 1);
     let (status, body) = http_get(outer12, "/name");
     assert_eq!(status, 502, "server_tls at 1.2 only reached a 1.3-only service: {body}");
+    // A reload that changes server_tls reuses no connection kept from before it: outer's
+    // kept-alive TLS 1.3 connection to only13 is not lent once it may speak only 1.2.
+    f.reload(&config("max_version = \"1.2\""));
+    f.wait_log("1 service changed (outer)");
+    let (status, body) = http_get(f.listen, "/name");
+    assert_eq!(status, 502, "a connection made under the old server_tls was reused: {body}");
 
     // check: unknown names (listing the valid ones), versions in the wrong order, a list that
     // leaves an allowed version no suite, a version that is not one, on both sides.

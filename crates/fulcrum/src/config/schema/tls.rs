@@ -3,7 +3,7 @@
 use super::*;
 
 /// `server_tls`: Fulcrum speaks TLS to the servers and verifies them.
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Eq, Hash, Serialize, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct ServerTls {
     /// A PEM file of the CA certificates a server's certificate must chain to; unset: the
@@ -34,7 +34,7 @@ impl ServerTls {
 }
 
 /// A TLS protocol version Fulcrum speaks: `"1.2"` or `"1.3"`.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Serialize, Deserialize)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize, Deserialize)]
 pub enum TlsVersion {
     #[serde(rename = "1.2")]
     V1_2,
