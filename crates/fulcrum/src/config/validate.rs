@@ -373,6 +373,8 @@ fn validate_pool(pool: &PoolSettings, may_be_empty: bool, prefix: &[Seg<'_>], re
         let sat = |key| path(prefix, &[Seg::Key("server_tls"), Seg::Key(key)]);
         if pool.mode == Mode::Ftp {
             report.error(&path(prefix, &[Seg::Key("server_tls")]), "server_tls is for mode = \"tcp\" and \"http\"".into(), "FTP over TLS is not supported: remove server_tls");
+        } else if let Err(e) = crate::tls::policy::policy(tls.protocols(), crate::tls::provider()) {
+            report.error(&sat(e.key()), format!("server_tls: {e}"), POLICY_HINT);
         } else if let Err(e) = crate::tls::origin::Originator::load(tls, pool.mode == Mode::Http, pool.protocol == crate::config::ServerProtocol::H2) {
             let key = if e.file == "sni" { "sni" } else { "ca" };
             report.error(&sat(key), format!("server_tls: {e}"), "ca is a PEM file of CA certificates (unset: the system's roots); sni a DNS name or IP address");
@@ -553,16 +555,62 @@ fn validate_tls(service: &Service, tls: &Tls, prefix: &[Seg<'_>], report: &mut R
             "remove strict_sni_host: in TCP mode Fulcrum reads no Host",
         );
     }
+    validate_client_auth(service, tls, &at(&[]), report);
+    if let Err(e) = crate::tls::policy::policy(tls.protocols(), crate::tls::provider()) {
+        report.error(&at(&[Seg::Key(e.key())]), format!("TLS: {e}"), POLICY_HINT);
+        return;
+    }
     if report.tls_loaded_already(service) {
         return;
     }
     if let Err(e) = crate::tls::Terminator::load(&service.name, tls, service.mode, service.http.http2) {
         let culprit = tls.certificates.iter().position(|c| c.cert == e.file || c.key == e.file);
-        let (seg, hint) = match culprit {
-            Some(j) => (at(&[Seg::Key("certificate"), Seg::Index(j)]), "check the file: a PEM chain (leaf first) and its matching, unexpired key"),
-            None => (at(&[Seg::Key("client_ca")]), "client_ca is a PEM file of CA certificates"),
+        let own_ca = tls.certificates.iter().position(|c| c.client_ca.as_ref() == Some(&e.file));
+        let (seg, hint) = match (culprit, own_ca) {
+            (Some(j), _) => (at(&[Seg::Key("certificate"), Seg::Index(j)]), "check the file: a PEM chain (leaf first) and its matching, unexpired key"),
+            (None, Some(j)) => (at(&[Seg::Key("certificate"), Seg::Index(j), Seg::Key("client_ca")]), "client_ca is a PEM file of CA certificates"),
+            (None, None) => (at(&[Seg::Key("client_ca")]), "client_ca is a PEM file of CA certificates"),
         };
         report.error(&seg, format!("TLS: {e}"), hint);
+    }
+}
+
+const POLICY_HINT: &str = "min_version and max_version are \"1.2\" or \"1.3\"; cipher_suites names suites as rustls or IANA spell them, one at least for each version allowed";
+
+/// Per-certificate `client_ca` and `client_auth` (at `tls`, the service's `[service.tls]`):
+/// each says something, and names that ask for different client certificates are only offered
+/// where a client cannot pick the name that asks least and reach the same place.
+fn validate_client_auth(service: &Service, tls: &Tls, at: &[Seg<'_>], report: &mut Report<'_>) {
+    use super::schema::ClientAuth;
+    for (j, cert) in tls.certificates.iter().enumerate() {
+        let key = |k| path(at, &[Seg::Key("certificate"), Seg::Index(j), Seg::Key(k)]);
+        match cert.client_auth {
+            Some(ClientAuth::Required) if tls.client_ca_of(cert).is_none() => {
+                report.error(&key("client_auth"), "client_auth = \"required\" with no client_ca to verify against".into(), "set client_ca on this certificate or on [service.tls]")
+            }
+            Some(ClientAuth::None) if cert.client_ca.is_some() => {
+                report.error(&key("client_auth"), "client_auth = \"none\" beside this certificate's own client_ca".into(), "remove one of them")
+            }
+            _ => {}
+        }
+    }
+    let first = tls.certificates.first().map(|c| tls.client_ca_of(c));
+    if tls.certificates.iter().all(|c| Some(tls.client_ca_of(c)) == first) {
+        return;
+    }
+    if service.mode != Mode::Http {
+        report.error(
+            at,
+            "the certificates ask for different client certificates, but in mode = \"tcp\" every name reaches the same servers: a client would send the name that asks least"
+                .into(),
+            "set one client_ca on [service.tls], or put the names in services of their own",
+        );
+    } else if tls.strict_sni_host == Some(false) {
+        report.error(
+            &path(at, &[Seg::Key("strict_sni_host")]),
+            "strict_sni_host = false while the certificates ask for different client certificates: a request could send one name by SNI and another as Host, skipping that name's check".into(),
+            "remove strict_sni_host (on by default here)",
+        );
     }
 }
 

@@ -42,12 +42,8 @@ impl CertInfo {
 }
 
 /// The CA certificates of the PEM file `ca`: every one must parse and be usable as a root, and
-/// there must be at least one.
-pub fn ca_roots(ca: &str) -> Result<rustls::RootCertStore, TlsError> {
-    ca_file(ca).map(|(roots, _)| roots)
-}
-
-/// `ca_roots`, and the DER of each certificate of the file (what a resumption context is made of).
+/// there must be at least one. With the DER of each (what a resumption context, or a
+/// `server_tls` identity, is made of).
 pub fn ca_file(ca: &str) -> Result<(rustls::RootCertStore, Vec<CertificateDer<'static>>), TlsError> {
     let fail = |reason: String| TlsError { file: ca.to_string(), reason };
     let mut roots = rustls::RootCertStore::empty();

@@ -6,19 +6,24 @@
 //! A service's `Terminator` is built with its generation (on a blocking thread: it reads the
 //! certificate files), so a reload or SIGHUP that changes a certificate serves new connections
 //! with it while connections in flight keep their sessions; a certificate that does not load
-//! refuses the whole change, and `check` runs the same loading. TLS 1.2 and 1.3 only, rustls's
-//! cipher suites in the server's order (`provider`), the certificate chosen by SNI (`sni`), and
-//! client certificates verified against `client_ca` when it is set.
+//! refuses the whole change, and `check` runs the same loading. TLS 1.2 and 1.3 (or what
+//! `min_version` and `max_version` leave), rustls's cipher suites in the server's order
+//! (`provider`, or the `cipher_suites` set: `policy`), the certificate chosen by SNI (`sni`),
+//! and client certificates verified against the `client_ca` of the certificate chosen, or the
+//! service's (`clients`).
 //!
 //! Sessions resume only within the context they were issued in (`resumption`: the service, its
-//! certificates and its `client_ca`), and a resumed session on a `client_ca` service is served
-//! only when the client certificate it carries still verifies against the current `client_ca`.
-//! With `strict_sni_host`, HTTP requests must name a host of the certificate the handshake
-//! chose (`names`). TLS that passes through to the servers, routed by the name the client asks
-//! for, is the data path's (`proxy::passthrough`); TLS from Fulcrum to the servers is `origin`'s.
+//! certificates and the `client_ca` of the name's group), and a resumed session under a
+//! `client_ca` is served only when the client certificate it carries still verifies against
+//! that `client_ca` now. With `strict_sni_host`, HTTP requests must name a host of the
+//! certificate the handshake chose (`names`). TLS that passes through to the servers, routed by
+//! the name the client asks for, is the data path's (`proxy::passthrough`); TLS from Fulcrum to
+//! the servers is `origin`'s.
 
 mod certs;
+mod clients;
 pub mod origin;
+pub mod policy;
 mod resumption;
 mod sni;
 
@@ -26,12 +31,7 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering::Relaxed};
 use std::time::{Duration, SystemTime};
 
-use rustls::server::WebPkiClientVerifier;
-use rustls::server::danger::ClientCertVerifier;
-use rustls::{HandshakeKind, ServerConfig};
-use rustls_pki_types::UnixTime;
 use tokio::net::TcpStream;
-use tokio_rustls::TlsAcceptor;
 use tokio_rustls::server::TlsStream;
 
 pub use certs::{CertInfo, unix_to_text};
@@ -50,18 +50,17 @@ pub struct TlsError {
     pub reason: String,
 }
 
-/// A service's TLS: the acceptor and what the stats show of its certificates.
+/// A service's TLS: the acceptors and what the stats show of its certificates.
 pub struct Terminator {
-    acceptor: TlsAcceptor,
+    /// One per client-certificate policy among the certificates (`clients`), in the order the
+    /// certificates first use them.
+    groups: Vec<clients::Group>,
+    /// The group of each certificate, by the resolver's index.
+    group_of: Vec<usize>,
     pub certs: Vec<CertInfo>,
     handshake_timeout: Duration,
-    /// With `client_ca`: what a resumed session's client certificate is verified against again.
-    client_verifier: Option<Arc<dyn ClientCertVerifier>>,
     resolver: Arc<sni::Resolver>,
     strict_sni_host: bool,
-    /// Held for as long as this terminator serves: the context's ticket keys and cache live
-    /// while some generation uses them.
-    _resumption: Arc<resumption::Resumption>,
     /// Every file it was loaded from, as it was on disk just before: a reload reads them again
     /// only when one changed.
     files: Vec<(String, Option<FileStamp>)>,
@@ -94,58 +93,33 @@ pub fn loads() -> u64 {
 }
 
 impl Terminator {
-    /// Loads every certificate and key of `tls` and the client CA of service `name`, and builds
-    /// the server config; an HTTP service offers `h2` by ALPN when `h2`.
+    /// Loads every certificate and key of `tls` and the client CAs of service `name`, and builds
+    /// the server configs; an HTTP service offers `h2` by ALPN when `h2`.
     /// Reads files: call it off the runtime's threads.
     pub fn load(name: &str, tls: &config::Tls, mode: Mode, h2: bool) -> Result<Terminator, TlsError> {
         LOADS.fetch_add(1, Relaxed);
-        let paths = tls.certificates.iter().flat_map(|c| [&c.cert, &c.key]).chain(&tls.client_ca);
+        let fail = |file: &str, reason: String| TlsError { file: file.into(), reason };
+        let paths = tls.certificates.iter().flat_map(|c| [Some(&c.cert), Some(&c.key), c.client_ca.as_ref()]).flatten().chain(&tls.client_ca);
         let files = paths.map(|p| (p.clone(), FileStamp::of(p))).collect();
-        let provider = Arc::new(provider());
+        let policy = policy::policy(tls.protocols(), provider()).map_err(|e| fail("[service.tls]", e.to_string()))?;
         let now = crate::clock::wall();
-        let loaded = tls.certificates.iter().map(|c| certs::load(&c.cert, &c.key, &provider, now)).collect::<Result<Vec<_>, _>>()?;
+        let loaded = tls.certificates.iter().map(|c| certs::load(&c.cert, &c.key, &policy.provider, now)).collect::<Result<Vec<_>, _>>()?;
         let infos: Vec<CertInfo> = loaded.iter().map(|l| l.info.clone()).collect();
         let mut context = resumption::Context::of(name);
         for cert in loaded.iter().flat_map(|l| l.key.cert.iter()) {
             context.part(b"certificate", cert.as_ref());
         }
-        let resolver = sni::Resolver::new(loaded.into_iter().map(|l| (l.key, l.info.names)).collect())
-            .ok_or_else(|| TlsError { file: "[service.tls]".into(), reason: "no [[service.tls.certificate]]".into() })?;
+        let resolver =
+            sni::Resolver::new(loaded.into_iter().map(|l| (l.key, l.info.names)).collect()).ok_or_else(|| fail("[service.tls]", "no [[service.tls.certificate]]".into()))?;
         let resolver = Arc::new(resolver);
-        let fail = |file: &str, reason: String| TlsError { file: file.into(), reason };
-        let builder = ServerConfig::builder_with_provider(provider.clone())
-            .with_protocol_versions(&[&rustls::version::TLS13, &rustls::version::TLS12])
-            .map_err(|e| fail("[service.tls]", e.to_string()))?;
-        let (builder, client_verifier) = match &tls.client_ca {
-            Some(ca) => {
-                let (roots, ders) = certs::ca_file(ca)?;
-                for der in &ders {
-                    context.part(b"client_ca", der.as_ref());
-                }
-                let verifier = WebPkiClientVerifier::builder_with_provider(Arc::new(roots), provider.clone()).build().map_err(|e| fail(ca, e.to_string()))?;
-                (builder.with_client_cert_verifier(verifier.clone()), Some(verifier))
-            }
-            None => (builder.with_no_client_auth(), None),
+        let alpn = match mode {
+            Mode::Http if h2 => vec![b"h2".to_vec(), b"http/1.1".to_vec()],
+            Mode::Http => vec![b"http/1.1".to_vec()],
+            _ => Vec::new(),
         };
-        let mut server = builder.with_cert_resolver(resolver.clone());
-        // The server's order of `provider`'s suites, not the client's.
-        server.ignore_client_order = true;
-        let resumption = resumption::for_context(context).map_err(|e| fail("[service.tls]", e.to_string()))?;
-        server.ticketer = resumption.ticketer.clone();
-        server.session_storage = resumption.cache.clone();
-        if mode == Mode::Http {
-            server.alpn_protocols = if h2 { vec![b"h2".to_vec(), b"http/1.1".to_vec()] } else { vec![b"http/1.1".to_vec()] };
-        }
-        Ok(Terminator {
-            acceptor: TlsAcceptor::from(Arc::new(server)),
-            certs: infos,
-            handshake_timeout: tls.handshake_timeout,
-            client_verifier,
-            resolver,
-            strict_sni_host: mode == Mode::Http && tls.strict_sni_host(),
-            _resumption: resumption,
-            files,
-        })
+        let base = clients::Base { policy: &policy, resolver: &resolver, context: &context, alpn: &alpn };
+        let (groups, group_of) = clients::groups(tls, &base)?;
+        Ok(Terminator { groups, group_of, certs: infos, handshake_timeout: tls.handshake_timeout, resolver, strict_sni_host: mode == Mode::Http && tls.strict_sni_host(), files })
     }
 
     /// Whether every file it was loaded from is as it was (checks metadata only, no read).
@@ -166,9 +140,9 @@ impl Terminator {
 
     /// Runs a client's handshake within `handshake_timeout`, counting its outcome.
     pub async fn accept(&self, client: TcpStream, counters: &Counters) -> Result<TlsStream<TcpStream>, Failure> {
-        let failure = match tokio::time::timeout(self.handshake_timeout, self.acceptor.accept(client)).await {
-            Ok(Ok(stream)) if !self.resumed_certificate_verifies(stream.get_ref().1) => Failure::ClientCertificate,
-            Ok(Ok(stream)) => {
+        let failure = match tokio::time::timeout(self.handshake_timeout, self.handshake(client)).await {
+            Ok(Ok((group, stream))) if !group.resumed_certificate_verifies(stream.get_ref().1) => Failure::ClientCertificate,
+            Ok(Ok((_, stream))) => {
                 let version = stream.get_ref().1.protocol_version();
                 let counter = if version == Some(rustls::ProtocolVersion::TLSv1_3) { &counters.tls13 } else { &counters.tls12 };
                 counter.fetch_add(1, Relaxed);
@@ -180,29 +154,16 @@ impl Terminator {
         counters.failed[failure as usize].fetch_add(1, Relaxed);
         Err(failure)
     }
-}
 
-impl Terminator {
-    /// A resumed session on a `client_ca` service must carry a client certificate that the
-    /// current `client_ca` verifies now: the session was made under this service's context (its
-    /// ticket keys are the context's own), and this also holds when the certificate expired
-    /// since. A full handshake verifies its certificate itself.
-    fn resumed_certificate_verifies(&self, session: &rustls::ServerConnection) -> bool {
-        let Some(verifier) = &self.client_verifier else { return true };
-        if session.handshake_kind() != Some(HandshakeKind::Resumed) {
-            return true;
+    /// The handshake, under the config of the group the client's server name (SNI) belongs to.
+    /// With one group there is nothing to choose and the hello is not read ahead.
+    async fn handshake(&self, client: TcpStream) -> std::io::Result<(&clients::Group, TlsStream<TcpStream>)> {
+        if let [group] = &self.groups[..] {
+            return Ok((group, group.acceptor.accept(client).await?));
         }
-        let Some((leaf, intermediates)) = session.peer_certificates().and_then(|c| c.split_first()) else {
-            tracing::warn!("TLS: a resumed session without a client certificate on a client_ca service, closed");
-            return false;
-        };
-        match verifier.verify_client_cert(leaf, intermediates, UnixTime::since_unix_epoch(crate::clock::since_epoch())) {
-            Ok(_) => true,
-            Err(e) => {
-                tracing::debug!("TLS: a resumed session's client certificate no longer verifies: {e}");
-                false
-            }
-        }
+        let start = tokio_rustls::LazyConfigAcceptor::new(rustls::server::Acceptor::default(), client).await?;
+        let group = &self.groups[self.group_of[self.resolver.index(start.client_hello().server_name())]];
+        Ok((group, start.into_stream(group.acceptor.config().clone()).await?))
     }
 }
 

@@ -1,6 +1,6 @@
 //! TLS to the servers (`server_tls`): Fulcrum is the client, verifies each server's certificate
 //! against the configured CA file or the system's roots, and sends SNI (the configured name,
-//! else the host of the server's `address`). Built with the pool's generation on a blocking
+//! else the host of the server's `address`), with the versions and suites of `policy`. Built with the pool's generation on a blocking
 //! thread, as the certificates are read from files then; `check` runs the same loading.
 
 use std::sync::Arc;
@@ -19,6 +19,8 @@ use crate::config;
 pub struct Originator {
     connector: TlsConnector,
     sni: Option<ServerName<'static>>,
+    /// What it was built from: the settings and the CA certificates read.
+    identity: u64,
 }
 
 impl Originator {
@@ -26,15 +28,23 @@ impl Originator {
     /// offers HTTP/2 by ALPN (and only it), else HTTP/1.1 for an HTTP pool (`http`), nothing
     /// for TCP.
     pub fn load(tls: &config::ServerTls, http: bool, h2: bool) -> Result<Originator, TlsError> {
+        use std::hash::{Hash, Hasher};
+        let mut identity = std::hash::DefaultHasher::new();
+        (tls, http, h2).hash(&mut identity);
         let roots = match &tls.ca {
-            Some(ca) => super::certs::ca_roots(ca)?,
+            Some(ca) => {
+                let (roots, ders) = super::certs::ca_file(ca)?;
+                ders.hash(&mut identity);
+                roots
+            }
             None => system_roots()?,
         };
         let sni = tls.sni.as_deref().map(name).transpose()?;
-        let provider = Arc::new(rustls::crypto::ring::default_provider());
-        let mut config = ClientConfig::builder_with_provider(provider)
-            .with_protocol_versions(&[&rustls::version::TLS13, &rustls::version::TLS12])
-            .map_err(|e| TlsError { file: "server_tls".into(), reason: e.to_string() })?
+        let fail = |reason: String| TlsError { file: "server_tls".into(), reason };
+        let policy = super::policy::policy(tls.protocols(), super::provider()).map_err(|e| fail(e.to_string()))?;
+        let mut config = ClientConfig::builder_with_provider(policy.provider)
+            .with_protocol_versions(&policy.versions)
+            .map_err(|e| fail(e.to_string()))?
             .with_root_certificates(roots)
             .with_no_client_auth();
         config.alpn_protocols = match (http, h2) {
@@ -42,7 +52,14 @@ impl Originator {
             (true, false) => vec![b"http/1.1".to_vec()],
             (false, _) => Vec::new(),
         };
-        Ok(Originator { connector: TlsConnector::from(Arc::new(config)), sni })
+        Ok(Originator { connector: TlsConnector::from(Arc::new(config)), sni, identity: identity.finish() })
+    }
+
+    /// Tells the connections made with one `server_tls` (its settings and CA certificates) from
+    /// those of another, so that a reload that changes them reuses none kept from before. The
+    /// same settings loaded again have the same identity: their connections stay in use.
+    pub fn identity(&self) -> u64 {
+        self.identity
     }
 
     /// A TLS session over `stream` to the server at `address` (`host:port` as configured),

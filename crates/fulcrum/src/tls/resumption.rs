@@ -8,7 +8,8 @@
 //! client of the old CA in.
 //!
 //! A *context* is the service's name, the DER of every certificate chain it serves, and the DER
-//! of every CA of its `client_ca` (none without it). Each context has its own ticket keys (rotated
+//! of every CA of the `client_ca` that applies to the names of one client-certificate policy
+//! (none for names that ask for no certificate; `clients` makes one context per policy). Each context has its own ticket keys (rotated
 //! by rustls, as before) and its own session cache: a session resumes only where it was issued,
 //! and a reload that changes any part of the context gives new keys and an empty cache, so every
 //! earlier session gets a full handshake. A reload that changes nothing of it (another server's
@@ -23,7 +24,9 @@ use std::sync::{Arc, Mutex, Weak};
 use rustls::server::{ProducesTickets, ServerSessionMemoryCache, StoresServerSessions};
 
 /// Sessions a context keeps for clients that resume by session ID (TLS 1.2 without tickets):
-/// rustls's own default size. Each is under 200 bytes.
+/// rustls's own default size, the oldest dropped first. Each is under 200 bytes, plus with a
+/// `client_ca` the client's certificate chain, at most one 64 KiB handshake message: at most
+/// 16 MiB per context, filled only by clients whose certificates verified.
 pub const SESSION_CACHE_SIZE: usize = 256;
 
 /// What a context resumes with.

@@ -39,7 +39,8 @@ impl Resolver {
         Some(Resolver { certs, exact, wildcard })
     }
 
-    fn index(&self, name: Option<&str>) -> usize {
+    /// The index, in config order, of the certificate for `name`.
+    pub fn index(&self, name: Option<&str>) -> usize {
         let Some(name) = name else { return 0 };
         if let Some(&i) = self.exact.get(name) {
             return i;

@@ -42,6 +42,7 @@ mod sockmap;
 mod systemd;
 mod systemd_unit;
 mod tls;
+mod tls_options;
 mod tracing;
 mod upgrade;
 mod vrrp;

@@ -14,9 +14,9 @@ use rcgen::{BasicConstraints, CertificateParams, DnType, IsCa, Issuer, KeyPair};
 use time::OffsetDateTime;
 
 /// A certificate and key written as PEM files.
-struct Pem {
-    cert: PathBuf,
-    key: PathBuf,
+pub(crate) struct Pem {
+    pub(crate) cert: PathBuf,
+    pub(crate) key: PathBuf,
 }
 
 fn params(names: &[&str], not_after: OffsetDateTime) -> CertificateParams {
@@ -35,7 +35,7 @@ fn write(dir: &Path, stem: &str, cert: &rcgen::Certificate, key: &KeyPair) -> Pe
 }
 
 /// A self-signed certificate for `names` (the first is its common name), valid for `days`.
-fn self_signed(dir: &Path, stem: &str, names: &[&str], days: i64) -> Pem {
+pub(crate) fn self_signed(dir: &Path, stem: &str, names: &[&str], days: i64) -> Pem {
     let key = KeyPair::generate().unwrap();
     let cert = params(names, OffsetDateTime::now_utc() + time::Duration::days(days)).self_signed(&key).unwrap();
     write(dir, stem, &cert, &key)
@@ -50,7 +50,7 @@ fn tls_table(certs: &[&Pem], extra: &str) -> String {
 }
 
 /// curl over HTTPS to `name` (resolved to Fulcrum), trusting `ca`; (exit code, body).
-fn curl_https(f: &Fulcrum, name: &str, path: &str, ca: &Path, extra: &[&str]) -> (i32, String) {
+pub(crate) fn curl_https(f: &Fulcrum, name: &str, path: &str, ca: &Path, extra: &[&str]) -> (i32, String) {
     let port = f.listen.port();
     let out = Command::new("curl")
         .args(["-s", "--max-time", "10", "--cacert", ca.to_str().unwrap(), "--resolve", &format!("{name}:{port}:127.0.0.1")])
@@ -62,12 +62,12 @@ fn curl_https(f: &Fulcrum, name: &str, path: &str, ca: &Path, extra: &[&str]) ->
 }
 
 /// What `openssl s_client` prints of a handshake with `args` (its stdin closed at once).
-fn s_client(addr: SocketAddr, args: &[&str]) -> String {
+pub(crate) fn s_client(addr: SocketAddr, args: &[&str]) -> String {
     let out = Command::new("openssl").args(["s_client", "-connect", &addr.to_string()]).args(args).stdin(Stdio::null()).output().unwrap();
     format!("{}{}", String::from_utf8_lossy(&out.stdout), String::from_utf8_lossy(&out.stderr))
 }
 
-fn metric(f: &Fulcrum, line_start: &str) -> u64 {
+pub(crate) fn metric(f: &Fulcrum, line_start: &str) -> u64 {
     let (status, body) = curl(f.admin, "GET", "/metrics", &[], None);
     assert_eq!(status, 200);
     body.lines().find(|l| l.starts_with(line_start)).and_then(|l| l.rsplit(' ').next()?.parse().ok()).unwrap_or_else(|| panic!("no {line_start} in /metrics:\n{body}"))
@@ -144,7 +144,7 @@ fn tls_in_tcp_mode_sends_the_decrypted_bytes_on_and_counts_a_plain_client_as_a_f
 }
 
 /// A CA (`{stem}-ca`) and a client certificate it issued (`{stem}-client`).
-fn ca_and_client(dir: &Path, stem: &str) -> (Pem, Pem) {
+pub(crate) fn ca_and_client(dir: &Path, stem: &str) -> (Pem, Pem) {
     let ca_key = KeyPair::generate().unwrap();
     let mut ca_params = params(&["Test CA"], OffsetDateTime::now_utc() + time::Duration::days(30));
     ca_params.distinguished_name.push(DnType::OrganizationName, stem);
@@ -177,7 +177,7 @@ fn client_certificates_are_required_when_a_client_ca_is_set() {
 
 /// One HTTP request over `openssl s_client` to `addr` as `name`, with `args` (a session to
 /// resume, a client certificate): what it printed, which says `Reused` or `New`, and the answer.
-fn s_client_request(addr: SocketAddr, name: &str, args: &[&str]) -> String {
+pub(crate) fn s_client_request(addr: SocketAddr, name: &str, args: &[&str]) -> String {
     let mut child = Command::new("openssl")
         .args(["s_client", "-connect", &addr.to_string(), "-servername", name, "-ign_eof"])
         .args(args)

@@ -3,7 +3,7 @@
 use super::*;
 
 /// `server_tls`: Fulcrum speaks TLS to the servers and verifies them.
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Eq, Hash, Serialize, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct ServerTls {
     /// A PEM file of the CA certificates a server's certificate must chain to; unset: the
@@ -14,6 +14,52 @@ pub struct ServerTls {
     /// each server's `address` (an IP address is verified as one).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub sni: Option<String>,
+    /// The oldest protocol version Fulcrum offers the servers; unset: 1.2.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub min_version: Option<TlsVersion>,
+    /// The newest protocol version Fulcrum offers the servers; unset: 1.3.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub max_version: Option<TlsVersion>,
+    /// The cipher suites offered, in Fulcrum's order of preference (rustls's or IANA's names);
+    /// unset: every suite of the ring provider. Each allowed version needs one of its own.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub cipher_suites: Option<Vec<String>>,
+}
+
+impl ServerTls {
+    /// Its versions and cipher suites.
+    pub fn protocols(&self) -> Protocols<'_> {
+        Protocols { min_version: self.min_version, max_version: self.max_version, cipher_suites: self.cipher_suites.as_deref() }
+    }
+}
+
+/// A TLS protocol version Fulcrum speaks: `"1.2"` or `"1.3"`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize, Deserialize)]
+pub enum TlsVersion {
+    #[serde(rename = "1.2")]
+    V1_2,
+    #[serde(rename = "1.3")]
+    V1_3,
+}
+
+impl std::fmt::Display for TlsVersion {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(match self {
+            TlsVersion::V1_2 => "1.2",
+            TlsVersion::V1_3 => "1.3",
+        })
+    }
+}
+
+/// The versions and cipher suites one side of TLS allows, as `[service.tls]` and `server_tls`
+/// both set them (`tls::policy` turns them into what rustls takes). Each table declares the
+/// three keys itself rather than flattening a shared struct: with serde's `flatten` a table
+/// cannot deny unknown keys, and a bad value or a typo would lose its line and its hint.
+#[derive(Debug, Clone, Copy, Default)]
+pub struct Protocols<'a> {
+    pub min_version: Option<TlsVersion>,
+    pub max_version: Option<TlsVersion>,
+    pub cipher_suites: Option<&'a [String]>,
 }
 
 /// What HTTP mode speaks to a pool's servers.
@@ -54,6 +100,17 @@ pub struct Tls {
     /// issued.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub client_ca: Option<String>,
+    /// The oldest protocol version clients may use; unset: 1.2.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub min_version: Option<TlsVersion>,
+    /// The newest protocol version clients may use; unset: 1.3.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub max_version: Option<TlsVersion>,
+    /// The cipher suites clients may use, in the order Fulcrum picks them (rustls's or IANA's
+    /// names); unset: every suite of the ring provider, AES-128-GCM first. Each allowed version
+    /// needs one of its own.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub cipher_suites: Option<Vec<String>>,
     /// HTTP mode: a request whose Host is not a name of the certificate its handshake chose (by
     /// SNI) is answered 421 Misdirected Request, so a client cannot present one name and reach
     /// another's routes (domain fronting). Unset: on with `client_ca` (where fronting would
@@ -66,9 +123,23 @@ pub struct Tls {
 }
 
 impl Tls {
-    /// `strict_sni_host`, with its default: on when client certificates are required.
+    /// `strict_sni_host`, with its default: on when some name requires client certificates.
     pub fn strict_sni_host(&self) -> bool {
-        self.strict_sni_host.unwrap_or(self.client_ca.is_some())
+        self.strict_sni_host.unwrap_or(self.certificates.iter().any(|c| self.client_ca_of(c).is_some()))
+    }
+
+    /// The CA file whose certificates a client of `cert`'s names must present, if any: its own
+    /// `client_ca`, else the service's unless it says `client_auth = "none"`.
+    pub fn client_ca_of<'a>(&'a self, cert: &'a TlsCertificate) -> Option<&'a String> {
+        match cert.client_auth {
+            Some(ClientAuth::None) => None,
+            _ => cert.client_ca.as_ref().or(self.client_ca.as_ref()),
+        }
+    }
+
+    /// Its versions and cipher suites.
+    pub fn protocols(&self) -> Protocols<'_> {
+        Protocols { min_version: self.min_version, max_version: self.max_version, cipher_suites: self.cipher_suites.as_deref() }
     }
 }
 
@@ -80,4 +151,20 @@ pub struct TlsCertificate {
     pub cert: String,
     /// The leaf's private key (PKCS#8, PKCS#1 or SEC1).
     pub key: String,
+    /// A PEM file of CA certificates: a client whose handshake gets this certificate (by SNI)
+    /// must present a certificate one of them issued, in place of the service's `client_ca`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub client_ca: Option<String>,
+    /// `"none"`: this certificate's names ask for no client certificate even where the service
+    /// sets `client_ca`; `"required"` (the default where a `client_ca` applies) states it.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub client_auth: Option<ClientAuth>,
+}
+
+/// Whether a certificate's names require a client certificate.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum ClientAuth {
+    Required,
+    None,
 }

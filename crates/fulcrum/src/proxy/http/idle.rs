@@ -27,10 +27,20 @@ impl<B> Reusable for hyper::client::conn::http1::SendRequest<B> {
     }
 }
 
+/// Where a connection goes: the server's address and the TLS it was made with. A reload that
+/// resolves the server anew, or changes the pool's `server_tls` (its CA, versions or suites),
+/// must not reuse it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Target {
+    pub addr: SocketAddr,
+    /// `server_tls`'s identity (`Originator::identity`); `None` in plain text.
+    pub tls: Option<u64>,
+}
+
 struct Idle<C> {
     conn: C,
-    /// The address it was made to: a reload that resolves the server anew must not reuse it.
-    addr: SocketAddr,
+    /// Where it was made to.
+    to: Target,
     since: Instant,
     worker: Option<usize>,
 }
@@ -53,9 +63,9 @@ impl<C> fmt::Debug for IdleConns<C> {
 }
 
 impl<C: Reusable> IdleConns<C> {
-    /// The most recently used connection to `addr` that is still open and idled less than
+    /// The most recently used connection to `to` that is still open and idled less than
     /// `max_idle`; older or closed ones met on the way are dropped.
-    pub fn take(&self, addr: SocketAddr, max_idle: Duration) -> Option<C> {
+    pub fn take(&self, to: Target, max_idle: Duration) -> Option<C> {
         let worker = crate::proxy::workers::current();
         let mut idle = self.idle.lock().ok()?;
         let mut at = idle.len();
@@ -67,22 +77,22 @@ impl<C: Reusable> IdleConns<C> {
             let c = idle.remove(at);
             // Just given back, a connection may not be ready yet (hyper finishes the exchange on
             // its own task); the sender waits for that.
-            if c.addr == addr && !c.conn.is_closed() && crate::clock::since(c.since) < max_idle {
+            if c.to == to && !c.conn.is_closed() && crate::clock::since(c.since) < max_idle {
                 return Some(c.conn);
             }
         }
         None
     }
 
-    fn put(&self, conn: C, addr: SocketAddr) {
+    fn put(&self, conn: C, to: Target) {
         if conn.is_closed() {
-            tracing::debug!(server = %addr, "server connection closed, not reused");
+            tracing::debug!(server = %to.addr, "server connection closed, not reused");
             return;
         }
         if let Ok(mut idle) = self.idle.lock()
             && idle.len() < MAX_IDLE
         {
-            idle.push(Idle { conn, addr, since: crate::clock::now(), worker: crate::proxy::workers::current() });
+            idle.push(Idle { conn, to, since: crate::clock::now(), worker: crate::proxy::workers::current() });
         }
     }
 
@@ -100,17 +110,17 @@ impl<C: Reusable> IdleConns<C> {
 /// A connection lent out for one request; `release` gives it back for the next one.
 pub struct Lent<C: Reusable> {
     conn: C,
-    addr: SocketAddr,
+    to: Target,
     home: Arc<IdleConns<C>>,
 }
 
 impl<C: Reusable> Lent<C> {
-    pub fn new(conn: C, addr: SocketAddr, home: Arc<IdleConns<C>>) -> Self {
-        Lent { conn, addr, home }
+    pub fn new(conn: C, to: Target, home: Arc<IdleConns<C>>) -> Self {
+        Lent { conn, to, home }
     }
 
     pub fn release(self) {
-        self.home.put(self.conn, self.addr);
+        self.home.put(self.conn, self.to);
     }
 }
 
@@ -133,22 +143,34 @@ mod tests {
         (Fake(closed.clone()), closed)
     }
 
+    fn plain(addr: &str) -> Target {
+        Target { addr: addr.parse().unwrap(), tls: None }
+    }
+
     #[test]
-    fn a_released_connection_is_lent_again_only_to_its_own_address() {
+    fn a_released_connection_is_lent_again_only_to_its_own_address_and_tls() {
         let home = Arc::new(IdleConns::default());
-        let (a, b): (SocketAddr, SocketAddr) = ("127.0.0.1:1".parse().unwrap(), "127.0.0.1:2".parse().unwrap());
+        let (a, b) = (plain("127.0.0.1:1"), plain("127.0.0.1:2"));
         Lent::new(fake().0, a, home.clone()).release();
         assert_eq!(home.len(), 1);
         assert!(home.take(b, Duration::from_secs(60)).is_none(), "resolved anew to another address");
         assert!(home.is_empty(), "the stale connection is dropped");
         Lent::new(fake().0, a, home.clone()).release();
         assert!(home.take(a, Duration::from_secs(60)).is_some());
+        // Made under one server_tls, not lent under another (or in plain text).
+        let (tls1, tls2) = (Target { tls: Some(1), ..a }, Target { tls: Some(2), ..a });
+        Lent::new(fake().0, tls1, home.clone()).release();
+        assert!(home.take(tls2, Duration::from_secs(60)).is_none(), "server_tls changed");
+        Lent::new(fake().0, tls1, home.clone()).release();
+        assert!(home.take(a, Duration::from_secs(60)).is_none(), "server_tls removed");
+        Lent::new(fake().0, tls1, home.clone()).release();
+        assert!(home.take(tls1, Duration::from_secs(60)).is_some());
     }
 
     #[test]
     fn closed_or_expired_connections_are_never_lent() {
         let home = Arc::new(IdleConns::default());
-        let a: SocketAddr = "127.0.0.1:1".parse().unwrap();
+        let a = plain("127.0.0.1:1");
         let (conn, closed) = fake();
         Lent::new(conn, a, home.clone()).release();
         closed.store(true, Relaxed);
@@ -165,7 +187,7 @@ mod tests {
     fn with_reuse_port_a_connection_is_lent_only_on_the_worker_that_gave_it_back() {
         let workers = crate::proxy::workers::Workers::start(2).unwrap();
         let home = Arc::new(IdleConns::default());
-        let a: SocketAddr = "127.0.0.1:1".parse().unwrap();
+        let a = plain("127.0.0.1:1");
         type Step = Box<dyn FnOnce(&Arc<IdleConns<Fake>>) -> bool + Send>;
         // Runs `f` on worker `i`'s thread and returns what it gave.
         let on = |i: usize, f: Step| {

@@ -60,8 +60,8 @@ pub(crate) struct Kept {
     /// Idle keep-alive connections, lent one request at a time.
     pub idle: Arc<idle::IdleConns<hyper::client::conn::http1::SendRequest<ProxyBody>>>,
     /// With `protocol = "h2"`: the one connection every request shares, a clone (a stream of
-    /// it) per request.
-    pub h2: std::sync::Mutex<Option<hyper::client::conn::http2::SendRequest<ProxyBody>>>,
+    /// it) per request, with the identity of the `server_tls` it was made with (`idle::Target`).
+    pub h2: std::sync::Mutex<Option<(Option<u64>, hyper::client::conn::http2::SendRequest<ProxyBody>)>>,
 }
 
 /// Serves one client connection: as many requests as it sends. hyper runs only while the client

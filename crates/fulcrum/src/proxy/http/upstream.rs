@@ -17,7 +17,7 @@ use tracing::debug;
 
 use super::Kept;
 use super::body::ProxyBody;
-use super::idle::Lent;
+use super::idle::{Lent, Target};
 use super::replay::{Next, Replay};
 use crate::config::{RetryOn, ServerProtocol};
 use crate::error::{Error, Kind, Side};
@@ -78,12 +78,13 @@ pub fn send(
             })?;
             let entry = place.entry().clone();
             let kept = entry.state.kept::<Kept>();
+            let target = Target { addr: entry.addr, tls: pool.server_tls.as_ref().map(|o| o.identity()) };
             let started = crate::clock::now();
             let h2 = cfg.protocol == ServerProtocol::H2;
             let mut reused = match (h2, upgrade, kept) {
                 (_, _, None) | (false, true, _) => None,
-                (true, _, Some(k)) => shared_h2(&k.h2).map(Sender::H2),
-                (false, false, Some(k)) => k.idle.take(entry.addr, cfg.http.keepalive_idle).map(Sender::H1),
+                (true, _, Some(k)) => shared_h2(&k.h2, target.tls).map(Sender::H2),
+                (false, false, Some(k)) => k.idle.take(target, cfg.http.keepalive_idle).map(Sender::H1),
             };
             if let Some(s) = reused.as_mut()
                 && s.ready().await.is_err()
@@ -122,7 +123,7 @@ pub fn send(
                         continue;
                     }
                     let lent = match (sender, kept) {
-                        (Sender::H1(s), Some(k)) if !upgrade => Some(Lent::new(s, entry.addr, k.idle.clone())),
+                        (Sender::H1(s), Some(k)) if !upgrade => Some(Lent::new(s, target, k.idle.clone())),
                         _ => None,
                     };
                     return Ok(Answer { response, lent, place, connect, response_time: crate::clock::since(sent) });
@@ -254,10 +255,10 @@ impl Sender {
     }
 }
 
-/// The server's shared HTTP/2 connection, while it is open.
-fn shared_h2(slot: &std::sync::Mutex<Option<http2::SendRequest<ProxyBody>>>) -> Option<http2::SendRequest<ProxyBody>> {
+/// The server's shared HTTP/2 connection, while it is open and was made with the TLS `tls`.
+fn shared_h2(slot: &std::sync::Mutex<Option<(Option<u64>, http2::SendRequest<ProxyBody>)>>, tls: Option<u64>) -> Option<http2::SendRequest<ProxyBody>> {
     let shared = slot.lock().unwrap_or_else(|e| e.into_inner());
-    shared.as_ref().filter(|s| !s.is_closed()).cloned()
+    shared.as_ref().filter(|(made, s)| *made == tls && !s.is_closed()).map(|(_, s)| s.clone())
 }
 
 /// A new HTTP/2 connection (h2c, prior knowledge) to the server of `place`, kept as the one
@@ -281,7 +282,8 @@ async fn open_h2(dispatch: &Dispatch<'_>, place: &Place, pool: &Pool) -> Result<
         }
     };
     if let Some(kept) = entry.state.kept::<Kept>() {
-        *kept.h2.lock().unwrap_or_else(|e| e.into_inner()) = Some(sender.clone());
+        let tls = pool.server_tls.as_ref().map(|o| o.identity());
+        *kept.h2.lock().unwrap_or_else(|e| e.into_inner()) = Some((tls, sender.clone()));
     }
     Ok(sender)
 }
