@@ -217,7 +217,7 @@ function duration(secs) {
 
 function renderHeader(s) {
   const badge = $("#service-state");
-  badge.textContent = s.enabled ? `running on ${s.listen}` : "stopped";
+  badge.textContent = s.shared_by ? where(s) : s.enabled ? `running on ${s.listen}` : "stopped";
   badge.className = `badge ${s.enabled ? "up" : "disabled"}`;
   $("#start").disabled = s.enabled;
   $("#stop").disabled = !s.enabled;
@@ -280,11 +280,18 @@ function tlsRow(tls) {
   return el("tr", { class: "tls-row" }, el("td", { colspan: 26 }, "TLS — ", ...certs, el("span", { class: "muted handshakes" }, handshakes)));
 }
 
+// Where an entry takes its traffic: a service's address (and the shared pools it sends to), or,
+// for a shared pool, the services that use it (one row, whichever service the traffic came in on).
+function where(s) {
+  if (s.shared_by) return `shared pool, used by ${s.shared_by.join(", ") || "no service"}`;
+  return s.shared_pools && s.shared_pools.length ? `${s.listen} — uses ${s.shared_pools.join(", ")}` : s.listen;
+}
+
 function renderStats() {
   const body = $("#stats-table tbody");
   const rows = [];
   for (const s of ui.stats.services) {
-    rows.push(el("tr", { class: "service-row" }, el("th", { colspan: 26 }, `${s.name} — ${s.listen} — ${s.algorithm}${s.enabled ? "" : " — stopped"}`)));
+    rows.push(el("tr", { class: "service-row" }, el("th", { colspan: 26 }, `${s.name} — ${where(s)} — ${s.algorithm}${s.enabled ? "" : " — stopped"}`)));
     if (s.tls) rows.push(tlsRow(s.tls));
     let bin = 0, bout = 0, cerr = 0, resp = 0, redis = 0;
     for (const v of s.servers) {
@@ -510,7 +517,7 @@ function renderOverview() {
     const rate = l.req.length ? l.req[l.req.length - 1] : 0;
     const qs = s.http ? windowQuantiles(l, s.http.bounds) : null;
     const times = qs ? ` — p50 ${qs[0].toFixed(1)} / p95 ${qs[1].toFixed(1)} / p99 ${qs[2].toFixed(1)} ms` : "";
-    card.querySelector("h3").textContent = `${s.name} — ${s.listen} — ${s.algorithm} — ${rate.toFixed(1)}/s${times}${s.panic ? " — PANIC: no server up, using all" : ""}`;
+    card.querySelector("h3").textContent = `${s.name} — ${where(s)} — ${s.algorithm} — ${rate.toFixed(1)}/s${times}${s.panic ? " — PANIC: no server up, using all" : ""}`;
     const data = [l.t, l.req, l.err];
     if (!ui.charts[s.name] && typeof uPlot === "function") {
       const opts = {
