@@ -37,6 +37,7 @@ mod recovery;
 mod reload;
 mod resolve;
 mod rules;
+mod shared_pools;
 mod sockmap;
 mod systemd;
 mod tls;
