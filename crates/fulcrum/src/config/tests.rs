@@ -395,7 +395,9 @@ fn a_shared_pool_serves_services_of_both_modes_and_may_be_unused() {
                   [[service.route]]\npool = \"back\"\npath_prefix = [\"/api\"]\n";
     let c = parse(&shared("", routed), "t").unwrap();
     assert_eq!(c.services[0].shared_names().collect::<Vec<_>>(), ["back"]);
-    parse(&shared("", "[[service]]\nname = \"web\"\nlisten = \"127.0.0.1:1000\"\n[[service.server]]\naddress = \"127.0.0.1:1001\"\n"), "t").unwrap();
+    let unused = parse(&shared("", "[[service]]\nname = \"web\"\nlisten = \"127.0.0.1:1000\"\n[[service.server]]\naddress = \"127.0.0.1:1001\"\n"), "t").unwrap();
+    // `save` writes the shared pools back as `[[pool]]`.
+    assert_eq!(parse(&to_toml(&unused), "saved").unwrap(), unused);
 }
 
 #[test]

@@ -508,7 +508,10 @@ mod tests {
         assert!(Arc::ptr_eq(&state(&after, 3001), &state(&last, 3001)) && Arc::ptr_eq(&state(&after, 3002), &state(&last, 3002)));
         assert_eq!(state(&last, 3002).weight(), 3);
         assert!(last.services.iter().all(|s| s.default_pool().same_tiers(&last.shared[0])), "every user dispatches to the new pool");
-        assert_eq!(state(&last, 3001).counters.current.load(std::sync::atomic::Ordering::Relaxed) + state(&last, 3002).counters.current.load(std::sync::atomic::Ordering::Relaxed), 1);
+        assert_eq!(
+            state(&last, 3001).counters.current.load(std::sync::atomic::Ordering::Relaxed) + state(&last, 3002).counters.current.load(std::sync::atomic::Ordering::Relaxed),
+            1
+        );
     }
 
     #[test]

@@ -24,23 +24,13 @@ impl Logged {
         let dir = scratch(&format!("shared-{name}"));
         let addr: SocketAddr = format!("127.0.0.1:{}", free_port()).parse().unwrap();
         let log = dir.join("access.log");
+        // Temporary files go under the prefix, nginx's default.
         let conf = format!(
-            r#"daemon off;
-master_process off;
-worker_processes 1;
-user root root;
-pid {dir}/nginx.pid;
-error_log {dir}/error.log warn;
-events {{ worker_connections 1024; }}
+            r#"daemon off; master_process off; pid {dir}/nginx.pid; error_log {dir}/error.log warn;
+events {{ }}
 http {{
     log_format uri "$request_uri";
     access_log {log} uri;
-    client_body_temp_path {dir}/body;
-    proxy_temp_path {dir}/proxy;
-    fastcgi_temp_path {dir}/fastcgi;
-    uwsgi_temp_path {dir}/uwsgi;
-    scgi_temp_path {dir}/scgi;
-    keepalive_timeout 60s;
     server {{
         listen {addr};
         location = /check {{ default_type text/plain; return 200 "ok\n"; }}
@@ -120,12 +110,19 @@ fn names_over_http(addr: SocketAddr, n: usize) -> Vec<String> {
         .collect()
 }
 
-#[test]
-fn two_services_over_one_pool_share_its_checks_counts_stats_and_admin_and_an_edit_keeps_its_state() {
-    let (s1, s2) = (Logged::start("s1"), Logged::start("s2"));
+/// Two logged servers named `a` and `b`, and Fulcrum running `config` over them with every
+/// server up; the TCP service's address.
+fn start(a: &str, b: &str) -> (Logged, Logged, SocketAddr, Fulcrum) {
+    let (s1, s2) = (Logged::start(a), Logged::start(b));
     let raw: SocketAddr = format!("127.0.0.1:{}", free_port()).parse().unwrap();
     let f = Fulcrum::start(&config(&[&s1, &s2], raw, ""));
     f.wait_all_up();
+    (s1, s2, raw, f)
+}
+
+#[test]
+fn two_services_over_one_pool_share_its_checks_counts_stats_and_admin_and_an_edit_keeps_its_state() {
+    let (s1, s2, raw, f) = start("s1", "s2");
 
     // One stats row for the pool, naming its users; the services' rows name the pool.
     let stats = f.stats();
@@ -149,9 +146,7 @@ fn two_services_over_one_pool_share_its_checks_counts_stats_and_admin_and_an_edi
     let current: Vec<u64> = back["servers"].as_array().unwrap().iter().map(|v| v["current"].as_u64().unwrap()).collect();
     assert_eq!(current.iter().sum::<u64>(), 1, "the held connection, in the pool's one row: {back}");
     drop(held);
-    wait_until("the held connection closes", Duration::from_secs(10), || {
-        entry(&f.stats(), "back")["servers"].as_array().unwrap().iter().all(|v| v["current"] == 0)
-    });
+    wait_until("the held connection closes", Duration::from_secs(10), || entry(&f.stats(), "back")["servers"].as_array().unwrap().iter().all(|v| v["current"] == 0));
 
     // Disabling a server of the pool by its name takes it out for both services.
     let (status, body) = f.api("POST", &format!("/api/pools/back/servers/{}/state", s1.addr), Some(serde_json::json!({"state": "disable"})));
@@ -188,10 +183,7 @@ fn two_services_over_one_pool_share_its_checks_counts_stats_and_admin_and_an_edi
 /// `explain` names the shared pool a request goes to, and says it is shared.
 #[test]
 fn explain_names_the_shared_pool() {
-    let (s1, s2) = (Logged::start("e1"), Logged::start("e2"));
-    let raw: SocketAddr = format!("127.0.0.1:{}", free_port()).parse().unwrap();
-    let f = Fulcrum::start(&config(&[&s1, &s2], raw, ""));
-    f.wait_all_up();
+    let (_s1, _s2, _raw, f) = start("e1", "e2");
     let (status, body) = f.api("GET", "/api/explain?service=web&client=127.0.0.9&path=/name", None);
     assert_eq!(status, 200, "{body}");
     assert_eq!((body["pool"].as_str(), body["shared"].as_bool()), (Some("back"), Some(true)), "{body}");

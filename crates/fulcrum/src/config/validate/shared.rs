@@ -21,11 +21,7 @@ pub(super) fn validate_shared(config: &Config, report: &mut Report<'_>) {
             report.error(&name_at, format!("pool name {:?} is used twice (also by pool #{})", pool.name, first + 1), "give every [[pool]] its own name");
         }
         if config.services.iter().any(|s| s.name == pool.name) {
-            report.error(
-                &name_at,
-                format!("pool name {:?} is also a service's: the stats and the API name both by it", pool.name),
-                "give the pool a name no service has",
-            );
+            report.error(&name_at, format!("pool name {:?} is also a service's: the stats and the API name both by it", pool.name), "give the pool a name no service has");
         }
         validate_recovery(pool.slow_start, pool.damping.as_ref(), &at, report);
         validate_outlier(pool.panic_threshold, pool.outlier.as_ref(), &at, report);
@@ -52,7 +48,11 @@ fn validate_user(pool: &Pool, settings: &PoolSettings, service: &Service, i: usi
     };
     let who = format!("service {:?} (mode = \"{}\") uses pool {:?}", service.name, service.mode.as_str(), pool.name);
     if !pool.algorithm.serves(service.mode) {
-        report.error(&at, format!("{who}, whose algorithm {} reads HTTP requests", pool.algorithm.as_str()), "pick another algorithm for the pool, or use it from HTTP services only");
+        report.error(
+            &at,
+            format!("{who}, whose algorithm {} reads HTTP requests", pool.algorithm.as_str()),
+            "pick another algorithm for the pool, or use it from HTTP services only",
+        );
     }
     if service.mode == Mode::Http && pool.algorithm == crate::config::Algorithm::HeaderHash && service.http.hash_header.is_none() {
         report.error(&at, format!("{who}, whose algorithm header-hash needs the service's [service.http] hash_header"), "e.g. hash_header = \"x-user\"");
@@ -61,11 +61,7 @@ fn validate_user(pool: &Pool, settings: &PoolSettings, service: &Service, i: usi
         report.error(&at, format!("{who}, whose servers speak protocol = \"h2\": only an HTTP service sends them requests"), "use the pool from HTTP services only");
     }
     if service.mode != settings.mode && pool.server_tls.is_some() {
-        report.error(
-            &at,
-            format!("{who}, whose server_tls offers the ALPN of one mode, but its services are both TCP and HTTP"),
-            "give the TCP and the HTTP services a pool each",
-        );
+        report.error(&at, format!("{who}, whose server_tls offers the ALPN of one mode, but its services are both TCP and HTTP"), "give the TCP and the HTTP services a pool each");
     }
     if service.mode == Mode::Tcp && routed.is_some() && pool.server_tls.is_some() {
         report.error(&at, format!("{who} from a route, which passes the client's TLS through; server_tls would wrap it in a second session"), "remove server_tls from the pool");
