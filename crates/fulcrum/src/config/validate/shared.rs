@@ -26,7 +26,10 @@ pub(super) fn validate_shared(config: &Config, report: &mut Report<'_>) {
         validate_recovery(pool.slow_start, pool.damping.as_ref(), &at, report);
         validate_outlier(pool.panic_threshold, pool.outlier.as_ref(), &at, report);
         let settings = config.shared_pool(pool);
-        validate_pool(&settings, false, &at, report);
+        validate_pool(&settings, true, &at, report);
+        if pool.servers.is_empty() {
+            report.error(&name_at, format!("pool {:?} has no servers", pool.name), "add at least one [[pool.server]] with an address");
+        }
         if config.fleet.is_some() {
             report.error(&name_at, "[[pool]] is in a file with [fleet]: a fleet's services and their pools come from etcd".into(), "give each service its own [[service.pool]]");
         }
