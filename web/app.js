@@ -53,13 +53,22 @@ async function change(method, path, body) {
   }
 }
 
-const svc = (suffix) => `/api/services/${encodeURIComponent(ui.service)}${suffix}`;
+// A shared pool (`[[pool]]`) is edited by its own routes; its servers' actions are a service's.
+const sharedPool = () => (ui.config?.pool ?? []).find((p) => p.name === ui.service);
+const svc = (suffix) => `/api/${sharedPool() ? "pools" : "services"}/${encodeURIComponent(ui.service)}${suffix}`;
 const srv = (address, suffix = "") => svc(`/servers/${encodeURIComponent(address)}${suffix}`);
 
 // ---- Loading --------------------------------------------------------------------------------
 
 // A pool shows as `service/pool`: the parent's settings with the pool's servers, algorithm and check.
 function serviceConfig() {
+  const shared = sharedPool();
+  if (shared) {
+    // No listener or connection settings of its own: those are each service's.
+    const mode = ui.stats?.services.find((x) => x.name === shared.name)?.mode ?? "tcp";
+    const none = { listen: "", connect_timeout: "", failure_limit: "", retries: "", maxconn: "", half_close: false, terminate_on_disable: false };
+    return { ...none, name: shared.name, mode, algorithm: shared.algorithm ?? "round-robin", health: shared.health ?? {}, server: shared.server };
+  }
   const [name, poolName] = (ui.service ?? "").split("/");
   const s = ui.config?.service?.find((x) => x.name === name);
   if (!s || !poolName) return s;
@@ -79,7 +88,7 @@ async function loadConfig() {
   $("#save").disabled = !data.file;
   $("#config-reload").disabled = !data.file;
   const select = $("#service");
-  const names = (ui.config.service ?? []).flatMap((s) => [s.name, ...(s.pool ?? []).map((p) => `${s.name}/${p.name}`)]);
+  const names = (ui.config.service ?? []).flatMap((s) => [s.name, ...(s.pool ?? []).map((p) => `${s.name}/${p.name}`)]).concat((ui.config.pool ?? []).map((p) => p.name));
   if (!names.includes(ui.service)) ui.service = names[0] ?? null;
   select.replaceChildren(...names.map((n) => new Option(n, n, false, n === ui.service)));
   if (document.activeElement !== $("#config-text")) $("#config-text").value = data.toml;
