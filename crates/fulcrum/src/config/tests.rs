@@ -433,6 +433,10 @@ fn a_shared_pool_used_from_a_mode_it_cannot_serve_is_refused_where_the_service_n
     let web = "[[service]]\nname = \"web\"\nlisten = \"127.0.0.1:1000\"\nmode = \"http\"\ndefault_pool = \"back\"\n";
     let e = errors(&shared("algorithm = \"header-hash\"", web));
     assert!(e.contains("header-hash needs the service's [service.http] hash_header"), "{e}");
+    // A TCP service that terminates TLS may send what it decrypts to a shared pool.
+    let tls = "[service.tls]\n[[service.tls.certificate]]\ncert = \"c.pem\"\nkey = \"k.pem\"\n";
+    let e = errors(&shared("", &format!("{WEB_AND_TCP}{tls}")));
+    assert!(e.contains("c.pem") && !e.contains("this service terminates TLS"), "{e}");
     let e = errors(&format!("[[pool]]\nname = \"empty\"\n{}", shared("", WEB_AND_TCP)));
     assert!(e.contains("t:2:8: error: pool \"empty\" has no servers"), "{e}");
     let e = errors(&format!("{}[fleet]\nendpoints = [\"http://127.0.0.1:2379\"]\n", shared("", "")));

@@ -703,7 +703,9 @@ fn validate_routing(service: &Service, i: usize, shared: &[Pool], report: &mut R
             "remove server_tls: the servers answer the client's own handshake",
         );
     }
-    if tcp && service.tls.is_some() {
+    // Without routes, a TCP service that terminates TLS sends what it decrypts to its
+    // `default_pool` (a shared one, say) as to its own servers.
+    if tcp && service.tls.is_some() && !service.routes.is_empty() {
         report.error(
             &at(&[Seg::Key("route")]),
             "routes in mode = \"tcp\" pass TLS through by its server name, but this service terminates TLS ([service.tls])".into(),
