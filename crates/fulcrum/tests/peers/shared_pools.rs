@@ -178,6 +178,19 @@ fn two_services_over_one_pool_share_its_checks_counts_stats_and_admin_and_an_edi
     assert_eq!((s1.requests("/check"), s2.requests("/check")), (1, 1), "no check started again");
     let answered = names_over_http(f.listen, 4);
     assert!(answered.iter().all(|n| *n == s1.name || *n == s2.name), "{answered:?}");
+
+    // Editing the pool (a weight) keeps its servers' state and their checks as well.
+    let before = entry(&f.stats(), "back");
+    let server = format!("address = \"{}\"\n", s2.addr);
+    f.reload(&config(&[&s1, &s2], raw, "connect_timeout = \"3s\"").replace(&server, &format!("{server}weight = 2\n")));
+    f.wait_log("1 shared pool changed (back)");
+    let after = entry(&f.stats(), "back");
+    assert_eq!(after["servers"][1]["weight"], 2, "{after}");
+    assert_eq!(
+        (before["servers"][0]["total"].clone(), before["servers"][0]["last_check"].clone()),
+        (after["servers"][0]["total"].clone(), after["servers"][0]["last_check"].clone())
+    );
+    assert_eq!((s1.requests("/check"), s2.requests("/check")), (1, 1), "no check started again");
 }
 
 /// `explain` names the shared pool a request goes to, and says it is shared.
