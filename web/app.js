@@ -53,13 +53,22 @@ async function change(method, path, body) {
   }
 }
 
-const svc = (suffix) => `/api/services/${encodeURIComponent(ui.service)}${suffix}`;
+// A shared pool (`[[pool]]`) is edited by its own routes; its servers' actions are a service's.
+const sharedPool = () => (ui.config?.pool ?? []).find((p) => p.name === ui.service);
+const svc = (suffix) => `/api/${sharedPool() ? "pools" : "services"}/${encodeURIComponent(ui.service)}${suffix}`;
 const srv = (address, suffix = "") => svc(`/servers/${encodeURIComponent(address)}${suffix}`);
 
 // ---- Loading --------------------------------------------------------------------------------
 
 // A pool shows as `service/pool`: the parent's settings with the pool's servers, algorithm and check.
 function serviceConfig() {
+  const shared = sharedPool();
+  if (shared) {
+    // No listener or connection settings of its own: those are each service's.
+    const mode = ui.stats?.services.find((x) => x.name === shared.name)?.mode ?? "tcp";
+    const none = { listen: "", connect_timeout: "", failure_limit: "", retries: "", maxconn: "", half_close: false, terminate_on_disable: false };
+    return { ...none, name: shared.name, mode, algorithm: shared.algorithm ?? "round-robin", health: shared.health ?? {}, server: shared.server };
+  }
   const [name, poolName] = (ui.service ?? "").split("/");
   const s = ui.config?.service?.find((x) => x.name === name);
   if (!s || !poolName) return s;
@@ -80,7 +89,7 @@ async function loadConfig() {
   $("#save").disabled = !data.file;
   $("#config-reload").disabled = !data.file;
   const select = $("#service");
-  const names = (ui.config.service ?? []).flatMap((s) => [s.name, ...(s.pool ?? []).map((p) => `${s.name}/${p.name}`)]);
+  const names = (ui.config.service ?? []).flatMap((s) => [s.name, ...(s.pool ?? []).map((p) => `${s.name}/${p.name}`)]).concat((ui.config.pool ?? []).map((p) => p.name));
   if (!names.includes(ui.service)) ui.service = names[0] ?? null;
   select.replaceChildren(...names.map((n) => new Option(n, n, false, n === ui.service)));
   if (document.activeElement !== $("#config-text")) $("#config-text").value = data.toml;
@@ -263,7 +272,7 @@ function duration(secs) {
 
 function renderHeader(s) {
   const badge = $("#service-state");
-  badge.textContent = s.enabled ? `running on ${s.listen}` : "stopped";
+  badge.textContent = s.shared_by ? where(s) : s.enabled ? `running on ${s.listen}` : "stopped";
   badge.className = `badge ${s.enabled ? "up" : "disabled"}`;
   $("#start").disabled = s.enabled;
   $("#stop").disabled = !s.enabled;
@@ -326,11 +335,18 @@ function tlsRow(tls) {
   return el("tr", { class: "tls-row" }, el("td", { colspan: 26 }, "TLS — ", ...certs, el("span", { class: "muted handshakes" }, handshakes)));
 }
 
+// Where an entry takes its traffic: a service's address (and the shared pools it sends to), or,
+// for a shared pool, the services that use it (one row, whichever service the traffic came in on).
+function where(s) {
+  if (s.shared_by) return `shared pool, used by ${s.shared_by.join(", ") || "no service"}`;
+  return s.shared_pools && s.shared_pools.length ? `${s.listen} — uses ${s.shared_pools.join(", ")}` : s.listen;
+}
+
 function renderStats() {
   const body = $("#stats-table tbody");
   const rows = [];
   for (const s of ui.stats.services) {
-    rows.push(el("tr", { class: "service-row" }, el("th", { colspan: 26 }, `${s.name} — ${s.listen} — ${s.algorithm}${s.enabled ? "" : " — stopped"}`)));
+    rows.push(el("tr", { class: "service-row" }, el("th", { colspan: 26 }, `${s.name} — ${where(s)} — ${s.algorithm}${s.enabled ? "" : " — stopped"}`)));
     if (s.tls) rows.push(tlsRow(s.tls));
     let bin = 0, bout = 0, cerr = 0, resp = 0, redis = 0;
     for (const v of s.servers) {
@@ -556,7 +572,7 @@ function renderOverview() {
     const rate = l.req.length ? l.req[l.req.length - 1] : 0;
     const qs = s.http ? windowQuantiles(l, s.http.bounds) : null;
     const times = qs ? ` — p50 ${qs[0].toFixed(1)} / p95 ${qs[1].toFixed(1)} / p99 ${qs[2].toFixed(1)} ms` : "";
-    card.querySelector("h3").textContent = `${s.name} — ${s.listen} — ${s.algorithm} — ${rate.toFixed(1)}/s${times}${s.panic ? " — PANIC: no server up, using all" : ""}`;
+    card.querySelector("h3").textContent = `${s.name} — ${where(s)} — ${s.algorithm} — ${rate.toFixed(1)}/s${times}${s.panic ? " — PANIC: no server up, using all" : ""}`;
     const data = [l.t, l.req, l.err];
     if (!ui.charts[s.name] && typeof uPlot === "function") {
       const opts = {

@@ -103,7 +103,8 @@ impl App {
         trail.configure(config.audit.as_ref());
         let file = (path.is_some() && config.fleet.is_none()).then(|| FileState { config: config.clone(), edits: Vec::new() });
         let (fleet, installs) = Fleet::new(&config).unzip();
-        let first_round = config.services.iter().flat_map(|s| std::iter::once(s.health.timeout).chain(s.pools.iter().map(|p| p.health.timeout))).max().unwrap_or_default();
+        let pools = config.services.iter().flat_map(|s| &s.pools).chain(&config.pools);
+        let first_round = config.services.iter().map(|s| s.health.timeout).chain(pools.map(|p| p.health.timeout)).max().unwrap_or_default();
         // The sockmap program loads here, once, on a blocking thread with the first generation.
         let live = Arc::new(
             tokio::task::spawn_blocking(move || {

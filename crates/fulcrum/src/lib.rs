@@ -13,9 +13,10 @@
 //! - [`tls`]: certificate material, the TLS acceptors (termination, per-context resumption, SNI)
 //!   and connectors (`server_tls`), used by `config` (validation), `live` and `proxy`.
 //! - [`live`]: the live generation behind an `ArcSwap` (services, each owning its pools of
-//!   servers), the server and service state that outlives generations, the ring of the
-//!   last picks with their reasons (`live::why`), and each service's side threads: the access
-//!   log's syslog sender and the tracer's OTLP exporter (`live::tracer`).
+//!   servers, and the shared pools, `[[pool]]`, that services reach through views), the server
+//!   and service state that outlives generations, the ring of the last picks with their
+//!   reasons (`live::why`), and each service's side threads: the access log's syslog sender and
+//!   the tracer's OTLP exporter (`live::tracer`).
 //! - [`balance`]: the `Balancer` trait (pick, and update on every server event), the `Load`
 //!   metrics apart from the rules, one file per algorithm, and the registry of algorithms by
 //!   name (`balance::algorithm`), which the config reads the names from.

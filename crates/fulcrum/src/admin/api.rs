@@ -46,6 +46,14 @@ pub fn routes<C: Control>() -> Router<Arc<C>> {
         .route("/api/services/{service}/routes", post(set_routes::<C>))
         .route("/api/services/{service}/start", post(start::<C>))
         .route("/api/services/{service}/stop", post(stop::<C>))
+        // A shared pool's servers, by the pool's name (the service routes take it too: a pool
+        // and a service never share a name).
+        .route("/api/pools/{service}/servers", post(add_server::<C>))
+        .route("/api/pools/{service}/servers/{address}", axum::routing::delete(remove_server::<C>))
+        .route("/api/pools/{service}/servers/{address}/state", post(server_state::<C>))
+        .route("/api/pools/{service}/servers/{address}/weight", post(weight::<C>))
+        .route("/api/pools/{service}/algorithm", post(algorithm::<C>))
+        .route("/api/pools/{service}/health", post(health::<C>))
 }
 
 /// A JSON request body; a body that does not parse is refused in the API's own error format,

@@ -136,7 +136,7 @@ mod tests {
     async fn the_api_is_served_over_any_control() {
         let config = parse_with("", "t", Resolve::No).unwrap();
         let fake = Arc::new(Fake {
-            generation: Arc::new(Generation { config, services: Vec::new(), budget: crate::live::Budget::new(0) }),
+            generation: Arc::new(Generation { config, services: Vec::new(), shared: Vec::new(), budget: crate::live::Budget::new(0) }),
             history: History::default(),
             auth: Auth::default(),
             stop: CancellationToken::new(),

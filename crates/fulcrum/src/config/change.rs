@@ -180,8 +180,9 @@ fn service_mut<'a>(config: &'a mut Config, name: &str) -> Result<&'a mut Service
     config.services.iter_mut().find(|s| s.name == name).ok_or_else(|| ChangeError::NoService { service: name.into() })
 }
 
-/// What a change to servers, algorithm or health edits: a service's own, or one of its pools'
-/// when the name is `service/pool` (the name the pool runs and shows under).
+/// What a change to servers, algorithm or health edits: a service's own, one of its pools' when
+/// the name is `service/pool` (the name the pool runs and shows under), or a shared pool's
+/// (`[[pool]]`) by its name, which no service has.
 struct Target<'a> {
     servers: &'a mut Vec<Server>,
     algorithm: &'a mut Algorithm,
@@ -190,6 +191,10 @@ struct Target<'a> {
 
 fn target_mut<'a>(config: &'a mut Config, name: &str) -> Result<Target<'a>, ChangeError> {
     match name.split_once('/') {
+        None if !config.services.iter().any(|s| s.name == name) && config.shared(name).is_some() => {
+            let p = config.pools.iter_mut().find(|p| p.name == name).ok_or_else(|| ChangeError::NoService { service: name.into() })?;
+            Ok(Target { servers: &mut p.servers, algorithm: &mut p.algorithm, health: &mut p.health })
+        }
         None => {
             let s = service_mut(config, name)?;
             Ok(Target { servers: &mut s.servers, algorithm: &mut s.algorithm, health: &mut s.health })

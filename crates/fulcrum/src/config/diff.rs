@@ -1,5 +1,6 @@
 //! What an edit or reload changes: `diff(old, new)` names the services it adds, removes and
-//! changes, and within a changed service the pools whose settings or servers changed. The live
+//! changes, within a changed service the pools whose settings or servers changed, and the shared
+//! pools (`[[pool]]`) added, removed or changed. The live
 //! state rebuilds only what it names (`live::build`), so everything else keeps its balancer state
 //! (round-robin cursor, Maglev table), its resolved addresses and its certificates, and the
 //! health checks of servers it does not touch go on with their streaks.
@@ -15,7 +16,9 @@ pub struct Diff {
     pub removed: Vec<String>,
     /// Services whose config differs in any way, with what differs.
     pub changed: Vec<ServiceDiff>,
-    /// Whether anything outside `[[service]]` changed (`maxconn`, `dns`, `admin`, ...).
+    /// Shared pools (`[[pool]]`) added, removed or changed, by name.
+    pub pools: Vec<String>,
+    /// Whether anything outside `[[service]]` and `[[pool]]` changed (`maxconn`, `dns`, `admin`, ...).
     pub global: bool,
 }
 
@@ -32,7 +35,7 @@ pub struct ServiceDiff {
 impl Diff {
     /// Whether the configs are the same.
     pub fn is_empty(&self) -> bool {
-        self.added.is_empty() && self.removed.is_empty() && self.changed.is_empty() && !self.global
+        self.added.is_empty() && self.removed.is_empty() && self.changed.is_empty() && self.pools.is_empty() && !self.global
     }
 
     /// One line for the log and the API's answer: `1 service changed (web), 1 added`.
@@ -50,6 +53,10 @@ impl Diff {
         }
         if !self.removed.is_empty() {
             parts.push(format!("{} removed", super::services(self.removed.len())));
+        }
+        if !self.pools.is_empty() {
+            let n = self.pools.len();
+            parts.push(format!("{n} shared pool{} changed ({})", if n == 1 { "" } else { "s" }, self.pools.join(", ")));
         }
         if self.global {
             parts.push("global settings changed".into());
@@ -71,7 +78,10 @@ pub fn diff(old: &Config, new: &Config) -> Diff {
         }
     }
     d.removed = old.services.iter().filter(|o| !after.contains(o.name.as_str())).map(|o| o.name.clone()).collect();
-    d.global = Config { services: Vec::new(), ..old.clone() } != Config { services: Vec::new(), ..new.clone() };
+    d.pools = new.pools.iter().filter(|p| old.shared(&p.name) != Some(p)).map(|p| p.name.clone()).collect();
+    d.pools.extend(old.pools.iter().filter(|o| new.shared(&o.name).is_none()).map(|o| o.name.clone()));
+    let rest = |c: &Config| Config { services: Vec::new(), pools: Vec::new(), ..c.clone() };
+    d.global = rest(old) != rest(new);
     d
 }
 
@@ -116,6 +126,17 @@ mod tests {
         let edited = BASE.replace("address = \"127.0.0.1:1002\"\n", "address = \"127.0.0.1:1002\"\nweight = 2\n");
         let d = diff(&config(BASE), &config(&edited));
         assert_eq!(d.changed, vec![ServiceDiff { name: "a".into(), own: false, pools: vec!["api".into()] }]);
+    }
+
+    #[test]
+    fn a_shared_pools_server_names_that_pool_and_no_service() {
+        let shared = "[[pool]]\nname = \"back\"\n[[pool.server]]\naddress = \"127.0.0.1:3001\"\n";
+        let base = format!("{shared}{}", BASE.replace("name = \"b\"\n", "name = \"b\"\ndefault_pool = \"back\"\n"));
+        let edited = base.replace("address = \"127.0.0.1:3001\"\n", "address = \"127.0.0.1:3001\"\nweight = 2\n");
+        let d = diff(&config(&base), &config(&edited));
+        assert!(d.changed.is_empty() && !d.global, "{d:?}");
+        assert_eq!(d.pools, vec!["back".to_string()]);
+        assert_eq!(d.describe(), "1 shared pool changed (back)");
     }
 
     #[test]

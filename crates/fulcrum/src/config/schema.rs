@@ -71,6 +71,11 @@ pub struct Config {
     /// Run as one instance of a fleet: the services come from etcd, not from this file.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub fleet: Option<Fleet>,
+    /// `[[pool]]`: pools defined once and shared by the services that name them (`default_pool`,
+    /// a route's `pool`), as HAProxy's backends are shared by its frontends: one set of servers,
+    /// health checks, counters and balancer, whichever service the traffic came in on.
+    #[serde(default, rename = "pool", skip_serializing_if = "Vec::is_empty")]
+    pub pools: Vec<Pool>,
     #[serde(default, rename = "service")]
     pub services: Vec<Service>,
 }
@@ -89,6 +94,25 @@ pub struct Audit {
     /// Rotated files kept beside the current one, 1 to 100; 5 by default.
     #[serde(default = "defaults::audit_keep")]
     pub keep: u32,
+}
+
+impl Config {
+    /// The top-level (shared) pool of this name.
+    pub fn shared(&self, name: &str) -> Option<&Pool> {
+        self.pools.iter().find(|p| p.name == name)
+    }
+
+    /// The services that send traffic to the shared pool `name`, in config order.
+    pub fn users_of<'a>(&'a self, name: &'a str) -> impl Iterator<Item = &'a Service> + 'a {
+        self.services.iter().filter(move |s| s.shared_names().any(|n| n == name))
+    }
+
+    /// A shared pool as its servers' state, balancer, health checks and stats follow it
+    /// ([`PoolSettings::shared`]), in the mode of the services that use it.
+    pub fn shared_pool(&self, pool: &Pool) -> PoolSettings {
+        let users: Vec<&Service> = self.users_of(&pool.name).collect();
+        PoolSettings::shared(pool, &users)
+    }
 }
 
 /// `[dns]`: the nameservers SRV lookups ask (host names of servers are the system resolver's).
@@ -358,6 +382,37 @@ impl Service {
         }
     }
 
+    /// The shared pools (`[[pool]]`) this service sends traffic to: its `default_pool` and its
+    /// routes' pools that are not pools of its own, each name once.
+    pub fn shared_names(&self) -> impl Iterator<Item = &str> {
+        let named = self.default_pool.iter().chain(self.routes.iter().filter_map(|r| r.pool.as_ref())).map(String::as_str);
+        let mut seen = Vec::new();
+        named.filter(move |n| {
+            let new = !self.pools.iter().any(|p| p.name == *n) && !seen.contains(n);
+            if new {
+                seen.push(*n);
+            }
+            new
+        })
+    }
+
+    /// The shared pool `shared` (its [`PoolSettings::shared`]) as this service dispatches to it:
+    /// the pool's servers, algorithm, health check and recovery, with how connections are made,
+    /// retried and queued (and the HTTP settings requests follow) the service's own.
+    pub fn shared_view(&self, shared: &PoolSettings) -> PoolSettings {
+        let own = self.own_pool();
+        PoolSettings {
+            mode: own.mode,
+            connect_timeout: own.connect_timeout,
+            failure_limit: own.failure_limit,
+            retries: own.retries,
+            queue_timeout: own.queue_timeout,
+            terminate_on_disable: own.terminate_on_disable,
+            http: own.http,
+            ..shared.clone()
+        }
+    }
+
     /// A routed pool: its own servers, algorithm, health check and TLS to its servers, named
     /// `service/pool`; what it leaves unset (slow start, damping, `all_down`, the PROXY header)
     /// and how its connections are made and retried are the service's.
@@ -384,8 +439,9 @@ impl Service {
 }
 
 /// A pool as the data path, the health checks and the stats see it: the service's own servers
-/// ([`Service::own_pool`]) or a routed pool ([`Service::routed_pool`]), with what it takes from
-/// its service resolved. Not read from a file: made from a [`Service`].
+/// ([`Service::own_pool`]), a routed pool ([`Service::routed_pool`]) or a shared one
+/// ([`PoolSettings::shared`], and each service's view of it, [`Service::shared_view`]), with
+/// what it takes from its service resolved. Not read from a file: made from the config.
 #[derive(Debug, Clone, PartialEq)]
 pub struct PoolSettings {
     /// The service's name for its own servers, `service/pool` for a routed pool: its key in the
@@ -414,6 +470,43 @@ pub struct PoolSettings {
     /// HTTP: the service's settings, which its requests follow whichever pool serves them (the
     /// affinity cookie, what the hashing algorithms read, the timeouts towards the servers).
     pub http: Http,
+}
+
+impl PoolSettings {
+    /// A shared pool (`[[pool]]`) of `users`, the services that name it: what it leaves unset is
+    /// the default, not a service's, since its servers' state is one for all of them. Its mode is
+    /// HTTP when a user is (its servers' responses are counted), else TCP; a server is closed on
+    /// disable when a user has `terminate_on_disable`; its balancer places cookie clients by the
+    /// first HTTP user's `cookie_new`. How each service connects, retries and queues is its own
+    /// ([`Service::shared_view`]); the defaults here are those of the pool's health checks and
+    /// stats. Only what the pool's own state reads is taken from its users, so editing a service
+    /// leaves the pool as it runs.
+    pub fn shared(pool: &Pool, users: &[&Service]) -> PoolSettings {
+        let http = users.iter().find(|s| s.mode == Mode::Http);
+        PoolSettings {
+            name: pool.name.clone(),
+            mode: http.map_or(Mode::Tcp, |s| s.mode),
+            algorithm: pool.algorithm,
+            protocol: pool.protocol,
+            server_tls: pool.server_tls.clone(),
+            proxy_protocol: pool.proxy_protocol,
+            health: pool.health.clone(),
+            passive: pool.passive.clone(),
+            p2c: pool.p2c.clone(),
+            slow_start: pool.slow_start.unwrap_or_default(),
+            damping: pool.damping.clone().unwrap_or_default(),
+            all_down: pool.all_down.unwrap_or_default(),
+            panic_threshold: pool.panic_threshold.unwrap_or_default(),
+            outlier: pool.outlier.clone(),
+            servers: pool.servers.clone(),
+            connect_timeout: defaults::connect_timeout(),
+            failure_limit: defaults::failure_limit(),
+            retries: defaults::retries(),
+            queue_timeout: defaults::queue_timeout(),
+            terminate_on_disable: users.iter().any(|s| s.terminate_on_disable),
+            http: Http { cookie_new: http.map(|s| s.http.cookie_new).unwrap_or_default(), ..Http::default() },
+        }
+    }
 }
 
 fn is_true(b: &bool) -> bool {

@@ -391,3 +391,74 @@ fn request_id_names_a_header_that_does_not_frame_the_message() {
         assert!(e.contains("cannot carry a request's id"), "{bad}: {e}");
     }
 }
+
+/// A top-level `[[pool]]` with two servers, and the services of `services` after it.
+fn shared(pool_extra: &str, services: &str) -> String {
+    format!("[[pool]]\nname = \"back\"\n{pool_extra}\n[[pool.server]]\naddress = \"127.0.0.1:3001\"\n[[pool.server]]\naddress = \"127.0.0.1:3002\"\n{services}")
+}
+
+const WEB_AND_TCP: &str = "[[service]]\nname = \"web\"\nlisten = \"127.0.0.1:1000\"\nmode = \"http\"\ndefault_pool = \"back\"\n\
+                           [[service]]\nname = \"raw\"\nlisten = \"127.0.0.1:2000\"\ndefault_pool = \"back\"\n";
+
+#[test]
+fn a_shared_pool_serves_services_of_both_modes_and_may_be_unused() {
+    let c = parse(&shared("algorithm = \"least-conn\"", WEB_AND_TCP), "t").unwrap();
+    let back = c.shared("back").unwrap();
+    assert_eq!(c.users_of("back").map(|s| s.name.as_str()).collect::<Vec<_>>(), ["web", "raw"]);
+    let settings = c.shared_pool(back);
+    assert_eq!((settings.name.as_str(), settings.mode, settings.algorithm, settings.servers.len()), ("back", Mode::Http, Algorithm::LeastConn, 2));
+    // Each service dispatches with its own connection settings over the pool's servers.
+    let raw = c.services[1].shared_view(&settings);
+    assert_eq!((raw.mode, raw.name.as_str(), raw.servers.len()), (Mode::Tcp, "back", 2));
+    // A route names a shared pool as it names its service's own; an unused pool is allowed.
+    let routed = "[[service]]\nname = \"web\"\nlisten = \"127.0.0.1:1000\"\nmode = \"http\"\n[[service.server]]\naddress = \"127.0.0.1:1001\"\n\
+                  [[service.route]]\npool = \"back\"\npath_prefix = [\"/api\"]\n";
+    let c = parse(&shared("", routed), "t").unwrap();
+    assert_eq!(c.services[0].shared_names().collect::<Vec<_>>(), ["back"]);
+    let unused = parse(&shared("", "[[service]]\nname = \"web\"\nlisten = \"127.0.0.1:1000\"\n[[service.server]]\naddress = \"127.0.0.1:1001\"\n"), "t").unwrap();
+    // `save` writes the shared pools back as `[[pool]]`.
+    assert_eq!(parse(&to_toml(&unused), "saved").unwrap(), unused);
+}
+
+#[test]
+fn a_pool_name_means_one_pool_and_must_name_one() {
+    let unknown = first_error(&shared("", &WEB_AND_TCP.replacen("default_pool = \"back\"", "default_pool = \"nope\"", 1)));
+    assert_eq!((unknown.line, unknown.column), (12, 16), "{unknown}");
+    assert!(unknown.message.contains("\"nope\" is not a pool of this service nor a shared [[pool]]"), "{unknown}");
+    assert!(unknown.hint.as_deref().is_some_and(|h| h.contains("back")), "{unknown}");
+    let own = "[[service]]\nname = \"web\"\nlisten = \"127.0.0.1:1000\"\nmode = \"http\"\n[[service.server]]\naddress = \"127.0.0.1:1001\"\n\
+               [[service.pool]]\nname = \"back\"\n[[service.pool.server]]\naddress = \"127.0.0.1:1002\"\n\
+               [[service.route]]\npool = \"back\"\npath_prefix = [\"/api\"]\n";
+    let clash = first_error(&shared("", own));
+    assert_eq!(clash.line, 15, "{clash}");
+    assert!(clash.message.contains("also a shared [[pool]]'s: a name means one pool"), "{clash}");
+    let e = errors(&shared("", &WEB_AND_TCP.replace("name = \"raw\"", "name = \"back\"")));
+    assert!(e.contains("pool name \"back\" is also a service's"), "{e}");
+    let twice = format!("[[pool]]\nname = \"back\"\n[[pool.server]]\naddress = \"127.0.0.1:3003\"\n{}", shared("", WEB_AND_TCP));
+    let e = errors(&twice);
+    assert!(e.contains("pool name \"back\" is used twice (also by pool #1)"), "{e}");
+}
+
+#[test]
+fn a_shared_pool_used_from_a_mode_it_cannot_serve_is_refused_where_the_service_names_it() {
+    for (extra, says) in [
+        ("protocol = \"h2\"", "whose servers speak protocol = \"h2\""),
+        ("algorithm = \"uri-hash\"", "whose algorithm uri-hash reads HTTP requests"),
+        ("proxy_protocol = \"v1\"", "which sends a PROXY header"),
+    ] {
+        let d = errors(&shared(extra, WEB_AND_TCP));
+        let expected_line = if says.contains("PROXY") { 12 } else { 16 };
+        assert!(d.contains(says) && d.contains(&format!("t:{expected_line}:")), "{extra}: {d}");
+    }
+    let web = "[[service]]\nname = \"web\"\nlisten = \"127.0.0.1:1000\"\nmode = \"http\"\ndefault_pool = \"back\"\n";
+    let e = errors(&shared("algorithm = \"header-hash\"", web));
+    assert!(e.contains("header-hash needs the service's [service.http] hash_header"), "{e}");
+    // A TCP service that terminates TLS may send what it decrypts to a shared pool.
+    let tls = "[service.tls]\n[[service.tls.certificate]]\ncert = \"c.pem\"\nkey = \"k.pem\"\n";
+    let e = errors(&shared("", &format!("{WEB_AND_TCP}{tls}")));
+    assert!(e.contains("c.pem") && !e.contains("this service terminates TLS"), "{e}");
+    let e = errors(&format!("[[pool]]\nname = \"empty\"\n{}", shared("", WEB_AND_TCP)));
+    assert!(e.contains("t:2:8: error: pool \"empty\" has no servers"), "{e}");
+    let e = errors(&format!("{}[fleet]\nendpoints = [\"http://127.0.0.1:2379\"]\n", shared("", "")));
+    assert!(e.contains("[[pool]] is in a file with [fleet]"), "{e}");
+}

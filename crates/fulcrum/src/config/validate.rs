@@ -1,5 +1,7 @@
 //! Checks that serde's types cannot express, each reported at the place in the file it concerns.
 
+mod shared;
+
 use std::collections::HashMap;
 use std::net::{SocketAddr, ToSocketAddrs};
 use std::time::Duration;
@@ -13,7 +15,7 @@ use super::diagnostic::{Diagnostic, Diagnostics, line_col};
 use super::error::AddressError;
 use super::range::{self, Range, Shown};
 use super::schema::{
-    Conditions, Config, Counted, Damping, FastPath, Fleet, HealthKind, Limit, LimitAction, LimitKey, LimitStore, Mode, Outlier, PoolSettings, Route, Server, Service, Tls,
+    Conditions, Config, Counted, Damping, FastPath, Fleet, HealthKind, Limit, LimitAction, LimitKey, LimitStore, Mode, Outlier, Pool, PoolSettings, Route, Server, Service, Tls,
 };
 
 /// One step of a path into the document: a key, or an index into an array of tables.
@@ -194,7 +196,8 @@ pub fn validate(config: &Config, text: &str, file: &str, resolve: Resolve) -> Di
 /// `validate`, for a config that replaces `running`: see `Report::running`.
 pub fn validate_against(config: &Config, text: &str, file: &str, resolve: Resolve, running: Option<&Config>) -> Diagnostics {
     let services = running.iter().flat_map(|r| &r.services);
-    let known = services.clone().flat_map(|s| s.servers.iter().chain(s.pools.iter().flat_map(|p| &p.servers))).map(|s| s.address.as_str()).collect();
+    let shared = running.iter().flat_map(|r| &r.pools).flat_map(|p| &p.servers);
+    let known = services.clone().flat_map(|s| s.servers.iter().chain(s.pools.iter().flat_map(|p| &p.servers))).chain(shared).map(|s| s.address.as_str()).collect();
     let running = services.map(|s| (s.name.as_str(), s)).collect();
     let mut report = Report { file, locator: Locator::new(text), out: Vec::new(), resolve, running, known };
     if let Some(admin) = &config.admin {
@@ -293,7 +296,7 @@ pub fn validate_against(config: &Config, text: &str, file: &str, resolve: Resolv
         validate_service_numbers(service, &[Seg::Key("service"), Seg::Index(i)], &mut report);
         validate_edge(service, &[Seg::Key("service"), Seg::Index(i)], &mut report);
         validate_service(service, &[Seg::Key("service"), Seg::Index(i)], &mut report);
-        validate_routing(service, i, &mut report);
+        validate_routing(service, i, &config.pools, &mut report);
         let limits = service.limits.iter().enumerate().map(|(k, l)| (l, vec![Seg::Key("service"), Seg::Index(i), Seg::Key("limit"), Seg::Index(k)], false));
         let routed = service.routes.iter().enumerate().flat_map(|(r, route)| {
             route
@@ -313,6 +316,7 @@ pub fn validate_against(config: &Config, text: &str, file: &str, resolve: Resolv
             }
         }
     }
+    shared::validate_shared(config, &mut report);
     Diagnostics(report.out)
 }
 
@@ -737,9 +741,10 @@ fn validate_recovery(slow_start: Option<Duration>, damping: Option<&Damping>, pr
     }
 }
 
-/// Pools are validated as the services they run as; routes must name a pool and say what they
-/// match: the request in HTTP mode, the TLS server name (pass-through) in TCP mode.
-fn validate_routing(service: &Service, i: usize, report: &mut Report<'_>) {
+/// Pools are validated as the services they run as; routes must name a pool (the service's own,
+/// or a shared one of `shared`) and say what they match: the request in HTTP mode, the TLS server
+/// name (pass-through) in TCP mode.
+fn validate_routing(service: &Service, i: usize, shared: &[Pool], report: &mut Report<'_>) {
     if service.pools.is_empty() && service.routes.is_empty() && service.default_pool.is_none() {
         return;
     }
@@ -760,7 +765,9 @@ fn validate_routing(service: &Service, i: usize, report: &mut Report<'_>) {
             "remove server_tls: the servers answer the client's own handshake",
         );
     }
-    if tcp && service.tls.is_some() {
+    // Without routes, a TCP service that terminates TLS sends what it decrypts to its
+    // `default_pool` (a shared one, say) as to its own servers.
+    if tcp && service.tls.is_some() && !service.routes.is_empty() {
         report.error(
             &at(&[Seg::Key("route")]),
             "routes in mode = \"tcp\" pass TLS through by its server name, but this service terminates TLS ([service.tls])".into(),
@@ -779,6 +786,13 @@ fn validate_routing(service: &Service, i: usize, report: &mut Report<'_>) {
         if names.insert(&pool.name, k).is_some() {
             report.error(&at(&[Seg::Key("pool"), Seg::Index(k), Seg::Key("name")]), format!("pool name {:?} is used twice", pool.name), "give every pool its own name");
         }
+        if shared.iter().any(|p| p.name == pool.name) {
+            report.error(
+                &at(&[Seg::Key("pool"), Seg::Index(k), Seg::Key("name")]),
+                format!("pool name {:?} is also a shared [[pool]]'s: a name means one pool", pool.name),
+                "rename this pool, or remove it and route to the shared one",
+            );
+        }
         if pool.proxy_protocol.is_some() && service.mode == Mode::Http {
             proxy_protocol_in_http(&at(&[Seg::Key("pool"), Seg::Index(k), Seg::Key("proxy_protocol")]), report);
         }
@@ -788,15 +802,15 @@ fn validate_routing(service: &Service, i: usize, report: &mut Report<'_>) {
         validate_outlier(pool.panic_threshold, pool.outlier.as_ref(), &pool_at, report);
         validate_pool(&service.routed_pool(pool), false, &pool_at, report);
     }
-    let known = |name: &str| names.contains_key(name);
-    let pool_names = || service.pools.iter().map(|p| p.name.as_str()).collect::<Vec<_>>().join(", ");
+    let known = |name: &str| names.contains_key(name) || shared.iter().any(|p| p.name == name);
+    let pool_names = || service.pools.iter().chain(shared).map(|p| p.name.as_str()).collect::<Vec<_>>().join(", ");
     if let Some(d) = service.default_pool.as_deref().filter(|d| !known(d)) {
-        report.error(&at(&[Seg::Key("default_pool")]), format!("default_pool {d:?} is not a pool of this service"), &format!("pools: {}", pool_names()));
+        report.error(&at(&[Seg::Key("default_pool")]), format!("default_pool {d:?} is not a pool of this service nor a shared [[pool]]"), &format!("pools: {}", pool_names()));
     }
     for (k, route) in service.routes.iter().enumerate() {
         let rat = |key| at(&[Seg::Key("route"), Seg::Index(k), Seg::Key(key)]);
         if let Some(pool) = route.pool.as_deref().filter(|p| !known(p)) {
-            report.error(&rat("pool"), format!("route to {pool:?}, which is not a pool of this service"), &format!("pools: {}", pool_names()));
+            report.error(&rat("pool"), format!("route to {pool:?}, which is not a pool of this service nor a shared [[pool]]"), &format!("pools: {}", pool_names()));
         }
         let when = &route.when;
         if tcp {

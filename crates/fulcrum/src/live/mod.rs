@@ -5,7 +5,9 @@
 //! the running one (`config::diff`): a service whose config is the same, whose certificate files
 //! did not change and whose servers' names did not move in DNS is the running one, untouched; in
 //! a changed service, a routed pool whose settings are the same is kept whole, so a balancer keeps
-//! its cursor and tables; the certificates of a changed service are read again only when their
+//! its cursor and tables; a shared pool (`[[pool]]`) is one pool of the generation, kept whole
+//! or rebuilt on its own settings, and a service that uses it gets a view of it (`Pool::view`),
+//! so editing a service leaves the pool's balancer and servers as they run; the certificates of a changed service are read again only when their
 //! files changed; and a server keeps its resolved address unless its address is new. Server state
 //! is looked up by stable key (service name, configured address), so counters and health carry
 //! over, and the new generation is swapped in whole. Connections in flight keep the `Arc` of the
@@ -48,6 +50,8 @@ pub use service_state::{ServiceGuard, ServiceState};
 pub struct Generation {
     pub config: Config,
     pub services: Vec<Arc<Service>>,
+    /// The shared pools (`[[pool]]`), in config order; services reach them through views.
+    pub shared: Vec<Arc<Pool>>,
     /// The process's connection budget, the same across generations (its limit follows the
     /// newest config).
     pub budget: Arc<Budget>,
@@ -65,11 +69,17 @@ impl Generation {
         self.services.iter().find(|s| s.listen == listen)
     }
 
-    /// Every pool with its service: each service's default pool, then the routed ones, in
-    /// config order.
-    pub fn pools(&self) -> impl Iterator<Item = (&Arc<Service>, &Arc<Pool>)> {
-        let defaults = self.services.iter().map(|s| (s, &s.pool));
-        defaults.chain(self.services.iter().flat_map(|s| s.pools.iter().map(move |p| (s, p))))
+    /// Every pool once, with its service: each service's default pool, then the routed ones, in
+    /// config order, then the shared pools (no one service's).
+    pub fn pools(&self) -> impl Iterator<Item = (Option<&Arc<Service>>, &Arc<Pool>)> {
+        let defaults = self.services.iter().map(|s| (Some(s), &s.pool));
+        let routed = self.services.iter().flat_map(|s| s.pools.iter().map(move |p| (Some(s), p)));
+        defaults.chain(routed).chain(self.shared.iter().map(|p| (None, p)))
+    }
+
+    /// The services that send traffic to the shared pool `name`.
+    pub fn users_of<'a>(&'a self, name: &'a str) -> impl Iterator<Item = &'a Arc<Service>> + 'a {
+        self.services.iter().filter(move |s| s.shared.iter().any(|p| p.config.name == name))
     }
 
     /// A per-client limit by its name.
@@ -82,7 +92,7 @@ impl Generation {
         self.services.iter().flat_map(|s| s.limits.iter().chain(s.route_limits.iter().flat_map(|r| r.iter())))
     }
 
-    /// A pool by its name: a service's, or a routed pool's `service/pool`.
+    /// A pool by its name: a service's, a routed pool's `service/pool`, or a shared pool's.
     pub fn pool(&self, name: &str) -> Option<&Arc<Pool>> {
         self.pools().map(|(_, p)| p).find(|p| p.config.name == name)
     }
@@ -220,6 +230,7 @@ impl Live {
 fn build(config: Config, registry: &mut Registry, budget: &Arc<Budget>, previous: Option<&Generation>, diff: &config::Diff, refresh: &Refresh) -> Result<Generation, BuildError> {
     let by_name: HashMap<&str, &Arc<Service>> = previous.iter().flat_map(|g| &g.services).map(|s| (s.config().name.as_str(), s)).collect();
     let changed: std::collections::HashSet<&str> = diff.changed.iter().map(|c| c.name.as_str()).collect();
+    let shared = build_shared(&config, registry, previous, refresh)?;
     let services = config
         .services
         .iter()
@@ -228,6 +239,7 @@ fn build(config: Config, registry: &mut Registry, budget: &Arc<Budget>, previous
             if let Some(running) = running
                 && !changed.contains(sc.name.as_str())
                 && unchanged(running, sc, refresh)
+                && running.shared.iter().all(|v| shared.iter().any(|p| p.same_tiers(v)))
             {
                 return Ok(running.clone());
             }
@@ -299,13 +311,33 @@ fn build(config: Config, registry: &mut Registry, budget: &Arc<Budget>, previous
             let routes = sc.routes.iter().map(|_| Arc::default()).collect();
             let limits = sc.limits.iter().map(|l| limiter(registry, l, &sc.name, None)).collect();
             let route_limits = sc.routes.iter().enumerate().map(|(k, r)| r.limits.iter().map(|l| limiter(registry, l, &sc.name, Some(k))).collect()).collect();
-            Ok(Arc::new(Service { config: sc.clone(), listen, pool, pools, tls, pages, access, tracer, routes, limits, route_limits }))
+            // Views of the shared pools it uses: made afresh, they hold no state of their own.
+            let views = sc.shared_names().filter_map(|n| shared.iter().find(|p| p.config.name == n)).map(|p| Arc::new(p.view(sc.shared_view(&p.config)))).collect();
+            Ok(Arc::new(Service { config: sc.clone(), listen, pool, pools, shared: views, tls, pages, access, tracer, routes, limits, route_limits }))
         })
         .collect::<Result<_, BuildError>>()?;
     let named: std::collections::HashSet<&str> =
         config.services.iter().flat_map(|s| s.limits.iter().chain(s.routes.iter().flat_map(|r| &r.limits))).map(|l| l.name.as_str()).collect();
     registry.limits.retain(|name, _| named.contains(name.as_str()));
-    Ok(Generation { config, services, budget: budget.clone() })
+    Ok(Generation { config, services, shared, budget: budget.clone() })
+}
+
+/// The shared pools of `config`: the running one of each name kept whole when its settings are
+/// the same (its balancer goes on), else built with its servers' state found by stable key.
+fn build_shared(config: &Config, registry: &mut Registry, previous: Option<&Generation>, refresh: &Refresh) -> Result<Vec<Arc<Pool>>, BuildError> {
+    let running = |name: &str| previous.and_then(|g| g.shared.iter().find(|p| p.config.name == name));
+    config
+        .pools
+        .iter()
+        .map(|pc| {
+            let settings = config.shared_pool(pc);
+            let old = running(&pc.name);
+            match kept(old, &settings, refresh) {
+                Some(p) => Ok(p),
+                None => Ok(Arc::new(build_pool(&settings, &[], registry, previous.is_some(), old.map(|p| &**p), refresh)?)),
+            }
+        })
+        .collect()
 }
 
 /// The running limit of this name when its settings, service and route are the same (its counts
@@ -398,7 +430,7 @@ fn build_pool(
         .map(|t| crate::tls::origin::Originator::load(t, sc.mode == config::Mode::Http, sc.protocol == config::ServerProtocol::H2).map(Arc::new))
         .transpose()
         .map_err(|cause| BuildError::Tls { service: sc.name.clone(), cause })?;
-    Ok(Pool { primary: Tier::new(primary, sc, &events), backup: Tier::new(backup, sc, &events), config: sc.clone(), state: shared, server_tls })
+    Ok(Pool { primary: Arc::new(Tier::new(primary, sc, &events)), backup: Arc::new(Tier::new(backup, sc, &events)), config: sc.clone(), state: shared, server_tls })
 }
 
 #[cfg(test)]
@@ -446,6 +478,49 @@ mod tests {
         let again = rt.apply(config::parse(&edited, "t.toml").unwrap()).unwrap();
         assert!(again.diff.is_empty());
         assert!(Arc::ptr_eq(&after.services[0], &rt.current().services[0]));
+    }
+
+    #[test]
+    fn services_sharing_a_pool_pick_over_one_balancer_and_an_edit_of_one_keeps_the_pool() {
+        let text = "[[pool]]\nname = \"back\"\nalgorithm = \"least-conn\"\n[pool.health]\nkind = \"none\"\n\
+                    [[pool.server]]\naddress = \"127.0.0.1:3001\"\n[[pool.server]]\naddress = \"127.0.0.1:3002\"\n\
+                    [[service]]\nname = \"web\"\nlisten = \"127.0.0.1:1000\"\nmode = \"http\"\ndefault_pool = \"back\"\n\
+                    [[service]]\nname = \"raw\"\nlisten = \"127.0.0.1:2000\"\ndefault_pool = \"back\"\n";
+        let rt = Live::new(config::parse(text, "t.toml").unwrap()).unwrap();
+        let before = rt.current();
+        assert_eq!(before.pools().filter(|(_, p)| p.config.name == "back").count(), 1, "one pool, listed once");
+        let (web, raw) = (&before.services[0], &before.services[1]);
+        let (a, b) = (web.default_pool(), raw.default_pool());
+        assert!(a.same_tiers(b) && a.same_tiers(&before.shared[0]));
+        assert_eq!((a.config.mode, b.config.mode), (config::Mode::Http, config::Mode::Tcp), "each service's own way of connecting");
+        // A connection held through one service counts for the other's least-conn pick.
+        let client = IpAddr::from([127, 0, 0, 1]);
+        let first = a.pick(client, None, &Avoid::default()).unwrap();
+        let _held = first.entry.state.try_reserve(0).unwrap();
+        let second = b.pick(client, None, &Avoid::default()).unwrap();
+        assert_ne!(first.entry.addr, second.entry.addr);
+        // Editing one service rebuilds it around the same pool: its servers, balancer and counts.
+        let edited = text.replace("mode = \"http\"\n", "mode = \"http\"\nconnect_timeout = \"3s\"\n");
+        let applied = rt.apply(config::parse(&edited, "t.toml").unwrap()).unwrap();
+        assert_eq!(applied.diff.describe(), "1 service changed (web)");
+        let after = rt.current();
+        assert!(Arc::ptr_eq(&before.shared[0], &after.shared[0]), "the shared pool is kept whole");
+        assert!(Arc::ptr_eq(&before.services[1], &after.services[1]), "raw untouched");
+        assert!(after.services[0].default_pool().same_tiers(&after.shared[0]));
+        // Editing the pool keeps its unchanged servers' state, and both services follow it.
+        let state = |g: &Generation, port: u16| g.pool("back").unwrap().servers().find(|e| e.addr.port() == port).unwrap().state.clone();
+        let weighted = edited.replace("address = \"127.0.0.1:3002\"\n", "address = \"127.0.0.1:3002\"\nweight = 3\n");
+        let applied = rt.apply(config::parse(&weighted, "t.toml").unwrap()).unwrap();
+        assert_eq!(applied.diff.describe(), "1 shared pool changed (back)");
+        let last = rt.current();
+        assert!(!Arc::ptr_eq(&after.shared[0], &last.shared[0]));
+        assert!(Arc::ptr_eq(&state(&after, 3001), &state(&last, 3001)) && Arc::ptr_eq(&state(&after, 3002), &state(&last, 3002)));
+        assert_eq!(state(&last, 3002).weight(), 3);
+        assert!(last.services.iter().all(|s| s.default_pool().same_tiers(&last.shared[0])), "every user dispatches to the new pool");
+        assert_eq!(
+            state(&last, 3001).counters.current.load(std::sync::atomic::Ordering::Relaxed) + state(&last, 3002).counters.current.load(std::sync::atomic::Ordering::Relaxed),
+            1
+        );
     }
 
     #[test]

@@ -1,7 +1,9 @@
 //! A pool of one generation: a group of servers with its algorithm and health, the primaries and
 //! the backups used only while no primary is usable, each tier with the balancer that picks in
 //! it. A service's own servers are its default pool; HTTP routes pick among its routed pools.
-//! Every mode dispatches to a pool (`proxy::dispatch`).
+//! Every mode dispatches to a pool (`proxy::dispatch`). A shared pool (`[[pool]]`) is one pool
+//! of the generation; each service that uses it dispatches through a view of it ([`Pool::view`]):
+//! the same tiers, balancers, servers and counters, with the service's way of connecting.
 
 use std::net::IpAddr;
 use std::sync::Arc;
@@ -197,13 +199,27 @@ pub struct Pool {
     /// Counters and the queue: the service's for its default pool, its own for a routed one
     /// (shown as the service `service/pool` in the stats).
     pub state: Arc<ServiceState>,
-    pub primary: Tier,
-    pub backup: Tier,
+    /// Shared with the views of a shared pool, so that every service's traffic moves one
+    /// balancer.
+    pub primary: Arc<Tier>,
+    pub backup: Arc<Tier>,
     /// `server_tls`: the TLS client side for the pool's servers.
     pub server_tls: Option<Arc<crate::tls::origin::Originator>>,
 }
 
 impl Pool {
+    /// This pool as a service that shares it dispatches to it: its tiers (servers, balancers),
+    /// counters, queue and TLS client, under `config`, the service's view of its settings
+    /// (`config::Service::shared_view`).
+    pub fn view(&self, config: config::PoolSettings) -> Pool {
+        Pool { config, state: self.state.clone(), primary: self.primary.clone(), backup: self.backup.clone(), server_tls: self.server_tls.clone() }
+    }
+
+    /// Whether `other` picks among the same tiers: the same pool, or a view of it.
+    pub fn same_tiers(&self, other: &Pool) -> bool {
+        Arc::ptr_eq(&self.primary, &other.primary)
+    }
+
     /// Picks a primary server, or a backup while no primary is usable; with `all_down =
     /// "use-all"`, any server in rotation while none at all is usable.
     pub fn pick(&self, client: IpAddr, hash: Option<u64>, avoid: &Avoid) -> Option<Picked> {

@@ -17,6 +17,9 @@ pub struct Service {
     pub pool: Arc<Pool>,
     /// The routed pools, in config order.
     pub pools: Vec<Arc<Pool>>,
+    /// The shared pools (`[[pool]]`) it uses, as it dispatches to them (`Pool::view`), in the
+    /// order of `config::Service::shared_names`.
+    pub shared: Vec<Arc<Pool>>,
     /// `[service.tls]`: this generation's certificates and handshake settings.
     pub tls: Option<Arc<crate::tls::Terminator>>,
     /// `error_pages`, read from their files.
@@ -58,9 +61,16 @@ impl Service {
         self.limits.iter().any(|l| l.config.on_connections(self.config.mode))
     }
 
-    /// A routed pool of this service by its name in the config.
+    /// A routed pool of this service by its name in the config: its own, else a shared one it
+    /// uses (the config names no pool both ways).
     pub fn routed(&self, name: &str) -> Option<&Arc<Pool>> {
-        self.config().pools.iter().position(|p| p.name == name).and_then(|i| self.pools.get(i))
+        let own = self.config().pools.iter().position(|p| p.name == name).and_then(|i| self.pools.get(i));
+        own.or_else(|| self.shared.iter().find(|p| p.config.name == name))
+    }
+
+    /// The pool of a connection no route picks for: `default_pool`, else its own servers.
+    pub fn default_pool(&self) -> &Arc<Pool> {
+        self.pool_for(None).0
     }
 
     /// The pool a matching route names, else `default_pool`, else the service's own servers;

@@ -47,6 +47,10 @@ pub struct Explanation {
     pub routes: Vec<RouteCheck>,
     /// The pool that serves it: `default` for the service's own servers.
     pub pool: String,
+    /// The pool is a shared `[[pool]]`: its servers, counts and balancer are those of every
+    /// service that names it.
+    #[serde(skip_serializing_if = "std::ops::Not::not")]
+    pub shared: bool,
     pub algorithm: &'static str,
     /// Hashing algorithms: what was hashed, and where it landed.
     #[serde(skip_serializing_if = "Option::is_none")]
@@ -210,7 +214,8 @@ pub fn explain(service: &Service, q: &Question) -> Result<Explanation, QuestionE
         }
     };
     let pool_name = pool_name.to_string();
-    Ok(Explanation { service: cfg.name.clone(), client, routes, pool: pool_name, algorithm: pc.algorithm.as_str(), key, affinity, candidates, panic, pick, why })
+    let shared = service.shared.iter().any(|p| std::sync::Arc::ptr_eq(p, pool));
+    Ok(Explanation { service: cfg.name.clone(), client, routes, pool: pool_name, shared, algorithm: pc.algorithm.as_str(), key, affinity, candidates, panic, pick, why })
 }
 
 /// Each route in order as the data path tries them: the first that `mismatch` has no reason
@@ -343,9 +348,11 @@ pub struct RecentPick {
     pub why: String,
 }
 
-/// The last picks of `service`'s pools, oldest first; at most `limit`, the latest ones.
+/// The last picks of `service`'s pools, oldest first; at most `limit`, the latest ones. A shared
+/// pool's are those of every service that uses it.
 pub fn recent(service: &Service, limit: usize) -> Vec<RecentPick> {
-    let pools = std::iter::once((&service.pool, "default")).chain(service.config().pools.iter().zip(&service.pools).map(|(c, p)| (p, c.name.as_str())));
+    let own = service.config().pools.iter().zip(&service.pools).map(|(c, p)| (p, c.name.as_str()));
+    let pools = std::iter::once((&service.pool, "default")).chain(own).chain(service.shared.iter().map(|p| (p, p.config.name.as_str())));
     let mut picks: Vec<(u64, u64, RecentPick)> = pools
         .flat_map(|(pool, name)| {
             pool.state.recent.read(limit).into_iter().map(move |r| {

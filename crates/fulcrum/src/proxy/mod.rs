@@ -223,8 +223,9 @@ async fn route_by_sni<'a>(service: &'a Service, client: &mut TcpStream, peer: So
 
 /// A TCP-mode connection whose TLS Fulcrum terminated: the decrypted bytes go to one server.
 async fn handle_tls(mut client: tokio_rustls::server::TlsStream<TcpStream>, peer: SocketAddr, service: Arc<Service>, shutdown: Shutdown) {
-    let Some((place, server)) = connect_server(&service, &service.pool, client.get_ref().0, peer, &[], &shutdown).await else { return };
-    match &service.pool.server_tls {
+    let pool = service.default_pool();
+    let Some((place, server)) = connect_server(&service, pool, client.get_ref().0, peer, &[], &shutdown).await else { return };
+    match &pool.server_tls {
         Some(origin) => {
             let Some(mut server) = secure(origin, server, &place, &service, peer).await else { return };
             copy_through(&mut client, &mut server, &place, &service, peer, &shutdown).await
@@ -288,13 +289,13 @@ fn handle(client: TcpStream, peer: SocketAddr, service: Arc<Service>, counted: (
     async move {
         let _counted = counted;
         let cfg = service.config();
-        if !cfg.routes.is_empty() || service.pool.server_tls.is_some() {
+        if !cfg.routes.is_empty() || service.default_pool().server_tls.is_some() {
             // Boxed: what pass-through and TLS to the servers hold is not the plain path's.
             return Box::pin(handle_routed(client, peer, &service, &shutdown)).await;
         }
         // The task's state is its largest await's: the connect and an FTP session are boxed, so an
         // established TCP connection's task holds only what forwarding needs.
-        let Some((place, server)) = connect_server(&service, &service.pool, &client, peer, &[], &shutdown).await else { return };
+        let Some((place, server)) = connect_server(&service, service.default_pool(), &client, peer, &[], &shutdown).await else { return };
         if cfg.mode == crate::config::Mode::Ftp {
             let entry = place.entry();
             let state = &entry.state;
@@ -343,7 +344,7 @@ fn handle(client: TcpStream, peer: SocketAddr, service: Arc<Service>, counted: (
 /// `server_tls` (the server is spoken to in TLS).
 async fn handle_routed(mut client: TcpStream, peer: SocketAddr, service: &Service, shutdown: &Shutdown) {
     let (pool, hello) = if service.config().routes.is_empty() {
-        (&*service.pool, Vec::new())
+        (&**service.default_pool(), Vec::new())
     } else {
         let routed = tokio::select! {
             r = route_by_sni(service, &mut client, peer) => r,

@@ -82,6 +82,13 @@ pub struct ServiceStats {
     /// budget refused.
     pub retries: u64,
     pub retries_over_budget: u64,
+    /// A shared pool's entry (`[[pool]]`, one row whichever service the traffic came in on):
+    /// the services that use it. Absent on a service's entries.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub shared_by: Option<Vec<String>>,
+    /// A service's own entry: the shared pools it sends traffic to, each shown in its own entry.
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub shared_pools: Vec<String>,
     /// `[service.tls]`: handshakes and certificates (the service's own entry only).
     #[serde(skip_serializing_if = "Option::is_none")]
     pub tls: Option<TlsStats>,
@@ -291,42 +298,48 @@ fn tls_stats(t: &crate::tls::Terminator, counters: &crate::tls::Counters) -> Tls
 
 pub fn snapshot(generation: &Generation) -> Snapshot {
     let now = unix_ms();
-    // A routed pool is listed as the service `service/pool`, on its service's address.
+    // A routed pool is listed as the service `service/pool`, on its service's address; a shared
+    // pool once, under its own name, with the services that use it.
     let services = generation
         .pools()
-        .map(|(service, s)| ServiceStats {
-            name: s.config.name.clone(),
-            enabled: service.config().enabled,
-            listen: service.listen.to_string(),
-            mode: s.config.mode.as_str(),
-            algorithm: s.config.algorithm.as_str(),
-            table_digest: s.primary.table_digest().map(|d| format!("{d:016x}")),
-            panic: s.panicking(),
-            current: s.state.current.load(Relaxed),
-            max: s.state.max.load(Relaxed),
-            total: s.state.total.load(Relaxed),
-            refused: s.state.refused.load(Relaxed),
-            sockmap_connections: s.state.sockmap.load(Relaxed),
-            maxconn: service.config().maxconn,
-            rate: s.state.rate.current(now / 1000),
-            rate_max: s.state.rate.max(),
-            rate_limit: Arc::ptr_eq(&service.pool, s).then(|| limits::session_limit(service)).flatten(),
-            queue: s.state.waiting(),
-            queue_max: s.state.queue_max.load(Relaxed),
-            queue_limit: (crate::proxy::listener::BACKLOG as usize * crate::proxy::workers::sockets_per_address()) as u32,
-            redispatches: s.state.redispatches.load(Relaxed),
-            retries: s.state.retries.load(Relaxed),
-            retries_over_budget: s.state.retries_over_budget.load(Relaxed),
-            tls: service.tls.as_ref().filter(|_| Arc::ptr_eq(&service.pool, s)).map(|t| tls_stats(t, &s.state.tls)),
-            http: (s.config.mode == crate::mode::Mode::Http && Arc::ptr_eq(&service.pool, s)).then(|| http_stats(service)),
-            servers: s
-                .primary
-                .servers
-                .iter()
-                .enumerate()
-                .map(|(i, e)| server(e, false, now, s.primary.metrics(i), s.config.mode))
-                .chain(s.backup.servers.iter().enumerate().map(|(i, e)| server(e, true, now, s.backup.metrics(i), s.config.mode)))
-                .collect(),
+        .map(|(service, s)| {
+            let own = service.filter(|service| Arc::ptr_eq(&service.pool, s));
+            ServiceStats {
+                name: s.config.name.clone(),
+                enabled: service.is_none_or(|service| service.config().enabled),
+                listen: service.map(|service| service.listen.to_string()).unwrap_or_default(),
+                mode: s.config.mode.as_str(),
+                algorithm: s.config.algorithm.as_str(),
+                table_digest: s.primary.table_digest().map(|d| format!("{d:016x}")),
+                panic: s.panicking(),
+                current: s.state.current.load(Relaxed),
+                max: s.state.max.load(Relaxed),
+                total: s.state.total.load(Relaxed),
+                refused: s.state.refused.load(Relaxed),
+                sockmap_connections: s.state.sockmap.load(Relaxed),
+                maxconn: service.map_or(0, |service| service.config().maxconn),
+                rate: s.state.rate.current(now / 1000),
+                rate_max: s.state.rate.max(),
+                rate_limit: own.and_then(|service| limits::session_limit(service)),
+                queue: s.state.waiting(),
+                queue_max: s.state.queue_max.load(Relaxed),
+                queue_limit: (crate::proxy::listener::BACKLOG as usize * crate::proxy::workers::sockets_per_address()) as u32,
+                redispatches: s.state.redispatches.load(Relaxed),
+                retries: s.state.retries.load(Relaxed),
+                retries_over_budget: s.state.retries_over_budget.load(Relaxed),
+                shared_by: service.is_none().then(|| generation.users_of(&s.config.name).map(|u| u.config().name.clone()).collect()),
+                shared_pools: own.map(|service| service.shared.iter().map(|p| p.config.name.clone()).collect()).unwrap_or_default(),
+                tls: own.and_then(|service| service.tls.as_ref().map(|t| tls_stats(t, &s.state.tls))),
+                http: own.filter(|_| s.config.mode == crate::mode::Mode::Http).map(|service| http_stats(service)),
+                servers: s
+                    .primary
+                    .servers
+                    .iter()
+                    .enumerate()
+                    .map(|(i, e)| server(e, false, now, s.primary.metrics(i), s.config.mode))
+                    .chain(s.backup.servers.iter().enumerate().map(|(i, e)| server(e, true, now, s.backup.metrics(i), s.config.mode)))
+                    .collect(),
+            }
         })
         .collect();
     let b = &generation.budget;

@@ -10,3 +10,4 @@ mod support;
 mod dashboard;
 mod front_door;
 mod protection;
+mod shared_pools;

@@ -38,6 +38,7 @@ mod recovery;
 mod reload;
 mod resolve;
 mod rules;
+mod shared_pools;
 mod sockmap;
 mod systemd;
 mod systemd_unit;

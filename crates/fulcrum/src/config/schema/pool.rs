@@ -1,8 +1,10 @@
-//! Routed pools (`[[service.pool]]`) and what a pool does when its servers fail or flap (`damping`, `all_down`).
+//! Routed pools (`[[service.pool]]`), shared pools (`[[pool]]`, the same fields) and what a pool does when its servers fail or flap (`damping`, `all_down`).
 
 use super::*;
 
-/// `[[service.pool]]`: a named group of servers with its own algorithm and health check.
+/// `[[service.pool]]`: a named group of servers with its own algorithm and health check; at the
+/// top level, `[[pool]]`, one that several services share (what it leaves unset is then the
+/// default, not a service's: `config::PoolSettings::shared`).
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct Pool {
