@@ -55,6 +55,8 @@ pub struct App {
     /// With `reuse_port` and more than one worker: the workers that each accept on a socket of
     /// every address. `None`: one accept loop per address on the runtime that runs the app.
     workers: Option<proxy::workers::Workers>,
+    /// The admin API's control socket (`[admin] socket`), rebound when a reload moves it.
+    admin_socket: std::sync::OnceLock<admin::socket::Socket<App>>,
 }
 
 impl App {
@@ -71,9 +73,9 @@ impl App {
             })
             .await??,
         );
-        let admin_listener = match &admin_cfg {
-            Some(a) => {
-                let addr: SocketAddr = a.listen.parse().map_err(|cause| StartError::AdminAddress { listen: a.listen.clone(), cause })?;
+        let admin_listener = match admin_cfg.as_ref().and_then(|a| a.tcp_listen()) {
+            Some(listen) => {
+                let addr: SocketAddr = listen.parse().map_err(|cause| StartError::AdminAddress { listen, cause })?;
                 let l = tokio::net::TcpListener::bind(addr).await.map_err(|cause| StartError::AdminBind { address: addr, cause })?;
                 let bound = l.local_addr().map_err(|cause| StartError::AdminBind { address: addr, cause })?;
                 Some((l, bound))
@@ -101,6 +103,7 @@ impl App {
             history: stats::history::History::default(),
             fleet: fleet.clone(),
             workers,
+            admin_socket: std::sync::OnceLock::new(),
         });
         // From here, balancer updates run on their own thread, off the tasks that change servers.
         if let Err(e) = crate::balance::events::start_updates() {
@@ -123,6 +126,8 @@ impl App {
             info!(%addr, "admin API listening");
             tokio::spawn(admin::serve(listener, app.clone()));
         }
+        let socket = app.admin_socket.get_or_init(|| admin::socket::Socket::new(Arc::downgrade(&app)));
+        socket.follow(&app.live.current().config).await?;
         if let (Some(fleet), Some(installs)) = (fleet, installs) {
             tokio::spawn(apply_installs(Arc::downgrade(&app), installs));
             tokio::spawn(fleet.run(admin_addr, shutdown.stopping().clone()));
@@ -203,13 +208,17 @@ impl App {
             let _ = tokio::task::spawn_blocking(move || proxy::sockmap::prepare(&wanted)).await;
         }
         let running = self.live.current();
-        if config.admin != running.config.admin {
+        if config.admin.as_ref().map(admin::socket::without_socket) != running.config.admin.as_ref().map(admin::socket::without_socket) {
             warn!("admin listener changes take effect at the next restart");
         }
         if (config.workers, config.reuse_port) != (running.config.workers, running.config.reuse_port) {
             warn!("workers and reuse_port changes take effect at the next restart");
         }
         drop(running);
+        // The control socket moves first, so a path it cannot take refuses the config whole.
+        if let Some(socket) = self.admin_socket.get() {
+            socket.follow(&config).await?;
+        }
         let wanted: Vec<(String, SocketAddr)> = config.services.iter().filter(|s| s.enabled).filter_map(|s| s.listen.parse().ok().map(|a| (s.name.clone(), a))).collect();
         let mut bound = Vec::new();
         {

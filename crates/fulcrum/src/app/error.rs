@@ -11,6 +11,7 @@ use std::path::PathBuf;
 use tokio::task::JoinError;
 
 use crate::admin::AuthError;
+use crate::admin::socket::SocketError;
 use crate::config::{ChangeError, Diagnostics};
 use crate::live::BuildError;
 
@@ -24,6 +25,8 @@ pub enum StartError {
     AdminBind { address: SocketAddr, cause: std::io::Error },
     #[error(transparent)]
     Auth(#[from] AuthError),
+    #[error(transparent)]
+    AdminSocket(#[from] SocketError),
     #[error("service {service}: cannot listen on {address}: {cause}")]
     Bind { service: String, address: SocketAddr, cause: std::io::Error },
     #[error("cannot start the worker threads of reuse_port: {0}")]
@@ -52,6 +55,8 @@ pub enum ControlError {
     Build(#[from] BuildError),
     #[error("service {service}: cannot listen on {address}: {cause}; the running config stays")]
     Bind { service: String, address: SocketAddr, cause: std::io::Error },
+    #[error("{0}; the running config stays")]
+    AdminSocket(#[from] SocketError),
     #[error("cannot save the config: {cause}")]
     Save { file: PathBuf, cause: std::io::Error },
     #[error("listener table poisoned")]
