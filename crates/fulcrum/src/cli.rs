@@ -1,4 +1,4 @@
-//! Subcommands: `run`, `check`, `demo`, `lab`, `backend`, `hash-password`, `fleet`.
+//! Subcommands: `run`, `check`, `demo`, `lab`, `backend`, `hash-password`, `fleet`, `ctl`.
 
 use std::path::PathBuf;
 use std::process::ExitCode;
@@ -54,6 +54,9 @@ pub enum Command {
     HashPassword,
     /// The fleet's config in etcd: import a config file's services, export them.
     Fleet(crate::fleet::cli::FleetArgs),
+    /// Drive a running instance over its control socket (or admin listener): enable, disable,
+    /// drain, weight, stats, reload, save, explain...
+    Ctl(crate::ctl::CtlArgs),
 }
 
 pub fn main() -> ExitCode {
@@ -62,6 +65,7 @@ pub fn main() -> ExitCode {
     init_tracing(&cli.log, cli.log_format);
     let result = match cli.command {
         Command::Check { configs } => return check(&configs),
+        Command::Ctl(args) => return runtime(1, false).map_or(ExitCode::FAILURE, |rt| rt.block_on(crate::ctl::run(args))),
         Command::Run { config } => run(config),
         Command::Demo(args) => {
             crate::live::budget::raise_descriptor_limit();

@@ -17,6 +17,7 @@ mod balancing;
 mod body_limit;
 mod check_cli;
 mod compression;
+mod control_socket;
 mod demo;
 mod error_pages;
 mod explain;
