@@ -14,6 +14,7 @@
 //! The admin listener reaches the process only through the [`admin::Control`] it implements.
 
 mod error;
+pub mod privilege;
 mod resolve;
 pub mod systemd;
 
@@ -211,6 +212,7 @@ impl App {
         if config.admin.as_ref().map(admin::socket::without_socket) != running.config.admin.as_ref().map(admin::socket::without_socket) {
             warn!("admin listener changes take effect at the next restart");
         }
+        privilege::warn_changes(&running.config, &config);
         if (config.workers, config.reuse_port) != (running.config.workers, running.config.reuse_port) {
             warn!("workers and reuse_port changes take effect at the next restart");
         }

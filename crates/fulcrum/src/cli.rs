@@ -133,11 +133,21 @@ fn runtime(workers: usize, reuse_port: bool) -> anyhow::Result<tokio::runtime::R
 
 fn run(path: PathBuf) -> anyhow::Result<()> {
     let loaded = config::load(&path).map_err(|d| anyhow::anyhow!("invalid config:\n{d}"))?;
+    // Who the process runs as: refused as root without `user` or `allow_root`, or switched
+    // before the runtime's threads start (keeping a capability) or once the listeners are bound.
+    let switch = crate::app::privilege::plan(&loaded.config)?;
     crate::live::budget::raise_descriptor_limit();
+    if let Some(plan) = switch.as_ref().filter(|p| p.early()) {
+        crate::admin::socket::prepare_directory(&loaded.config)?;
+        plan.switch()?;
+    }
     let rt = runtime(loaded.config.workers, loaded.config.reuse_port)?;
     rt.block_on(async move {
         let signals = crate::app::Signals::install()?;
         let app = App::start(loaded.config, Some(path), Shutdown::new()).await?;
+        if let Some(plan) = switch.filter(|p| !p.early()) {
+            plan.switch()?;
+        }
         let services = app.live.current().services.len();
         crate::app::systemd::ready(&format!("serving {services} service{}", if services == 1 { "" } else { "s" }));
         app.run_until_signal(signals).await?;

@@ -130,15 +130,7 @@ fn make(settings: &Settings) -> Result<(std::os::unix::net::UnixListener, Placed
         Some(name) => Some(account::group_id(name).map_err(refused)?),
         None => owner.as_ref().map(|o| o.gid),
     };
-    let parent = path.parent().filter(|p| !p.as_os_str().is_empty()).ok_or_else(|| refused("has no directory".into()))?;
-    if !parent.exists() {
-        std::fs::create_dir_all(parent).map_err(io("create its directory"))?;
-        // Others need to pass through to reach the socket; the socket's own mode guards it.
-        std::fs::set_permissions(parent, std::fs::Permissions::from_mode(0o755)).map_err(io("set its directory's permissions"))?;
-        if let Some(o) = &owner {
-            std::os::unix::fs::chown(parent, Some(o.uid.as_raw()), Some(o.gid.as_raw())).map_err(io("give its directory to the user"))?;
-        }
-    }
+    directory(path, owner.as_ref())?;
     // Bound under a name of its own and moved into place once its mode and owner are set, so
     // the path never has the umask's permissions.
     let mut name = path.file_name().unwrap_or_default().to_os_string();
@@ -161,6 +153,35 @@ fn make(settings: &Settings) -> Result<(std::os::unix::net::UnixListener, Placed
         SocketError::Io { path: path.clone(), doing: "set up", cause }
     })?;
     Ok((listener, placed))
+}
+
+/// Creates the directory of the socket `config` names when it is missing, owned by its `user`:
+/// what `fulcrum run` does before it switches to that user early (`app::privilege`), since
+/// creating it may take root. Blocking.
+pub fn prepare_directory(config: &Config) -> Result<(), SocketError> {
+    let Some(settings) = Settings::of(config) else { return Ok(()) };
+    let owner = match &settings.user {
+        Some((user, group)) => Some(account::account(user, group.as_deref()).map_err(|why| SocketError::Refused { path: settings.path.clone(), why })?),
+        None => None,
+    };
+    directory(&settings.path, owner.as_ref())
+}
+
+/// Creates the directory of `path` when missing, given to `owner`, so that the process can still
+/// replace and remove the socket once it runs as that user.
+fn directory(path: &Path, owner: Option<&account::Account>) -> Result<(), SocketError> {
+    let io = |doing| move |cause| SocketError::Io { path: path.to_path_buf(), doing, cause };
+    let parent = path.parent().filter(|p| !p.as_os_str().is_empty()).ok_or_else(|| SocketError::Refused { path: path.to_path_buf(), why: "has no directory".into() })?;
+    if parent.exists() {
+        return Ok(());
+    }
+    std::fs::create_dir_all(parent).map_err(io("create its directory"))?;
+    // Others need to pass through to reach the socket; the socket's own mode guards it.
+    std::fs::set_permissions(parent, std::fs::Permissions::from_mode(0o755)).map_err(io("set its directory's permissions"))?;
+    if let Some(o) = owner {
+        std::os::unix::fs::chown(parent, Some(o.uid.as_raw()), Some(o.gid.as_raw())).map_err(io("give its directory to the user"))?;
+    }
+    Ok(())
 }
 
 /// Removes what a process that died left at `path`, if it is a socket; anything else is refused.

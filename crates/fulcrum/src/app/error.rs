@@ -10,6 +10,7 @@ use std::path::PathBuf;
 
 use tokio::task::JoinError;
 
+use super::privilege::bind_hint;
 use crate::admin::AuthError;
 use crate::admin::socket::SocketError;
 use crate::config::{ChangeError, Diagnostics};
@@ -27,7 +28,7 @@ pub enum StartError {
     Auth(#[from] AuthError),
     #[error(transparent)]
     AdminSocket(#[from] SocketError),
-    #[error("service {service}: cannot listen on {address}: {cause}")]
+    #[error("service {service}: cannot listen on {address}: {cause}{}", bind_hint(address, cause))]
     Bind { service: String, address: SocketAddr, cause: std::io::Error },
     #[error("cannot start the worker threads of reuse_port: {0}")]
     Workers(std::io::Error),
@@ -53,7 +54,7 @@ pub enum ControlError {
     Change(#[from] ChangeError),
     #[error(transparent)]
     Build(#[from] BuildError),
-    #[error("service {service}: cannot listen on {address}: {cause}; the running config stays")]
+    #[error("service {service}: cannot listen on {address}: {cause}{}; the running config stays", bind_hint(address, cause))]
     Bind { service: String, address: SocketAddr, cause: std::io::Error },
     #[error("{0}; the running config stays")]
     AdminSocket(#[from] SocketError),

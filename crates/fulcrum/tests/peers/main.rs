@@ -33,6 +33,7 @@ mod lab;
 mod limits;
 mod outlier;
 mod passive;
+mod privilege;
 mod proxy_protocol;
 mod recovery;
 mod reload;
