@@ -65,7 +65,10 @@ pub fn main() -> ExitCode {
     init_tracing(&cli.log, cli.log_format);
     let result = match cli.command {
         Command::Check { configs } => return check(&configs),
-        Command::Ctl(args) => return runtime(1, false).map_or(ExitCode::FAILURE, |rt| rt.block_on(crate::ctl::run(args))),
+        Command::Ctl(args) => match runtime(1, false) {
+            Ok(rt) => return rt.block_on(crate::ctl::run(args)),
+            Err(e) => Err(e),
+        },
         Command::Run { config } => run(config),
         Command::Demo(args) => {
             crate::live::budget::raise_descriptor_limit();

@@ -54,7 +54,7 @@ struct Bound {
 
 /// What the socket is made from: the `[admin]` keys of the socket, and the user the process
 /// runs as (the owner of what it creates).
-#[derive(Debug, Clone, PartialEq)]
+#[derive(Debug, Clone)]
 struct Settings {
     path: PathBuf,
     mode: u32,
@@ -70,6 +70,18 @@ impl Settings {
         let mode = admin.socket_permissions().unwrap_or(0o600);
         Some(Settings { path, mode, group: admin.socket_group.clone(), user: config.user.clone().map(|u| (u, config.group.clone())) })
     }
+
+    /// Whether `other` makes the same socket. Who the process runs as is settled at start, so a
+    /// reload that names another `user` leaves the socket as it is.
+    fn same_socket(&self, other: &Settings) -> bool {
+        (&self.path, self.mode, &self.group) == (&other.path, other.mode, &other.group)
+    }
+
+    /// The user the process runs as, who owns what is made for it.
+    fn owner(&self) -> Result<Option<account::Account>, SocketError> {
+        let Some((user, group)) = &self.user else { return Ok(None) };
+        account::account(user, group.as_deref()).map(Some).map_err(|why| SocketError::Refused { path: self.path.clone(), why })
+    }
 }
 
 impl<C: Control> Socket<C> {
@@ -82,8 +94,10 @@ impl<C: Control> Socket<C> {
     pub async fn follow(&self, config: &Config) -> Result<(), SocketError> {
         let wanted = Settings::of(config);
         let mut bound = self.bound.lock().await;
-        if bound.as_ref().map(|b| &b.settings) == wanted.as_ref() {
-            return Ok(());
+        match (bound.as_ref(), wanted.as_ref()) {
+            (None, None) => return Ok(()),
+            (Some(b), Some(w)) if b.settings.same_socket(w) => return Ok(()),
+            _ => {}
         }
         let Some(control) = self.control.upgrade() else { return Ok(()) };
         let old = bound.take();
@@ -122,10 +136,7 @@ fn make(settings: &Settings) -> Result<(std::os::unix::net::UnixListener, Placed
     let path = &settings.path;
     let io = |doing| move |cause| SocketError::Io { path: path.clone(), doing, cause };
     let refused = |why: String| SocketError::Refused { path: path.clone(), why };
-    let owner = match &settings.user {
-        Some((user, group)) => Some(account::account(user, group.as_deref()).map_err(refused)?),
-        None => None,
-    };
+    let owner = settings.owner()?;
     let group = match &settings.group {
         Some(name) => Some(account::group_id(name).map_err(refused)?),
         None => owner.as_ref().map(|o| o.gid),
@@ -160,11 +171,7 @@ fn make(settings: &Settings) -> Result<(std::os::unix::net::UnixListener, Placed
 /// creating it may take root. Blocking.
 pub fn prepare_directory(config: &Config) -> Result<(), SocketError> {
     let Some(settings) = Settings::of(config) else { return Ok(()) };
-    let owner = match &settings.user {
-        Some((user, group)) => Some(account::account(user, group.as_deref()).map_err(|why| SocketError::Refused { path: settings.path.clone(), why })?),
-        None => None,
-    };
-    directory(&settings.path, owner.as_ref())
+    directory(&settings.path, settings.owner()?.as_ref())
 }
 
 /// Creates the directory of `path` when missing, given to `owner`, so that the process can still

@@ -5,6 +5,7 @@
 //! `fulcrum run` refuses unless `allow_root`; `fulcrum check` names a user that does not exist.
 
 use std::net::{SocketAddr, TcpListener};
+use std::os::unix::fs::MetadataExt;
 use std::process::Command;
 use std::time::Duration;
 
@@ -59,8 +60,16 @@ fn get(addr: SocketAddr) -> (u16, String) {
 fn started_as_root_with_a_user_every_thread_runs_as_it_and_a_low_port_needs_the_capability() {
     let b = Backend::start("priv");
     let top = "user = \"nobody\"\ngroup = \"nogroup\"\nworkers = 2\n";
-    let f = Fulcrum::start(&config(top, &b, None));
+    let socket = scratch("priv-socket").join("run/admin.sock");
+    let f = Fulcrum::start_with_admin(&config(top, &b, None), &format!("socket = \"{}\"", socket.display()), None);
     f.wait_all_up();
+    // The control socket and the directory made for it are the user's, so it can remove them.
+    for made in [&socket, socket.parent().unwrap()] {
+        let m = std::fs::symlink_metadata(made).unwrap();
+        assert_eq!((m.uid(), m.gid()), (NOBODY, NOBODY), "owner of {}", made.display());
+    }
+    let (ok, out, err) = crate::control_socket::ctl(&["--socket", socket.to_str().unwrap(), "stats"]);
+    assert!(ok && out.contains("web on"), "{out} {err}");
     assert_runs_as_nobody(&f, "0000000000000000");
     assert!(f.log().contains("running as an unprivileged user"), "{}", f.log());
     let (status, body) = get(f.listen);
@@ -82,6 +91,11 @@ fn started_as_root_with_a_user_every_thread_runs_as_it_and_a_low_port_needs_the_
     let log = f.log();
     assert!(log.contains(&format!("cannot listen on {low}: Permission denied")) && log.contains("keep_capabilities = [\"net_bind_service\"]"), "{log}");
     assert_eq!(get(f.listen).0, 200, "the running config stays");
+
+    let mut f = f;
+    f.signal(libc_sig::TERM);
+    assert!(f.wait_exit(Duration::from_secs(20)).is_some(), "fulcrum exits");
+    assert!(!socket.exists(), "the user removed its socket at exit");
 }
 
 #[test]
