@@ -102,8 +102,12 @@ async fn execute(args: &CtlArgs) -> anyhow::Result<bool> {
     let target = target(args)?;
     let (method, path, body) = request_of(&args.command);
     let answer = client::request(&target, method, &path, body).await?;
-    let json = answer.json();
+    let mut json = answer.json();
     let ok = (200..300).contains(&answer.status);
+    // `stats SERVICE` keeps that service's part, in JSON as in tables.
+    if let (CtlCommand::Stats { service: Some(name) }, Some(services)) = (&args.command, json.get_mut("services").and_then(|s| s.as_array_mut())) {
+        services.retain(|s| s.get("name").and_then(|n| n.as_str()) == Some(name.as_str()));
+    }
     if args.json {
         println!("{}", serde_json::to_string_pretty(&json)?);
     } else if !ok {
