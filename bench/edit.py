@@ -22,7 +22,7 @@ FIRST_PORT = 20000
 
 
 def config(services, servers, tls, cert, key):
-    out = ["[admin]", f'listen = "127.0.0.1:{ADMIN_PORT}"', ""]
+    out = ["allow_root = true", "", "[admin]", f'listen = "127.0.0.1:{ADMIN_PORT}"', ""]
     for i in range(services):
         out += ["[[service]]", f'name = "s{i}"', f'listen = "127.0.0.1:{FIRST_PORT + i}"', 'mode = "http"', "[service.health]", 'kind = "none"']
         if i < tls:

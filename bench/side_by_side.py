@@ -188,7 +188,7 @@ class Balancer:
             if self.name == "fulcrum-sockmap":
                 extra = 'fast_path = "sockmap"\n'
             top = "reuse_port = true\n" if self.name == "fulcrum-reuseport" else ""
-            service = (f'workers = {self.workers}\n{top}[[service]]\nname = "bench"\nlisten = "127.0.0.1:{self.port}"\n'
+            service = (f'{root_line(exe)}workers = {self.workers}\n{top}[[service]]\nname = "bench"\nlisten = "127.0.0.1:{self.port}"\n'
                        f'algorithm = "round-robin"\nclient_timeout = "10m"\nserver_timeout = "10m"\n{extra}')
             if http:
                 service += 'mode = "http"\n[service.http]\naccess_log = "off"\nhead_timeout = "10m"\nkeepalive_idle = "10m"\n'
@@ -264,6 +264,16 @@ class Edited(Balancer):
         if check.returncode != 0:
             raise SystemExit(f"bench: the {self.name} config does not pass check:\n{check.stderr}")
         return cmd
+
+
+def root_line(exe):
+    """`allow_root = true` for a Fulcrum that knows the key (the bench runs as root, which `run`
+    refuses without it), nothing for an older baseline build that would reject it."""
+    probe = Path(tempfile.mkdtemp()) / "probe.toml"
+    probe.write_text("allow_root = true\n")
+    known = subprocess.run([str(exe), "check", str(probe)], capture_output=True).returncode == 0
+    shutil.rmtree(probe.parent, ignore_errors=True)
+    return "allow_root = true\n" if known else ""
 
 
 def haproxy_config(workers, mode, bind):

@@ -49,7 +49,7 @@ class TlsBalancer:
         servers = self.sbs.SERVERS
         if self.name == "fulcrum":
             (d / "fulcrum.toml").write_text(
-                f'workers = 1\n[[service]]\nname = "bench"\nlisten = "127.0.0.1:{self.port}"\nalgorithm = "round-robin"\n'
+                f'allow_root = true\nworkers = 1\n[[service]]\nname = "bench"\nlisten = "127.0.0.1:{self.port}"\nalgorithm = "round-robin"\n'
                 f'client_timeout = "10m"\nserver_timeout = "10m"\nmode = "http"\n'
                 f'[service.http]\naccess_log = "off"\nhead_timeout = "10m"\nkeepalive_idle = "10m"\n'
                 f'[service.tls]\n[[service.tls.certificate]]\ncert = "{cert}"\nkey = "{key}"\n'

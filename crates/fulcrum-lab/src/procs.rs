@@ -47,7 +47,7 @@ impl Fulcrum {
     fn start_once(dir: &Path, tag: &str, service: &str) -> anyhow::Result<Fulcrum> {
         let listen = free_addr()?;
         let admin = free_addr()?;
-        let config = format!("[admin]\nlisten = \"{admin}\"\n\n{}", service.replace("{LISTEN}", &listen.to_string()));
+        let config = format!("allow_root = true\n\n[admin]\nlisten = \"{admin}\"\n\n{}", service.replace("{LISTEN}", &listen.to_string()));
         let path = dir.join(format!("fulcrum-{tag}.toml"));
         std::fs::write(&path, config).with_context(|| format!("cannot write {}", path.display()))?;
         let log = dir.join(format!("fulcrum-{tag}.log"));

@@ -15,6 +15,7 @@
 
 pub mod audit;
 mod error;
+pub mod privilege;
 mod resolve;
 pub mod systemd;
 /// Takes its handover socket over from the descriptor number the old process names.
@@ -49,7 +50,7 @@ pub struct App {
     /// The accept loops of each configured listen address.
     listeners: Mutex<HashMap<SocketAddr, Listening>>,
     /// A copy of the admin listener's socket, for a new binary to take over (`upgrade`).
-    admin_socket: Mutex<Option<(SocketAddr, OwnedFd)>>,
+    admin_copy: Mutex<Option<(SocketAddr, OwnedFd)>>,
     /// Set while a new binary is being started; cancelled once it serves, when this process stops
     /// accepting and drains.
     upgrading: AtomicBool,
@@ -67,6 +68,8 @@ pub struct App {
     /// With `reuse_port` and more than one worker: the workers that each accept on a socket of
     /// every address. `None`: one accept loop per address on the runtime that runs the app.
     workers: Option<proxy::workers::Workers>,
+    /// The admin API's control socket (`[admin] socket`), rebound when a reload moves it.
+    admin_socket: std::sync::OnceLock<admin::socket::Socket<App>>,
     /// Every change, reload and save, and who made it.
     pub trail: audit::Trail,
     /// What the config file holds, as last read or saved, and the edits made since through the
@@ -113,9 +116,9 @@ impl App {
             })
             .await??,
         );
-        let admin_listener = match &admin_cfg {
-            Some(a) => {
-                let addr: SocketAddr = a.listen.parse().map_err(|cause| StartError::AdminAddress { listen: a.listen.clone(), cause })?;
+        let admin_listener = match admin_cfg.as_ref().and_then(|a| a.tcp_listen()) {
+            Some(listen) => {
+                let addr: SocketAddr = listen.parse().map_err(|cause| StartError::AdminAddress { listen, cause })?;
                 let l = match inherited.as_mut().and_then(|i| i.admin(addr)) {
                     Some(l) => l.set_nonblocking(true).and_then(|()| tokio::net::TcpListener::from_std(l)),
                     None => tokio::net::TcpListener::bind(addr).await,
@@ -141,7 +144,7 @@ impl App {
             shutdown: shutdown.clone(),
             path,
             listeners: Mutex::default(),
-            admin_socket: Mutex::new(admin_listener.as_ref().and_then(|(_, _, copy)| copy.1.try_clone().ok().map(|fd| (copy.0, fd)))),
+            admin_copy: Mutex::new(admin_listener.as_ref().and_then(|(_, _, copy)| copy.1.try_clone().ok().map(|fd| (copy.0, fd)))),
             upgrading: AtomicBool::new(false),
             upgraded: CancellationToken::new(),
             checks: health::Checks::default(),
@@ -153,6 +156,7 @@ impl App {
             workers,
             trail,
             file: Mutex::new(file),
+            admin_socket: std::sync::OnceLock::new(),
         });
         // From here, balancer updates run on their own thread, off the tasks that change servers.
         if let Err(e) = crate::balance::events::start_updates() {
@@ -185,6 +189,8 @@ impl App {
             info!(%addr, "admin API listening");
             tokio::spawn(admin::serve(listener, app.clone()));
         }
+        let socket = app.admin_socket.get_or_init(|| admin::socket::Socket::new(Arc::downgrade(&app)));
+        socket.follow(&app.live.current().config).await?;
         if let (Some(fleet), Some(installs)) = (fleet, installs) {
             tokio::spawn(apply_installs(Arc::downgrade(&app), installs));
             tokio::spawn(fleet.run(admin_addr, shutdown.stopping().clone()));
@@ -274,7 +280,7 @@ impl App {
             Ok(l) => l.iter().map(|(addr, l)| (*addr, l.sockets.iter().filter_map(|fd| fd.try_clone().ok()).collect())).collect(),
             Err(_) => return Err(ControlError::Poisoned),
         };
-        let admin = self.admin_socket.lock().ok().and_then(|a| a.as_ref().and_then(|(addr, fd)| fd.try_clone().ok().map(|fd| (*addr, fd))));
+        let admin = self.admin_copy.lock().ok().and_then(|a| a.as_ref().and_then(|(addr, fd)| fd.try_clone().ok().map(|fd| (*addr, fd))));
         let generation = self.live.current();
         info!("upgrade: starting the new binary and handing it {} listen addresses", sockets.len());
         let handed = tokio::task::spawn_blocking(move || upgrade::hand_over(&sockets, admin, &generation)).await.map_err(upgrade::UpgradeError::from).and_then(|r| r);
@@ -409,13 +415,18 @@ impl App {
             let _ = tokio::task::spawn_blocking(move || proxy::sockmap::prepare(&wanted)).await;
         }
         let running = self.live.current();
-        if config.admin != running.config.admin {
+        if config.admin.as_ref().map(admin::socket::without_socket) != running.config.admin.as_ref().map(admin::socket::without_socket) {
             warn!("admin listener changes take effect at the next restart");
         }
+        privilege::warn_changes(&running.config, &config);
         if (config.workers, config.reuse_port) != (running.config.workers, running.config.reuse_port) {
             warn!("workers and reuse_port changes take effect at the next restart");
         }
         drop(running);
+        // The control socket moves first, so a path it cannot take refuses the config whole.
+        if let Some(socket) = self.admin_socket.get() {
+            socket.follow(&config).await?;
+        }
         let wanted: Vec<(String, SocketAddr)> = config.services.iter().filter(|s| s.enabled).filter_map(|s| s.listen.parse().ok().map(|a| (s.name.clone(), a))).collect();
         let mut bound = Vec::new();
         {
@@ -542,7 +553,7 @@ impl App {
         if let Ok(mut listeners) = self.listeners.lock() {
             listeners.drain().for_each(|(_, l)| l.stop.cancel());
         }
-        if let Ok(mut admin) = self.admin_socket.lock() {
+        if let Ok(mut admin) = self.admin_copy.lock() {
             admin.take();
         }
         self.checks.stop();

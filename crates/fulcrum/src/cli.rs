@@ -1,4 +1,4 @@
-//! Subcommands: `run`, `check`, `demo`, `lab`, `backend`, `hash-password`, `fleet`.
+//! Subcommands: `run`, `check`, `demo`, `lab`, `backend`, `hash-password`, `fleet`, `ctl`.
 
 use std::path::PathBuf;
 use std::process::ExitCode;
@@ -54,6 +54,9 @@ pub enum Command {
     HashPassword,
     /// The fleet's config in etcd: import a config file's services, export them.
     Fleet(crate::fleet::cli::FleetArgs),
+    /// Drive a running instance over its control socket (or admin listener): enable, disable,
+    /// drain, weight, stats, reload, save, explain...
+    Ctl(crate::ctl::CtlArgs),
 }
 
 pub fn main() -> ExitCode {
@@ -63,6 +66,10 @@ pub fn main() -> ExitCode {
     init_tracing(&cli.log, cli.log_format);
     let result = match cli.command {
         Command::Check { configs } => return check(&configs),
+        Command::Ctl(args) => match runtime(1, false) {
+            Ok(rt) => return rt.block_on(crate::ctl::run(args)),
+            Err(e) => Err(e),
+        },
         Command::Run { config } => run(config),
         Command::Demo(args) => {
             crate::live::budget::raise_descriptor_limit();
@@ -129,34 +136,37 @@ fn runtime(workers: usize, reuse_port: bool) -> anyhow::Result<tokio::runtime::R
 }
 
 fn run(path: PathBuf) -> anyhow::Result<()> {
-    // Started by a running Fulcrum to take its place (`app::upgrade`): its sockets and servers.
+    // Started by a running Fulcrum to take its place (`app::upgrade`): its sockets and servers,
+    // and where to say whether this process serves; any error on the way is said there too.
     let (inherited, answer) = crate::app::upgrade::Inherited::take().context("cannot take over from the running process")?.unzip();
-    let loaded = match config::load(&path) {
-        Ok(l) => l,
-        Err(d) => {
-            let error = format!("invalid config:\n{d}");
-            if let Some(a) = answer {
-                a.fail(&error);
-            }
-            anyhow::bail!(error);
-        }
-    };
+    let mut answer = answer;
+    let result = serve(path, inherited, &mut answer);
+    if let (Err(e), Some(a)) = (&result, answer.take()) {
+        a.fail(&format!("{e:#}"));
+    }
+    result
+}
+
+fn serve(path: PathBuf, inherited: Option<crate::app::upgrade::Inherited>, answer: &mut Option<crate::app::upgrade::Answer>) -> anyhow::Result<()> {
+    let loaded = config::load(&path).map_err(|d| anyhow::anyhow!("invalid config:\n{d}"))?;
+    // Who the process runs as: refused as root without `user` or `allow_root`, or switched
+    // before the runtime's threads start (keeping a capability) or once the listeners are bound.
+    let switch = crate::app::privilege::plan(&loaded.config)?;
     crate::live::budget::raise_descriptor_limit();
+    if let Some(plan) = switch.as_ref().filter(|p| p.early()) {
+        crate::admin::socket::prepare_directory(&loaded.config)?;
+        plan.switch()?;
+    }
     let rt = runtime(loaded.config.workers, loaded.config.reuse_port)?;
     rt.block_on(async move {
         let signals = crate::app::Signals::install()?;
-        let app = match App::start_inheriting(loaded.config, Some(path), Shutdown::new(), inherited).await {
-            Ok(app) => app,
-            Err(e) => {
-                if let Some(a) = answer {
-                    a.fail(&e.to_string());
-                }
-                return Err(e.into());
-            }
-        };
+        let app = App::start_inheriting(loaded.config, Some(path), Shutdown::new(), inherited).await?;
+        if let Some(plan) = switch.filter(|p| !p.early()) {
+            plan.switch()?;
+        }
         let services = app.live.current().services.len();
         let status = format!("serving {services} service{}", if services == 1 { "" } else { "s" });
-        match answer {
+        match answer.take() {
             Some(a) => {
                 a.ready().context("cannot tell the previous process this one serves")?;
                 crate::app::systemd::took_over(&status);

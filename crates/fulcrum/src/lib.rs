@@ -47,6 +47,8 @@
 //! - [`demo`]: the embedded default: four real servers of the `realserver` crate, a service
 //!   over them, light traffic and the dashboard; with `--fleet`, a local etcd and two instances.
 //! - [`cli`]: the subcommands; `fulcrum lab` runs the `fulcrum-lab` binary of this workspace.
+//! - [`ctl`]: `fulcrum ctl`, the admin API's client, over the control socket or to the admin
+//!   listener.
 //! - `fuzzing` (hidden): one entry point per fuzz target of `fuzz/`, shared with the test that
 //!   replays their corpora.
 //!
@@ -68,6 +70,7 @@ pub mod balance;
 pub mod cli;
 pub mod clock;
 pub mod config;
+pub mod ctl;
 pub mod demo;
 pub mod dns;
 pub mod error;

@@ -119,7 +119,7 @@ impl Addrs {
         };
         let ftp_extra = format!("data_ports = \"{}-{}\"\n", self.data_ports, self.data_ports + DATA_PORTS - 1);
         format!(
-            "# Written by the soak; rewritten with other weights before each reload.\nworkers = {WORKERS}\n\n[admin]\nlisten = \"{}\"\n{}{}{}",
+            "# Written by the soak; rewritten with other weights before each reload.\nallow_root = true\nworkers = {WORKERS}\n\n[admin]\nlisten = \"{}\"\n{}{}{}",
             self.admin,
             service("tcp", self.tcp, "", "http", (&self.http_servers, &HTTP_SERVERS)),
             service("http", self.http, "", "http", (&self.http_servers, &HTTP_SERVERS)),

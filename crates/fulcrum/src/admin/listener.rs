@@ -1,4 +1,5 @@
-//! The admin listener's own budget: at most `CONNECTIONS` connections are served at once, so a
+//! The admin listener's own budget: at most `CONNECTIONS` connections are served at once, the TCP
+//! listener's and the control socket's together (`admin::socket`), so a
 //! flood of admin connections takes a bounded number of tasks and buffers, never the traffic's.
 //! Over the cap, accepting waits: new connections queue in the kernel's backlog until a served
 //! one closes. A connection that moves no byte either way for `IDLE` is closed, so connections
@@ -7,7 +8,7 @@
 
 use std::net::SocketAddr;
 use std::pin::Pin;
-use std::sync::Arc;
+use std::sync::{Arc, LazyLock};
 use std::task::{Context, Poll};
 use std::time::Duration;
 
@@ -25,22 +26,34 @@ pub const CONNECTIONS: usize = crate::live::budget::ADMIN_CONNECTIONS;
 /// opens a new connection when it finds an old one closed.
 pub const IDLE: Duration = Duration::from_secs(60);
 
-pub struct Capped {
-    inner: TcpListener,
+/// The places of the process's admin connections, which its TCP listener and its control socket
+/// share, so the descriptors they take stay within what `live::budget` reserves.
+static PLACES: LazyLock<Arc<Semaphore>> = LazyLock::new(|| Arc::new(Semaphore::new(CONNECTIONS)));
+
+pub struct Capped<L = TcpListener> {
+    inner: L,
     places: Arc<Semaphore>,
 }
 
-impl Capped {
-    pub fn new(inner: TcpListener, cap: usize) -> Capped {
+impl<L> Capped<L> {
+    pub fn new(inner: L, cap: usize) -> Capped<L> {
         Capped { inner, places: Arc::new(Semaphore::new(cap)) }
+    }
+
+    /// `inner` under the process's shared admin cap.
+    pub fn admin(inner: L) -> Capped<L> {
+        Capped { inner, places: PLACES.clone() }
     }
 }
 
-impl Listener for Capped {
-    type Io = Held;
-    type Addr = SocketAddr;
+impl<L: Listener> Listener for Capped<L>
+where
+    L::Io: Unpin,
+{
+    type Io = Held<L::Io>;
+    type Addr = L::Addr;
 
-    async fn accept(&mut self) -> (Held, SocketAddr) {
+    async fn accept(&mut self) -> (Held<L::Io>, L::Addr) {
         // Never closed, so a permit always comes; without one, nothing is accepted.
         let place = loop {
             if let Ok(p) = self.places.clone().acquire_owned().await {
@@ -52,21 +65,26 @@ impl Listener for Capped {
         (Held { io, idle: Box::pin(tokio::time::sleep(IDLE)), _place: place }, addr)
     }
 
-    fn local_addr(&self) -> std::io::Result<SocketAddr> {
+    fn local_addr(&self) -> std::io::Result<L::Addr> {
         self.inner.local_addr()
     }
 }
 
 /// An accepted connection holding its place under the cap until it is dropped, and closed when
 /// idle for `IDLE`.
-pub struct Held {
-    io: TcpStream,
+pub struct Held<Io = TcpStream> {
+    io: Io,
     /// Fires `IDLE` after the last byte moved.
     idle: Pin<Box<Sleep>>,
     _place: OwnedSemaphorePermit,
 }
 
-impl Held {
+impl<Io> Held<Io> {
+    /// The connection itself (the control socket reads its peer's credentials).
+    pub fn inner(&self) -> &Io {
+        &self.io
+    }
+
     /// What the stream answered, with progress restarting the idle time and a wait past it
     /// turned into an error, which makes the server close the connection.
     fn watch<T>(&mut self, cx: &mut Context<'_>, polled: Poll<std::io::Result<T>>) -> Poll<std::io::Result<T>> {
@@ -93,7 +111,7 @@ impl Connected<IncomingStream<'_, Capped>> for Peer {
     }
 }
 
-impl AsyncRead for Held {
+impl<Io: AsyncRead + Unpin> AsyncRead for Held<Io> {
     fn poll_read(self: Pin<&mut Self>, cx: &mut Context<'_>, buf: &mut ReadBuf<'_>) -> Poll<std::io::Result<()>> {
         let this = self.get_mut();
         let polled = Pin::new(&mut this.io).poll_read(cx, buf);
@@ -101,7 +119,7 @@ impl AsyncRead for Held {
     }
 }
 
-impl AsyncWrite for Held {
+impl<Io: AsyncWrite + Unpin> AsyncWrite for Held<Io> {
     fn poll_write(self: Pin<&mut Self>, cx: &mut Context<'_>, buf: &[u8]) -> Poll<std::io::Result<usize>> {
         let this = self.get_mut();
         let polled = Pin::new(&mut this.io).poll_write(cx, buf);

@@ -11,12 +11,17 @@
 //! closed when idle ([`listener`]), and passwords checked off the runtime's threads, a few at a time, with each
 //! address slowed down by its own failures ([`auth`]). A request is first held to HTTP/1.1's
 //! one `Host` (RFC 9112 3.2), before anything else is looked at.
+//!
+//! The same router also answers on a local control socket ([`socket`]), where the socket file's
+//! permissions are the authentication, as with HAProxy's stats socket or Docker's: a request
+//! that arrived there asks for no credentials, and names its sender by the uid the kernel gives.
 
 mod api;
 mod assets;
 mod auth;
 mod control;
 pub mod listener;
+pub mod socket;
 
 use std::net::{IpAddr, Ipv4Addr};
 use std::sync::Arc;
@@ -42,7 +47,6 @@ pub struct Editor {
     pub based_on: Option<i64>,
 }
 pub use control::{Control, Unsaved};
-use listener::CONNECTIONS;
 
 pub fn router<C: Control>(control: Arc<C>) -> Router {
     api::routes()
@@ -58,7 +62,7 @@ pub fn router<C: Control>(control: Arc<C>) -> Router {
 pub async fn serve<C: Control>(listener: tokio::net::TcpListener, control: Arc<C>) {
     let stop = control.stopping();
     let service = router(control).into_make_service_with_connect_info::<listener::Peer>();
-    let listener = listener::Capped::new(listener, CONNECTIONS);
+    let listener = listener::Capped::admin(listener);
     if let Err(e) = axum::serve(listener, service).with_graceful_shutdown(async move { stop.cancelled().await }).await {
         tracing::error!("admin listener failed: {e}");
     }
@@ -84,11 +88,14 @@ async fn one_host(req: Request, next: Next) -> Response {
 
 /// Authentication, then the cross-site checks for changing requests.
 async fn guard<C: Control>(State(control): State<Arc<C>>, req: Request, next: Next) -> Response {
+    // On the control socket, whoever could connect is let in: the file's permissions chose.
+    let local = req.extensions().get::<ConnectInfo<socket::Peer>>().map(|c| c.0.who());
     let authorization = req.headers().get(header::AUTHORIZATION).and_then(|v| v.to_str().ok());
     // Served without connection info (a router in a test), every client is one address.
     let client = req.extensions().get::<ConnectInfo<listener::Peer>>().map_or(IpAddr::V4(Ipv4Addr::UNSPECIFIED), |c| c.0.0.ip());
-    let who = match control.auth().check(authorization, client).await {
-        Verdict::Accepted => auth::who(authorization, client),
+    let verdict = if local.is_some() { Verdict::Accepted } else { control.auth().check(authorization, client).await };
+    let who = match verdict {
+        Verdict::Accepted => local.clone().unwrap_or_else(|| auth::who(authorization, client)),
         Verdict::Refused => {
             let mut r = refuse(StatusCode::UNAUTHORIZED, "authentication required");
             r.headers_mut().insert(header::WWW_AUTHENTICATE, HeaderValue::from_static("Basic realm=\"fulcrum\""));
@@ -102,7 +109,7 @@ async fn guard<C: Control>(State(control): State<Arc<C>>, req: Request, next: Ne
     };
     // Without authentication, a web page could still reach a loopback listener through a name
     // its own DNS points at 127.0.0.1 (DNS rebinding); such a request names that host.
-    if !control.auth().required() && !host_is_local(req.headers()) {
+    if local.is_none() && !control.auth().required() && !host_is_local(req.headers()) {
         return refuse(StatusCode::MISDIRECTED_REQUEST, "the Host header must be an IP address or localhost unless authentication is configured");
     }
     let changing = !matches!(*req.method(), Method::GET | Method::HEAD | Method::OPTIONS);

@@ -10,7 +10,9 @@ use std::path::PathBuf;
 
 use tokio::task::JoinError;
 
+use super::privilege::bind_hint;
 use crate::admin::AuthError;
+use crate::admin::socket::SocketError;
 use crate::config::{ChangeError, Diagnostics};
 use crate::live::BuildError;
 
@@ -24,7 +26,9 @@ pub enum StartError {
     AdminBind { address: SocketAddr, cause: std::io::Error },
     #[error(transparent)]
     Auth(#[from] AuthError),
-    #[error("service {service}: cannot listen on {address}: {cause}")]
+    #[error(transparent)]
+    AdminSocket(#[from] SocketError),
+    #[error("service {service}: cannot listen on {address}: {cause}{}", bind_hint(address, cause))]
     Bind { service: String, address: SocketAddr, cause: std::io::Error },
     #[error("cannot start the worker threads of reuse_port: {0}")]
     Workers(std::io::Error),
@@ -50,8 +54,10 @@ pub enum ControlError {
     Change(#[from] ChangeError),
     #[error(transparent)]
     Build(#[from] BuildError),
-    #[error("service {service}: cannot listen on {address}: {cause}; the running config stays")]
+    #[error("service {service}: cannot listen on {address}: {cause}{}; the running config stays", bind_hint(address, cause))]
     Bind { service: String, address: SocketAddr, cause: std::io::Error },
+    #[error("{0}; the running config stays")]
+    AdminSocket(#[from] SocketError),
     #[error("cannot save the config: {cause}")]
     Save { file: PathBuf, cause: std::io::Error },
     #[error("listener table poisoned")]

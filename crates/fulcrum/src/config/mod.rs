@@ -5,6 +5,7 @@
 //! outside their ranges in `range`, host names that do not resolve) and locates each problem
 //! through the parsed document's spans, so every error names file, line and column.
 
+pub mod account;
 pub mod audit;
 mod change;
 mod diagnostic;

@@ -60,6 +60,21 @@ pub struct Config {
     /// listen backlog. Unset: what the descriptor limit carries (`proxy::budget`).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub maxconn: Option<u32>,
+    /// The user Fulcrum runs as once its listeners are bound (a name from the system's user
+    /// database, resolved at start); unset: it stays who started it (`app::privilege`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub user: Option<String>,
+    /// The group it runs as with `user`; unset: the user's own group.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub group: Option<String>,
+    /// Capabilities kept after the switch to `user`: `["net_bind_service"]` lets a reload bind a
+    /// port below 1024. Empty: none, so only ports of 1024 and above can be added.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub keep_capabilities: Vec<Capability>,
+    /// Run as root deliberately: without it and without `user`, `fulcrum run` refuses to start as
+    /// root, since every flaw would then be root's.
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub allow_root: bool,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub admin: Option<Admin>,
     /// Where DNS questions of Fulcrum's own go (SRV records); the system's resolver otherwise.
@@ -123,12 +138,33 @@ pub struct Dns {
     pub nameservers: Vec<String>,
 }
 
-/// The admin listener: JSON API and (later) the dashboard.
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+/// A capability kept after the switch to an unprivileged `user`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum Capability {
+    /// CAP_NET_BIND_SERVICE: bind ports below 1024.
+    NetBindService,
+}
+
+/// The admin API: the dashboard, the JSON API and `/metrics` on a TCP listener, and the same API
+/// on a local control socket.
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct Admin {
-    #[serde(default = "defaults::admin_listen")]
-    pub listen: String,
+    /// `ip:port` of the TCP listener. Unset: `127.0.0.1:9090`, or none at all when `socket` is
+    /// set (a control socket only); see [`Admin::tcp_listen`].
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub listen: Option<String>,
+    /// The path of a Unix stream socket serving the same API without TCP (`admin::socket`):
+    /// its file permissions say who may use it, so it asks for no credentials.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub socket: Option<String>,
+    /// The socket file's permissions, in octal, `"0000"` to `"0777"`. Unset: `"0600"`, its owner only.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub socket_mode: Option<String>,
+    /// The group the socket file belongs to (a name), whose members `socket_mode` `"0660"` lets in.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub socket_group: Option<String>,
     /// A file holding a bearer token that API requests must present.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub token_file: Option<String>,
@@ -141,6 +177,24 @@ pub struct Admin {
 }
 
 impl Admin {
+    /// The TCP listener's address as written, or the default when neither it nor a socket is set.
+    pub fn tcp_listen(&self) -> Option<String> {
+        match (&self.listen, &self.socket) {
+            (Some(listen), _) => Some(listen.clone()),
+            (None, Some(_)) => None,
+            (None, None) => Some(defaults::admin_listen()),
+        }
+    }
+
+    /// The socket file's permission bits: `socket_mode` read as octal, `0o600` when unset.
+    pub fn socket_permissions(&self) -> Result<u32, String> {
+        let Some(mode) = &self.socket_mode else { return Ok(0o600) };
+        match u32::from_str_radix(mode.trim_start_matches("0o"), 8) {
+            Ok(bits) if bits <= 0o777 => Ok(bits),
+            _ => Err(format!("socket_mode {mode:?} is not permission bits in octal (0000 to 0777)")),
+        }
+    }
+
     /// Whether requests must authenticate.
     pub fn has_auth(&self) -> bool {
         self.token_file.is_some() || self.password_hash.is_some()

@@ -18,6 +18,8 @@ use super::schema::{
     Conditions, Config, Counted, Damping, FastPath, Fleet, HealthKind, Limit, LimitAction, LimitKey, LimitStore, Mode, Outlier, Pool, PoolSettings, Route, Server, Service, Tls,
 };
 
+mod process;
+
 /// One step of a path into the document: a key, or an index into an array of tables.
 #[derive(Debug, Clone, Copy)]
 enum Seg<'a> {
@@ -201,20 +203,22 @@ pub fn validate_against(config: &Config, text: &str, file: &str, resolve: Resolv
     let running = services.map(|s| (s.name.as_str(), s)).collect();
     let mut report = Report { file, locator: Locator::new(text), out: Vec::new(), resolve, running, known };
     if let Some(admin) = &config.admin {
-        match admin.listen.parse::<SocketAddr>() {
-            Err(_) => report.error(
+        match admin.tcp_listen().map(|l| (l.parse::<SocketAddr>(), l)) {
+            Some((Err(_), listen)) => report.error(
                 &[Seg::Key("admin"), Seg::Key("listen")],
-                format!("admin listen address {:?} is not ip:port", admin.listen),
+                format!("admin listen address {listen:?} is not ip:port"),
                 "write an IP address and port, e.g. \"127.0.0.1:9090\"",
             ),
-            Ok(addr) if !addr.ip().is_loopback() && !admin.has_auth() => report.error(
+            Some((Ok(addr), _)) if !addr.ip().is_loopback() && !admin.has_auth() => report.error(
                 &[Seg::Key("admin"), Seg::Key("listen")],
                 format!("admin listen address {addr} is not a loopback address and no authentication is configured"),
                 "set token_file, or user and password_hash (fulcrum hash-password), or listen on 127.0.0.1",
             ),
-            Ok(_) => {}
+            _ => {}
         }
+        process::validate_socket(admin, &mut report);
     }
+    process::validate_user(config, &mut report);
     if let Some(admin) = &config.admin {
         if admin.password_hash.is_some() != admin.user.is_some() {
             report.error(&[Seg::Key("admin"), Seg::Key("user")], "user and password_hash go together".into(), "set both for HTTP basic authentication");

@@ -76,7 +76,7 @@ fn a_server_named_by_host_follows_its_address_when_dns_moves_it() {
         ns.spawn(&[fulcrum, "backend", "--listen", &format!("{ip}:9001"), "--name", name], dir.join(format!("{name}.log")));
     }
     let config = dir.join("fulcrum.toml");
-    std::fs::write(&config, "resolve_interval = \"1s\"\n\n[[service]]\nname = \"web\"\nlisten = \"127.0.0.1:8080\"\nmode = \"http\"\n[service.health]\ninterval = \"200ms\"\n[[service.server]]\naddress = \"web.test:9001\"\n").unwrap();
+    std::fs::write(&config, "allow_root = true\nresolve_interval = \"1s\"\n\n[[service]]\nname = \"web\"\nlisten = \"127.0.0.1:8080\"\nmode = \"http\"\n[service.health]\ninterval = \"200ms\"\n[[service.server]]\naddress = \"web.test:9001\"\n").unwrap();
     ns.spawn(&[fulcrum, "run", config.to_str().unwrap()], dir.join("fulcrum.log"));
     let ask = || ns.run(&["curl", "--silent", "--max-time", "1", "http://127.0.0.1:8080/name"]).trim_end().to_string();
     wait_until("web.test served from 127.0.0.2", Duration::from_secs(15), || ask() == "two");

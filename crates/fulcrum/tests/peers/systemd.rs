@@ -51,8 +51,11 @@ fn log_format_json_writes_one_object_per_line() {
     let dir = scratch("json-log");
     let config = dir.join("c.toml");
     let listen = format!("127.0.0.1:{}", free_port());
-    std::fs::write(&config, format!("[[service]]\nname = \"web\"\nlisten = \"{listen}\"\n[service.health]\nkind = \"none\"\n[[service.server]]\naddress = \"{}\"\n", b.addr))
-        .unwrap();
+    std::fs::write(
+        &config,
+        format!("allow_root = true\n\n[[service]]\nname = \"web\"\nlisten = \"{listen}\"\n[service.health]\nkind = \"none\"\n[[service.server]]\naddress = \"{}\"\n", b.addr),
+    )
+    .unwrap();
     let child = std::process::Command::new(env!("CARGO_BIN_EXE_fulcrum"))
         .args(["--log-format", "json", "run"])
         .arg(&config)

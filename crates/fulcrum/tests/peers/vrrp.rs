@@ -100,7 +100,7 @@ impl Lab {
 
     fn start_fulcrum(&mut self, ns: &str) {
         let config = self.dir.join(format!("{ns}.toml"));
-        let text = "[admin]\nlisten = \"127.0.0.1:9090\"\n\n[[service]]\nname = \"web\"\nlisten = \"0.0.0.0:8080\"\nmode = \"http\"\n[service.health]\ninterval = \"200ms\"\n[[service.server]]\naddress = \"127.0.0.1:9001\"\n";
+        let text = "allow_root = true\n\n[admin]\nlisten = \"127.0.0.1:9090\"\n\n[[service]]\nname = \"web\"\nlisten = \"0.0.0.0:8080\"\nmode = \"http\"\n[service.health]\ninterval = \"200ms\"\n[[service.server]]\naddress = \"127.0.0.1:9001\"\n";
         std::fs::write(&config, text).unwrap();
         self.spawn(ns, "fulcrum", env!("CARGO_BIN_EXE_fulcrum"), &["run", &config.display().to_string()]);
     }

@@ -410,8 +410,9 @@ pub mod libc_sig {
     pub const TERM: i32 = 15;
 }
 
+/// The tests run as root: `allow_root` says it is meant (`app::privilege`).
 fn write_config(path: &Path, admin: SocketAddr, admin_extra: &str, rest: &str) {
-    std::fs::write(path, format!("{rest}\n\n[admin]\nlisten = \"{admin}\"\n{admin_extra}\n")).unwrap();
+    std::fs::write(path, format!("allow_root = true\n{rest}\n\n[admin]\nlisten = \"{admin}\"\n{admin_extra}\n")).unwrap();
 }
 
 /// An Argon2 hash of `password` for `[admin] password_hash`, made by `fulcrum hash-password`.

@@ -196,14 +196,14 @@ mod tests {
 
     fn with_password(password: &str) -> Auth {
         let hash = hash_password(password).unwrap();
-        let admin = Admin { listen: "0.0.0.0:9090".into(), token_file: None, user: Some("admin".into()), password_hash: Some(hash) };
+        let admin = Admin { listen: Some("0.0.0.0:9090".into()), user: Some("admin".into()), password_hash: Some(hash), ..Admin::default() };
         Auth::from_config(&admin).unwrap()
     }
 
     fn with_token(token: &str) -> Auth {
         let file = std::env::temp_dir().join(format!("fulcrum-token-{}-{token}", std::process::id()));
         std::fs::write(&file, format!("{token}\n")).unwrap();
-        let admin = Admin { listen: "0.0.0.0:9090".into(), token_file: Some(file.display().to_string()), user: None, password_hash: None };
+        let admin = Admin { listen: Some("0.0.0.0:9090".into()), token_file: Some(file.display().to_string()), ..Admin::default() };
         let auth = Auth::from_config(&admin).unwrap();
         std::fs::remove_file(&file).unwrap();
         auth
