@@ -348,7 +348,7 @@ async fn remove_service<C: Control>(State(control): State<Arc<C>>, Extension(edi
 }
 
 async fn health<C: Control>(State(control): State<Arc<C>>, Extension(editor): Extension<Editor>, Path(service): Path<String>, Body(health): Body<Health>) -> Response {
-    answer(control.change(Change::Health { service, health }, editor).await)
+    answer(control.change(Change::Health { service, health: Box::new(health) }, editor).await)
 }
 
 async fn settings<C: Control>(State(control): State<Arc<C>>, Extension(editor): Extension<Editor>, Path(service): Path<String>, Body(settings): Body<ServiceSettings>) -> Response {

@@ -16,7 +16,7 @@ use tokio_util::sync::CancellationToken;
 use tracing::{info, warn};
 
 use super::http::HttpCheck;
-use super::target::Target;
+use super::target::{Target, check_addr};
 use super::{CheckError, RiseFall};
 use crate::config::{Health, HealthKind, Mode, ProxyProtocol, ServerProtocol, ServerTls};
 use crate::live::{Generation, Pool, ServerEntry};
@@ -161,14 +161,15 @@ async fn run(mut view: watch::Receiver<View>, stop: CancellationToken) {
         let state = &entry.state;
         let name = &pool.config.name;
         let address = &state.key.address;
-        let target = Target { server: &entry, tls: pool.server_tls.as_deref(), h2: !pool.config.protocol.is_http1() };
+        let addr = check_addr(entry.addr, cfg);
+        let target = Target { server: &entry, addr, tls: pool.server_tls.as_deref(), h2: !pool.config.protocol.is_http1() };
         let started = crate::clock::now();
         let result = match cfg.kind {
             // No active check: a passive hold ends after one interval.
             HealthKind::None => Ok("no check".to_string()),
-            HealthKind::Tcp => timed(cfg.timeout, super::tcp::check(entry.addr, entry.proxy_protocol)).await,
+            HealthKind::Tcp => super::tcp::check(addr, entry.proxy_protocol, cfg).await,
             HealthKind::Http | HealthKind::Grpc => timed(cfg.timeout, http.check(&target, cfg)).await,
-            HealthKind::Ftp => timed(cfg.timeout, super::ftp::check(entry.addr, entry.proxy_protocol)).await,
+            HealthKind::Ftp => timed(cfg.timeout, super::ftp::check(addr, entry.proxy_protocol)).await,
         };
         let ok = result.is_ok();
         if cfg.kind != HealthKind::None {

@@ -16,6 +16,7 @@ mod admin_auth;
 mod balancing;
 mod body_limit;
 mod check_cli;
+mod check_options;
 mod compression;
 mod demo;
 mod error_pages;
