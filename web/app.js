@@ -223,8 +223,12 @@ function renderHeader(s) {
   $("#stop").disabled = !s.enabled;
 }
 
-// How a server is coming back: its slow-start ramp, or why flap damping keeps it out.
+// How a server is coming back: its slow-start ramp, or why flap damping keeps it out; what its
+// agent says when the agent set its state or weight.
 function recovery(v) {
+  if (v.agent && (v.state_by === "agent" || v.weight_by === "agent")) {
+    return el("span", { class: "recovery agent", title: `agent: ${v.agent.last}` }, ` by agent: ${v.agent.state} ${v.agent.weight_percent}%`);
+  }
   if (v.outlier) return el("span", { class: "recovery outlier" }, ` ${v.outlier}`);
   if (v.suppressed) return el("span", { class: "recovery suppressed" }, ` suppressed: ${v.suppressed}`);
   if (v.ramp_percent !== undefined) return el("span", { class: "recovery ramp" }, ` slow start ${v.ramp_percent}% (weight ${v.effective_weight.toFixed(2)} of ${v.weight})`);

@@ -1,9 +1,11 @@
-//! Health checking: active checks (`tcp`, `http`, `grpc`, `ftp`) on a schedule, and the
+//! Health checking: active checks (`tcp`, `http`, `grpc`, `ftp`) on a schedule, a server's
+//! agent asked for its state and weight (`agent`), and the
 //! rise/fall state machine that turns samples into transitions. Passive checking
 //! (`failure_limit` consecutive connect failures) is counted on the data path in
 //! `runtime::ServerState` and ended here by the next passing check. Only transitions are
 //! logged, once each, with the reason.
 
+mod agent;
 mod error;
 mod ftp;
 pub(crate) mod grpc;

@@ -50,7 +50,7 @@ impl Spec {
 }
 
 /// The server as the newest generation has it.
-type View = (Arc<Pool>, Arc<ServerEntry>);
+pub(super) type View = (Arc<Pool>, Arc<ServerEntry>);
 
 struct Running {
     spec: Spec,
@@ -59,9 +59,18 @@ struct Running {
 }
 
 impl Running {
+    /// Starts the server's check and, when its pool has one, its agent's questions (without
+    /// one, what an agent said before no longer counts).
     fn start(spec: Spec, view: View) -> Running {
+        let has_agent = spec.health.agent.is_some();
+        if !has_agent {
+            view.1.state.clear_agent();
+        }
         let (tx, rx) = watch::channel(view);
         let stop = CancellationToken::new();
+        if has_agent {
+            tokio::spawn(super::agent::run(rx.clone(), stop.clone()));
+        }
         tokio::spawn(run(rx, stop.clone()));
         Running { spec, view: tx, stop }
     }
@@ -198,7 +207,7 @@ async fn run(mut view: watch::Receiver<View>, stop: CancellationToken) {
     }
 }
 
-async fn timed(limit: Duration, check: impl Future<Output = Result<String, CheckError>>) -> Result<String, CheckError> {
+pub(super) async fn timed(limit: Duration, check: impl Future<Output = Result<String, CheckError>>) -> Result<String, CheckError> {
     match tokio::time::timeout(limit, check).await {
         Ok(r) => r,
         Err(_) => Err(CheckError::Timeout(limit)),

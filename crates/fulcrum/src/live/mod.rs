@@ -12,6 +12,7 @@
 //! generation they started in. A config that fails is refused and the old generation stays.
 
 pub mod access_log;
+pub mod agent;
 pub mod budget;
 pub mod http_stats;
 pub mod limit;

@@ -13,6 +13,7 @@ mod accept_proxy;
 mod access_log;
 mod admin_api;
 mod admin_auth;
+mod agent;
 mod balancing;
 mod body_limit;
 mod check_cli;
