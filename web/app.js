@@ -56,6 +56,17 @@ async function change(method, path, body) {
 const svc = (suffix) => `/api/services/${encodeURIComponent(ui.service)}${suffix}`;
 const srv = (address, suffix = "") => svc(`/servers/${encodeURIComponent(address)}${suffix}`);
 
+// Runs a server's health check at once and says its result; the table shows the new state.
+async function checkNow(address) {
+  try {
+    const { check } = await api("POST", srv(address, "/check"));
+    say(`${address}: ${check.result} (${check.took_ms} ms); ${check.state}, ${check.check_streak} toward rise/fall`, check.passed);
+    await poll();
+  } catch (e) {
+    say(`${address}: ${e.message}`, false);
+  }
+}
+
 // ---- Loading --------------------------------------------------------------------------------
 
 // A pool shows as `service/pool`: the parent's settings with the pool's servers, algorithm and check.
@@ -247,6 +258,7 @@ function renderServers() {
       v.state === "disabled" ? act("Enable", "enable") : act("Disable", "disable"),
       v.state === "drain" ? act("Undrain", "enable") : act("Drain", "drain"),
       el("button", { type: "button", onclick: () => change("POST", srv(v.address, "/weight"), { weight: Number(weight.value) }) }, "Set weight"),
+      el("button", { type: "button", class: "check-now", onclick: () => checkNow(v.address) }, "Check now"),
       el("button", { type: "button", class: "danger", onclick: () => confirm(`Remove ${v.address}?`) && change("DELETE", srv(v.address)) }, "Remove"));
     return el("tr", { "data-server": v.address },
       el("td", {}, v.address + (v.backup ? " (backup)" : "")),

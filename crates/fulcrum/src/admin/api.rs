@@ -38,6 +38,7 @@ pub fn routes<C: Control>() -> Router<Arc<C>> {
         .route("/api/services/{service}/servers/{address}", axum::routing::delete(remove_server::<C>))
         .route("/api/services/{service}/servers/{address}/state", post(server_state::<C>))
         .route("/api/services/{service}/servers/{address}/weight", post(weight::<C>))
+        .route("/api/services/{service}/servers/{address}/check", post(check_now::<C>))
         .route("/api/services/{service}/algorithm", post(algorithm::<C>))
         .route("/api/services/{service}/health", post(health::<C>))
         .route("/api/services/{service}/settings", post(settings::<C>))
@@ -318,6 +319,18 @@ async fn weight<C: Control>(
     Body(b): Body<WeightBody>,
 ) -> Response {
     answer(control.change(Change::Weight { service, address, weight: b.weight }, editor).await)
+}
+
+/// Runs the server's health check now: 200 with its result (passed or not), 404 for no such
+/// server, 409 when its pool has no active check.
+async fn check_now<C: Control>(State(control): State<Arc<C>>, Path((service, address)): Path<(String, String)>) -> Response {
+    use crate::health::CheckNowError;
+    match control.check_now(&service, &address).await {
+        Ok(checked) => Json(json!({ "ok": true, "check": checked })).into_response(),
+        Err(e @ CheckNowError::NoServer { .. }) => refuse(StatusCode::NOT_FOUND, e.to_string()),
+        Err(e @ CheckNowError::NoCheck(_)) => refuse(StatusCode::CONFLICT, e.to_string()),
+        Err(e @ CheckNowError::Stopped) => refuse(StatusCode::SERVICE_UNAVAILABLE, e.to_string()),
+    }
 }
 
 async fn add_server<C: Control>(State(control): State<Arc<C>>, Extension(editor): Extension<Editor>, Path(service): Path<String>, Body(server): Body<config::Server>) -> Response {

@@ -1,5 +1,5 @@
 //! What the admin listener needs from the running process, and nothing more: the live state to
-//! read, the three ways to change it, and when to stop. The process implements it; the admin
+//! read, the three ways to change it, a check run at once, and when to stop. The process implements it; the admin
 //! never sees the process itself, so it can be served over anything that can answer these.
 
 use std::path::Path;
@@ -37,6 +37,8 @@ pub trait Control: Send + Sync + 'static {
     fn reload(&self) -> impl Future<Output = Result<String, Self::Error>> + Send;
     /// Writes the running config to its file.
     fn save(&self) -> impl Future<Output = Result<String, Self::Error>> + Send;
+    /// Runs the health check of `service`'s server at `address` now and answers its result.
+    fn check_now(&self, service: &str, address: &str) -> impl Future<Output = Result<crate::health::Checked, crate::health::CheckNowError>> + Send;
 }
 
 #[cfg(test)]
@@ -92,6 +94,9 @@ mod tests {
         }
         async fn save(&self) -> Result<String, String> {
             Err("nothing to save".to_string())
+        }
+        async fn check_now(&self, service: &str, address: &str) -> Result<crate::health::Checked, crate::health::CheckNowError> {
+            Err(crate::health::CheckNowError::NoServer { service: service.into(), address: address.into() })
         }
     }
 

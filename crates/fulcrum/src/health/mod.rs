@@ -15,7 +15,7 @@ mod target;
 mod tcp;
 
 pub use error::CheckError;
-pub use scheduler::{Checks, wait_first_round};
+pub use scheduler::{CheckNowError, Checked, Checks, wait_first_round};
 
 use std::net::SocketAddr;
 

@@ -11,7 +11,8 @@ use std::net::SocketAddr;
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
-use tokio::sync::watch;
+use serde::Serialize;
+use tokio::sync::{mpsc, oneshot, watch};
 use tokio_util::sync::CancellationToken;
 use tracing::{info, warn};
 
@@ -56,6 +57,38 @@ struct Running {
     spec: Spec,
     view: watch::Sender<View>,
     stop: CancellationToken,
+    /// Asks the task for a check now (`Checks::check_now`); it answers on the sender it is sent.
+    ask: mpsc::Sender<oneshot::Sender<Checked>>,
+}
+
+/// Asks for a check now that may wait for a server's task at once: a few, since each waits its
+/// turn behind the check running.
+const ASKS: usize = 4;
+
+/// The result of a check run at once (`POST .../check`), and the server's health after it.
+#[derive(Debug, Clone, Serialize)]
+pub struct Checked {
+    pub passed: bool,
+    /// What `last_check` says now: `pass: ...` or `fail: ...`.
+    pub result: String,
+    pub took_ms: u64,
+    /// The server's state after the check, whether its checks hold it up, and the checks in a
+    /// row toward `rise` or `fall`.
+    pub state: crate::live::State,
+    pub check_up: bool,
+    pub check_streak: u32,
+}
+
+/// Why a check could not be run at once.
+#[derive(Debug, thiserror::Error)]
+pub enum CheckNowError {
+    #[error("no server {address:?} in {service:?}")]
+    NoServer { service: String, address: String },
+    #[error("{0:?} has no active check (kind = \"none\")")]
+    NoCheck(String),
+    /// Its checks stopped meanwhile (a reload replaced them, or the process is stopping).
+    #[error("the server's checks stopped before answering; try again")]
+    Stopped,
 }
 
 impl Running {
@@ -71,8 +104,9 @@ impl Running {
         if has_agent {
             tokio::spawn(super::agent::run(rx.clone(), stop.clone()));
         }
-        tokio::spawn(run(rx, stop.clone()));
-        Running { spec, view: tx, stop }
+        let (ask, asks) = mpsc::channel(ASKS);
+        tokio::spawn(run(rx, asks, stop.clone()));
+        Running { spec, view: tx, stop, ask }
     }
 }
 
@@ -136,6 +170,23 @@ impl Checks {
         *pools = next;
     }
 
+    /// Runs the check of the server at `address` in `pool` (a pool's name) now, as its next
+    /// scheduled one would run, and answers its result; the streak counts it. Its schedule goes
+    /// on from then.
+    pub async fn check_now(&self, pool: &Pool, address: &str) -> Result<Checked, CheckNowError> {
+        let no_server = || CheckNowError::NoServer { service: pool.config.name.clone(), address: address.to_string() };
+        if pool.config.health.kind == HealthKind::None {
+            return Err(CheckNowError::NoCheck(pool.config.name.clone()));
+        }
+        let ask = {
+            let Ok(pools) = self.pools.lock() else { return Err(CheckNowError::Stopped) };
+            pools.get(&pool.config.name).and_then(|p| p.servers.get(address)).map(|r| r.ask.clone()).ok_or_else(no_server)?
+        };
+        let (reply, answer) = oneshot::channel();
+        ask.send(reply).await.map_err(|_| CheckNowError::Stopped)?;
+        answer.await.map_err(|_| CheckNowError::Stopped)
+    }
+
     /// Stops every check (the process is shutting down).
     pub fn stop(&self) {
         if let Ok(mut pools) = self.pools.lock() {
@@ -156,12 +207,14 @@ pub async fn wait_first_round(generation: &Generation, limit: Duration) {
     }
 }
 
-/// One server's checks, each round against the newest view of it, until `stop`.
-async fn run(mut view: watch::Receiver<View>, stop: CancellationToken) {
+/// One server's checks, each round against the newest view of it, until `stop`; a round runs
+/// early when asked (`asks`), and the asker gets its result.
+async fn run(mut view: watch::Receiver<View>, mut asks: mpsc::Receiver<oneshot::Sender<Checked>>, stop: CancellationToken) {
     let (pool, entry) = view.borrow_and_update().clone();
     let cfg: &Health = &pool.config.health;
     let mut machine = RiseFall::new(cfg.rise, cfg.fall, entry.state.health_up(), entry.state.checked());
     let mut http = HttpCheck::default();
+    let mut asked: Option<oneshot::Sender<Checked>> = None;
     loop {
         // The newest generation's pool and entry: the same check (`Spec`), its TLS client and
         // name as that generation has them.
@@ -200,8 +253,21 @@ async fn run(mut view: watch::Receiver<View>, stop: CancellationToken) {
         if ok && state.clear_passive() {
             info!(service = %name, server = %address, "server up: check passed after connect failures");
         }
+        if let Some(reply) = asked.take() {
+            let checked = Checked {
+                passed: ok,
+                result: state.last_check(),
+                took_ms: state.last_check_ms(),
+                state: state.state(),
+                check_up: state.health_up(),
+                check_streak: state.check_streak(),
+            };
+            // The asker may have gone; the check counted all the same.
+            let _ = reply.send(checked);
+        }
         tokio::select! {
             _ = tokio::time::sleep(cfg.interval) => {}
+            Some(reply) = asks.recv() => asked = Some(reply),
             _ = stop.cancelled() => return,
         }
     }
@@ -239,7 +305,8 @@ mod tests {
     fn start(pool: Arc<Pool>, entry: Arc<ServerEntry>) -> CancellationToken {
         let stop = CancellationToken::new();
         let (_tx, rx) = watch::channel((pool, entry));
-        tokio::spawn(run(rx, stop.clone()));
+        let (_ask, asks) = mpsc::channel(ASKS);
+        tokio::spawn(run(rx, asks, stop.clone()));
         stop
     }
 

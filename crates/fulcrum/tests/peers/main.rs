@@ -17,6 +17,7 @@ mod agent;
 mod balancing;
 mod body_limit;
 mod check_cli;
+mod check_now;
 mod check_options;
 mod compression;
 mod demo;
