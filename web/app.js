@@ -4,7 +4,7 @@
 "use strict";
 
 const $ = (sel) => document.querySelector(sel);
-const ui = { service: null, stats: null, config: null, file: null, tab: "overview", graphsAt: 0, revision: null, live: {}, charts: {}, cpu: null, algorithms: [] };
+const ui = { service: null, stats: null, config: null, file: null, tab: "overview", graphsAt: 0, revision: null, live: {}, charts: {}, cpu: null, algorithms: [], inflight: null };
 
 // The Overview's window: one point per poll, 5 minutes of them.
 const LIVE_POINTS = 300;
@@ -65,6 +65,31 @@ async function checkNow(address) {
   } catch (e) {
     say(`${address}: ${e.message}`, false);
   }
+}
+
+// The connections and requests in flight on one server (the newest 64), read again at each poll
+// while shown.
+async function showInflight(address) {
+  ui.inflight = address;
+  $("#inflight").hidden = false;
+  await loadInflight();
+}
+
+async function loadInflight() {
+  const address = ui.inflight;
+  if (!address) return;
+  let r;
+  try {
+    r = await api("GET", srv(address, "/inflight"));
+  } catch (e) {
+    say(`${address}: ${e.message}`, false);
+    return;
+  }
+  $("#inflight-server").textContent = address;
+  $("#inflight-count").textContent = `${r.current} in flight, the newest ${r.shown_at_most} shown`;
+  $("#inflight-table tbody").replaceChildren(...r.inflight.map((e) => el("tr", { "data-client": e.client },
+    el("td", {}, e.client), el("td", { class: "num" }, `${(e.age_ms / 1000).toFixed(1)} s`),
+    el("td", { class: "num" }, e.bytes === undefined ? "" : bytes(e.bytes)), el("td", { class: "request" }, e.request ?? ""))));
 }
 
 // ---- Loading --------------------------------------------------------------------------------
@@ -162,6 +187,7 @@ async function poll() {
   renderRules();
   if (ui.tab === "graphs" && Date.now() - ui.graphsAt > 10000) loadGraphs();
   if (ui.tab === "why") loadRecent();
+  if (ui.tab === "servers") loadInflight();
 }
 
 // ---- Rules --------------------------------------------------------------------------------------
@@ -259,6 +285,7 @@ function renderServers() {
       v.state === "drain" ? act("Undrain", "enable") : act("Drain", "drain"),
       el("button", { type: "button", onclick: () => change("POST", srv(v.address, "/weight"), { weight: Number(weight.value) }) }, "Set weight"),
       el("button", { type: "button", class: "check-now", onclick: () => checkNow(v.address) }, "Check now"),
+      el("button", { type: "button", class: "show-inflight", onclick: () => showInflight(v.address) }, "In flight"),
       el("button", { type: "button", class: "danger", onclick: () => confirm(`Remove ${v.address}?`) && change("DELETE", srv(v.address)) }, "Remove"));
     return el("tr", { "data-server": v.address },
       el("td", {}, v.address + (v.backup ? " (backup)" : "")),
@@ -603,9 +630,10 @@ const numberOrNull = (v) => (v === "" ? null : Number(v));
 
 function wire() {
   for (const b of document.querySelectorAll("#tabs button")) b.addEventListener("click", () => showTab(b.dataset.tab));
-  $("#service").addEventListener("change", (e) => { ui.service = e.target.value; fillForms(); poll(); if (ui.tab === "graphs") loadGraphs(); });
+  $("#service").addEventListener("change", (e) => { ui.service = e.target.value; ui.inflight = null; $("#inflight").hidden = true; fillForms(); poll(); if (ui.tab === "graphs") loadGraphs(); });
   $("#graph-window").addEventListener("change", loadGraphs);
   $("#start").addEventListener("click", () => change("POST", svc("/start")));
+  $("#inflight-close").addEventListener("click", () => { ui.inflight = null; $("#inflight").hidden = true; });
   $("#stop").addEventListener("click", () => change("POST", svc("/stop")));
   $("#save").addEventListener("click", () => change("POST", "/api/save"));
   $("#rules-apply").addEventListener("click", () => {

@@ -377,14 +377,8 @@ impl admin::Control for App {
     }
     async fn check_now(&self, service: &str, address: &str) -> Result<health::Checked, health::CheckNowError> {
         let generation = self.live.current();
-        // The service's own pool or one of its routed pools, as the stats list its servers.
-        let pool = generation
-            .pools()
-            .filter(|(s, p)| s.config().name == service || p.config.name == service)
-            .map(|(_, p)| p)
-            .find(|p| p.servers().any(|e| e.state.key.address == address))
-            .cloned()
-            .ok_or_else(|| health::CheckNowError::NoServer { service: service.to_string(), address: address.to_string() })?;
+        let pool = generation.server(service, address).map(|(p, _)| p.clone());
+        let pool = pool.ok_or_else(|| health::CheckNowError::NoServer { service: service.to_string(), address: address.to_string() })?;
         self.checks.check_now(&pool, address).await
     }
 }

@@ -39,6 +39,7 @@ pub fn routes<C: Control>() -> Router<Arc<C>> {
         .route("/api/services/{service}/servers/{address}/state", post(server_state::<C>))
         .route("/api/services/{service}/servers/{address}/weight", post(weight::<C>))
         .route("/api/services/{service}/servers/{address}/check", post(check_now::<C>))
+        .route("/api/services/{service}/servers/{address}/inflight", get(inflight::<C>))
         .route("/api/services/{service}/algorithm", post(algorithm::<C>))
         .route("/api/services/{service}/health", post(health::<C>))
         .route("/api/services/{service}/settings", post(settings::<C>))
@@ -331,6 +332,18 @@ async fn check_now<C: Control>(State(control): State<Arc<C>>, Path((service, add
         Err(e @ CheckNowError::NoCheck(_)) => refuse(StatusCode::CONFLICT, e.to_string()),
         Err(e @ CheckNowError::Stopped) => refuse(StatusCode::SERVICE_UNAVAILABLE, e.to_string()),
     }
+}
+
+/// The connections and requests in flight on a server now, oldest first: the newest
+/// `live::inflight::SHOWN` of them, and how many there are in all.
+async fn inflight<C: Control>(State(control): State<Arc<C>>, Path((service, address)): Path<(String, String)>) -> Response {
+    let generation = control.current();
+    let Some((_, entry)) = generation.server(&service, &address) else {
+        return refuse(StatusCode::NOT_FOUND, format!("no server {address:?} in {service:?}"));
+    };
+    let current = entry.state.counters.current.load(std::sync::atomic::Ordering::Relaxed);
+    Json(json!({ "service": service, "server": address, "current": current, "shown_at_most": crate::live::inflight::SHOWN, "inflight": entry.state.inflight.read() }))
+        .into_response()
 }
 
 async fn add_server<C: Control>(State(control): State<Arc<C>>, Extension(editor): Extension<Editor>, Path(service): Path<String>, Body(server): Body<config::Server>) -> Response {

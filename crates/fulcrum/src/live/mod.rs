@@ -15,6 +15,7 @@ pub mod access_log;
 pub mod agent;
 pub mod budget;
 pub mod http_stats;
+pub mod inflight;
 pub mod limit;
 pub mod outlier;
 pub mod pages;
@@ -69,6 +70,12 @@ impl Generation {
     pub fn pools(&self) -> impl Iterator<Item = (&Arc<Service>, &Arc<Pool>)> {
         let defaults = self.services.iter().map(|s| (s, &s.pool));
         defaults.chain(self.services.iter().flat_map(|s| s.pools.iter().map(move |p| (s, p))))
+    }
+
+    /// The server at `address` of `service` (its own servers or a routed pool's; `service` may
+    /// also name a routed pool), with its pool, as the stats list them.
+    pub fn server(&self, service: &str, address: &str) -> Option<(&Arc<Pool>, &Arc<ServerEntry>)> {
+        self.pools().filter(|(s, p)| s.config().name == service || p.config.name == service).find_map(|(_, p)| p.servers().find(|e| e.state.key.address == address).map(|e| (p, e)))
     }
 
     /// A per-client limit by its name.

@@ -107,6 +107,8 @@ pub struct ServerState {
     pub outlier: super::outlier::Tracker,
     /// What its agent last said (`[service.health.agent]`): a state and a share of its weight.
     pub agent: super::agent::Agent,
+    /// The connections and requests in flight on it, the newest [`super::inflight::SHOWN`].
+    pub inflight: super::inflight::Inflight,
     /// Connect measurements for the load-aware algorithms.
     pub measure: Measure,
     /// What a data path keeps for this server across requests (HTTP: its idle keep-alive
@@ -230,6 +232,7 @@ impl ServerState {
             counters: Counters::default(),
             outlier: super::outlier::Tracker::default(),
             agent: super::agent::Agent::default(),
+            inflight: super::inflight::Inflight::default(),
             measure: Measure::new(crate::config::P2c::default().decay),
             kept: OnceLock::new(),
         })

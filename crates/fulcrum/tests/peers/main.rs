@@ -31,6 +31,7 @@ mod hardening;
 mod health;
 mod http;
 mod http2;
+mod inflight;
 mod lab;
 mod limits;
 mod outlier;
