@@ -282,7 +282,8 @@ function renderServers() {
     const act = (label, state) => el("button", { type: "button", onclick: () => change("POST", srv(v.address, "/state"), { state }) }, label);
     const actions = el("td", { class: "actions" },
       v.state === "disabled" ? act("Enable", "enable") : act("Disable", "disable"),
-      v.state === "drain" ? act("Undrain", "enable") : act("Drain", "drain"),
+      // An agent's drain is the agent's to end: Undrain ends an operator's.
+      v.state === "drain" && v.state_by === "operator" ? act("Undrain", "enable") : act("Drain", "drain"),
       el("button", { type: "button", onclick: () => change("POST", srv(v.address, "/weight"), { weight: Number(weight.value) }) }, "Set weight"),
       el("button", { type: "button", class: "check-now", onclick: () => checkNow(v.address) }, "Check now"),
       el("button", { type: "button", class: "show-inflight", onclick: () => showInflight(v.address) }, "In flight"),

@@ -257,8 +257,7 @@ impl ServerState {
     }
 
     /// Weight the balancer uses now: 0 unless enabled, up and not held down by connect failures
-    /// or flap damping.
-    /// Its agent's percentage scales it.
+    /// or flap damping; its agent's percentage scales it.
     pub fn effective_weight(&self) -> u32 {
         if self.state() == State::Up { self.agent.weighted(self.weight.load(Relaxed)) } else { 0 }
     }
@@ -288,7 +287,7 @@ impl ServerState {
     }
 
     /// Whether `all_down = "use-all"` may send it traffic while no server of its pool is usable:
-    /// enabled and not draining, whatever its checks say.
+    /// enabled, not drained (by its operator or its agent) nor in maint, whatever its checks say.
     pub fn in_rotation(&self) -> bool {
         !matches!(self.state(), State::Disabled | State::Drain | State::Maint)
     }
