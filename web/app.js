@@ -4,7 +4,7 @@
 "use strict";
 
 const $ = (sel) => document.querySelector(sel);
-const ui = { service: null, stats: null, config: null, file: null, tab: "overview", graphsAt: 0, revision: null, live: {}, charts: {}, cpu: null, algorithms: [] };
+const ui = { service: null, stats: null, config: null, file: null, tab: "overview", graphsAt: 0, revision: null, live: {}, charts: {}, cpu: null, algorithms: [], inflight: null };
 
 // The Overview's window: one point per poll, 5 minutes of them.
 const LIVE_POINTS = 300;
@@ -57,6 +57,42 @@ async function change(method, path, body) {
 const sharedPool = () => (ui.config?.pool ?? []).find((p) => p.name === ui.service);
 const svc = (suffix) => `/api/${sharedPool() ? "pools" : "services"}/${encodeURIComponent(ui.service)}${suffix}`;
 const srv = (address, suffix = "") => svc(`/servers/${encodeURIComponent(address)}${suffix}`);
+
+// Runs a server's health check at once and says its result; the table shows the new state.
+async function checkNow(address) {
+  try {
+    const { check } = await api("POST", srv(address, "/check"));
+    say(`${address}: ${check.result} (${check.took_ms} ms); ${check.state}, ${check.check_streak} toward rise/fall`, check.passed);
+    await poll();
+  } catch (e) {
+    say(`${address}: ${e.message}`, false);
+  }
+}
+
+// The connections and requests in flight on one server (the newest 64), read again at each poll
+// while shown.
+async function showInflight(address) {
+  ui.inflight = address;
+  $("#inflight").hidden = false;
+  await loadInflight();
+}
+
+async function loadInflight() {
+  const address = ui.inflight;
+  if (!address) return;
+  let r;
+  try {
+    r = await api("GET", srv(address, "/inflight"));
+  } catch (e) {
+    say(`${address}: ${e.message}`, false);
+    return;
+  }
+  $("#inflight-server").textContent = address;
+  $("#inflight-count").textContent = `${r.current} in flight, the newest ${r.shown_at_most} shown`;
+  $("#inflight-table tbody").replaceChildren(...r.inflight.map((e) => el("tr", { "data-client": e.client },
+    el("td", {}, e.client), el("td", { class: "num" }, `${(e.age_ms / 1000).toFixed(1)} s`),
+    el("td", { class: "num" }, e.bytes === undefined ? "" : bytes(e.bytes)), el("td", { class: "request" }, e.request ?? ""))));
+}
 
 // ---- Loading --------------------------------------------------------------------------------
 
@@ -206,6 +242,7 @@ async function poll() {
   renderRules();
   if (ui.tab === "graphs" && Date.now() - ui.graphsAt > 10000) loadGraphs();
   if (ui.tab === "why") loadRecent();
+  if (ui.tab === "servers") loadInflight();
 }
 
 // ---- Rules --------------------------------------------------------------------------------------
@@ -278,8 +315,12 @@ function renderHeader(s) {
   $("#stop").disabled = !s.enabled;
 }
 
-// How a server is coming back: its slow-start ramp, or why flap damping keeps it out.
+// How a server is coming back: its slow-start ramp, or why flap damping keeps it out; what its
+// agent says when the agent set its state or weight.
 function recovery(v) {
+  if (v.agent && (v.state_by === "agent" || v.weight_by === "agent")) {
+    return el("span", { class: "recovery agent", title: `agent: ${v.agent.last}` }, ` by agent: ${v.agent.state} ${v.agent.weight_percent}%`);
+  }
   if (v.outlier) return el("span", { class: "recovery outlier" }, ` ${v.outlier}`);
   if (v.suppressed) return el("span", { class: "recovery suppressed" }, ` suppressed: ${v.suppressed}`);
   if (v.ramp_percent !== undefined) return el("span", { class: "recovery ramp" }, ` slow start ${v.ramp_percent}% (weight ${v.effective_weight.toFixed(2)} of ${v.weight})`);
@@ -296,8 +337,11 @@ function renderServers() {
     const act = (label, state) => el("button", { type: "button", onclick: () => change("POST", srv(v.address, "/state"), { state }) }, label);
     const actions = el("td", { class: "actions" },
       v.state === "disabled" ? act("Enable", "enable") : act("Disable", "disable"),
-      v.state === "drain" ? act("Undrain", "enable") : act("Drain", "drain"),
+      // An agent's drain is the agent's to end: Undrain ends an operator's.
+      v.state === "drain" && v.state_by === "operator" ? act("Undrain", "enable") : act("Drain", "drain"),
       el("button", { type: "button", onclick: () => change("POST", srv(v.address, "/weight"), { weight: Number(weight.value) }) }, "Set weight"),
+      el("button", { type: "button", class: "check-now", onclick: () => checkNow(v.address) }, "Check now"),
+      el("button", { type: "button", class: "show-inflight", onclick: () => showInflight(v.address) }, "In flight"),
       el("button", { type: "button", class: "danger", onclick: () => confirm(`Remove ${v.address}?`) && change("DELETE", srv(v.address)) }, "Remove"));
     return el("tr", { "data-server": v.address },
       el("td", {}, v.address + (v.backup ? " (backup)" : "")),
@@ -650,9 +694,10 @@ const numberOrNull = (v) => (v === "" ? null : Number(v));
 
 function wire() {
   for (const b of document.querySelectorAll("#tabs button")) b.addEventListener("click", () => showTab(b.dataset.tab));
-  $("#service").addEventListener("change", (e) => { ui.service = e.target.value; fillForms(); poll(); if (ui.tab === "graphs") loadGraphs(); });
+  $("#service").addEventListener("change", (e) => { ui.service = e.target.value; ui.inflight = null; $("#inflight").hidden = true; fillForms(); poll(); if (ui.tab === "graphs") loadGraphs(); });
   $("#graph-window").addEventListener("change", loadGraphs);
   $("#start").addEventListener("click", () => change("POST", svc("/start")));
+  $("#inflight-close").addEventListener("click", () => { ui.inflight = null; $("#inflight").hidden = true; });
   $("#stop").addEventListener("click", () => change("POST", svc("/stop")));
   $("#save").addEventListener("click", () => change("POST", "/api/save"));
   $("#rules-apply").addEventListener("click", () => {

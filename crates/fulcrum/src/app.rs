@@ -637,6 +637,12 @@ impl admin::Control for App {
     async fn upgrade(&self, by: admin::Editor) -> Result<String, ControlError> {
         self.upgrade_by(&by.who, Source::Api).await
     }
+    async fn check_now(&self, service: &str, address: &str) -> Result<health::Checked, health::CheckNowError> {
+        let generation = self.live.current();
+        let pool = generation.server(service, address).map(|(p, _)| p.clone());
+        let pool = pool.ok_or_else(|| health::CheckNowError::NoServer { service: service.to_string(), address: address.to_string() })?;
+        self.checks.check_now(&pool, address).await
+    }
 }
 
 /// Applies the configs the fleet composes, one at a time, while the app lives; each answer goes

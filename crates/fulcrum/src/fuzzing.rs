@@ -209,7 +209,7 @@ enum Route {
     AddServer(config::Server),
     RemoveServer,
     Algorithm { algorithm: Algorithm },
-    Health(Health),
+    Health(Box<Health>),
     Settings(ServiceSettings),
     Start,
     Stop,

@@ -40,6 +40,8 @@ pub fn routes<C: Control>() -> Router<Arc<C>> {
         .route("/api/services/{service}/servers/{address}", axum::routing::delete(remove_server::<C>))
         .route("/api/services/{service}/servers/{address}/state", post(server_state::<C>))
         .route("/api/services/{service}/servers/{address}/weight", post(weight::<C>))
+        .route("/api/services/{service}/servers/{address}/check", post(check_now::<C>))
+        .route("/api/services/{service}/servers/{address}/inflight", get(inflight::<C>))
         .route("/api/services/{service}/algorithm", post(algorithm::<C>))
         .route("/api/services/{service}/health", post(health::<C>))
         .route("/api/services/{service}/settings", post(settings::<C>))
@@ -372,6 +374,30 @@ async fn weight<C: Control>(
     answer(control.change(Change::Weight { service, address, weight: b.weight }, editor).await)
 }
 
+/// Runs the server's health check now: 200 with its result (passed or not), 404 for no such
+/// server, 409 when its pool has no active check.
+async fn check_now<C: Control>(State(control): State<Arc<C>>, Path((service, address)): Path<(String, String)>) -> Response {
+    use crate::health::CheckNowError;
+    match control.check_now(&service, &address).await {
+        Ok(checked) => Json(json!({ "ok": true, "check": checked })).into_response(),
+        Err(e @ CheckNowError::NoServer { .. }) => refuse(StatusCode::NOT_FOUND, e.to_string()),
+        Err(e @ CheckNowError::NoCheck(_)) => refuse(StatusCode::CONFLICT, e.to_string()),
+        Err(e @ CheckNowError::Stopped) => refuse(StatusCode::SERVICE_UNAVAILABLE, e.to_string()),
+    }
+}
+
+/// The connections and requests in flight on a server now, oldest first: the newest
+/// `live::inflight::SHOWN` of them, and how many there are in all.
+async fn inflight<C: Control>(State(control): State<Arc<C>>, Path((service, address)): Path<(String, String)>) -> Response {
+    let generation = control.current();
+    let Some((_, entry)) = generation.server(&service, &address) else {
+        return refuse(StatusCode::NOT_FOUND, format!("no server {address:?} in {service:?}"));
+    };
+    let current = entry.state.counters.current.load(std::sync::atomic::Ordering::Relaxed);
+    Json(json!({ "service": service, "server": address, "current": current, "shown_at_most": crate::live::inflight::SHOWN, "inflight": entry.state.inflight.read() }))
+        .into_response()
+}
+
 async fn add_server<C: Control>(State(control): State<Arc<C>>, Extension(editor): Extension<Editor>, Path(service): Path<String>, Body(server): Body<config::Server>) -> Response {
     answer(control.change(Change::AddServer { service, server }, editor).await)
 }
@@ -400,7 +426,7 @@ async fn remove_service<C: Control>(State(control): State<Arc<C>>, Extension(edi
 }
 
 async fn health<C: Control>(State(control): State<Arc<C>>, Extension(editor): Extension<Editor>, Path(service): Path<String>, Body(health): Body<Health>) -> Response {
-    answer(control.change(Change::Health { service, health }, editor).await)
+    answer(control.change(Change::Health { service, health: Box::new(health) }, editor).await)
 }
 
 async fn settings<C: Control>(State(control): State<Arc<C>>, Extension(editor): Extension<Editor>, Path(service): Path<String>, Body(settings): Body<ServiceSettings>) -> Response {

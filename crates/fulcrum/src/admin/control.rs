@@ -1,5 +1,5 @@
 //! What the admin listener needs from the running process, and nothing more: the live state to
-//! read, the three ways to change it, and when to stop. The process implements it; the admin
+//! read, the three ways to change it, a check run at once, and when to stop. The process implements it; the admin
 //! never sees the process itself, so it can be served over anything that can answer these.
 
 use std::path::Path;
@@ -47,6 +47,8 @@ pub trait Control: Send + Sync + 'static {
     /// Replaces the running binary with the one at its path, on behalf of `by`: `Ok` once the new
     /// process serves, when this one drains and exits.
     fn upgrade(&self, by: Editor) -> impl Future<Output = Result<String, Self::Error>> + Send;
+    /// Runs the health check of `service`'s server at `address` now and answers its result.
+    fn check_now(&self, service: &str, address: &str) -> impl Future<Output = Result<crate::health::Checked, crate::health::CheckNowError>> + Send;
 }
 
 /// Edits applied through the API and not saved to the config file.
@@ -120,6 +122,9 @@ mod tests {
         }
         async fn upgrade(&self, _by: Editor) -> Result<String, String> {
             Err("nothing to upgrade".to_string())
+        }
+        async fn check_now(&self, service: &str, address: &str) -> Result<crate::health::Checked, crate::health::CheckNowError> {
+            Err(crate::health::CheckNowError::NoServer { service: service.into(), address: address.into() })
         }
     }
 

@@ -58,7 +58,7 @@ pub enum Change {
     },
     Health {
         service: String,
-        health: Health,
+        health: Box<Health>,
     },
     Settings {
         service: String,
@@ -143,7 +143,7 @@ impl Change {
                 }
             }
             Change::Algorithm { service, algorithm } => *target_mut(config, &service)?.algorithm = algorithm,
-            Change::Health { service, health } => *target_mut(config, &service)?.health = health,
+            Change::Health { service, health } => *target_mut(config, &service)?.health = *health,
             Change::ServiceEnabled { service, enabled } => service_mut(config, &service)?.enabled = enabled,
             Change::Routes { service, routes } => service_mut(config, &service)?.routes = routes,
             Change::Settings { service, settings } => {
@@ -269,7 +269,7 @@ mod tests {
         assert!(e.contains("retries = 1000 is out of range: use 0 to 100"), "{e}");
         assert!(e.contains("connect_timeout = 316years"), "{e}");
         let health = Health { interval: std::time::Duration::from_secs(u64::MAX), rise: 0, ..Health::default() };
-        let e = refused(Change::Health { service: "web".into(), health });
+        let e = refused(Change::Health { service: "web".into(), health: Box::new(health) });
         assert!(e.contains("rise = 0 is out of range: use 1 to 1000") && e.contains("is out of range: use 10ms to 1day"), "{e}");
     }
 

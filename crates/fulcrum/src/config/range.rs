@@ -95,6 +95,8 @@ pub const HEALTH_INTERVAL: Range<Duration> =
 pub const HEALTH_TIMEOUT: Range<Duration> = Range::new(MS, MINUTE, "start waits up to the longest check timeout for the first round; the paper uses \"5s\"");
 pub const RISE_FALL: Range<u32> = Range::new(1, 1000, "checks in a row; 2 and 3 are the defaults");
 pub const EXPECT_STATUS: Range<u16> = Range::new(100, 599, "HTTP status codes go from 100 to 599");
+/// `port` of a check and of `[service.health.agent]`: port 0 cannot be connected to.
+pub const CHECK_PORT: Range<u32> = Range::new(1, 65535, "a TCP port; leave port out to check the server's own");
 
 // `[service.passive]` and `[service.p2c]`.
 pub const DELTA: Range<f64> = Range::new(0.001, 1.0, "a share of the worst server's ratio; the paper uses 0.1");

@@ -792,6 +792,12 @@ pub(crate) mod defaults {
     pub fn fall() -> u32 {
         3
     }
+    pub fn health_method() -> String {
+        "GET".into()
+    }
+    pub fn is_get(method: &str) -> bool {
+        method == "GET"
+    }
     pub fn health_path() -> String {
         "/".into()
     }

@@ -15,7 +15,8 @@ use super::diagnostic::{Diagnostic, Diagnostics, line_col};
 use super::error::AddressError;
 use super::range::{self, Range, Shown};
 use super::schema::{
-    Conditions, Config, Counted, Damping, FastPath, Fleet, HealthKind, Limit, LimitAction, LimitKey, LimitStore, Mode, Outlier, Pool, PoolSettings, Route, Server, Service, Tls,
+    Conditions, Config, Counted, Damping, FastPath, Fleet, Health, HealthKind, Limit, LimitAction, LimitKey, LimitStore, Mode, Outlier, Pool, PoolSettings, Route, Server, Service,
+    Tls,
 };
 
 mod process;
@@ -405,6 +406,7 @@ fn validate_pool(pool: &PoolSettings, may_be_empty: bool, prefix: &[Seg<'_>], re
             "e.g. \"fulcrum.Echo\", or empty for the whole server",
         );
     }
+    validate_check_options(health, prefix, report);
     if health.kind == HealthKind::Ftp && pool.mode != Mode::Ftp {
         report.error(&hat("kind"), "kind = \"ftp\" checks an FTP server, but the service is not mode = \"ftp\"".into(), "use kind = \"tcp\" or \"http\"");
     }
@@ -702,6 +704,51 @@ fn validate_service_numbers(service: &Service, prefix: &[Seg<'_>], report: &mut 
     }
 }
 
+/// The most bytes a check or an agent is told to send (`send`).
+const MAX_SEND: usize = 1024;
+
+/// What a check's options say beyond their numbers: each belongs to the kinds that use it, and
+/// every text is one a request or a read can carry.
+fn validate_check_options(health: &Health, prefix: &[Seg<'_>], report: &mut Report<'_>) {
+    let hat = |key| path(prefix, &[Seg::Key("health"), Seg::Key(key)]);
+    let method_ok = (1..=16).contains(&health.method.len()) && health.method.bytes().all(|b| b.is_ascii_uppercase());
+    if !method_ok {
+        report.error(&hat("method"), format!("method {:?} is not an HTTP method", health.method), "1 to 16 capital letters, e.g. \"HEAD\" or \"OPTIONS\"");
+    } else if health.method != "GET" && health.kind != HealthKind::Http {
+        report.error(&hat("method"), "method is for kind = \"http\"".into(), "remove method, or set kind = \"http\"");
+    }
+    if health.method == "HEAD" && health.expect_text.is_some() {
+        report.error(&hat("expect_text"), "an answer to HEAD has no body to find expect_text in".into(), "use method = \"GET\", or remove expect_text");
+    }
+    if let Some(host) = &health.host {
+        if host.is_empty() || host.len() > 255 || !host.bytes().all(|b| b.is_ascii_graphic()) {
+            report.error(&hat("host"), format!("host {host:?} cannot be a Host header"), "1 to 255 visible characters, e.g. \"www.example.com\"");
+        } else if health.kind != HealthKind::Http {
+            report.error(&hat("host"), "host is for kind = \"http\"".into(), "remove host, or set kind = \"http\"");
+        }
+    }
+    if let Some(send) = &health.send {
+        if health.kind != HealthKind::Tcp {
+            report.error(&hat("send"), "send is for kind = \"tcp\"".into(), "remove send, or set kind = \"tcp\"");
+        } else if send.len() > MAX_SEND {
+            report.error(&hat("send"), format!("send is {} bytes", send.len()), &format!("at most {MAX_SEND}"));
+        }
+    }
+    if let Some(text) = &health.expect_text
+        && health.kind == HealthKind::Tcp
+        && (text.is_empty() || text.len() > crate::config::TCP_EXPECT_MAX)
+    {
+        report.error(
+            &hat("expect_text"),
+            format!("expect_text is {} bytes: a TCP check reads at most {}", text.len(), crate::config::TCP_EXPECT_MAX),
+            "a text the server's first bytes contain, e.g. \"+PONG\"",
+        );
+    }
+    if let Some(send) = health.agent.as_ref().and_then(|a| a.send.as_ref()).filter(|s| s.len() > MAX_SEND) {
+        report.error(&path(prefix, &[Seg::Key("health"), Seg::Key("agent"), Seg::Key("send")]), format!("send is {} bytes", send.len()), &format!("at most {MAX_SEND}"));
+    }
+}
+
 /// The numbers of a service's own servers, or of one pool (run as a service): health check,
 /// `passive`, `p2c` and servers, against their ranges in `range.rs`.
 fn validate_pool_numbers(pool: &PoolSettings, prefix: &[Seg<'_>], report: &mut Report<'_>) {
@@ -712,6 +759,14 @@ fn validate_pool_numbers(pool: &PoolSettings, prefix: &[Seg<'_>], report: &mut R
     report.range(&at(&["health", "rise"]), "rise", health.rise, &range::RISE_FALL);
     report.range(&at(&["health", "fall"]), "fall", health.fall, &range::RISE_FALL);
     report.range(&at(&["health", "expect_status"]), "expect_status", health.expect_status, &range::EXPECT_STATUS);
+    if let Some(port) = health.port {
+        report.range(&at(&["health", "port"]), "port", port, &range::CHECK_PORT);
+    }
+    if let Some(agent) = &health.agent {
+        report.range(&at(&["health", "agent", "port"]), "port", agent.port, &range::CHECK_PORT);
+        report.range(&at(&["health", "agent", "interval"]), "interval", agent.interval, &range::HEALTH_INTERVAL);
+        report.range(&at(&["health", "agent", "timeout"]), "timeout", agent.timeout, &range::HEALTH_TIMEOUT);
+    }
 
     let passive = &pool.passive;
     report.range(&at(&["passive", "delta"]), "delta", passive.delta, &range::DELTA);

@@ -30,10 +30,21 @@ pub enum CheckError {
     Request(hyper::Error),
     #[error("reading body failed: {0}")]
     Body(Box<dyn std::error::Error + Send + Sync>),
-    #[error("GET {path} answered {status}, expected {expected}")]
-    Status { path: String, status: u16, expected: u16 },
-    #[error("GET {path} answered {status} without the text {text:?}")]
-    TextNotFound { path: String, status: u16, text: String },
+    /// HTTP: the answer's status is not `expect_status`; `request` is the method and path.
+    #[error("{request} answered {status}, expected {expected}")]
+    Status { request: String, status: u16, expected: u16 },
+    #[error("{request} answered {status} without the text {text:?}")]
+    TextNotFound { request: String, status: u16, text: String },
+    /// TCP: sending `send` failed.
+    #[error("sending: {0}")]
+    Send(std::io::Error),
+    /// TCP: reading the server's first bytes failed.
+    #[error("reading: {0}")]
+    Read(std::io::Error),
+    /// TCP: the server's first bytes (`said`: their first 60 characters) do not contain
+    /// `expect_text`.
+    #[error("the answer {said:?} does not contain {text:?}")]
+    TcpTextNotFound { said: String, text: String },
     /// HTTP and gRPC with `server_tls`: the handshake or the server's certificate failed.
     #[error("TLS: {0}")]
     Tls(std::io::Error),

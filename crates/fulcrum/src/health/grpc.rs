@@ -27,7 +27,7 @@ pub fn request(target: &Target<'_>, service: &str) -> Result<hyper::Request<Full
 pub async fn verdict(resp: hyper::Response<hyper::body::Incoming>) -> Result<String, CheckError> {
     let status = resp.status().as_u16();
     if status != 200 {
-        return Err(CheckError::Status { path: METHOD.into(), status, expected: 200 });
+        return Err(CheckError::Status { request: format!("POST {METHOD}"), status, expected: 200 });
     }
     // A call that fails at once ends in its headers ("trailers-only").
     if let Some(e) = failed_call(resp.headers()) {

@@ -71,29 +71,32 @@ impl HttpCheck {
             return grpc::verdict(resp).await;
         }
         // HTTP/2 carries the host in the URI (`:authority`), HTTP/1.1 in Host.
-        let uri = if target.h2 { format!("{}://{}{}", target.scheme(), target.address(), cfg.path) } else { cfg.path.clone() };
-        let mut req = hyper::Request::get(uri).header(hyper::header::USER_AGENT, "fulcrum-health");
+        let host = target.host(cfg);
+        let uri = if target.h2 { format!("{}://{host}{}", target.scheme(), cfg.path) } else { cfg.path.clone() };
+        let method = hyper::Method::from_bytes(cfg.method.as_bytes()).map_err(|e| CheckError::BadRequest(e.into()))?;
+        let mut req = hyper::Request::builder().method(method).uri(uri).header(hyper::header::USER_AGENT, "fulcrum-health");
         if !target.h2 {
-            req = req.header(hyper::header::HOST, target.address());
+            req = req.header(hyper::header::HOST, host);
         }
         let req = req.body(Full::new(Bytes::new())).map_err(CheckError::BadRequest)?;
         let resp = conn.send(req).await?;
         let status = resp.status().as_u16();
         let body = Limited::new(resp.into_body(), MAX_BODY).collect().await.map_err(CheckError::Body)?.to_bytes();
+        let request = || format!("{} {}", cfg.method, cfg.path);
         if status != cfg.expect_status {
-            return Err(CheckError::Status { path: cfg.path.clone(), status, expected: cfg.expect_status });
+            return Err(CheckError::Status { request: request(), status, expected: cfg.expect_status });
         }
-        if let Some(text) = cfg.expect_text.as_ref().filter(|t| !contains(&body, t.as_bytes())) {
-            return Err(CheckError::TextNotFound { path: cfg.path.clone(), status, text: text.clone() });
+        if let Some(text) = cfg.expect_text.as_ref().filter(|t| !super::contains(&body, t.as_bytes())) {
+            return Err(CheckError::TextNotFound { request: request(), status, text: text.clone() });
         }
-        Ok(format!("GET {} answered {status}", cfg.path))
+        Ok(format!("{} answered {status}", request()))
     }
 }
 
 /// Connects, handshakes TLS when the pool asks for it (within the check's timeout, which bounds
 /// the whole check), and opens the HTTP connection whose driver runs on a task of its own.
 async fn connect(target: &Target<'_>, cfg: &Health) -> Result<Conn, CheckError> {
-    let stream = super::connect(target.server.addr, target.server.proxy_protocol).await?;
+    let stream = super::connect(target.addr, target.server.proxy_protocol).await?;
     let _ = stream.set_nodelay(true);
     let io = match target.tls {
         Some(origin) => Either::Right(origin.connect(stream, target.server.sni.as_ref(), &target.server.state.key.address, cfg.timeout).await.map_err(CheckError::Tls)?),
@@ -113,8 +116,4 @@ async fn connect(target: &Target<'_>, cfg: &Health) -> Result<Conn, CheckError> 
         });
         Ok(Conn::H1(send))
     }
-}
-
-fn contains(hay: &[u8], needle: &[u8]) -> bool {
-    needle.is_empty() || hay.windows(needle.len()).any(|w| w == needle)
 }

@@ -1,9 +1,11 @@
-//! Health checking: active checks (`tcp`, `http`, `grpc`, `ftp`) on a schedule, and the
+//! Health checking: active checks (`tcp`, `http`, `grpc`, `ftp`) on a schedule, a server's
+//! agent asked for its state and weight (`agent`), and the
 //! rise/fall state machine that turns samples into transitions. Passive checking
 //! (`failure_limit` consecutive connect failures) is counted on the data path in
 //! `runtime::ServerState` and ended here by the next passing check. Only transitions are
 //! logged, once each, with the reason.
 
+mod agent;
 mod error;
 mod ftp;
 pub(crate) mod grpc;
@@ -13,11 +15,11 @@ mod target;
 mod tcp;
 
 pub use error::CheckError;
-pub use scheduler::{Checks, wait_first_round};
+pub use scheduler::{CheckNowError, Checked, Checks, wait_first_round};
 
 use std::net::SocketAddr;
 
-use tokio::io::AsyncWriteExt;
+use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::TcpStream;
 
 use crate::config::ProxyProtocol;
@@ -31,6 +33,27 @@ async fn connect(addr: SocketAddr, proxy: Option<ProxyProtocol>) -> Result<TcpSt
         stream.write_all(crate::proxy_header::local(version)).await.map_err(CheckError::ProxyHeader)?;
     }
     Ok(stream)
+}
+
+/// Reads from `stream` until `done` says what was read is enough, the peer closes, or `limit`
+/// bytes are in: a check holds no more of a server's answer than that.
+/// What was read is in `got`, also when the caller's timeout ends the read.
+async fn read_until(stream: &mut TcpStream, got: &mut Vec<u8>, limit: usize, done: impl Fn(&[u8]) -> bool) -> std::io::Result<()> {
+    let mut buf = [0u8; 256];
+    while got.len() < limit && !done(got) {
+        let want = (limit - got.len()).min(buf.len());
+        let n = stream.read(&mut buf[..want]).await?;
+        if n == 0 {
+            break;
+        }
+        got.extend_from_slice(&buf[..n]);
+    }
+    Ok(())
+}
+
+/// Whether `hay` contains `needle` (an empty needle always is).
+fn contains(hay: &[u8], needle: &[u8]) -> bool {
+    needle.is_empty() || hay.windows(needle.len()).any(|w| w == needle)
 }
 
 /// Rise/fall hysteresis: `rise` passes in a row bring a server up, `fall` failures take it down.

@@ -11,12 +11,13 @@ use std::net::SocketAddr;
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
-use tokio::sync::watch;
+use serde::Serialize;
+use tokio::sync::{mpsc, oneshot, watch};
 use tokio_util::sync::CancellationToken;
 use tracing::{info, warn};
 
 use super::http::HttpCheck;
-use super::target::Target;
+use super::target::{Target, check_addr};
 use super::{CheckError, RiseFall};
 use crate::config::{Health, HealthKind, Mode, ProxyProtocol, ServerProtocol, ServerTls};
 use crate::live::{Generation, Pool, ServerEntry};
@@ -50,20 +51,62 @@ impl Spec {
 }
 
 /// The server as the newest generation has it.
-type View = (Arc<Pool>, Arc<ServerEntry>);
+pub(super) type View = (Arc<Pool>, Arc<ServerEntry>);
 
 struct Running {
     spec: Spec,
     view: watch::Sender<View>,
     stop: CancellationToken,
+    /// Asks the task for a check now (`Checks::check_now`); it answers on the sender it is sent.
+    ask: mpsc::Sender<oneshot::Sender<Checked>>,
+}
+
+/// Asks for a check now that may wait for a server's task at once: a few, since each waits its
+/// turn behind the check running.
+const ASKS: usize = 4;
+
+/// The result of a check run at once (`POST .../check`), and the server's health after it.
+#[derive(Debug, Clone, Serialize)]
+pub struct Checked {
+    pub passed: bool,
+    /// What `last_check` says now: `pass: ...` or `fail: ...`.
+    pub result: String,
+    pub took_ms: u64,
+    /// The server's state after the check, whether its checks hold it up, and the checks in a
+    /// row toward `rise` or `fall`.
+    pub state: crate::live::State,
+    pub check_up: bool,
+    pub check_streak: u32,
+}
+
+/// Why a check could not be run at once.
+#[derive(Debug, thiserror::Error)]
+pub enum CheckNowError {
+    #[error("no server {address:?} in {service:?}")]
+    NoServer { service: String, address: String },
+    #[error("{0:?} has no active check (kind = \"none\")")]
+    NoCheck(String),
+    /// Its checks stopped meanwhile (a reload replaced them, or the process is stopping).
+    #[error("the server's checks stopped before answering; try again")]
+    Stopped,
 }
 
 impl Running {
+    /// Starts the server's check and, when its pool has one, its agent's questions (without
+    /// one, what an agent said before no longer counts).
     fn start(spec: Spec, view: View) -> Running {
+        let has_agent = spec.health.agent.is_some();
+        if !has_agent {
+            view.1.state.clear_agent();
+        }
         let (tx, rx) = watch::channel(view);
         let stop = CancellationToken::new();
-        tokio::spawn(run(rx, stop.clone()));
-        Running { spec, view: tx, stop }
+        if has_agent {
+            tokio::spawn(super::agent::run(rx.clone(), stop.clone()));
+        }
+        let (ask, asks) = mpsc::channel(ASKS);
+        tokio::spawn(run(rx, asks, stop.clone()));
+        Running { spec, view: tx, stop, ask }
     }
 }
 
@@ -127,6 +170,23 @@ impl Checks {
         *pools = next;
     }
 
+    /// Runs the check of the server at `address` in `pool` (a pool's name) now, as its next
+    /// scheduled one would run, and answers its result; the streak counts it. Its schedule goes
+    /// on from then.
+    pub async fn check_now(&self, pool: &Pool, address: &str) -> Result<Checked, CheckNowError> {
+        let no_server = || CheckNowError::NoServer { service: pool.config.name.clone(), address: address.to_string() };
+        if pool.config.health.kind == HealthKind::None {
+            return Err(CheckNowError::NoCheck(pool.config.name.clone()));
+        }
+        let ask = {
+            let Ok(pools) = self.pools.lock() else { return Err(CheckNowError::Stopped) };
+            pools.get(&pool.config.name).and_then(|p| p.servers.get(address)).map(|r| r.ask.clone()).ok_or_else(no_server)?
+        };
+        let (reply, answer) = oneshot::channel();
+        ask.send(reply).await.map_err(|_| CheckNowError::Stopped)?;
+        answer.await.map_err(|_| CheckNowError::Stopped)
+    }
+
     /// Stops every check (the process is shutting down).
     pub fn stop(&self) {
         if let Ok(mut pools) = self.pools.lock() {
@@ -147,12 +207,14 @@ pub async fn wait_first_round(generation: &Generation, limit: Duration) {
     }
 }
 
-/// One server's checks, each round against the newest view of it, until `stop`.
-async fn run(mut view: watch::Receiver<View>, stop: CancellationToken) {
+/// One server's checks, each round against the newest view of it, until `stop`; a round runs
+/// early when asked (`asks`), and the asker gets its result.
+async fn run(mut view: watch::Receiver<View>, mut asks: mpsc::Receiver<oneshot::Sender<Checked>>, stop: CancellationToken) {
     let (pool, entry) = view.borrow_and_update().clone();
     let cfg: &Health = &pool.config.health;
     let mut machine = RiseFall::new(cfg.rise, cfg.fall, entry.state.health_up(), entry.state.checked());
     let mut http = HttpCheck::default();
+    let mut asked: Option<oneshot::Sender<Checked>> = None;
     loop {
         // The newest generation's pool and entry: the same check (`Spec`), its TLS client and
         // name as that generation has them.
@@ -161,14 +223,15 @@ async fn run(mut view: watch::Receiver<View>, stop: CancellationToken) {
         let state = &entry.state;
         let name = &pool.config.name;
         let address = &state.key.address;
-        let target = Target { server: &entry, tls: pool.server_tls.as_deref(), h2: !pool.config.protocol.is_http1() };
+        let addr = check_addr(entry.addr, cfg);
+        let target = Target { server: &entry, addr, tls: pool.server_tls.as_deref(), h2: !pool.config.protocol.is_http1() };
         let started = crate::clock::now();
         let result = match cfg.kind {
             // No active check: a passive hold ends after one interval.
             HealthKind::None => Ok("no check".to_string()),
-            HealthKind::Tcp => timed(cfg.timeout, super::tcp::check(entry.addr, entry.proxy_protocol)).await,
+            HealthKind::Tcp => super::tcp::check(addr, entry.proxy_protocol, cfg).await,
             HealthKind::Http | HealthKind::Grpc => timed(cfg.timeout, http.check(&target, cfg)).await,
-            HealthKind::Ftp => timed(cfg.timeout, super::ftp::check(entry.addr, entry.proxy_protocol)).await,
+            HealthKind::Ftp => timed(cfg.timeout, super::ftp::check(addr, entry.proxy_protocol)).await,
         };
         let ok = result.is_ok();
         if cfg.kind != HealthKind::None {
@@ -190,14 +253,27 @@ async fn run(mut view: watch::Receiver<View>, stop: CancellationToken) {
         if ok && state.clear_passive() {
             info!(service = %name, server = %address, "server up: check passed after connect failures");
         }
+        if let Some(reply) = asked.take() {
+            let checked = Checked {
+                passed: ok,
+                result: state.last_check(),
+                took_ms: state.last_check_ms(),
+                state: state.state(),
+                check_up: state.health_up(),
+                check_streak: state.check_streak(),
+            };
+            // The asker may have gone; the check counted all the same.
+            let _ = reply.send(checked);
+        }
         tokio::select! {
             _ = tokio::time::sleep(cfg.interval) => {}
+            Some(reply) = asks.recv() => asked = Some(reply),
             _ = stop.cancelled() => return,
         }
     }
 }
 
-async fn timed(limit: Duration, check: impl Future<Output = Result<String, CheckError>>) -> Result<String, CheckError> {
+pub(super) async fn timed(limit: Duration, check: impl Future<Output = Result<String, CheckError>>) -> Result<String, CheckError> {
     match tokio::time::timeout(limit, check).await {
         Ok(r) => r,
         Err(_) => Err(CheckError::Timeout(limit)),
@@ -229,7 +305,8 @@ mod tests {
     fn start(pool: Arc<Pool>, entry: Arc<ServerEntry>) -> CancellationToken {
         let stop = CancellationToken::new();
         let (_tx, rx) = watch::channel((pool, entry));
-        tokio::spawn(run(rx, stop.clone()));
+        let (_ask, asks) = mpsc::channel(ASKS);
+        tokio::spawn(run(rx, asks, stop.clone()));
         stop
     }
 

@@ -14,8 +14,10 @@
 //! generation they started in. A config that fails is refused and the old generation stays.
 
 pub mod access_log;
+pub mod agent;
 pub mod budget;
 pub mod http_stats;
+pub mod inflight;
 pub mod limit;
 mod losses;
 pub mod outlier;
@@ -80,6 +82,14 @@ impl Generation {
     /// The services that send traffic to the shared pool `name`.
     pub fn users_of<'a>(&'a self, name: &'a str) -> impl Iterator<Item = &'a Arc<Service>> + 'a {
         self.services.iter().filter(move |s| s.shared.iter().any(|p| p.config.name == name))
+    }
+
+    /// The server at `address` of `service` (its own servers or a routed pool's; `service` may
+    /// also name a routed pool or a shared one), with its pool, as the stats list them.
+    pub fn server(&self, service: &str, address: &str) -> Option<(&Arc<Pool>, &Arc<ServerEntry>)> {
+        self.pools()
+            .filter(|(s, p)| s.is_some_and(|s| s.config().name == service) || p.config.name == service)
+            .find_map(|(_, p)| p.servers().find(|e| e.state.key.address == address).map(|e| (p, e)))
     }
 
     /// A per-client limit by its name.

@@ -10,6 +10,7 @@ use std::time::Duration;
 
 use serde::Serialize;
 
+use super::agent::{AgentAnswer, AgentState};
 use super::rate::Rate;
 pub use carried::Carried;
 
@@ -34,6 +35,23 @@ pub enum State {
     Suppressed,
     /// Outlier detection took it out of real traffic for a while (`live::outlier`).
     Ejected,
+    /// Its agent says `maint` (`live::agent`): no new connections until it says otherwise.
+    Maint,
+}
+
+impl State {
+    /// The state as the stats and the log say it.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            State::Up => "up",
+            State::Down => "down",
+            State::Drain => "drain",
+            State::Disabled => "disabled",
+            State::Suppressed => "suppressed",
+            State::Ejected => "ejected",
+            State::Maint => "maint",
+        }
+    }
 }
 
 /// Identity of a server across reloads.
@@ -90,6 +108,10 @@ pub struct ServerState {
     pub counters: Counters,
     /// Outlier detection: streaks, the interval's counts, an ejection or a shifted share.
     pub outlier: super::outlier::Tracker,
+    /// What its agent last said (`[service.health.agent]`): a state and a share of its weight.
+    pub agent: super::agent::Agent,
+    /// The connections and requests in flight on it, the newest [`super::inflight::SHOWN`].
+    pub inflight: super::inflight::Inflight,
     /// Connect measurements for the load-aware algorithms.
     pub measure: Measure,
     /// What a data path keeps for this server across requests (HTTP: its idle keep-alive
@@ -212,6 +234,8 @@ impl ServerState {
             last_check: Mutex::new(if checked { "not checked yet".into() } else { "no check".into() }),
             counters: Counters::default(),
             outlier: super::outlier::Tracker::default(),
+            agent: super::agent::Agent::default(),
+            inflight: super::inflight::Inflight::default(),
             measure: Measure::new(crate::config::P2c::default().decay),
             kept: OnceLock::new(),
         })
@@ -236,17 +260,25 @@ impl ServerState {
     }
 
     /// Weight the balancer uses now: 0 unless enabled, up and not held down by connect failures
-    /// or flap damping.
+    /// or flap damping; its agent's percentage scales it.
     pub fn effective_weight(&self) -> u32 {
-        if self.state() == State::Up { self.weight.load(Relaxed) } else { 0 }
+        if self.state() == State::Up { self.agent.weighted(self.weight.load(Relaxed)) } else { 0 }
     }
 
+    /// The operator's word comes first (an agent cannot bring back a server disabled or drained
+    /// by hand), then the agent's `maint` and `drain` (0% drains too), then health: its check,
+    /// connect failures, and its agent's `down`.
     pub fn state(&self) -> State {
+        let agent = self.agent.state();
         if !self.enabled.load(Relaxed) {
             State::Disabled
         } else if self.draining.load(Relaxed) {
             State::Drain
-        } else if !self.health_up.load(Relaxed) || self.passive_down.load(Relaxed) {
+        } else if agent == AgentState::Maint {
+            State::Maint
+        } else if agent == AgentState::Drain || self.agent.percent() == 0 {
+            State::Drain
+        } else if !self.health_up.load(Relaxed) || self.passive_down.load(Relaxed) || agent == AgentState::Down {
             State::Down
         } else if self.suppressed.load(Relaxed) {
             State::Suppressed
@@ -258,9 +290,47 @@ impl ServerState {
     }
 
     /// Whether `all_down = "use-all"` may send it traffic while no server of its pool is usable:
-    /// enabled and not draining, whatever its checks say.
+    /// enabled, not drained (by its operator or its agent) nor in maint, whatever its checks say.
     pub fn in_rotation(&self) -> bool {
-        self.enabled.load(Relaxed) && !self.draining.load(Relaxed)
+        !matches!(self.state(), State::Disabled | State::Drain | State::Maint)
+    }
+
+    /// Who put the server in its state when it is not up: `operator`, `check`, `failure_limit`,
+    /// `agent`, `damping` or `outlier`.
+    pub fn state_by(&self) -> Option<&'static str> {
+        Some(match self.state() {
+            State::Up => return None,
+            State::Disabled => "operator",
+            State::Drain if self.draining.load(Relaxed) => "operator",
+            State::Drain | State::Maint => "agent",
+            State::Down if !self.health_up.load(Relaxed) => "check",
+            State::Down if self.passive_down.load(Relaxed) => "failure_limit",
+            State::Down => "agent",
+            State::Suppressed => "damping",
+            State::Ejected => "outlier",
+        })
+    }
+
+    /// Takes its agent's answer (`line` as it came); returns whether it changed the server's
+    /// state or weight, which the balancers then hear.
+    pub fn set_agent(&self, answer: AgentAnswer, line: &str) -> bool {
+        let changed = self.agent.apply(answer, line);
+        if changed {
+            self.bump();
+        }
+        changed
+    }
+
+    /// Its agent could not be asked or not understood; true on the first failure in a row.
+    pub fn agent_failed(&self, why: String) -> bool {
+        self.agent.failed(why)
+    }
+
+    /// Its pool has no agent any more: the agent's word no longer counts.
+    pub fn clear_agent(&self) {
+        if self.agent.clear() {
+            self.bump();
+        }
     }
 
     /// The share of its weight the server takes now, in thousandths ([`RAMP_FULL`]: all).

@@ -10,7 +10,7 @@
 
 use std::net::SocketAddr;
 use std::sync::Arc;
-use std::sync::atomic::Ordering::Relaxed;
+use std::sync::atomic::{AtomicU64, Ordering::Relaxed};
 use std::time::Duration;
 
 use tokio::net::TcpStream;
@@ -20,6 +20,7 @@ use super::connect;
 use super::queue::Waiting;
 use crate::config::Algorithm;
 use crate::error::{Error, Kind, Side};
+use crate::live::inflight::Ticket;
 use crate::live::why::{How, Why};
 use crate::live::{Avoid, ConnGuard, Picked, Pool, Role, ServerEntry, ServiceState};
 
@@ -42,9 +43,17 @@ pub struct Place {
     service: Arc<ServiceState>,
     queued: Duration,
     why: Why,
+    /// Its entry in the server's in-flight view (`live::inflight`).
+    ticket: Ticket,
 }
 
 impl Place {
+    /// Says what HTTP request holds the place, for the server's in-flight view: its request
+    /// line and the counter of its body's bytes.
+    pub fn describe(&self, request: &str, bytes: Option<Arc<AtomicU64>>) {
+        self.entry.state.inflight.describe(self.ticket, request, bytes);
+    }
+
     pub fn entry(&self) -> &Arc<ServerEntry> {
         &self.entry
     }
@@ -67,6 +76,7 @@ impl Place {
 
 impl Drop for Place {
     fn drop(&mut self) {
+        self.entry.state.inflight.end(self.ticket);
         self.service.released.notify_one();
     }
 }
@@ -116,7 +126,8 @@ impl<'a> Dispatch<'a> {
             let why = self.why(affinity, role, index, panic, waiting.is_some());
             pool.state.recent.record(self.client.ip(), entry.state.serial, why);
             let queued = waiting.map_or(Duration::ZERO, |w| w.waited());
-            return Ok(Place { entry, role, index, guard, service: pool.state.clone(), queued, why });
+            let ticket = entry.state.inflight.begin(self.client);
+            return Ok(Place { entry, role, index, guard, service: pool.state.clone(), queued, why, ticket });
         }
     }
 

@@ -101,8 +101,11 @@ pub struct Candidate {
     pub address: String,
     pub backup: bool,
     pub state: State,
+    /// Who put it in its state when it is not up (`agent`, `operator`, `check`...).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub state_by: Option<&'static str>,
     pub weight: u32,
-    /// The weight it takes traffic by now (slow start ramps it).
+    /// The weight it takes traffic by now (its agent's percentage and slow start scale it).
     pub effective_weight: f64,
     #[serde(skip_serializing_if = "Option::is_none")]
     pub ramp_percent: Option<u32>,
@@ -309,9 +312,12 @@ fn candidates(pool: &Pool, panic: bool) -> Vec<Candidate> {
             let metrics = tier.metrics(i).unwrap_or_default();
             let skipped = match st.state() {
                 State::Disabled => Some("disabled".to_string()),
+                State::Drain if st.state_by() == Some("agent") => Some(format!("draining: its agent said {:?}", agent_said(st))),
                 State::Drain => Some("draining: no new connections".to_string()),
+                State::Maint => Some(format!("maint: its agent said {:?}", agent_said(st))),
                 _ if panic => None,
                 State::Down if st.passive_down() => Some("down: held by failure_limit connect failures until a check passes".to_string()),
+                State::Down if st.state_by() == Some("agent") => Some(format!("down: its agent said {:?}", agent_said(st))),
                 State::Down => Some(format!("down: {}", st.last_check())),
                 State::Suppressed => Some(format!("suppressed: {}", st.damping().suppression().unwrap_or_else(|| "flapping".into()))),
                 State::Ejected => Some(st.outlier.describe().unwrap_or_else(|| "ejected".into())),
@@ -323,6 +329,7 @@ fn candidates(pool: &Pool, panic: bool) -> Vec<Candidate> {
                 address: st.key.address.clone(),
                 backup,
                 state: st.state(),
+                state_by: st.state_by(),
                 weight: st.weight(),
                 effective_weight,
                 ramp_percent,
@@ -335,6 +342,11 @@ fn candidates(pool: &Pool, panic: bool) -> Vec<Candidate> {
             }
         })
         .collect()
+}
+
+/// The last answer of a server's agent.
+fn agent_said(st: &crate::live::ServerState) -> String {
+    st.agent.view().map(|v| v.last).unwrap_or_default()
 }
 
 /// One pick the data path made, as `GET /api/explain/recent` shows it.

@@ -202,9 +202,20 @@ pub struct ServerStats {
     pub resolved: String,
     pub backup: bool,
     pub state: State,
+    /// Who put it in its state when it is not up: `operator`, `check`, `failure_limit`,
+    /// `agent`, `damping` or `outlier`.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub state_by: Option<&'static str>,
     pub weight: u32,
-    /// The weight it takes traffic by now: 0 unless up, the configured weight scaled by the
-    /// slow-start ramp while one runs.
+    /// `agent` while its agent's percentage scales its weight.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub weight_by: Option<&'static str>,
+    /// With `[service.health.agent]`: what its agent last said (state, weight percentage, the
+    /// answer or why asking failed).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub agent: Option<crate::live::agent::AgentView>,
+    /// The weight it takes traffic by now: 0 unless up, the configured weight scaled by its
+    /// agent's percentage and by the slow-start ramp while one runs.
     pub effective_weight: f64,
     /// Slow start: the percentage of its weight reached, while a ramp runs.
     #[serde(skip_serializing_if = "Option::is_none")]
@@ -367,7 +378,10 @@ fn server(e: &ServerEntry, backup: bool, now: u64, algorithm: Option<AlgorithmMe
         resolved: e.addr.to_string(),
         backup,
         state: st.state(),
+        state_by: st.state_by(),
         weight: st.weight(),
+        weight_by: (st.agent.percent() != 100).then_some("agent"),
+        agent: st.agent.view(),
         effective_weight,
         ramp_percent,
         flap_penalty: damping.penalty.round() as u32,

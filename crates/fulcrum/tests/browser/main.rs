@@ -7,6 +7,7 @@
 #[path = "../support/mod.rs"]
 mod support;
 
+mod checks;
 mod dashboard;
 mod front_door;
 mod protection;

@@ -115,22 +115,8 @@ impl Nginx {
         std::fs::write(root.join("index.html"), index_text).unwrap();
         std::fs::write(root.join("large"), large_pattern()).unwrap();
         let addr: SocketAddr = format!("127.0.0.1:{}", free_port()).parse().unwrap();
-        let conf = format!(
-            r#"daemon off;
-master_process off;
-worker_processes 1;
-user root root;
-pid {dir}/nginx.pid;
-error_log {dir}/error.log warn;
-events {{ worker_connections 4096; }}
-http {{
-    access_log off;
-    client_body_temp_path {dir}/body;
-    proxy_temp_path {dir}/proxy;
-    fastcgi_temp_path {dir}/fastcgi;
-    uwsgi_temp_path {dir}/uwsgi;
-    scgi_temp_path {dir}/scgi;
-    keepalive_requests 100000;
+        let servers = format!(
+            r#"    keepalive_requests 100000;
     types {{ text/html html; application/json json; image/png png; }}
     server {{
         listen {addr}{listen_options} backlog=4096;
@@ -146,11 +132,10 @@ http {{
         location /echo/ {{ default_type text/plain; return 200 "server={name}\nuri=$request_uri\nmethod=$request_method\nhost=$http_host\nx-set=$http_x_set\nx-added=$http_x_added\nx-drop=$http_x_drop\nrequest-id=$http_x_request_id\n"; }}
         location / {{ }}
     }}
-}}
 "#,
-            dir = dir.display(),
             root = root.display(),
         );
+        let conf = nginx_conf(&dir, &servers);
         let child = run_nginx(&dir, &conf, addr, &format!("nginx {name}"));
         Nginx { name: name.into(), addr, dir, child: Some(child) }
     }
@@ -188,6 +173,30 @@ http {{
         let conf = std::fs::read_to_string(self.dir.join("nginx.conf")).unwrap();
         self.child = Some(run_nginx(&self.dir, &conf, self.addr, &format!("nginx {} restarted", self.name)));
     }
+}
+
+/// An nginx config for the prefix `dir` (its pid, error log and temporary files there), one
+/// worker in the foreground, whose `http` block holds `http` (its `server` blocks).
+pub fn nginx_conf(dir: &Path, http: &str) -> String {
+    format!(
+        r#"daemon off;
+master_process off;
+worker_processes 1;
+user root root;
+pid {dir}/nginx.pid;
+error_log {dir}/error.log warn;
+events {{ worker_connections 4096; }}
+http {{
+    access_log off;
+    client_body_temp_path {dir}/body;
+    proxy_temp_path {dir}/proxy;
+    fastcgi_temp_path {dir}/fastcgi;
+    uwsgi_temp_path {dir}/uwsgi;
+    scgi_temp_path {dir}/scgi;
+{http}}}
+"#,
+        dir = dir.display(),
+    )
 }
 
 /// `fulcrum check` of `config` written to `dir/check.toml`: whether it passed, and what it

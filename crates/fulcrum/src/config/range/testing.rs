@@ -103,9 +103,18 @@ pub(crate) fn settings() -> Vec<Setting> {
         time("service.limit", "sync_interval", &SYNC_INTERVAL),
         Setting { section: "ftp", key: "data_ports", kind: Kind::Ports { min: DATA_PORT.min, max: DATA_PORT.max }, range: DATA_PORT.to_string() },
     ];
-    for (pool, health, passive, p2c, damping, server, outlier) in [
-        ("service", "service.health", "service.passive", "service.p2c", "service.damping", "service.server", "service.outlier"),
-        ("service.pool", "service.pool.health", "service.pool.passive", "service.pool.p2c", "service.pool.damping", "service.pool.server", "service.pool.outlier"),
+    for (pool, health, agent, passive, p2c, damping, server, outlier) in [
+        ("service", "service.health", "service.health.agent", "service.passive", "service.p2c", "service.damping", "service.server", "service.outlier"),
+        (
+            "service.pool",
+            "service.pool.health",
+            "service.pool.health.agent",
+            "service.pool.passive",
+            "service.pool.p2c",
+            "service.pool.damping",
+            "service.pool.server",
+            "service.pool.outlier",
+        ),
     ] {
         all.extend([
             count(pool, "panic_threshold", &PERCENT),
@@ -130,6 +139,10 @@ pub(crate) fn settings() -> Vec<Setting> {
             count(health, "rise", &RISE_FALL),
             count(health, "fall", &RISE_FALL),
             count(health, "expect_status", &EXPECT_STATUS),
+            count(health, "port", &CHECK_PORT),
+            count(agent, "port", &CHECK_PORT),
+            time(agent, "interval", &HEALTH_INTERVAL),
+            time(agent, "timeout", &HEALTH_TIMEOUT),
             Setting { section: passive, key: "delta", kind: Kind::Share { min: DELTA.min, max: DELTA.max }, range: DELTA.to_string() },
             time(passive, "slot", &SLOT),
             count(passive, "window_slots", &WINDOW_SLOTS),
@@ -153,6 +166,7 @@ pub(crate) const SECTIONS: &[(&str, &str)] = &[
     ("audit", "[audit]\nfile = \"/var/log/fulcrum/audit.log\"\n"),
     ("service", "[[service]]\nname = \"web\"\nlisten = \"127.0.0.1:1000\"\nmode = \"http\"\nalgorithm = \"passive-ratio\"\n"),
     ("service.health", "[service.health]\nkind = \"http\"\npath = \"/\"\n"),
+    ("service.health.agent", "[service.health.agent]\n"),
     ("service.passive", "[service.passive]\n"),
     ("service.p2c", "[service.p2c]\n"),
     ("service.damping", "[service.damping]\n"),
@@ -164,6 +178,7 @@ pub(crate) const SECTIONS: &[(&str, &str)] = &[
     ("service.server", "[[service.server]]\naddress = \"127.0.0.1:1001\"\n"),
     ("service.pool", "[[service.pool]]\nname = \"p\"\nalgorithm = \"p2c-ewma\"\n"),
     ("service.pool.health", "[service.pool.health]\nkind = \"http\"\n"),
+    ("service.pool.health.agent", "[service.pool.health.agent]\n"),
     ("service.pool.passive", "[service.pool.passive]\n"),
     ("service.pool.p2c", "[service.pool.p2c]\n"),
     ("service.pool.damping", "[service.pool.damping]\n"),

@@ -42,9 +42,35 @@ pub struct Health {
     /// HTTP checks: the status the server must answer, 100 to 599.
     #[serde(default = "defaults::expect_status")]
     pub expect_status: u16,
-    /// HTTP checks: text the body must contain; a page without it marks the server down.
+    /// HTTP checks: text the body must contain; a page without it marks the server down. TCP
+    /// checks: text the server's first bytes (at most [`TCP_EXPECT_MAX`] bytes) must
+    /// contain, read after `send`.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub expect_text: Option<String>,
+    /// The port checked instead of the server's own, 1 to 65535 (HAProxy's `port`): a server
+    /// that reports its health on a port of its own. (Wider than a port, so that a number past
+    /// 65535 is refused with the range rather than a type error.)
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub port: Option<u32>,
+    /// The IP address checked instead of the server's own (HAProxy's `addr`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub address: Option<std::net::IpAddr>,
+    /// HTTP checks: the request's method, an HTTP token of 1 to 16 capital letters (`GET`,
+    /// `HEAD`, `OPTIONS`...).
+    #[serde(default = "defaults::health_method", skip_serializing_if = "defaults::is_get")]
+    pub method: String,
+    /// HTTP checks: the Host header sent (the `:authority` over HTTP/2); the server's configured
+    /// address when unset. At most 255 visible characters.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub host: Option<String>,
+    /// TCP checks: text sent once connected (TOML escapes such as `\r\n` write line ends), at
+    /// most 1024 bytes.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub send: Option<String>,
+    /// An agent each server runs beside its service, asked for the server's state and weight
+    /// (HAProxy's `agent-check`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub agent: Option<Agent>,
     /// gRPC checks: the service asked about (`HealthCheckRequest.service`), at most 200
     /// characters; empty asks about the server as a whole.
     #[serde(default, skip_serializing_if = "String::is_empty")]
@@ -62,9 +88,40 @@ impl Default for Health {
             path: defaults::health_path(),
             expect_status: defaults::expect_status(),
             expect_text: None,
+            port: None,
+            address: None,
+            method: defaults::health_method(),
+            host: None,
+            send: None,
+            agent: None,
             grpc_service: String::new(),
         }
     }
+}
+
+/// The most a TCP check reads looking for `expect_text`, so the text can be no longer.
+pub const TCP_EXPECT_MAX: usize = 1024;
+
+/// `[service.health.agent]`: a TCP port on each server where an agent answers one line with the
+/// server's weight as a percentage of its configured weight (`75%`) and or its state (`up`,
+/// `drain`, `maint`, `down`), as HAProxy's `agent-check` reads it (`health::agent`).
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct Agent {
+    /// The agent's port on each server, 1 to 65535.
+    pub port: u32,
+    /// The agent's IP address, when it is not the server's.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub address: Option<std::net::IpAddr>,
+    /// Time between two questions, 10ms to 1 day: an answer takes effect within one interval.
+    #[serde(default = "defaults::health_interval", with = "duration")]
+    pub interval: Duration,
+    /// Time allowed to connect and read the answer, 1ms to 1 minute.
+    #[serde(default = "defaults::health_timeout", with = "duration")]
+    pub timeout: Duration,
+    /// Text sent once connected, before the answer is read, at most 1024 bytes.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub send: Option<String>,
 }
 
 /// The passive-measurement controller (`algorithm = "passive-ratio"`).

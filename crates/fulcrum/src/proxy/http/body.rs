@@ -214,6 +214,14 @@ impl ProxyBody {
         ProxyBody::Text(Some(text.into()))
     }
 
+    /// The counter of a client's body's bytes, for the server's in-flight view.
+    pub fn counted(&self) -> Option<Arc<AtomicU64>> {
+        match self {
+            ProxyBody::Request { bytes, .. } => Some(bytes.clone()),
+            _ => None,
+        }
+    }
+
     /// The fault of a client's body, to look at after a failed send.
     pub fn fault(&self) -> Option<ClientFault> {
         match self {

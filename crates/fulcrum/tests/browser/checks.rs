@@ -1,0 +1,33 @@
+//! A server's Check now button and In flight view in the dashboard, in real headless Chromium
+//! (`tests/browser/checks.mjs`), while a real client holds a slow request to the real server.
+
+use std::io::Write;
+use std::net::TcpStream;
+use std::path::Path;
+use std::process::Command;
+
+use crate::support::*;
+
+#[test]
+fn check_now_says_the_result_and_in_flight_lists_a_held_request() {
+    let root = Path::new(env!("CARGO_MANIFEST_DIR"));
+    let backend = Backend::start("slow");
+    let f = Fulcrum::start(&format!(
+        "[[service]]\nname = \"web\"\nlisten = \"{{LISTEN}}\"\nmode = \"http\"\n[service.health]\nkind = \"http\"\ninterval = \"1h\"\n[[service.server]]\naddress = \"{}\"\n",
+        backend.addr
+    ));
+    f.wait_all_up();
+    let mut held = TcpStream::connect(f.listen).unwrap();
+    held.write_all(b"GET /slow/8000 HTTP/1.1\r\nHost: web\r\n\r\n").unwrap();
+    let client = held.local_addr().unwrap();
+    let out = Command::new("node")
+        .arg(root.join("tests/browser/checks.mjs"))
+        .env("DASHBOARD_URL", format!("http://{}/", f.admin))
+        .env("SERVER", backend.addr.to_string())
+        .env("CLIENT", client.to_string())
+        .output()
+        .expect("node must be installed");
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    assert!(out.status.success() && stdout.contains("all checks passed"), "{stdout}\n{}", String::from_utf8_lossy(&out.stderr));
+    assert_eq!(f.server_stats(&backend.addr.to_string())["check_streak"], 0, "a passing check of an up server");
+}
