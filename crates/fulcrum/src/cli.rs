@@ -1,4 +1,4 @@
-//! Subcommands: `run`, `check`, `demo`, `lab`, `backend`, `hash-password`, `fleet`, `ctl`.
+//! Subcommands: `run`, `check`, `demo`, `lab`, `backend`, `hash-password`, `fleet`, `ctl`, `upgrade`.
 
 use std::path::PathBuf;
 use std::process::ExitCode;
@@ -57,6 +57,9 @@ pub enum Command {
     /// Drive a running instance over its control socket (or admin listener): enable, disable,
     /// drain, weight, stats, reload, save, explain...
     Ctl(crate::ctl::CtlArgs),
+    /// Replace the running binary with the one at its path, with no connection refused: the
+    /// running process starts it and hands it its listening sockets (`fulcrum ctl upgrade`).
+    Upgrade(crate::ctl::UpgradeArgs),
 }
 
 pub fn main() -> ExitCode {
@@ -66,6 +69,10 @@ pub fn main() -> ExitCode {
     init_tracing(&cli.log, cli.log_format);
     let result = match cli.command {
         Command::Check { configs } => return check(&configs),
+        Command::Upgrade(u) => match runtime(1, false) {
+            Ok(rt) => return rt.block_on(crate::ctl::run(crate::ctl::CtlArgs { reach: u.reach, command: crate::ctl::CtlCommand::Upgrade { force: u.force } })),
+            Err(e) => Err(e),
+        },
         Command::Ctl(args) => match runtime(1, false) {
             Ok(rt) => return rt.block_on(crate::ctl::run(args)),
             Err(e) => Err(e),

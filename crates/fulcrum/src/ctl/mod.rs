@@ -22,6 +22,25 @@ pub const DEFAULT_SOCKET: &str = "/run/fulcrum/admin.sock";
 
 #[derive(Debug, Args)]
 pub struct CtlArgs {
+    #[command(flatten)]
+    pub reach: Reach,
+    #[command(subcommand)]
+    pub command: CtlCommand,
+}
+
+/// `fulcrum upgrade`: `fulcrum ctl upgrade`, as the command an operator looks for.
+#[derive(Debug, Args)]
+pub struct UpgradeArgs {
+    #[command(flatten)]
+    pub reach: Reach,
+    /// Upgrade although edits made through the API are not saved (the new binary reads the file).
+    #[arg(long)]
+    pub force: bool,
+}
+
+/// Which instance a command reaches, and how it prints the answer.
+#[derive(Debug, Args)]
+pub struct Reach {
     /// The control socket's path; default: the config's `[admin] socket` with --config, else
     /// /run/fulcrum/admin.sock.
     #[arg(long, global = true, conflicts_with = "url")]
@@ -38,8 +57,6 @@ pub struct CtlArgs {
     /// Print the API's JSON answer as it is.
     #[arg(long, global = true)]
     pub json: bool,
-    #[command(subcommand)]
-    pub command: CtlCommand,
 }
 
 #[derive(Debug, Subcommand)]
@@ -54,8 +71,18 @@ pub enum CtlCommand {
     Weight { service: String, server: String, weight: u32 },
     /// Show the services and their servers (one service with its name).
     Stats { service: Option<String> },
-    /// Re-read the config file and apply it.
-    Reload,
+    /// Re-read the config file and apply it (refused while edits made through the API are not
+    /// saved, unless --force).
+    Reload {
+        #[arg(long)]
+        force: bool,
+    },
+    /// Start the binary at the running one's path and hand it the listening sockets and the
+    /// servers' state; answers once it serves (the old process then drains and exits).
+    Upgrade {
+        #[arg(long)]
+        force: bool,
+    },
     /// Write the running config to its file (the previous one kept as FILE.toml.bak).
     Save,
     /// Open a stopped service's listener.
@@ -87,7 +114,7 @@ pub enum CtlCommand {
 
 /// Runs one `fulcrum ctl` command; its exit code says whether the API did it.
 pub async fn run(args: CtlArgs) -> ExitCode {
-    match execute(&args).await {
+    match execute(&args.reach, &args.command).await {
         Ok(true) => ExitCode::SUCCESS,
         Ok(false) => ExitCode::FAILURE,
         Err(e) => {
@@ -98,14 +125,14 @@ pub async fn run(args: CtlArgs) -> ExitCode {
 }
 
 /// One request, and its answer shown; `false` when the API refused.
-async fn execute(args: &CtlArgs) -> anyhow::Result<bool> {
+async fn execute(args: &Reach, command: &CtlCommand) -> anyhow::Result<bool> {
     let target = target(args)?;
-    let (method, path, body) = request_of(&args.command);
+    let (method, path, body) = request_of(command);
     let answer = client::request(&target, method, &path, body).await?;
     let mut json = answer.json();
     let ok = (200..300).contains(&answer.status);
     // `stats SERVICE` keeps that service's part, in JSON as in tables.
-    if let (CtlCommand::Stats { service: Some(name) }, Some(services)) = (&args.command, json.get_mut("services").and_then(|s| s.as_array_mut())) {
+    if let (CtlCommand::Stats { service: Some(name) }, Some(services)) = (command, json.get_mut("services").and_then(|s| s.as_array_mut())) {
         services.retain(|s| s.get("name").and_then(|n| n.as_str()) == Some(name.as_str()));
     }
     if args.json {
@@ -114,7 +141,7 @@ async fn execute(args: &CtlArgs) -> anyhow::Result<bool> {
         let error = json.get("error").and_then(|e| e.as_str()).map(str::to_string).unwrap_or_else(|| show::text(&json));
         eprintln!("fulcrum ctl: refused ({}): {}", answer.status, error.trim_end());
     } else {
-        print!("{}", show::answer(&args.command, &json));
+        print!("{}", show::answer(command, &json));
     }
     Ok(ok)
 }
@@ -129,7 +156,8 @@ fn request_of(command: &CtlCommand) -> (&'static str, String, Option<serde_json:
         CtlCommand::Drain { service, server: s } => ("POST", server(service, s, "state"), Some(json!({ "state": "drain" }))),
         CtlCommand::Weight { service, server: s, weight } => ("POST", server(service, s, "weight"), Some(json!({ "weight": weight }))),
         CtlCommand::Stats { .. } => ("GET", "/api/stats".into(), None),
-        CtlCommand::Reload => ("POST", "/api/reload".into(), None),
+        CtlCommand::Reload { force } => ("POST", format!("/api/reload{}", if *force { "?force=true" } else { "" }), None),
+        CtlCommand::Upgrade { force } => ("POST", format!("/api/upgrade{}", if *force { "?force=true" } else { "" }), None),
         CtlCommand::Save => ("POST", "/api/save".into(), None),
         CtlCommand::Start { service } => ("POST", format!("/api/services/{}/start", encode(service)), None),
         CtlCommand::Stop { service } => ("POST", format!("/api/services/{}/stop", encode(service)), None),
@@ -148,7 +176,7 @@ fn request_of(command: &CtlCommand) -> (&'static str, String, Option<serde_json:
 
 /// Where to send the request: `--url`, else `--socket`, else what `--config` names, else the
 /// default socket.
-fn target(args: &CtlArgs) -> anyhow::Result<Target> {
+fn target(args: &Reach) -> anyhow::Result<Target> {
     let token = match &args.token_file {
         Some(file) => Some(read_token(file)?),
         None => None,

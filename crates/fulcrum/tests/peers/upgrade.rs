@@ -97,17 +97,24 @@ fn three_upgrades_under_load_fail_no_connect_and_no_request_and_keep_the_stats()
         Command::new("wrk").args(["-t1", "-c16", "-d14s"]).arg(format!("http://{}/name", f.listen)).stdout(std::process::Stdio::piped()).spawn().expect("wrk must be installed");
     std::thread::sleep(Duration::from_secs(2));
 
-    // Three new binaries: two through the API, one by SIGUSR2.
+    // Three new binaries: through the API, by SIGUSR2 and by `fulcrum upgrade`.
     let mut pids = vec![first];
     for round in 0..3 {
         replace_binary(&exe);
         let before = f.server_stats(&b1.addr.to_string());
-        if round == 1 {
-            Command::new("kill").args(["-USR2", &pids[round].to_string()]).status().unwrap();
-        } else {
-            let (status, answer) = f.api("POST", "/api/upgrade", None);
-            assert_eq!(status, 200, "{answer}");
-            assert!(answer["message"].as_str().unwrap().starts_with("upgraded: process "), "{answer}");
+        match round {
+            0 => {
+                let (status, answer) = f.api("POST", "/api/upgrade", None);
+                assert_eq!(status, 200, "{answer}");
+                assert!(answer["message"].as_str().unwrap().starts_with("upgraded: process "), "{answer}");
+            }
+            1 => assert!(Command::new("kill").args(["-USR2", &pids[round].to_string()]).status().unwrap().success()),
+            _ => {
+                // The operator's command, which finds the admin listener in the config file.
+                let out = Command::new(env!("CARGO_BIN_EXE_fulcrum")).arg("upgrade").arg("--config").arg(&f.config_path).output().unwrap();
+                let said = String::from_utf8_lossy(&out.stdout);
+                assert!(out.status.success() && said.contains("upgraded: process "), "{said}{}", String::from_utf8_lossy(&out.stderr));
+            }
         }
         let old = pids[round];
         wait_until("the new process answers the admin API", Duration::from_secs(20), || pid(&f) != old);
@@ -147,6 +154,8 @@ fn three_upgrades_under_load_fail_no_connect_and_no_request_and_keep_the_stats()
     assert_eq!(status, 422, "{answer}");
     let error = answer["error"].as_str().unwrap();
     assert!(error.contains("the new binary did not take over; this process serves on") && error.contains("invalid config") && error.contains("tcpp"), "{error}");
+    let out = Command::new(env!("CARGO_BIN_EXE_fulcrum")).args(["upgrade", "--url", &format!("http://{}", f.admin)]).output().unwrap();
+    assert!(!out.status.success() && String::from_utf8_lossy(&out.stderr).contains("refused (422)"), "{out:?}");
     assert_eq!(pid(&f), *pids.last().unwrap());
     assert_eq!(http_get(f.listen, "/name").0, 200);
     assert!(tcp_request(tcp).is_ok());
