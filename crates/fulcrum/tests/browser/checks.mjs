@@ -22,7 +22,7 @@ try {
   await page.locator(`#servers-table tr[data-server="${server}"] button.show-inflight`).click();
   const held = page.locator(`#inflight-table tr[data-client="${process.env.CLIENT}"]`);
   await held.waitFor({ timeout: 10000 });
-  assert.equal(await held.locator("td.request").textContent(), "GET /slow/8000 HTTP/1.1");
+  assert.equal(await held.locator("td.request").textContent(), "GET /slow/60000 HTTP/1.1");
   assert.match(await page.textContent("#inflight-count"), /^1 in flight, the newest 64 shown$/);
   console.log("checks: In flight lists the held request");
   assert.deepEqual(errors, [], "no script errors");

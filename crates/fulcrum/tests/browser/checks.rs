@@ -17,8 +17,9 @@ fn check_now_says_the_result_and_in_flight_lists_a_held_request() {
         backend.addr
     ));
     f.wait_all_up();
+    // Held for as long as Chromium may take to start on a busy machine; it ends with the test.
     let mut held = TcpStream::connect(f.listen).unwrap();
-    held.write_all(b"GET /slow/8000 HTTP/1.1\r\nHost: web\r\n\r\n").unwrap();
+    held.write_all(b"GET /slow/60000 HTTP/1.1\r\nHost: web\r\n\r\n").unwrap();
     let client = held.local_addr().unwrap();
     let out = Command::new("node")
         .arg(root.join("tests/browser/checks.mjs"))
