@@ -24,8 +24,25 @@ struct Slot {
     client: SocketAddr,
     /// `crate::clock::clock_ms` when it was taken.
     since_ms: u64,
-    request: Option<Box<str>>,
+    request: Option<RequestLine>,
     bytes: Option<Arc<AtomicU64>>,
+}
+
+/// An HTTP request as the view shows it, kept as the request has it: the method and the URI are
+/// shared, not copied, so describing a request allocates nothing; the line is written out only
+/// when the view is read.
+#[derive(Debug, Clone)]
+pub struct RequestLine {
+    pub method: hyper::Method,
+    pub uri: hyper::Uri,
+    pub version: hyper::Version,
+}
+
+impl RequestLine {
+    /// `GET /path HTTP/1.1`, cut to [`MAX_REQUEST_LINE`].
+    fn text(&self) -> String {
+        cut(&format!("{} {} {:?}", self.method, self.uri, self.version))
+    }
 }
 
 #[derive(Debug, Default)]
@@ -72,12 +89,11 @@ impl Inflight {
         Ticket(id)
     }
 
-    /// Says what an HTTP request is: its request line (cut to [`MAX_REQUEST_LINE`]) and the
-    /// counter of its bytes from the client.
-    pub fn describe(&self, ticket: Ticket, request: &str, bytes: Option<Arc<AtomicU64>>) {
-        let line = cut(request);
+    /// Says what an HTTP request is: its request line and the counter of its bytes from the
+    /// client.
+    pub fn describe(&self, ticket: Ticket, request: RequestLine, bytes: Option<Arc<AtomicU64>>) {
         self.with(ticket, |slot| {
-            slot.request = Some(line.into());
+            slot.request = Some(request);
             slot.bytes = bytes;
         });
     }
@@ -111,7 +127,7 @@ impl Inflight {
                 let entry = InflightEntry {
                     client: s.client,
                     age_ms: now.saturating_sub(s.since_ms),
-                    request: s.request.as_deref().map(String::from),
+                    request: s.request.as_ref().map(RequestLine::text),
                     bytes: s.bytes.as_ref().map(|b| b.load(Relaxed)),
                 };
                 (s.id, entry)
@@ -143,12 +159,16 @@ mod tests {
         SocketAddr::from(([127, 0, 0, 1], port))
     }
 
+    fn get(path: &'static str) -> RequestLine {
+        RequestLine { method: hyper::Method::GET, uri: hyper::Uri::from_static(path), version: hyper::Version::HTTP_11 }
+    }
+
     #[test]
     fn an_entry_shows_until_it_ends() {
         let f = Inflight::default();
         let a = f.begin(client(1));
         let b = f.begin(client(2));
-        f.describe(b, "GET /slow HTTP/1.1", Some(Arc::new(AtomicU64::new(5))));
+        f.describe(b, get("/slow"), Some(Arc::new(AtomicU64::new(5))));
         let seen = f.read();
         assert_eq!(seen.iter().map(|e| e.client.port()).collect::<Vec<_>>(), [1, 2]);
         assert_eq!((seen[1].request.as_deref(), seen[1].bytes), (Some("GET /slow HTTP/1.1"), Some(5)));
@@ -167,7 +187,7 @@ mod tests {
         assert_eq!(seen[0].client.port(), 10, "the ten oldest gave way");
         // The first ticket's slot now holds a newer one: ending it leaves that one shown.
         f.end(tickets[0]);
-        f.describe(tickets[1], "GET / HTTP/1.1", None);
+        f.describe(tickets[1], get("/"), None);
         assert_eq!(f.read().len(), SHOWN);
         assert!(f.read().iter().all(|e| e.request.is_none()));
     }

@@ -50,7 +50,7 @@ pub struct Place {
 impl Place {
     /// Says what HTTP request holds the place, for the server's in-flight view: its request
     /// line and the counter of its body's bytes.
-    pub fn describe(&self, request: &str, bytes: Option<Arc<AtomicU64>>) {
+    pub fn describe(&self, request: crate::live::inflight::RequestLine, bytes: Option<Arc<AtomicU64>>) {
         self.entry.state.inflight.describe(self.ticket, request, bytes);
     }
 

@@ -1,14 +1,11 @@
 // A server's Check now button and its In flight view, in real headless Chromium: pressing Check
 // now says the check's result, and In flight lists the slow request the test holds open, with
 // its client and request line. Run by tests/browser/checks.rs, which holds the request.
-import { launch } from "./chromium.mjs";
+import { launch, dashboardPage } from "./chromium.mjs";
 import assert from "node:assert/strict";
 
 const browser = await launch();
-const page = await browser.newPage({ viewport: { width: 1440, height: 900 } });
-const errors = [];
-page.on("pageerror", (e) => errors.push(e.message));
-page.on("console", (m) => { if (m.type() === "error") errors.push(m.text()); });
+const { page, errors } = await dashboardPage(browser);
 const server = process.env.SERVER;
 try {
   await page.goto(process.env.DASHBOARD_URL);

@@ -8,3 +8,12 @@ export function launch() {
     args: ["--headless", "--no-sandbox", "--disable-gpu", "--disable-dev-shm-usage", "--disable-background-networking", "--no-first-run"],
   });
 }
+
+// A page at the dashboard's size, and the script errors it logs: a test asserts there are none.
+export async function dashboardPage(browser) {
+  const page = await browser.newPage({ viewport: { width: 1440, height: 900 } });
+  const errors = [];
+  page.on("pageerror", (e) => errors.push(e.message));
+  page.on("console", (m) => { if (m.type() === "error") errors.push(m.text()); });
+  return { page, errors };
+}

@@ -2,14 +2,11 @@
 // Chromium: the Stats tab's limits table lists the client at its limit first, its "clear" button
 // forgets it, the session-rate Limit cell names the limit, and the Real Servers tab says why a
 // server was ejected. Run by tests/browser/protection.rs, which makes the traffic.
-import { launch } from "./chromium.mjs";
+import { launch, dashboardPage } from "./chromium.mjs";
 import assert from "node:assert/strict";
 
 const browser = await launch();
-const page = await browser.newPage({ viewport: { width: 1440, height: 900 } });
-const errors = [];
-page.on("pageerror", (e) => errors.push(e.message));
-page.on("console", (m) => { if (m.type() === "error") errors.push(m.text()); });
+const { page, errors } = await dashboardPage(browser);
 const limited = process.env.LIMITED;
 try {
   await page.goto(process.env.DASHBOARD_URL);

@@ -2,14 +2,11 @@
 // as one entry naming the services that use it, and the Real Servers tab, with the pool chosen,
 // disables one of its servers. Run by tests/browser/shared_pools.rs, which checks that both
 // services then send their traffic to the other server.
-import { launch } from "./chromium.mjs";
+import { launch, dashboardPage } from "./chromium.mjs";
 import assert from "node:assert/strict";
 
 const browser = await launch();
-const page = await browser.newPage({ viewport: { width: 1440, height: 900 } });
-const errors = [];
-page.on("pageerror", (e) => errors.push(e.message));
-page.on("console", (m) => { if (m.type() === "error") errors.push(m.text()); });
+const { page, errors } = await dashboardPage(browser);
 const disabled = process.env.DISABLED;
 try {
   await page.goto(process.env.DASHBOARD_URL);

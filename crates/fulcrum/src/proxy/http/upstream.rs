@@ -76,7 +76,7 @@ pub fn send(
                 Kind::QueueTimeout => Failure::Queue(cfg.queue_timeout),
                 _ => Failure::Connect(e),
             })?;
-            place.describe(&format!("{} {} {:?}", req.method(), req.uri(), req.version()), req.body().counted());
+            place.describe(crate::live::inflight::RequestLine { method: req.method().clone(), uri: req.uri().clone(), version: req.version() }, req.body().counted());
             let entry = place.entry().clone();
             let kept = entry.state.kept::<Kept>();
             let target = Target { addr: entry.addr, tls: pool.server_tls.as_ref().map(|o| o.identity()) };
