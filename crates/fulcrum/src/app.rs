@@ -26,7 +26,6 @@ use std::collections::HashMap;
 use std::net::SocketAddr;
 use std::os::fd::OwnedFd;
 use std::path::{Path, PathBuf};
-use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
@@ -51,9 +50,7 @@ pub struct App {
     listeners: Mutex<HashMap<SocketAddr, Listening>>,
     /// A copy of the admin listener's socket, for a new binary to take over (`upgrade`).
     admin_copy: Mutex<Option<(SocketAddr, OwnedFd)>>,
-    /// Set while a new binary is being started; cancelled once it serves, when this process stops
-    /// accepting and drains.
-    upgrading: AtomicBool,
+    /// Cancelled once a new binary serves, when this process stops accepting and drains.
     upgraded: CancellationToken,
     /// The health checks, one task per server identity.
     checks: health::Checks,
@@ -131,6 +128,7 @@ impl App {
             None => None,
         };
         let admin_addr = admin_listener.as_ref().map(|(_, addr, _)| *addr);
+        let (admin_listener, admin_copy) = admin_listener.map(|(l, bound, copy)| ((l, bound), copy)).unzip();
         let auth = match &admin_cfg {
             Some(a) => admin::Auth::from_config(a)?,
             None => admin::Auth::default(),
@@ -144,8 +142,7 @@ impl App {
             shutdown: shutdown.clone(),
             path,
             listeners: Mutex::default(),
-            admin_copy: Mutex::new(admin_listener.as_ref().and_then(|(_, _, copy)| copy.1.try_clone().ok().map(|fd| (copy.0, fd)))),
-            upgrading: AtomicBool::new(false),
+            admin_copy: Mutex::new(admin_copy),
             upgraded: CancellationToken::new(),
             checks: health::Checks::default(),
             changing: tokio::sync::Mutex::new(()),
@@ -185,7 +182,7 @@ impl App {
             bound.push((s.listen, l));
         }
         app.start_listeners(bound);
-        if let Some((listener, addr, _)) = admin_listener {
+        if let Some((listener, addr)) = admin_listener {
             info!(%addr, "admin API listening");
             tokio::spawn(admin::serve(listener, app.clone()));
         }
@@ -229,23 +226,31 @@ impl App {
 
     /// Records a change made by `who` through `source`, with the diff from `before` to what runs now.
     fn audit(&self, who: &str, source: Source, what: String, before: &Config, result: &Result<String, ControlError>) {
-        let record = match result {
-            Ok(message) => {
-                let after = self.live.current();
-                let diff =
-                    if after.config == *before { String::new() } else { config::audit::diff(&config::to_toml(before), &config::to_toml(&after.config), ("before", "after")) };
-                Record::now(who, source, what, Outcome::Applied, message.clone()).with_diff(diff)
-            }
-            Err(e) => Record::now(who, source, what, Outcome::Refused, e.to_string()),
+        let after = self.live.current();
+        // Equal configs are not written out only to find no difference.
+        let diff = if result.is_err() || after.config == *before {
+            String::new()
+        } else {
+            config::audit::diff(&config::to_toml(before), &config::to_toml(&after.config), ("before", "after"))
         };
-        self.trail.record(record);
+        self.trail.record(Record::of(who, source, what, result).with_diff(diff));
+    }
+
+    /// The edits made through the API that the config file does not have yet, as many as were
+    /// made (at least one when the running config differs from the file); `None` when it has
+    /// them all. Cheaper than [`App::unsaved`]: nothing is written out.
+    fn unsaved_edits(&self) -> Option<usize> {
+        let file = self.file.lock().ok()?;
+        let file = file.as_ref()?;
+        (self.live.current().config != file.config).then(|| file.edits.len().max(1))
     }
 
     /// `reload` on behalf of `who`, recorded in the audit trail; edits not saved are dropped, and
     /// a reload by signal (which cannot be refused back to its sender) says how many.
     pub async fn reload_by(&self, who: &str, source: Source) -> Result<String, ControlError> {
-        let dropped = self.unsaved().map(|u| u.edits.len().max(1));
-        if let (Some(n), Source::Signal) = (dropped, source) {
+        if source == Source::Signal
+            && let Some(n) = self.unsaved_edits()
+        {
             warn!("SIGHUP: discarding {n} unsaved edit{} made through the API (Save writes them to the file first)", if n == 1 { "" } else { "s" });
         }
         let before = self.live.current().config.clone();
@@ -259,11 +264,7 @@ impl App {
     /// and drains. Recorded in the audit trail; edits not saved are dropped, as by a reload.
     pub async fn upgrade_by(&self, who: &str, source: Source) -> Result<String, ControlError> {
         let result = self.upgrade().await;
-        let record = match &result {
-            Ok(message) => Record::now(who, source, "upgrade", Outcome::Applied, message.clone()),
-            Err(e) => Record::now(who, source, "upgrade", Outcome::Refused, e.to_string()),
-        };
-        self.trail.record(record);
+        self.trail.record(Record::of(who, source, "upgrade", &result));
         result
     }
 
@@ -271,9 +272,10 @@ impl App {
         if self.path.is_none() {
             return Err(upgrade::UpgradeError::NoFile.into());
         }
-        // No reload binds or drops a listener while the sockets are handed over.
+        // No reload binds or drops a listener while the sockets are handed over, and one upgrade
+        // waits for the other, which may have handed them over already.
         let _one_at_a_time = self.changing.lock().await;
-        if self.upgrading.swap(true, Ordering::SeqCst) {
+        if self.upgraded.is_cancelled() {
             return Err(upgrade::UpgradeError::Busy.into());
         }
         let sockets: Vec<(SocketAddr, Vec<OwnedFd>)> = match self.listeners.lock() {
@@ -294,7 +296,6 @@ impl App {
                 Ok(message)
             }
             Err(e) => {
-                self.upgrading.store(false, Ordering::SeqCst);
                 error!("upgrade refused: {e}");
                 Err(e.into())
             }
@@ -309,11 +310,8 @@ impl App {
             Some(p) => format!("save to {}", p.display()),
             None => "save".to_string(),
         };
-        let record = match &result {
-            Ok(message) => Record::now(who, Source::Api, what, Outcome::Applied, message.clone()).with_diff(written),
-            Err(e) => Record::now(who, Source::Api, what, Outcome::Refused, e.to_string()),
-        };
-        self.trail.record(record);
+        let record = Record::of(who, Source::Api, what, &result);
+        self.trail.record(if result.is_ok() { record.with_diff(written) } else { record });
         result
     }
 
@@ -524,8 +522,8 @@ impl App {
                     }
                 }
                 _ = usr2.recv() => {
-                    if let Some(u) = self.unsaved() {
-                        warn!("SIGUSR2: the new binary reads the config file; {} unsaved edit{} made through the API are not in it", u.edits.len().max(1), if u.edits.len() == 1 { "" } else { "s" });
+                    if let Some(n) = self.unsaved_edits() {
+                        warn!("SIGUSR2: the new binary reads the config file; {n} unsaved edit{} made through the API {} not in it", if n == 1 { "" } else { "s" }, if n == 1 { "is" } else { "are" });
                     }
                     // The outcome is logged and recorded either way.
                     let _ = self.upgrade_by("signal", Source::Signal).await;

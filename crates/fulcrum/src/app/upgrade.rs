@@ -15,7 +15,7 @@
 //! serves on.
 
 use std::collections::HashMap;
-use std::io::{Read, Write};
+use std::io::{BufRead, Read, Write};
 use std::net::SocketAddr;
 use std::os::fd::{AsFd, AsRawFd, BorrowedFd, FromRawFd, OwnedFd};
 use std::os::unix::net::UnixStream;
@@ -164,16 +164,13 @@ fn send(channel: &UnixStream, message: &Message, fds: &[BorrowedFd<'_>]) -> Resu
     (&*channel).write_all(&json)
 }
 
+/// The new process's answer: one JSON line of at most 64 KiB.
 fn receive_reply(channel: &UnixStream) -> std::io::Result<Reply> {
     channel.set_read_timeout(Some(READY_WITHIN))?;
     let mut line = Vec::new();
-    let mut byte = [0u8; 1];
-    while line.len() < 64 * 1024 {
-        match (&*channel).read(&mut byte)? {
-            0 => return Err(std::io::Error::from(std::io::ErrorKind::UnexpectedEof)),
-            _ if byte[0] == b'\n' => break,
-            _ => line.push(byte[0]),
-        }
+    std::io::BufReader::new(channel).take(64 * 1024).read_until(b'\n', &mut line)?;
+    if line.is_empty() {
+        return Err(std::io::Error::from(std::io::ErrorKind::UnexpectedEof));
     }
     serde_json::from_slice(&line).map_err(std::io::Error::other)
 }

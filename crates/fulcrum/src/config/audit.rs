@@ -78,6 +78,14 @@ impl Record {
         }
     }
 
+    /// A record of `result`: applied with its message, or refused with why.
+    pub fn of(who: &str, source: Source, what: impl Into<String>, result: &Result<String, impl std::fmt::Display>) -> Record {
+        match result {
+            Ok(message) => Record::now(who, source, what, Outcome::Applied, message.clone()),
+            Err(e) => Record::now(who, source, what, Outcome::Refused, e.to_string()),
+        }
+    }
+
     pub fn with_diff(mut self, diff: String) -> Record {
         self.diff = diff;
         self
