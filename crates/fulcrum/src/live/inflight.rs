@@ -24,21 +24,22 @@ struct Slot {
     client: SocketAddr,
     /// `crate::clock::clock_ms` when it was taken.
     since_ms: u64,
-    request: Option<RequestLine>,
-    bytes: Option<Arc<AtomicU64>>,
+    request: Option<Request>,
 }
 
-/// An HTTP request as the view shows it, kept as the request has it: the method and the URI are
-/// shared, not copied, so describing a request allocates nothing; the line is written out only
-/// when the view is read.
+/// An HTTP request as the view shows it, kept as the request has it: the method, the URI and the
+/// body's counter are shared, not copied, so registering a request allocates nothing; the line is
+/// written out only when the view is read.
 #[derive(Debug, Clone)]
-pub struct RequestLine {
+pub struct Request {
     pub method: hyper::Method,
     pub uri: hyper::Uri,
     pub version: hyper::Version,
+    /// The request body's bytes from the client so far, when it has a body.
+    pub body_bytes: Option<Arc<AtomicU64>>,
 }
 
-impl RequestLine {
+impl Request {
     /// `GET /path HTTP/1.1`, cut to [`MAX_REQUEST_LINE`].
     fn text(&self) -> String {
         cut(&format!("{} {} {:?}", self.method, self.uri, self.version))
@@ -76,8 +77,8 @@ pub struct InflightEntry {
 }
 
 impl Inflight {
-    /// Registers a connection or request from `client`, taken now.
-    pub fn begin(&self, client: SocketAddr) -> Ticket {
+    /// Registers a connection from `client`, or with `request` an HTTP request, taken now.
+    pub fn begin(&self, client: SocketAddr, request: Option<Request>) -> Ticket {
         let since_ms = crate::clock::clock_ms();
         let Ok(mut ring) = self.ring.lock() else { return Ticket(u64::MAX) };
         if ring.slots.is_empty() {
@@ -85,17 +86,8 @@ impl Inflight {
         }
         let id = ring.next;
         ring.next += 1;
-        ring.slots[(id % SHOWN as u64) as usize] = Some(Slot { id, client, since_ms, request: None, bytes: None });
+        ring.slots[(id % SHOWN as u64) as usize] = Some(Slot { id, client, since_ms, request });
         Ticket(id)
-    }
-
-    /// Says what an HTTP request is: its request line and the counter of its bytes from the
-    /// client.
-    pub fn describe(&self, ticket: Ticket, request: RequestLine, bytes: Option<Arc<AtomicU64>>) {
-        self.with(ticket, |slot| {
-            slot.request = Some(request);
-            slot.bytes = bytes;
-        });
     }
 
     /// Ends it: gone from the view (unless a newer one took its slot already).
@@ -104,14 +96,6 @@ impl Inflight {
         let i = (ticket.0 % SHOWN as u64) as usize;
         if ring.slots.get(i).is_some_and(|s| s.as_ref().is_some_and(|s| s.id == ticket.0)) {
             ring.slots[i] = None;
-        }
-    }
-
-    fn with(&self, ticket: Ticket, f: impl FnOnce(&mut Slot)) {
-        let Ok(mut ring) = self.ring.lock() else { return };
-        let i = (ticket.0 % SHOWN as u64) as usize;
-        if let Some(slot) = ring.slots.get_mut(i).and_then(Option::as_mut).filter(|s| s.id == ticket.0) {
-            f(slot);
         }
     }
 
@@ -127,8 +111,8 @@ impl Inflight {
                 let entry = InflightEntry {
                     client: s.client,
                     age_ms: now.saturating_sub(s.since_ms),
-                    request: s.request.as_ref().map(RequestLine::text),
-                    bytes: s.bytes.as_ref().map(|b| b.load(Relaxed)),
+                    request: s.request.as_ref().map(Request::text),
+                    bytes: s.request.as_ref().and_then(|r| r.body_bytes.as_ref()).map(|b| b.load(Relaxed)),
                 };
                 (s.id, entry)
             })
@@ -159,16 +143,16 @@ mod tests {
         SocketAddr::from(([127, 0, 0, 1], port))
     }
 
-    fn get(path: &'static str) -> RequestLine {
-        RequestLine { method: hyper::Method::GET, uri: hyper::Uri::from_static(path), version: hyper::Version::HTTP_11 }
+    fn get(path: &'static str, body_bytes: Option<u64>) -> Option<Request> {
+        let body_bytes = body_bytes.map(|n| Arc::new(AtomicU64::new(n)));
+        Some(Request { method: hyper::Method::GET, uri: hyper::Uri::from_static(path), version: hyper::Version::HTTP_11, body_bytes })
     }
 
     #[test]
     fn an_entry_shows_until_it_ends() {
         let f = Inflight::default();
-        let a = f.begin(client(1));
-        let b = f.begin(client(2));
-        f.describe(b, get("/slow"), Some(Arc::new(AtomicU64::new(5))));
+        let a = f.begin(client(1), None);
+        let b = f.begin(client(2), get("/slow", Some(5)));
         let seen = f.read();
         assert_eq!(seen.iter().map(|e| e.client.port()).collect::<Vec<_>>(), [1, 2]);
         assert_eq!((seen[1].request.as_deref(), seen[1].bytes), (Some("GET /slow HTTP/1.1"), Some(5)));
@@ -181,13 +165,12 @@ mod tests {
     #[test]
     fn more_than_shown_keeps_the_newest_and_an_old_ticket_ends_nothing_newer() {
         let f = Inflight::default();
-        let tickets: Vec<Ticket> = (0..SHOWN as u16 + 10).map(|p| f.begin(client(p))).collect();
+        let tickets: Vec<Ticket> = (0..SHOWN as u16 + 10).map(|p| f.begin(client(p), None)).collect();
         let seen = f.read();
         assert_eq!(seen.len(), SHOWN);
         assert_eq!(seen[0].client.port(), 10, "the ten oldest gave way");
         // The first ticket's slot now holds a newer one: ending it leaves that one shown.
         f.end(tickets[0]);
-        f.describe(tickets[1], get("/"), None);
         assert_eq!(f.read().len(), SHOWN);
         assert!(f.read().iter().all(|e| e.request.is_none()));
     }

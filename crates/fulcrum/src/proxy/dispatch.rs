@@ -10,7 +10,7 @@
 
 use std::net::SocketAddr;
 use std::sync::Arc;
-use std::sync::atomic::{AtomicU64, Ordering::Relaxed};
+use std::sync::atomic::Ordering::Relaxed;
 use std::time::Duration;
 
 use tokio::net::TcpStream;
@@ -20,7 +20,7 @@ use super::connect;
 use super::queue::Waiting;
 use crate::config::Algorithm;
 use crate::error::{Error, Kind, Side};
-use crate::live::inflight::Ticket;
+use crate::live::inflight::{Request, Ticket};
 use crate::live::why::{How, Why};
 use crate::live::{Avoid, ConnGuard, Picked, Pool, Role, ServerEntry, ServiceState};
 
@@ -48,12 +48,6 @@ pub struct Place {
 }
 
 impl Place {
-    /// Says what HTTP request holds the place, for the server's in-flight view: its request
-    /// line and the counter of its body's bytes.
-    pub fn describe(&self, request: crate::live::inflight::RequestLine, bytes: Option<Arc<AtomicU64>>) {
-        self.entry.state.inflight.describe(self.ticket, request, bytes);
-    }
-
     pub fn entry(&self) -> &Arc<ServerEntry> {
         &self.entry
     }
@@ -91,11 +85,19 @@ pub struct Dispatch<'a> {
     retried: u32,
     /// The last failure, answered when no server is left to try.
     last: Option<Error>,
+    /// HTTP: the request each place is taken for, as the server's in-flight view shows it.
+    request: Option<Request>,
 }
 
 impl<'a> Dispatch<'a> {
     pub fn new(pool: &'a Pool, client: SocketAddr, steer: Steer<'a>) -> Self {
-        Dispatch { pool, client, steer, avoid: Avoid::default(), retried: 0, last: None }
+        Dispatch { pool, client, steer, avoid: Avoid::default(), retried: 0, last: None, request: None }
+    }
+
+    /// Places are taken for `request`: the in-flight view of each server tried shows it.
+    pub fn for_request(mut self, request: Request) -> Self {
+        self.request = Some(request);
+        self
     }
 
     /// Picks a server and takes a place on it, waiting in the queue while every usable server
@@ -126,7 +128,7 @@ impl<'a> Dispatch<'a> {
             let why = self.why(affinity, role, index, panic, waiting.is_some());
             pool.state.recent.record(self.client.ip(), entry.state.serial, why);
             let queued = waiting.map_or(Duration::ZERO, |w| w.waited());
-            let ticket = entry.state.inflight.begin(self.client);
+            let ticket = entry.state.inflight.begin(self.client, self.request.clone());
             return Ok(Place { entry, role, index, guard, service: pool.state.clone(), queued, why, ticket });
         }
     }

@@ -67,7 +67,8 @@ pub fn send(
 ) -> impl Future<Output = Result<Answer, Failure>> + Send {
     async move {
         let cfg = &pool.config;
-        let mut dispatch = Dispatch::new(pool, client, steer);
+        let shown = crate::live::inflight::Request { method: req.method().clone(), uri: req.uri().clone(), version: req.version(), body_bytes: req.body().counted() };
+        let mut dispatch = Dispatch::new(pool, client, steer).for_request(shown);
         let replay = Replay::of(&req, idempotent);
         let fault = req.body().fault();
         let mut retries = Retries::new(pool);
@@ -76,7 +77,6 @@ pub fn send(
                 Kind::QueueTimeout => Failure::Queue(cfg.queue_timeout),
                 _ => Failure::Connect(e),
             })?;
-            place.describe(crate::live::inflight::RequestLine { method: req.method().clone(), uri: req.uri().clone(), version: req.version() }, req.body().counted());
             let entry = place.entry().clone();
             let kept = entry.state.kept::<Kept>();
             let target = Target { addr: entry.addr, tls: pool.server_tls.as_ref().map(|o| o.identity()) };
