@@ -194,6 +194,15 @@ pub struct CertificateStats {
     pub expires_unix: i64,
     /// Expires within 14 days (or has expired).
     pub expiring: bool,
+    /// Seconds until it expires; zero once expired.
+    pub expires_in_seconds: u64,
+    pub issuer: String,
+    /// `file` or `acme`.
+    pub source: crate::tls::Source,
+    /// With ACME: when it will be renewed, RFC 3339.
+    pub next_renewal: Option<String>,
+    /// With ACME: that a self-signed certificate is served while none is issued, and why.
+    pub note: Option<String>,
 }
 
 #[derive(Debug, Serialize)]
@@ -302,6 +311,11 @@ fn tls_stats(t: &crate::tls::Terminator, counters: &crate::tls::Counters) -> Tls
                 expires: unix_to_text(c.not_after),
                 expires_unix: c.not_after,
                 expiring: c.remaining(now) < EXPIRY_WARNING,
+                expires_in_seconds: c.remaining(now).as_secs(),
+                issuer: c.issuer.clone(),
+                source: c.source,
+                next_renewal: c.next_renewal.map(unix_to_text),
+                note: c.note.clone(),
             })
             .collect(),
     }

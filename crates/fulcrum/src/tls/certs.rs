@@ -31,6 +31,23 @@ pub struct CertInfo {
     pub names: Vec<String>,
     /// When the leaf expires, seconds since the Unix epoch.
     pub not_after: i64,
+    /// The leaf's issuer, as its distinguished name (`CN=..., O=...`).
+    pub issuer: String,
+    /// Where it comes from: a file of the config, or ACME.
+    pub source: Source,
+    /// With ACME: when it will be renewed, seconds since the Unix epoch.
+    pub next_renewal: Option<i64>,
+    /// What an operator should know of it now, in words: with ACME, that a self-signed
+    /// certificate is served while none is issued yet, and why.
+    pub note: Option<String>,
+}
+
+/// Where a served certificate comes from.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Serialize)]
+#[serde(rename_all = "lowercase")]
+pub enum Source {
+    File,
+    Acme,
 }
 
 impl CertInfo {
@@ -82,7 +99,7 @@ pub fn load(cert: &str, key: &str, provider: &CryptoProvider, now: SystemTime) -
     Ok(Loaded { key: Arc::new(key_pair), info })
 }
 
-/// Reads a leaf's names and expiry.
+/// Reads a leaf's names, expiry and issuer.
 fn describe(leaf: &CertificateDer<'_>, file: &str) -> Result<CertInfo, TlsError> {
     use x509_parser::extensions::GeneralName;
     let (_, x509) =
@@ -94,7 +111,8 @@ fn describe(leaf: &CertificateDer<'_>, file: &str) -> Result<CertInfo, TlsError>
     if names.is_empty() {
         names = x509.subject().iter_common_name().filter_map(|cn| cn.as_str().ok()).map(str::to_ascii_lowercase).collect();
     }
-    Ok(CertInfo { file: file.to_string(), names, not_after: x509.validity().not_after.timestamp() })
+    let issuer = x509.issuer().to_string();
+    Ok(CertInfo { file: file.to_string(), names, not_after: x509.validity().not_after.timestamp(), issuer, source: Source::File, next_renewal: None, note: None })
 }
 
 /// A Unix time as `2026-11-24T21:00:00Z`.

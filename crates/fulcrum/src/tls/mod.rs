@@ -20,6 +20,7 @@
 //! the name the client asks for, is the data path's (`proxy::passthrough`); TLS from Fulcrum to
 //! the servers is `origin`'s.
 
+pub mod acme;
 mod certs;
 mod clients;
 pub mod origin;
@@ -34,7 +35,7 @@ use std::time::{Duration, SystemTime};
 use tokio::net::TcpStream;
 use tokio_rustls::server::TlsStream;
 
-pub use certs::{CertInfo, unix_to_text};
+pub use certs::{CertInfo, Source, unix_to_text};
 pub use sni::covers;
 
 use crate::config::{self, Mode};
