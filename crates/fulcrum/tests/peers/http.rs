@@ -199,24 +199,9 @@ fn a_websocket_echo_goes_through() {
     use futures_util::{SinkExt, StreamExt};
     use tokio_tungstenite::tungstenite::Message;
 
+    let server_addr = websocket_echo();
     let rt = tokio::runtime::Runtime::new().unwrap();
     rt.block_on(async {
-        let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
-        let server_addr = listener.local_addr().unwrap();
-        // A WebSocket echo server that also answers health checks' plain connects.
-        tokio::spawn(async move {
-            while let Ok((stream, _)) = listener.accept().await {
-                tokio::spawn(async move {
-                    if let Ok(mut ws) = tokio_tungstenite::accept_async(stream).await {
-                        while let Some(Ok(m)) = ws.next().await {
-                            if m.is_text() || m.is_binary() {
-                                let _ = ws.send(m).await;
-                            }
-                        }
-                    }
-                });
-            }
-        });
         let f = Fulcrum::start(&http_service("round-robin", "", "kind = \"none\"", &[server_addr], &[]));
         let (mut ws, response) = tokio_tungstenite::connect_async(format!("ws://{}/echo", f.listen)).await.unwrap();
         assert_eq!(response.status(), 101);

@@ -324,3 +324,40 @@ fn a_101_goes_only_to_an_http_1_1_client_that_asked_and_h2c_upgrades_never_pass(
     let head = heads.lock().unwrap().pop().unwrap();
     assert!(!head.contains("upgrade") && !head.contains("http2-settings"), "{head}");
 }
+
+/// The WebSocket client over HTTP/2 (RFC 8441) of tests/websocket, on Python's h2: its JSON line.
+fn h2_websocket(f: &Fulcrum, protocol: &str, messages: usize) -> serde_json::Value {
+    let script = format!("{}/tests/websocket/h2_client.py", env!("CARGO_MANIFEST_DIR"));
+    let out = Command::new("python3")
+        .args([&script, "127.0.0.1", &f.listen.port().to_string(), "/chat", protocol, &messages.to_string()])
+        .output()
+        .expect("python3 with h2 (scripts/test installs it)");
+    let line = String::from_utf8_lossy(&out.stdout);
+    serde_json::from_str(line.trim()).unwrap_or_else(|e| panic!("{e}: {line}{}", String::from_utf8_lossy(&out.stderr)))
+}
+
+/// WebSocket over HTTP/2 (RFC 8441): Fulcrum announces extended CONNECT, and a client's
+/// `:protocol websocket` stream reaches an HTTP/1.1 WebSocket server (tokio-tungstenite, which
+/// checks the opening handshake) as an Upgrade, then carries the frames both ways. Another
+/// `:protocol` is refused with 501, and a server whose 101 does not answer the WebSocket key
+/// gets the client a 502, its connection closed.
+#[test]
+fn a_websocket_over_http2_reaches_an_http_1_1_websocket_server() {
+    let f = h2c_before(websocket_echo());
+    let got = h2_websocket(&f, "websocket", 5);
+    assert_eq!(got["enable_connect_protocol"], 1, "{got}");
+    assert_eq!(got["status"], 200, "{got}");
+    assert!(got["headers"].get("sec-websocket-accept").is_none() && got["headers"].get("upgrade").is_none(), "{got}");
+    let echoed: Vec<&str> = got["echoed"].as_array().unwrap().iter().filter_map(|m| m.as_str()).collect();
+    assert_eq!(echoed, (0..5).map(|i| format!("hello {i}")).collect::<Vec<_>>(), "{got}");
+
+    let other = h2_websocket(&f, "connect-udp", 0);
+    assert_eq!(other["status"], 501, "{other}");
+
+    let (server, closed) = switcher();
+    let g = h2c_before(server);
+    let wrong = h2_websocket(&g, "websocket", 1);
+    assert_eq!(wrong["status"], 502, "{wrong}");
+    wait_until("the server connection closed", Duration::from_secs(10), || closed.load(std::sync::atomic::Ordering::SeqCst) == 1);
+    assert!(g.log().contains("does not answer the WebSocket key"), "{}", g.log());
+}

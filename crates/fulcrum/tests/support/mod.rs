@@ -610,3 +610,31 @@ pub fn head_keeper() -> (SocketAddr, std::sync::Arc<std::sync::Mutex<Vec<String>
     });
     (addr, heads)
 }
+
+/// A WebSocket echo server (tokio-tungstenite, which checks the opening handshake as RFC 6455
+/// says) on its own thread and runtime, that also takes health checks' plain connects: its
+/// address. It echoes text and binary messages until the client closes.
+pub fn websocket_echo() -> SocketAddr {
+    use futures_util::{SinkExt, StreamExt};
+    let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    let addr = listener.local_addr().unwrap();
+    listener.set_nonblocking(true).unwrap();
+    std::thread::spawn(move || {
+        let rt = tokio::runtime::Builder::new_current_thread().enable_all().build().unwrap();
+        rt.block_on(async move {
+            let listener = tokio::net::TcpListener::from_std(listener).unwrap();
+            while let Ok((stream, _)) = listener.accept().await {
+                tokio::spawn(async move {
+                    if let Ok(mut ws) = tokio_tungstenite::accept_async(stream).await {
+                        while let Some(Ok(m)) = ws.next().await {
+                            if m.is_text() || m.is_binary() {
+                                let _ = ws.send(m).await;
+                            }
+                        }
+                    }
+                });
+            }
+        });
+    });
+    addr
+}

@@ -1,7 +1,8 @@
 //! HTTP/2 from clients: over TLS when the client chose `h2` by ALPN (`http2`, on by default),
 //! and with prior knowledge on a plain service with `h2c`. Each stream is a request handled as
 //! an HTTP/1.1 one is (routing, affinity, queueing, retries, forwarded headers, access log) and
-//! sent to the servers in HTTP/1.1.
+//! sent to the servers in HTTP/1.1. The connection announces extended CONNECT
+//! (`SETTINGS_ENABLE_CONNECT_PROTOCOL`) for WebSockets (`websocket`).
 //!
 //! Abuse limits, each with a default: `max_streams` open streams per connection (100);
 //! `max_head_size` for a request's decoded header list; at most `MAX_PENDING_RESETS` streams
@@ -128,7 +129,9 @@ pub async fn serve<S: ClientIo>(client: S, preface_read: bool, peer: SocketAddr,
         .max_concurrent_streams(http.max_streams)
         .max_header_list_size(u32::try_from(http.max_head_size).unwrap_or(u32::MAX))
         .max_pending_accept_reset_streams(MAX_PENDING_RESETS)
-        .max_local_error_reset_streams(MAX_LOCAL_RESETS);
+        .max_local_error_reset_streams(MAX_LOCAL_RESETS)
+        // WebSockets over HTTP/2 (RFC 8441): `websocket`.
+        .enable_connect_protocol();
     let client = Rewound { inner: client, preface_left: if preface_read { PREFACE.len() } else { 0 } };
     let conn = builder.serve_connection(TokioIo::new(client), svc);
     tokio::pin!(conn);

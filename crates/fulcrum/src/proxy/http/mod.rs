@@ -12,7 +12,8 @@
 //! 400 for bad framing (the guard), an ambiguous or missing `Host`, a target `*` but for OPTIONS,
 //! an HTTP/2 request that cannot go on as HTTP/1.1 (`convert`), or a request body that is
 //! malformed or cut short within the read-ahead; 408 for a read-ahead not in within
-//! `head_timeout`; 501 for CONNECT (Fulcrum does not tunnel). With `strict_sni_host`, a request
+//! `head_timeout`; 501 for CONNECT (Fulcrum does not tunnel) but an HTTP/2 client's WebSocket
+//! (RFC 8441, `websocket`), and for an upgrade to a pool spoken to in HTTP/2. With `strict_sni_host`, a request
 //! whose Host is not a name of its TLS certificate gets 421 Misdirected Request.
 
 mod access;
@@ -30,6 +31,7 @@ pub mod route;
 pub mod rules;
 mod trace_context;
 mod upstream;
+mod websocket;
 
 use std::net::SocketAddr;
 use std::sync::Arc;
@@ -259,9 +261,19 @@ fn handle(
         if let Some(tracer) = &service.tracer {
             record.trace = trace_context::begin(tracer, &mut req, peer.ip());
         }
-        if req.method() == Method::CONNECT {
-            // The guard reads nothing after the CONNECT head, so no tunnelled byte is taken for HTTP.
-            return refuse(&cfg.name, record, StatusCode::NOT_IMPLEMENTED, "CONNECT: Fulcrum does not tunnel".into());
+        // An HTTP/2 WebSocket (RFC 8441) goes on as the HTTP/1.1 opening handshake, routed as
+        // one; the accept value its server must answer goes with it (`websocket::Expected`).
+        match websocket::connect(req.method(), req.extensions().get::<hyper::ext::Protocol>()) {
+            Some(websocket::Connect::WebSocket) if req.version() == hyper::Version::HTTP_2 => websocket::to_upgrade(&mut req, websocket::nonce()),
+            Some(websocket::Connect::Other(protocol)) => {
+                // The guard reads nothing after the CONNECT head, so no tunnelled byte is taken for HTTP.
+                let why = match protocol {
+                    Some(p) => format!("CONNECT for protocol {p}: Fulcrum tunnels only WebSockets"),
+                    None => "CONNECT: Fulcrum does not tunnel".to_string(),
+                };
+                return refuse(&cfg.name, record, StatusCode::NOT_IMPLEMENTED, why);
+            }
+            _ => {}
         }
         if let Some(why) = headers::host_problem(req.headers(), req.version()) {
             return refuse(&cfg.name, record, StatusCode::BAD_REQUEST, why.into());
@@ -494,6 +506,7 @@ async fn forward(
     let upgrade = headers::take_h2c_upgrade(req.headers_mut());
     let client_upgrade = upgrade.then(|| hyper::upgrade::on(&mut req));
     let (mut parts, incoming) = req.into_parts();
+    let websocket_accept = parts.extensions.remove::<websocket::Expected>().map(|e| e.0);
     // The body's front is read before any server is contacted: a short body that is malformed
     // (the guard stops it) or cut short is refused here and never reaches a server.
     let fault = ClientFault::default();
@@ -554,6 +567,12 @@ async fn forward(
         record.pool = pool.to_string();
     }
     if target.config.protocol == ServerProtocol::H2 {
+        if upgrade {
+            // An upgrade is HTTP/1.1's; these servers are spoken to in HTTP/2.
+            let why = format!("an upgrade (WebSocket) cannot go to pool {pool}, whose servers are spoken to in HTTP/2");
+            warn!(service = %cfg.name, client = %peer, status = 501, "{why}");
+            return answer(record, StatusCode::NOT_IMPLEMENTED, why);
+        }
         to_h2(&mut parts, te_trailers);
     }
     let idempotent = matches!(parts.method, Method::GET | Method::HEAD | Method::OPTIONS | Method::TRACE | Method::PUT | Method::DELETE);
@@ -562,15 +581,16 @@ async fn forward(
     match upstream::send(target, peer, req, steer.steer(), idempotent, upgrade).await {
         Ok(mut a) => {
             let switching = a.response.status() == StatusCode::SWITCHING_PROTOCOLS;
-            if switching && (client_upgrade.is_none() || client_version != hyper::Version::HTTP_11) {
+            let unfit = match (&websocket_accept, switching) {
+                (_, false) => None,
+                _ if client_upgrade.is_none() => Some("the server switched protocols (101) for a request that did not ask to upgrade"),
+                (Some(expected), true) => (!websocket::answers(a.response.headers(), expected)).then_some(websocket::WRONG_ACCEPT),
+                (None, true) => (client_version != hyper::Version::HTTP_11).then_some("the server switched protocols (101) for an HTTP/2 client, which has no 101"),
+            };
+            if let Some(why) = unfit {
                 // Dropped whole: the server connection, past its 101, is closed, never reused.
                 let server = a.place.entry().addr;
                 drop(a);
-                let why = if client_upgrade.is_none() {
-                    "the server switched protocols (101) for a request that did not ask to upgrade"
-                } else {
-                    "the server switched protocols (101) for an HTTP/2 client, which has no 101"
-                };
                 warn!(service = %cfg.name, client = %peer, %server, status = 502, "{why}");
                 record.server = Some(server);
                 return answer(record, StatusCode::BAD_GATEWAY, why.into());
@@ -586,10 +606,13 @@ async fn forward(
                 record.why = Some(a.place.why().describe(target.config.algorithm));
             }
             record.response = a.response_time;
-            record.status = a.response.status().as_u16();
             let (mut rparts, rbody) = a.response.into_parts();
             headers::strip_hop_by_hop(&mut rparts.headers, switching);
-            if upgrade && !switching {
+            if switching && websocket_accept.is_some() {
+                websocket::to_h2_answer(&mut rparts.status, &mut rparts.headers);
+            }
+            record.status = rparts.status.as_u16();
+            if upgrade && !switching && client_version < hyper::Version::HTTP_2 {
                 // The guard let the rest of this connection pass unread, ready for the
                 // upgrade that did not come: nothing more is read from it as HTTP.
                 rparts.headers.insert(header::CONNECTION, HeaderValue::from_static("close"));
