@@ -12,3 +12,4 @@ mod dashboard;
 mod front_door;
 mod protection;
 mod shared_pools;
+mod websocket;
