@@ -500,21 +500,20 @@ impl App {
     /// Starts a QUIC listener (HTTP/3) beside each TCP listener whose service has `http3`, on
     /// the same port over UDP, and stops those whose service no longer has it. One endpoint per
     /// address on the app's runtime, workers or not (`proxy::http::h3`). A UDP port that cannot
-    /// be bound is said in the log; the TCP listener serves on.
+    /// be bound yet (the process this one upgrades still drains on it) is tried again each
+    /// second; the TCP listener serves meanwhile.
     fn follow_quic(&self) {
         let generation = self.live.current();
         let Ok(mut listeners) = self.listeners.lock() else { return };
         for (addr, l) in listeners.iter_mut() {
             let wants = generation.service_at(*addr).is_some_and(|s| s.config().enabled && s.config().http.http3 && s.tls.is_some());
             match (&l.quic, wants) {
-                (None, true) => match proxy::http::h3::bind(SocketAddr::new(addr.ip(), l.local.port())) {
-                    Ok(socket) => {
-                        let stop = l.stop.child_token();
-                        l.quic = Some(stop.clone());
-                        tokio::spawn(proxy::http::h3::serve(socket, *addr, self.live.clone(), stop, self.shutdown.clone()));
-                    }
-                    Err(e) => error!(address = %addr, "HTTP/3: cannot bind UDP port {}: {e}", l.local.port()),
-                },
+                (None, true) => {
+                    let stop = l.stop.child_token();
+                    l.quic = Some(stop.clone());
+                    let udp = SocketAddr::new(addr.ip(), l.local.port());
+                    tokio::spawn(proxy::http::h3::serve(udp, *addr, self.live.clone(), stop, self.shutdown.clone()));
+                }
                 (Some(stop), false) => {
                     stop.cancel();
                     l.quic = None;

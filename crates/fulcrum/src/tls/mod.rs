@@ -124,7 +124,16 @@ impl Terminator {
         };
         let base = clients::Base { policy: &policy, resolver: &resolver, context: &context, alpn: &alpn };
         let (groups, group_of) = clients::groups(tls, &base)?;
-        Ok(Terminator { groups, group_of, certs: infos, handshake_timeout: tls.handshake_timeout, resolver, strict_sni_host: mode == Mode::Http && tls.strict_sni_host(), files, quic: Default::default() })
+        Ok(Terminator {
+            groups,
+            group_of,
+            certs: infos,
+            handshake_timeout: tls.handshake_timeout,
+            resolver,
+            strict_sni_host: mode == Mode::Http && tls.strict_sni_host(),
+            files,
+            quic: Default::default(),
+        })
     }
 
     /// Whether every file it was loaded from is as it was (checks metadata only, no read).

@@ -1,7 +1,7 @@
 """An HTTP/3 client for the tests, on aioquic: sends requests over one QUIC connection, all at
 once, and prints one JSON object: each response (status, fields, body length and text, trailers,
 or the error that ended its stream) in the order asked, and what the connection learnt of the
-server (its initial limit of request streams).
+server (its initial limit of request streams, private to aioquic's QuicConnection).
 
 Usage: client.py HOST PORT REQUESTS_JSON [--ca FILE] [--server-name NAME] [--timeout SECONDS]
 REQUESTS_JSON is a list of {"method", "path", "headers": [[name, value]...], "body": text,
@@ -100,11 +100,13 @@ async def main():
         wanted += [r] * r.get("repeat", 1)
     authority = f"{a.server_name}:{a.port}"
     async with connect(a.host, a.port, configuration=config, create_protocol=Client, wait_connected=True) as client:
+        # The server's initial stream credit, before any request raises it.
+        initial_streams = client._quic._remote_max_streams_bidi
         tasks = [asyncio.ensure_future(client.request(authority, r)) for r in wanted]
         done = await asyncio.wait_for(asyncio.gather(*tasks, return_exceptions=True), a.timeout)
         out = {
             "responses": [shown(d) if isinstance(d, dict) else {"error": repr(d)} for d in done],
-            "server_max_streams_bidi": client._quic._remote_max_streams_bidi,
+            "server_max_streams_bidi": initial_streams,
         }
     print(json.dumps(out))
 

@@ -18,6 +18,7 @@ use std::io;
 use std::net::SocketAddr;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering::Relaxed};
+use std::time::Duration;
 
 use tokio_util::sync::CancellationToken;
 use tracing::{debug, error, info, warn};
@@ -30,8 +31,11 @@ const MAX_INCOMING: usize = 4096;
 /// Early packets (0-RTT, or a handshake in several datagrams) held per attempt.
 const INCOMING_BUFFER: u64 = 64 * 1024;
 
+/// How often a UDP port that could not be bound is tried again.
+const BIND_RETRY: Duration = Duration::from_secs(1);
+
 /// Binds the UDP socket of `addr` (nonblocking; IPv6 only on an IPv6 address, as TCP's).
-pub fn bind(addr: SocketAddr) -> io::Result<std::net::UdpSocket> {
+fn bind(addr: SocketAddr) -> io::Result<std::net::UdpSocket> {
     use socket2::{Domain, Protocol, Socket, Type};
     let socket = Socket::new(Domain::for_address(addr), Type::DGRAM, Some(Protocol::UDP))?;
     if addr.is_ipv6() {
@@ -54,10 +58,29 @@ impl Drop for InProgress {
     }
 }
 
-/// Serves QUIC on `socket` for the service listening at `addr`, until `stop` (the address left
-/// the config, or its service turned `http3` off) or shutdown. Connections open then go on to
-/// their end (each its GOAWAY when the process drains).
-pub async fn serve(socket: std::net::UdpSocket, addr: SocketAddr, live: Arc<Live>, stop: CancellationToken, shutdown: Shutdown) {
+/// Serves QUIC on UDP at `udp` for the service listening at `addr`, until `stop` (the address
+/// left the config, or its service turned `http3` off) or shutdown. Connections open then go on
+/// to their end (each its GOAWAY when the process drains). A port that is taken is tried again
+/// every `BIND_RETRY`: after a binary upgrade the old process keeps its QUIC socket until its
+/// connections are done (a UDP socket is not handed over: the two processes would read each
+/// other's packets, and answer connections they do not know with stateless resets).
+pub async fn serve(udp: SocketAddr, addr: SocketAddr, live: Arc<Live>, stop: CancellationToken, shutdown: Shutdown) {
+    let mut said = false;
+    let socket = loop {
+        match bind(udp) {
+            Ok(socket) => break socket,
+            Err(e) if !said => {
+                said = true;
+                warn!(%addr, %udp, "HTTP/3: cannot bind the UDP port yet, trying every second: {e}");
+            }
+            Err(_) => {}
+        }
+        tokio::select! {
+            _ = stop.cancelled() => return,
+            _ = shutdown.stopping().cancelled() => return,
+            _ = tokio::time::sleep(BIND_RETRY) => {}
+        }
+    };
     let local = socket.local_addr().ok();
     let Some(first) = live.current().service_at(addr).and_then(|s| config_of(s).ok()) else {
         return error!(%addr, "HTTP/3: no service with http3 and TLS at this address");

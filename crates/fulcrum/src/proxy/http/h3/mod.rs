@@ -24,7 +24,7 @@ mod bridge;
 mod conn;
 mod endpoint;
 
-pub use endpoint::{bind, serve};
+pub use endpoint::serve;
 
 /// The `Alt-Svc` value that announces HTTP/3 on `port` (RFC 7838, RFC 9114 section 3.1.1), which
 /// `http::requests` adds to HTTP/1.1 and HTTP/2 responses of a service with `http3`.
