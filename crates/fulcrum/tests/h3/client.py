@@ -90,7 +90,7 @@ async def main():
     p.add_argument("--server-name", default="localhost")
     p.add_argument("--timeout", type=float, default=20)
     a = p.parse_args()
-    config = QuicConfiguration(is_client=True, alpn_protocols=H3_ALPN, server_name=a.server_name, max_datagram_frame_size=None)
+    config = QuicConfiguration(is_client=True, alpn_protocols=H3_ALPN, server_name=a.server_name, idle_timeout=a.timeout)
     if a.ca:
         config.load_verify_locations(a.ca)
     else:

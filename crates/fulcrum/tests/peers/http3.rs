@@ -15,30 +15,42 @@ fn client_script() -> String {
 }
 
 /// Runs the HTTP/3 client against `addr` (UDP) with `requests`, verifying the server's
-/// certificate with `ca` for `name`: its JSON answer.
-fn h3(addr: SocketAddr, name: &str, ca: &std::path::Path, requests: serde_json::Value) -> serde_json::Value {
+/// certificate with `ca` for `name`, giving up after `timeout` seconds: its JSON answer, or what
+/// it said on failing.
+fn h3_try(addr: SocketAddr, name: &str, ca: &std::path::Path, requests: serde_json::Value, timeout: u32) -> Result<serde_json::Value, String> {
     let out = Command::new("python3")
         .args([client_script(), addr.ip().to_string(), addr.port().to_string(), requests.to_string()])
         .arg("--ca")
         .arg(ca)
-        .args(["--server-name", name, "--timeout", "30"])
+        .args(["--server-name", name, "--timeout", &timeout.to_string()])
         .output()
         .expect("python3 with aioquic (scripts/test installs it)");
-    assert!(out.status.success(), "HTTP/3 client failed: {}", String::from_utf8_lossy(&out.stderr));
-    serde_json::from_slice(&out.stdout).unwrap_or_else(|e| panic!("{e}: {}", String::from_utf8_lossy(&out.stdout)))
+    if !out.status.success() {
+        return Err(String::from_utf8_lossy(&out.stderr).into_owned());
+    }
+    Ok(serde_json::from_slice(&out.stdout).unwrap_or_else(|e| panic!("{e}: {}", String::from_utf8_lossy(&out.stdout))))
 }
 
-/// A TLS service with HTTP/3 for `a.test` in front of `servers`, with `http_extra` in
-/// `[service.http]` and `extra` at the service's level; the certificate doubles as its CA.
-fn h3_service(dir: &std::path::Path, http_extra: &str, extra: &str, servers: &[SocketAddr]) -> (Fulcrum, std::path::PathBuf) {
-    let (cert, key) = openssl_self_signed(dir, "a.test");
+fn h3(addr: SocketAddr, name: &str, ca: &std::path::Path, requests: serde_json::Value) -> serde_json::Value {
+    h3_try(addr, name, ca, requests, 30).unwrap_or_else(|e| panic!("HTTP/3 client failed: {e}"))
+}
+
+/// The config of a TLS service with HTTP/3 for `a.test` in front of `servers`, with `top` at
+/// the top, `http_extra` in `[service.http]` and `extra` at the service's level.
+fn h3_config(cert: &std::path::Path, key: &std::path::Path, top: &str, http_extra: &str, extra: &str, servers: &[SocketAddr]) -> String {
     let servers: String = servers.iter().map(|a| format!("[[service.server]]\naddress = \"{a}\"\n")).collect();
-    let f = Fulcrum::start(&format!(
-        "[[service]]\nname = \"web\"\nlisten = \"{{LISTEN}}\"\nmode = \"http\"\n{extra}\n[service.http]\nhttp3 = true\n{http_extra}\n[service.health]\nkind = \"none\"\n\
+    format!(
+        "{top}\n[[service]]\nname = \"web\"\nlisten = \"{{LISTEN}}\"\nmode = \"http\"\n{extra}\n[service.http]\n{http_extra}\n[service.health]\nkind = \"none\"\n\
          [service.tls]\n[[service.tls.certificate]]\ncert = \"{}\"\nkey = \"{}\"\n{servers}",
         cert.display(),
         key.display()
-    ));
+    )
+}
+
+/// Fulcrum with `h3_config` (and `http3 = true`); the certificate doubles as its CA.
+fn h3_service(dir: &std::path::Path, http_extra: &str, extra: &str, servers: &[SocketAddr]) -> (Fulcrum, std::path::PathBuf) {
+    let (cert, key) = openssl_self_signed(dir, "a.test");
+    let f = Fulcrum::start(&h3_config(&cert, &key, "", &format!("http3 = true\n{http_extra}"), extra, servers));
     (f, cert)
 }
 
@@ -197,4 +209,39 @@ fn check_refuses_http3_without_tls_or_with_client_certificates() {
         &dir,
     );
     assert!(!ok && said.contains("client certificates") && said.contains("quic_retry_above"), "{said}");
+}
+
+#[test]
+fn a_drain_sends_goaway_and_lets_the_requests_in_flight_finish() {
+    let dir = scratch("h3-drain");
+    let a = Backend::start("h3drain");
+    let (cert, key) = openssl_self_signed(&dir, "a.test");
+    let mut f = Fulcrum::start(&h3_config(&cert, &key, "shutdown_grace = \"10s\"", "http3 = true", "", &[a.addr]));
+    let (listen, ca) = (f.listen, cert.clone());
+    let slow = std::thread::spawn(move || h3(listen, "a.test", &ca, serde_json::json!([{"path": "/slow/2000", "repeat": 3}])));
+    wait_until("three requests in flight", Duration::from_secs(10), || f.server_stats(&a.addr.to_string())["current"].as_u64() == Some(3));
+    f.signal(libc_sig::TERM);
+    let out = slow.join().unwrap();
+    for r in out["responses"].as_array().unwrap() {
+        assert_eq!((r["status"].as_u64(), r["body"].as_str()), (Some(200), Some("h3drain\n")), "answered whole during the drain: {out}");
+    }
+    assert!(f.wait_exit(Duration::from_secs(15)).is_some(), "the process exits once its QUIC connections are done");
+    assert!(f.log().contains("HTTP/3 stopped listening"), "{}", f.log());
+}
+
+#[test]
+fn a_reload_turns_http3_off_and_on() {
+    let dir = scratch("h3-reload");
+    let a = Backend::start("h3reload");
+    let (cert, key) = openssl_self_signed(&dir, "a.test");
+    let f = Fulcrum::start(&h3_config(&cert, &key, "", "http3 = true", "", &[a.addr]));
+    let get = serde_json::json!([{"path": "/name"}]);
+    assert_eq!(h3(f.listen, "a.test", &cert, get.clone())["responses"][0]["status"], 200);
+    let config = |http: &str| h3_config(&cert, &key, "", http, "", &[a.addr]);
+    f.reload(&config(""));
+    wait_until("the QUIC listener stopped", Duration::from_secs(10), || f.log().contains("HTTP/3 stopped listening"));
+    assert!(h3_try(f.listen, "a.test", &cert, get.clone(), 3).is_err(), "no HTTP/3 once http3 is off");
+    f.reload(&config("http3 = true"));
+    wait_until("the QUIC listener back", Duration::from_secs(10), || f.log().matches("HTTP/3 listening").count() == 2);
+    assert_eq!(h3(f.listen, "a.test", &cert, get)["responses"][0]["status"], 200);
 }
