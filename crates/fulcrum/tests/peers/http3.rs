@@ -128,6 +128,8 @@ fn clients_prove_their_address_with_retry_above_quic_retry_above() {
     let tls = &f.stats()["services"][0]["tls"];
     assert_eq!(tls["quic_retries"], 1, "the client was sent a Retry and came back with its token: {tls}");
     assert_eq!(tls["quic_handshakes"], 1, "{tls}");
+    assert_eq!(crate::tls::metric(&f, "fulcrum_quic_retries_total{service=\"web\"}"), 1);
+    assert_eq!(crate::tls::metric(&f, "fulcrum_quic_handshakes_total{service=\"web\"}"), 1);
 }
 
 #[test]
