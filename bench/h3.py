@@ -77,7 +77,7 @@ def main():
         f'[service.http]\naccess_log = "off"\nhead_timeout = "10m"\nkeepalive_idle = "10m"\nhttp3 = true\nquic_retry_above = 100000\n'
         f'[service.tls]\n[[service.tls.certificate]]\ncert = "{cert}"\nkey = "{key}"\n'
         f'[service.health]\nkind = "none"\n[[service.server]]\naddress = "127.0.0.1:{server_port}"\n')
-    fulcrum = subprocess.Popen(["taskset", "-c", balancer_core, str(exe), "--log", "warn", "run", str(work / "fulcrum.toml")])
+    fulcrum = subprocess.Popen(["taskset", "-c", balancer_core, str(exe), "--log", "error", "run", str(work / "fulcrum.toml")])
     wait_port(port)
     time.sleep(0.5)
     url = f"https://127.0.0.1:{port}/name"
