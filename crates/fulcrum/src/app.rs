@@ -81,6 +81,8 @@ struct Listening {
     stop: CancellationToken,
     local: SocketAddr,
     sockets: Vec<OwnedFd>,
+    /// With `http3`: what stops the QUIC listener on the same port (UDP).
+    quic: Option<CancellationToken>,
 }
 
 /// The config file as the process last read or wrote it, and the edits not written to it yet.
@@ -454,6 +456,7 @@ impl App {
                 keep
             });
         }
+        self.follow_quic();
         let generation = self.live.current();
         self.checks.follow(&generation);
         self.trail.configure(generation.config.audit.as_ref());
@@ -480,7 +483,7 @@ impl App {
             let stop = CancellationToken::new();
             let local = sockets.first().and_then(|l| l.local_addr().ok()).unwrap_or(addr);
             let copies = sockets.iter().filter_map(|l| l.try_clone().ok().map(OwnedFd::from)).collect();
-            listeners.insert(addr, Listening { stop: stop.clone(), local, sockets: copies });
+            listeners.insert(addr, Listening { stop: stop.clone(), local, sockets: copies, quic: None });
             for (i, l) in sockets.into_iter().enumerate() {
                 let accept = proxy::listener::serve(l, addr, self.live.clone(), stop.clone(), self.shutdown.clone());
                 // Detached: `stop` ends the loop.
@@ -488,6 +491,34 @@ impl App {
                     Some(w) => w.handle(i).spawn(accept),
                     None => tokio::spawn(accept),
                 });
+            }
+        }
+        drop(listeners);
+        self.follow_quic();
+    }
+
+    /// Starts a QUIC listener (HTTP/3) beside each TCP listener whose service has `http3`, on
+    /// the same port over UDP, and stops those whose service no longer has it. One endpoint per
+    /// address on the app's runtime, workers or not (`proxy::http::h3`). A UDP port that cannot
+    /// be bound yet (the process this one upgrades still drains on it) is tried again each
+    /// second; the TCP listener serves meanwhile.
+    fn follow_quic(&self) {
+        let generation = self.live.current();
+        let Ok(mut listeners) = self.listeners.lock() else { return };
+        for (addr, l) in listeners.iter_mut() {
+            let wants = generation.service_at(*addr).is_some_and(|s| s.config().enabled && s.config().http.http3 && s.tls.is_some());
+            match (&l.quic, wants) {
+                (None, true) => {
+                    let stop = l.stop.child_token();
+                    l.quic = Some(stop.clone());
+                    let udp = SocketAddr::new(addr.ip(), l.local.port());
+                    tokio::spawn(proxy::http::h3::serve(udp, *addr, self.live.clone(), stop, self.shutdown.clone()));
+                }
+                (Some(stop), false) => {
+                    stop.cancel();
+                    l.quic = None;
+                }
+                _ => {}
             }
         }
     }

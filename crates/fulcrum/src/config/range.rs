@@ -129,6 +129,8 @@ pub const ERROR_PAGE_BYTES: u64 = 64 * 1024;
 pub const MAX_REQUEST_BODY: Range<u64> = Range::new(0, 1 << 40, "0 is no limit; NGINX's client_max_body_size defaults to 1 MiB (1048576)");
 pub const MAX_STREAMS: Range<u32> =
     Range::new(1, 1000, "each open stream may hold a request's read-ahead and a server connection; 100 is the default (RFC 9113 asks for at least 100)");
+pub const ALT_SVC_MAX_AGE: Range<Duration> = Range::new(Duration::from_secs(1), Duration::from_secs(30 * 86_400), "\"24h\" is the default (RFC 7838's)");
+pub const QUIC_RETRY_ABOVE: Range<u32> = Range::new(0, 100_000, "0 sends every new client a Retry; 64 is the default");
 /// Below it a response is sent as it is; a response of unknown length is always compressed.
 pub const COMPRESS_MIN_SIZE: Range<u64> = Range::new(0, 1 << 30, "1024 is the default; NGINX's gzip_min_length defaults to 20");
 

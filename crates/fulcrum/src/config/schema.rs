@@ -623,6 +623,15 @@ pub(crate) mod defaults {
     pub fn max_streams() -> u32 {
         100
     }
+    /// A day: Alt-Svc's own default (RFC 7838 section 3).
+    pub fn alt_svc_max_age() -> Duration {
+        Duration::from_secs(86_400)
+    }
+    /// Enough for a burst of honest clients to connect in one round trip; a flood of handshakes
+    /// from spoofed addresses passes it at once and meets Retry.
+    pub fn quic_retry_above() -> u32 {
+        64
+    }
     pub fn codings() -> Vec<Coding> {
         vec![Coding::Zstd, Coding::Br, Coding::Gzip]
     }

@@ -490,6 +490,9 @@ fn validate_edge(service: &Service, prefix: &[Seg<'_>], report: &mut Report<'_>)
             "remove h2c (http2 = true offers HTTP/2 over TLS)",
         );
     }
+    if service.http.http3 {
+        validate_http3(service, &hat_http("http3"), report);
+    }
     if service.http.redirect_https && service.tls.is_some() {
         report.error(
             &hat_http("redirect_https"),
@@ -585,6 +588,23 @@ fn validate_tls(service: &Service, tls: &Tls, prefix: &[Seg<'_>], report: &mut R
     }
 }
 
+/// `http3`: QUIC carries TLS 1.3 and HTTP only, and its handshake cannot pick a client-certificate
+/// policy by the name the client asks for before it begins, as a TCP handshake does.
+fn validate_http3(service: &Service, at: &[Seg<'_>], report: &mut Report<'_>) {
+    let Some(tls) = &service.tls else {
+        return report.error(at, "http3 runs over QUIC, which is always encrypted: it needs [service.tls]".into(), "add [service.tls], or remove http3");
+    };
+    if service.mode != Mode::Http {
+        report.error(at, "http3 serves HTTP requests: it is for mode = \"http\"".into(), "set mode = \"http\", or remove http3");
+    }
+    if tls.max_version == Some(crate::config::TlsVersion::V1_2) {
+        report.error(at, "http3 needs TLS 1.3 (QUIC has no TLS 1.2), and max_version is 1.2".into(), "remove max_version, or remove http3");
+    }
+    if tls.client_ca.is_some() || tls.certificates.iter().any(|c| c.client_ca.is_some()) {
+        report.error(at, "http3 does not take client certificates (client_ca) yet".into(), "serve the names that require client certificates on a service without http3");
+    }
+}
+
 const POLICY_HINT: &str = "min_version and max_version are \"1.2\" or \"1.3\"; cipher_suites names suites as rustls or IANA spell them, one at least for each version allowed";
 
 /// Per-certificate `client_ca` and `client_auth` (at `tls`, the service's `[service.tls]`):
@@ -654,6 +674,8 @@ fn validate_service_numbers(service: &Service, prefix: &[Seg<'_>], report: &mut 
     report.range(&at(&["http", "max_uri_length"]), "max_uri_length", http.max_uri_length, &range::MAX_URI_LENGTH);
     report.range(&at(&["http", "max_request_body"]), "max_request_body", http.max_request_body, &range::MAX_REQUEST_BODY);
     report.range(&at(&["http", "max_streams"]), "max_streams", http.max_streams, &range::MAX_STREAMS);
+    report.range(&at(&["http", "alt_svc_max_age"]), "alt_svc_max_age", http.alt_svc_max_age, &range::ALT_SVC_MAX_AGE);
+    report.range(&at(&["http", "quic_retry_above"]), "quic_retry_above", http.quic_retry_above, &range::QUIC_RETRY_ABOVE);
     if let Some(r) = &http.retry {
         let rat = |key| at(&["http", "retry", key]);
         report.range(&rat("count"), "count", r.count, &range::RETRY_COUNT);

@@ -182,6 +182,11 @@ pub struct TlsStats {
     pub handshakes_tls13: u64,
     /// Failed handshakes by reason: timeout, closed, client_certificate, protocol.
     pub failures: std::collections::BTreeMap<&'static str, u64>,
+    /// HTTP/3 (`http3`): QUIC handshakes done, Retry packets sent (address validation), and new
+    /// QUIC connections refused (at `maxconn`, or draining).
+    pub quic_handshakes: u64,
+    pub quic_retries: u64,
+    pub quic_refused: u64,
     pub certificates: Vec<CertificateStats>,
 }
 
@@ -302,6 +307,9 @@ fn tls_stats(t: &crate::tls::Terminator, counters: &crate::tls::Counters) -> Tls
         handshakes_tls12: counters.tls12.load(Relaxed),
         handshakes_tls13: counters.tls13.load(Relaxed),
         failures: Failure::ALL.iter().map(|f| (f.as_str(), counters.failed[*f as usize].load(Relaxed))).collect(),
+        quic_handshakes: counters.quic_handshakes.load(Relaxed),
+        quic_retries: counters.quic_retries.load(Relaxed),
+        quic_refused: counters.quic_refused.load(Relaxed),
         certificates: t
             .certs
             .iter()

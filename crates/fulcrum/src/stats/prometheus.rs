@@ -243,6 +243,19 @@ fn tls_families(out: &mut String, snap: &Snapshot) {
             let _ = writeln!(out, "fulcrum_tls_handshake_failures_total{{service=\"{name}\",reason=\"{reason}\"}} {n}");
         }
     }
+    // HTTP/3's QUIC listener (`http3`): its handshakes, its Retry packets, and its refusals.
+    type Figure = fn(&super::TlsStats) -> u64;
+    let quic: [(&str, &str, Figure); 3] = [
+        ("fulcrum_quic_handshakes_total", "QUIC (HTTP/3) handshakes completed", |t| t.quic_handshakes),
+        ("fulcrum_quic_retries_total", "QUIC Retry packets sent to make new clients prove their address", |t| t.quic_retries),
+        ("fulcrum_quic_refused_total", "new QUIC connections refused (maxconn, or draining)", |t| t.quic_refused),
+    ];
+    for (metric, help, value) in quic {
+        let _ = writeln!(out, "# HELP {metric} {help}\n# TYPE {metric} counter");
+        for (name, t) in &tls {
+            let _ = writeln!(out, "{metric}{{service=\"{name}\"}} {}", value(t));
+        }
+    }
     let _ = writeln!(
         out,
         "# HELP fulcrum_tls_certificate_loads_total Times a service's certificates were read from their files\n# TYPE fulcrum_tls_certificate_loads_total counter\nfulcrum_tls_certificate_loads_total {}",

@@ -25,6 +25,7 @@ mod certs;
 mod clients;
 pub mod origin;
 pub mod policy;
+mod quic;
 mod resumption;
 mod sni;
 
@@ -36,6 +37,7 @@ use tokio::net::TcpStream;
 use tokio_rustls::server::TlsStream;
 
 pub use certs::{CertInfo, Source, unix_to_text};
+pub use quic::{QuicLimits, STREAM_WINDOW};
 pub use sni::covers;
 
 use crate::config::{self, Mode};
@@ -65,6 +67,8 @@ pub struct Terminator {
     /// Every file it was loaded from, as it was on disk just before: a reload reads them again
     /// only when one changed.
     files: Vec<(String, Option<FileStamp>)>,
+    /// With `http3`: quinn's config, built from the first group at the first QUIC connection.
+    quic: std::sync::OnceLock<Result<Arc<quinn::ServerConfig>, TlsError>>,
 }
 
 /// What tells a file changed without reading it: its size, modification time and inode (a
@@ -120,7 +124,16 @@ impl Terminator {
         };
         let base = clients::Base { policy: &policy, resolver: &resolver, context: &context, alpn: &alpn };
         let (groups, group_of) = clients::groups(tls, &base)?;
-        Ok(Terminator { groups, group_of, certs: infos, handshake_timeout: tls.handshake_timeout, resolver, strict_sni_host: mode == Mode::Http && tls.strict_sni_host(), files })
+        Ok(Terminator {
+            groups,
+            group_of,
+            certs: infos,
+            handshake_timeout: tls.handshake_timeout,
+            resolver,
+            strict_sni_host: mode == Mode::Http && tls.strict_sni_host(),
+            files,
+            quic: Default::default(),
+        })
     }
 
     /// Whether every file it was loaded from is as it was (checks metadata only, no read).
@@ -249,4 +262,9 @@ pub struct Counters {
     pub tls13: AtomicU64,
     /// By `Failure as usize`.
     pub failed: [AtomicU64; 4],
+    /// QUIC (`http3`): handshakes done, Retry packets sent to make a client prove its address,
+    /// and new connections refused (the service or the process at `maxconn`, or draining).
+    pub quic_handshakes: AtomicU64,
+    pub quic_retries: AtomicU64,
+    pub quic_refused: AtomicU64,
 }

@@ -2,10 +2,10 @@
 // it; no browser is downloaded).
 import { chromium } from "playwright-core";
 
-export function launch() {
+export function launch(extra = []) {
   return chromium.launch({
     executablePath: process.env.CHROMIUM || "/usr/bin/chromium",
-    args: ["--headless", "--no-sandbox", "--disable-gpu", "--disable-dev-shm-usage", "--disable-background-networking", "--no-first-run"],
+    args: ["--headless", "--no-sandbox", "--disable-gpu", "--disable-dev-shm-usage", "--disable-background-networking", "--no-first-run", ...extra],
   });
 }
 

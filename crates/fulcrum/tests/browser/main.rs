@@ -10,6 +10,7 @@ mod support;
 mod checks;
 mod dashboard;
 mod front_door;
+mod http3;
 mod protection;
 mod shared_pools;
 mod websocket;

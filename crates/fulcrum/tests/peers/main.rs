@@ -33,6 +33,7 @@ mod hardening;
 mod health;
 mod http;
 mod http2;
+mod http3;
 mod inflight;
 mod lab;
 mod limits;

@@ -82,6 +82,8 @@ pub(crate) fn settings() -> Vec<Setting> {
         count("service.http", "max_uri_length", &MAX_URI_LENGTH),
         count("service.http", "max_request_body", &MAX_REQUEST_BODY),
         count("service.http", "max_streams", &MAX_STREAMS),
+        time("service.http", "alt_svc_max_age", &ALT_SVC_MAX_AGE),
+        count("service.http", "quic_retry_above", &QUIC_RETRY_ABOVE),
         count("service.http.compression", "min_size", &COMPRESS_MIN_SIZE),
         Setting { section: "service.http.tracing", key: "sample", kind: Kind::Share { min: TRACE_SAMPLE.min, max: TRACE_SAMPLE.max }, range: TRACE_SAMPLE.to_string() },
         count("service.http.tracing", "batch_size", &TRACE_BATCH),

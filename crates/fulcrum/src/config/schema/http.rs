@@ -107,9 +107,22 @@ pub struct Http {
     /// with the HTTP/2 preface.
     #[serde(default, skip_serializing_if = "is_false")]
     pub h2c: bool,
-    /// HTTP/2: streams a client may have open at once, 1 to 1000.
+    /// HTTP/2 and HTTP/3: streams a client may have open at once, 1 to 1000.
     #[serde(default = "defaults::max_streams")]
     pub max_streams: u32,
+    /// With `[service.tls]`: also serve HTTP/3 over QUIC, on UDP at the service's port, and
+    /// announce it with `Alt-Svc` on HTTP/1.1 and HTTP/2 responses.
+    #[serde(default, skip_serializing_if = "is_false")]
+    pub http3: bool,
+    /// With `http3`: how long clients may remember the `Alt-Svc` announcement (its `ma`), 1s to
+    /// 30 days.
+    #[serde(default = "defaults::alt_svc_max_age", with = "duration", skip_serializing_if = "is_default_alt_svc_max_age")]
+    pub alt_svc_max_age: Duration,
+    /// With `http3`: QUIC handshakes in progress at this service above which a new client must
+    /// first prove its address with a Retry token (one more round trip), 0 to 100000; 0 asks
+    /// every client.
+    #[serde(default = "defaults::quic_retry_above", skip_serializing_if = "is_default_quic_retry_above")]
+    pub quic_retry_above: u32,
     /// Pages for answers of these statuses (`"503" = "/etc/fulcrum/503.html"`, 400 to 599): the
     /// answers Fulcrum makes itself, and with `intercept_errors` a server's. Each file at most
     /// 64 KiB, its type from its name; read at start and again on a reload when it changed.
@@ -233,6 +246,9 @@ impl Default for Http {
             http2: true,
             h2c: false,
             max_streams: defaults::max_streams(),
+            http3: false,
+            alt_svc_max_age: defaults::alt_svc_max_age(),
+            quic_retry_above: defaults::quic_retry_above(),
             request_id: None,
             error_pages: Default::default(),
             intercept_errors: false,
@@ -246,6 +262,14 @@ impl Http {
     pub(super) fn is_default(&self) -> bool {
         *self == Http::default()
     }
+}
+
+fn is_default_alt_svc_max_age(d: &Duration) -> bool {
+    *d == defaults::alt_svc_max_age()
+}
+
+fn is_default_quic_retry_above(n: &u32) -> bool {
+    *n == defaults::quic_retry_above()
 }
 
 fn is_zero_u64(n: &u64) -> bool {

@@ -321,6 +321,8 @@ pub trait ClientIo: AsyncRead + AsyncWrite + Unpin + Send + 'static {
     /// state in the stream whatever hyper holds, and may hold decrypted bytes its socket no
     /// longer shows as readable, so it is served by one hyper connection to its end.
     const PARKS: bool;
+    /// HTTP/3's side of the in-memory HTTP/2 connection (`h3::bridge`): its requests are HTTP/3.
+    const H3: bool = false;
     /// Ready when a read may find bytes: the socket's readiness, so that an idle plain client
     /// needs no buffer; always ready for a TLS session.
     fn poll_read_ready(&self, cx: &mut Context<'_>) -> Poll<io::Result<()>>;

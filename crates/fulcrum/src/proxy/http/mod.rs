@@ -23,6 +23,7 @@ pub mod compress;
 pub(crate) mod convert;
 pub(crate) mod guard;
 mod h2;
+pub mod h3;
 mod headers;
 mod idle;
 mod park;
@@ -155,11 +156,21 @@ fn requests<S: ClientIo>(
     let node = Arc::new(headers::ClientNode::with_scheme(peer.ip(), local, S::SCHEME).unless_in(&http.forwarded_except).with_sni(sni));
     // RFC 6797: Strict-Transport-Security only over a secure transport.
     let hsts = http.hsts.filter(|_| node.is_https()).and_then(|age| HeaderValue::from_str(&format!("max-age={}", age.as_secs())).ok());
-    hyper::service::service_fn(move |req| {
+    // With `http3`: HTTP/1.1 and HTTP/2 responses say where HTTP/3 is, at the port the client
+    // reached (the listen port, unless a config asked for port 0).
+    let alt_svc = (http.http3 && service.tls.is_some() && !S::H3)
+        .then(|| local.map(|l| l.port()).filter(|p| *p != 0).unwrap_or(service.listen.port()))
+        .and_then(|port| h3::alt_svc(port, http.alt_svc_max_age));
+    hyper::service::service_fn(move |mut req: Request<Incoming>| {
         let service = service.clone();
         let verdict = verdict.clone();
         let node = node.clone();
         let hsts = hsts.clone();
+        let alt_svc = alt_svc.clone();
+        if S::H3 {
+            // Carried over HTTP/2 in memory from the QUIC connection (`h3::bridge`).
+            *req.version_mut() = hyper::Version::HTTP_3;
+        }
         let names = names.clone();
         let answer = park::InFlight::count(&activity);
         let stopping = stopping.clone();
@@ -173,6 +184,9 @@ fn requests<S: ClientIo>(
             }
             if let Some(hsts) = hsts {
                 response.headers_mut().entry(header::STRICT_TRANSPORT_SECURITY).or_insert(hsts);
+            }
+            if let Some(alt_svc) = alt_svc {
+                response.headers_mut().entry(header::ALT_SVC).or_insert(alt_svc);
             }
             Ok::<_, std::convert::Infallible>(answer.with(response))
         }
@@ -242,6 +256,7 @@ fn handle(
             version: match req.version() {
                 hyper::Version::HTTP_10 => "HTTP/1.0",
                 hyper::Version::HTTP_2 => "HTTP/2.0",
+                hyper::Version::HTTP_3 => "HTTP/3.0",
                 _ => "HTTP/1.1",
             },
             status: 0,
@@ -279,14 +294,14 @@ fn handle(
             return refuse(&cfg.name, record, StatusCode::BAD_REQUEST, why.into());
         }
         let client_version = req.version();
-        if client_version == hyper::Version::HTTP_2 && req.uri().authority().is_none() && !req.headers().contains_key(header::HOST) {
+        if client_version >= hyper::Version::HTTP_2 && req.uri().authority().is_none() && !req.headers().contains_key(header::HOST) {
             // RFC 9113 section 8.3.1: an HTTP/1.1 request needs a Host to be made from it.
             return refuse(&cfg.name, record, StatusCode::BAD_REQUEST, "an HTTP/2 request without :authority or Host cannot go on as HTTP/1.1".into());
         }
         if let Some(why) = convert::target_problem(req.method(), req.uri()) {
             return refuse(&cfg.name, record, StatusCode::BAD_REQUEST, why.to_string());
         }
-        if client_version == hyper::Version::HTTP_2
+        if client_version >= hyper::Version::HTTP_2
             && let Err(why) = convert::h2_fields_to_h1(req.headers_mut())
         {
             return refuse(&cfg.name, record, StatusCode::BAD_REQUEST, why.to_string());
@@ -697,7 +712,7 @@ fn tunnel(client: hyper::upgrade::OnUpgrade, server: hyper::upgrade::OnUpgrade, 
 /// until the response has gone out, then drained (`body::Unread`); over HTTP/1 it goes at once,
 /// and hyper reads the rest or closes the connection.
 fn leaving_unread(mut response: Response<ProxyBody>, body: Option<Incoming>, version: hyper::Version) -> Response<ProxyBody> {
-    if version == hyper::Version::HTTP_2
+    if version >= hyper::Version::HTTP_2
         && let Some(body) = body.filter(|b| !b.is_end_stream())
         && let ProxyBody::Text(text) = response.body_mut()
     {

@@ -84,6 +84,7 @@ pub fn begin<B>(tracer: &Arc<Tracer>, req: &mut hyper::Request<B>, client: IpAdd
         version: match req.version() {
             hyper::Version::HTTP_10 => "1.0",
             hyper::Version::HTTP_2 => "2",
+            hyper::Version::HTTP_3 => "3",
             _ => "1.1",
         },
         client,

@@ -1,0 +1,68 @@
+//! The TLS of QUIC (`[service.http] http3`): the service's own rustls config with ALPN `h3`,
+//! handed to quinn. It shares the service's certificate resolver, so SNI picks the same
+//! certificate as over TCP and a reload that changes a certificate changes it for QUIC too (the
+//! listener takes the config of the generation current at each new connection).
+//!
+//! QUIC is TLS 1.3 only (rustls refuses anything else in QUIC), and 0-RTT stays off: data sent in
+//! the first flight can be replayed by anyone who captured it, and a load balancer cannot tell
+//! which requests the servers behind it may safely see twice. A service with client
+//! certificates is refused by validation: a QUIC handshake cannot switch configs by the
+//! client's server name before it starts, as `Terminator::handshake` does over TCP.
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use quinn::crypto::rustls::QuicServerConfig;
+
+use super::{Terminator, TlsError};
+
+/// Bytes a client may have in flight towards Fulcrum on one stream before it waits for credit:
+/// what a request body costs in memory at most per stream, beside the read-ahead.
+pub const STREAM_WINDOW: u32 = 256 * 1024;
+
+/// Bytes a client may have in flight on all its streams together.
+pub const CONNECTION_WINDOW: u32 = 2 * 1024 * 1024;
+
+/// What a service's QUIC connections are bounded by (`[service.http]`).
+#[derive(Debug, Clone, Copy)]
+pub struct QuicLimits {
+    /// Request streams open at once (`max_streams`).
+    pub streams: u32,
+    /// A connection with no packet for this long is gone (`head_timeout`).
+    pub idle: Duration,
+}
+
+impl Terminator {
+    /// quinn's server config for this service's QUIC listener: its certificates, ALPN `h3`, no
+    /// 0-RTT, and `limits`. Built once per generation, on first use (no file is read).
+    pub fn quic(&self, limits: QuicLimits) -> Result<Arc<quinn::ServerConfig>, TlsError> {
+        self.quic.get_or_init(|| build(self, limits)).clone()
+    }
+
+    /// How long a client has to finish its handshake (`handshake_timeout`).
+    pub fn handshake_timeout(&self) -> Duration {
+        self.handshake_timeout
+    }
+}
+
+fn build(terminator: &Terminator, limits: QuicLimits) -> Result<Arc<quinn::ServerConfig>, TlsError> {
+    let fail = |reason: String| TlsError { file: "[service.tls]".into(), reason };
+    // Validation refuses client certificates with http3: there is one group, without a CA.
+    let group = terminator.groups.first().ok_or_else(|| fail("no certificate".into()))?;
+    let mut tls = (**group.acceptor.config()).clone();
+    tls.alpn_protocols = vec![b"h3".to_vec()];
+    // No 0-RTT (replayable requests); rustls's default, said here so that it stays so.
+    tls.max_early_data_size = 0;
+    let crypto = QuicServerConfig::try_from(Arc::new(tls)).map_err(|e| fail(format!("QUIC needs TLS 1.3's TLS_AES_128_GCM_SHA256 among the cipher suites: {e}")))?;
+    let mut transport = quinn::TransportConfig::default();
+    transport
+        .max_concurrent_bidi_streams(limits.streams.into())
+        // The client's control stream and QPACK's two; Fulcrum uses no dynamic table.
+        .max_concurrent_uni_streams(3u32.into())
+        .stream_receive_window(STREAM_WINDOW.into())
+        .receive_window(CONNECTION_WINDOW.into())
+        .max_idle_timeout(quinn::IdleTimeout::try_from(limits.idle).ok());
+    let mut server = quinn::ServerConfig::with_crypto(Arc::new(crypto));
+    server.transport_config(Arc::new(transport));
+    Ok(Arc::new(server))
+}
