@@ -109,6 +109,42 @@ fn has_plain_sibling(config: &Config, service: &Service) -> bool {
 mod tests {
     use super::*;
 
+    fn errors(services: &str) -> String {
+        crate::config::parse(services, "t").err().map(|e| e.to_string()).unwrap_or_default()
+    }
+
+    fn service(name: &str, listen: &str, acme: &str) -> String {
+        format!("[[service]]\nname = \"{name}\"\nlisten = \"{listen}\"\nmode = \"http\"\n[[service.server]]\naddress = \"127.0.0.1:9\"\n[service.tls.acme]\n{acme}\n")
+    }
+
+    #[test]
+    fn check_refuses_acme_that_cannot_work_and_says_how_to_fix_it() {
+        let dir = std::env::temp_dir().display().to_string();
+        let base = format!("directory = \"https://ca.test/dir\"\nstorage = \"{dir}\"\n");
+        // No names, and no routes to take them from.
+        let e = errors(&service("a", "127.0.0.1:1443", &base));
+        assert!(e.contains("has no names"), "{e}");
+        // A wildcard, an http:// directory, a storage directory that is not there.
+        let e = errors(&service("a", "127.0.0.1:1443", "directory = \"http://ca.test/dir\"\nnames = [\"*.a.test\"]\nstorage = \"/nonexistent/acme\""));
+        assert!(e.contains("a wildcard needs the dns-01 challenge"), "{e}");
+        assert!(e.contains("is not an https:// URL"), "{e}");
+        assert!(e.contains("storage directory /nonexistent/acme does not exist"), "{e}");
+        // No storage at all on a standalone instance.
+        let e = errors(&service("a", "127.0.0.1:1443", "directory = \"https://ca.test/dir\"\nnames = [\"a.test\"]"));
+        assert!(e.contains("needs a storage directory"), "{e}");
+        // http-01 without a plain-HTTP service on the same address, then with one.
+        let http01 = format!("{base}names = [\"a.test\"]\nchallenge = \"http-01\"");
+        let e = errors(&service("a", "127.0.0.1:1443", &http01));
+        assert!(e.contains("http-01 is answered by a plain-HTTP service"), "{e}");
+        let plain = "[[service]]\nname = \"plain\"\nlisten = \"0.0.0.0:1080\"\nmode = \"http\"\n[[service.server]]\naddress = \"127.0.0.1:9\"\n";
+        assert_eq!(errors(&(service("a", "127.0.0.1:1443", &http01) + plain)), "");
+        // Names from the routes' hosts.
+        let routed = format!("{}[[service.route]]\nhost = [\"www.a.test\"]\n", service("a", "127.0.0.1:1443", &base));
+        assert_eq!(errors(&routed), "");
+        let unknown = errors(&service("a", "127.0.0.1:1443", &format!("{base}names = [\"a.test\"]\nrenew = true")));
+        assert!(unknown.contains("renew"), "{unknown}");
+    }
+
     #[test]
     fn only_plain_dns_names_can_be_ordered() {
         for ok in ["www.example.com", "a-b.example.co.uk", "x.acme.test"] {
