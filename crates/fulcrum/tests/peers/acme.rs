@@ -256,3 +256,18 @@ fn a_ca_that_requires_external_account_binding_issues_with_it_and_says_why_witho
     wait_issued(&f, Duration::from_secs(30));
     assert_eq!(curl_verified(tls_port, &pebble.root_pem()).0, 0, "{}", f.log());
 }
+
+#[test]
+fn a_reload_that_adds_acme_orders_and_serves_without_a_restart() {
+    let tls_port = free_port();
+    let pebble = Pebble::start(Options { http_port: free_port(), tls_port, ..Options::default() });
+    let backend = Backend::start("acme-reload");
+    let plain = format!("[[service]]\nname = \"web\"\nlisten = \"{{LISTEN}}\"\nmode = \"http\"\n\n[[service.server]]\naddress = \"{}\"\n", backend.addr);
+    let f = Fulcrum::start_at(addr(tls_port), &plain);
+    assert_eq!(http_get(addr(tls_port), "/").0, 200);
+    f.reload(&acme_service(&pebble, &storage(), backend.addr, ""));
+    wait_issued(&f, Duration::from_secs(30));
+    let (code, body) = curl_verified(tls_port, &pebble.root_pem());
+    assert_eq!(code, 0, "{}", f.log());
+    assert!(body.contains("acme-reload"), "{body}");
+}
