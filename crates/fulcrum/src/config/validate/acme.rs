@@ -73,11 +73,22 @@ pub(super) fn validate_acme(config: &Config, i: usize, service: &Service, report
             report.error(&at("eab"), "eab.hmac_key is not base64url".into(), "paste the HMAC key exactly as the CA gave it");
         }
     }
-    if acme.challenge == AcmeChallenge::Http01 && !has_plain_sibling(config, service) {
+    if let Some(name) = &acme.http01_service {
+        let plain = config.services.iter().find(|s| &s.name == name);
+        if acme.challenge != AcmeChallenge::Http01 {
+            report.error(&at("http01_service"), "http01_service is for challenge = \"http-01\"".into(), "remove it, or set challenge = \"http-01\"");
+        } else if !plain.is_some_and(|s| s.enabled && s.mode == Mode::Http && s.tls.is_none()) {
+            report.error(
+                &at("http01_service"),
+                format!("http01_service {name:?} is not an enabled plain-HTTP service of this config"),
+                "name a service with mode = \"http\" and no [service.tls]",
+            );
+        }
+    } else if acme.challenge == AcmeChallenge::Http01 && !has_plain_sibling(config, service) {
         report.error(
             &at("challenge"),
             format!("http-01 is answered by a plain-HTTP service on the same address as {}, and there is none", service.listen),
-            "add a service with mode = \"http\" and no [service.tls] on the same IP address (port 80), or use challenge = \"tls-alpn-01\"",
+            "add a service with mode = \"http\" and no [service.tls] on the same IP address (port 80), name one with http01_service, or use challenge = \"tls-alpn-01\"",
         );
     }
 }
@@ -138,6 +149,12 @@ mod tests {
         assert!(e.contains("http-01 is answered by a plain-HTTP service"), "{e}");
         let plain = "[[service]]\nname = \"plain\"\nlisten = \"0.0.0.0:1080\"\nmode = \"http\"\n[[service.server]]\naddress = \"127.0.0.1:9\"\n";
         assert_eq!(errors(&(service("a", "127.0.0.1:1443", &http01) + plain)), "");
+        // Or one named, on another address; a name that is not a plain-HTTP service is refused.
+        let elsewhere = plain.replace("0.0.0.0:1080", "127.0.0.2:1080");
+        let named = |name: &str| service("a", "127.0.0.1:1443", &format!("{http01}\nhttp01_service = \"{name}\"")) + &elsewhere;
+        assert!(errors(&(service("a", "127.0.0.1:1443", &http01) + &elsewhere)).contains("http-01 is answered by"));
+        assert_eq!(errors(&named("plain")), "");
+        assert!(errors(&named("a")).contains("is not an enabled plain-HTTP service"), "{}", errors(&named("a")));
         // Names from the routes' hosts.
         let routed = format!("{}[[service.route]]\nhost = [\"www.a.test\"]\n", service("a", "127.0.0.1:1443", &base));
         assert_eq!(errors(&routed), "");
