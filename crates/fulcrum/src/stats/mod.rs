@@ -311,7 +311,7 @@ fn tls_stats(t: &crate::tls::Terminator, counters: &crate::tls::Counters) -> Tls
         quic_retries: counters.quic_retries.load(Relaxed),
         quic_refused: counters.quic_refused.load(Relaxed),
         certificates: t
-            .certs
+            .certificates()
             .iter()
             .map(|c| CertificateStats {
                 file: c.file.clone(),
