@@ -247,3 +247,16 @@ fn a_reload_turns_http3_off_and_on() {
     wait_until("the QUIC listener back", Duration::from_secs(10), || f.log().matches("HTTP/3 listening").count() == 2);
     assert_eq!(h3(f.listen, "a.test", &cert, get)["responses"][0]["status"], 200);
 }
+
+#[test]
+fn a_client_over_maxconn_is_refused_while_the_first_is_served() {
+    let dir = scratch("h3-maxconn");
+    let a = Backend::start("h3max");
+    let (f, ca) = h3_service(&dir, "", "maxconn = 1", &[a.addr]);
+    let (listen, first_ca) = (f.listen, ca.clone());
+    let first = std::thread::spawn(move || h3(listen, "a.test", &first_ca, serde_json::json!([{"path": "/slow/3000"}])));
+    wait_until("the first client's request in flight", Duration::from_secs(10), || f.server_stats(&a.addr.to_string())["current"].as_u64() == Some(1));
+    assert!(h3_try(f.listen, "a.test", &ca, serde_json::json!([{"path": "/name"}]), 3).is_err(), "a second QUIC connection past maxconn is refused");
+    assert!(f.stats()["services"][0]["tls"]["quic_refused"].as_u64().unwrap() >= 1);
+    assert_eq!(first.join().unwrap()["responses"][0]["status"], 200, "the first client is served to the end");
+}
