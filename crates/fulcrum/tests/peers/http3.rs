@@ -260,3 +260,21 @@ fn a_client_over_maxconn_is_refused_while_the_first_is_served() {
     assert!(f.stats()["services"][0]["tls"]["quic_refused"].as_u64().unwrap() >= 1);
     assert_eq!(first.join().unwrap()["responses"][0]["status"], 200, "the first client is served to the end");
 }
+
+#[test]
+fn with_reuse_port_workers_every_quic_connection_is_served_whole() {
+    let dir = scratch("h3-workers");
+    let a = Backend::start("h3workers");
+    let (cert, key) = openssl_self_signed(&dir, "a.test");
+    let f = Fulcrum::start(&h3_config(&cert, &key, "workers = 2\nreuse_port = true", "http3 = true", "", &[a.addr]));
+    // Connections from several client ports: the one QUIC endpoint routes each one's packets to
+    // it by connection ID, whichever worker serves the TCP side.
+    for round in 0..3 {
+        let out = h3(f.listen, "a.test", &cert, serde_json::json!([{"path": "/bytes/20000", "repeat": 20}]));
+        for r in out["responses"].as_array().unwrap() {
+            assert_eq!((r["status"].as_u64(), r["length"].as_u64()), (Some(200), Some(20_000)), "round {round}: {r}");
+        }
+    }
+    assert_eq!(f.stats()["services"][0]["tls"]["quic_handshakes"], 3);
+    assert_eq!(f.log().matches("HTTP/3 listening").count(), 1, "one QUIC endpoint for the address");
+}
