@@ -278,3 +278,32 @@ fn with_reuse_port_workers_every_quic_connection_is_served_whole() {
     assert_eq!(f.stats()["services"][0]["tls"]["quic_handshakes"], 3);
     assert_eq!(f.log().matches("HTTP/3 listening").count(), 1, "one QUIC endpoint for the address");
 }
+
+#[test]
+fn after_an_upgrade_the_new_process_serves_http3_once_the_old_lets_the_port_go() {
+    let dir = scratch("h3-upgrade");
+    let a = Backend::start("h3up");
+    let exe = dir.join("fulcrum");
+    crate::upgrade::replace_binary(&exe);
+    let (cert, key) = openssl_self_signed(&dir, "a.test");
+    let f = Fulcrum::start_exe(&exe, &h3_config(&cert, &key, "shutdown_grace = \"5s\"", "http3 = true", "", &[a.addr]));
+    let get = serde_json::json!([{"path": "/name"}]);
+    assert_eq!(h3(f.listen, "a.test", &cert, get.clone())["responses"][0]["body"], "h3up\n");
+    let old = crate::upgrade::pid(&f);
+    crate::upgrade::replace_binary(&exe);
+    let (status, answer) = f.api("POST", "/api/upgrade", None);
+    assert_eq!(status, 200, "{answer}");
+    wait_until("the new process answers the admin API", Duration::from_secs(20), || crate::upgrade::pid(&f) != old);
+    let new = crate::upgrade::pid(&f);
+    // The old process had no QUIC connection left: it lets the port go at once, and the new one
+    // binds it at its next try.
+    let mut served = None;
+    wait_until("HTTP/3 served by the new process", Duration::from_secs(20), || {
+        served = h3_try(f.listen, "a.test", &cert, get.clone(), 2).ok();
+        served.is_some()
+    });
+    assert_eq!(served.unwrap()["responses"][0]["status"], 200);
+    assert_eq!(f.stats()["services"][0]["tls"]["quic_handshakes"], 1, "the new process's own count: {new}");
+    // The last process is no child of this test's: end it here.
+    Command::new("kill").args(["-KILL", &new.to_string()]).status().unwrap();
+}
