@@ -23,8 +23,11 @@ pub const STREAM_WINDOW: u32 = 256 * 1024;
 /// Bytes a client may have in flight on all its streams together.
 pub const CONNECTION_WINDOW: u32 = 2 * 1024 * 1024;
 
+/// quinn's config for a service, or why it could not be made.
+pub(super) type Built = Result<Arc<quinn::ServerConfig>, TlsError>;
+
 /// What a service's QUIC connections are bounded by (`[service.http]`).
-#[derive(Debug, Clone, Copy)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct QuicLimits {
     /// Request streams open at once (`max_streams`).
     pub streams: u32,
@@ -34,9 +37,15 @@ pub struct QuicLimits {
 
 impl Terminator {
     /// quinn's server config for this service's QUIC listener: its certificates, ALPN `h3`, no
-    /// 0-RTT, and `limits`. Built once per generation, on first use (no file is read).
+    /// 0-RTT, and `limits`. Built on first use and kept while the limits stay (no file is read).
     pub fn quic(&self, limits: QuicLimits) -> Result<Arc<quinn::ServerConfig>, TlsError> {
-        self.quic.get_or_init(|| build(self, limits)).clone()
+        // A reload that changes the limits but not the TLS settings keeps this terminator: the
+        // config is built again for the new limits.
+        let mut cached = self.quic.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
+        match &*cached {
+            Some((built_for, config)) if *built_for == limits => config.clone(),
+            _ => cached.insert((limits, build(self, limits))).1.clone(),
+        }
     }
 
     /// How long a client has to finish its handshake (`handshake_timeout`).

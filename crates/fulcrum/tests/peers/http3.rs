@@ -232,7 +232,7 @@ fn a_drain_sends_goaway_and_lets_the_requests_in_flight_finish() {
 }
 
 #[test]
-fn a_reload_turns_http3_off_and_on() {
+fn a_reload_turns_http3_off_and_on_and_changes_its_limits() {
     let dir = scratch("h3-reload");
     let a = Backend::start("h3reload");
     let (cert, key) = openssl_self_signed(&dir, "a.test");
@@ -245,7 +245,10 @@ fn a_reload_turns_http3_off_and_on() {
     assert!(h3_try(f.listen, "a.test", &cert, get.clone(), 3).is_err(), "no HTTP/3 once http3 is off");
     f.reload(&config("http3 = true"));
     wait_until("the QUIC listener back", Duration::from_secs(10), || f.log().matches("HTTP/3 listening").count() == 2);
-    assert_eq!(h3(f.listen, "a.test", &cert, get)["responses"][0]["status"], 200);
+    assert_eq!(h3(f.listen, "a.test", &cert, get.clone())["responses"][0]["status"], 200);
+    // A limit changed alone (the certificates kept) reaches the next QUIC connections.
+    f.reload(&config("http3 = true\nmax_streams = 7"));
+    wait_until("max_streams 7 over QUIC", Duration::from_secs(10), || h3(f.listen, "a.test", &cert, get.clone())["server_max_streams_bidi"] == 7);
 }
 
 #[test]
