@@ -18,11 +18,17 @@ fn client_script() -> String {
 /// certificate with `ca` for `name`, giving up after `timeout` seconds: its JSON answer, or what
 /// it said on failing.
 fn h3_try(addr: SocketAddr, name: &str, ca: &std::path::Path, requests: serde_json::Value, timeout: u32) -> Result<serde_json::Value, String> {
+    h3_with(addr, name, ca, requests, timeout, &[])
+}
+
+/// `h3_try` with the client's `extra` arguments.
+fn h3_with(addr: SocketAddr, name: &str, ca: &std::path::Path, requests: serde_json::Value, timeout: u32, extra: &[&std::ffi::OsStr]) -> Result<serde_json::Value, String> {
     let out = Command::new("python3")
         .args([client_script(), addr.ip().to_string(), addr.port().to_string(), requests.to_string()])
         .arg("--ca")
         .arg(ca)
         .args(["--server-name", name, "--timeout", &timeout.to_string()])
+        .args(extra)
         .output()
         .expect("python3 with aioquic (scripts/test installs it)");
     if !out.status.success() {
@@ -309,4 +315,50 @@ fn after_an_upgrade_the_new_process_serves_http3_once_the_old_lets_the_port_go()
     assert_eq!(f.stats()["services"][0]["tls"]["quic_handshakes"], 1, "the new process's own count: {new}");
     // The last process is no child of this test's: end it here.
     Command::new("kill").args(["-KILL", &new.to_string()]).status().unwrap();
+}
+
+#[test]
+fn with_quic_early_data_safe_requests_go_in_0rtt_and_others_wait_for_the_handshake() {
+    let dir = scratch("h3-0rtt");
+    let (server, kept) = head_keeper();
+    let (f, ca) = h3_service(&dir, "quic_early_data = true", "", &[server]);
+    let ticket = dir.join("ticket");
+    let with_ticket = [std::ffi::OsStr::new("--ticket"), ticket.as_os_str()];
+    let first = h3_with(f.listen, "a.test", &ca, serde_json::json!([{"path": "/first"}]), 20, &with_ticket).unwrap();
+    assert_eq!(first["responses"][0]["status"], 200, "{first}");
+    assert!(ticket.exists(), "the server sent a session ticket");
+    let early = [with_ticket[0], with_ticket[1], std::ffi::OsStr::new("--early")];
+    // A copy of the ticket, to play the client's first flight again below.
+    let replayed = dir.join("ticket-copy");
+    std::fs::copy(&ticket, &replayed).unwrap();
+    let out = h3_with(f.listen, "a.test", &ca, serde_json::json!([{"path": "/early-get"}, {"method": "POST", "path": "/early-post"}]), 20, &early).unwrap();
+    assert_eq!((out["session_resumed"].as_bool(), out["early_data_accepted"].as_bool()), (Some(true), Some(true)), "{out}");
+    for r in out["responses"].as_array().unwrap() {
+        assert_eq!(r["status"], 200, "both answered: {out}");
+    }
+    let head = |path: &str| {
+        let heads = kept.lock().unwrap().clone();
+        heads.iter().find(|h| h.contains(path)).cloned().unwrap_or_else(|| panic!("no {path} in {heads:?}"))
+    };
+    assert!(head("get /early-get ").contains("early-data: 1"), "a GET in early data is marked so (RFC 8470)");
+    assert!(!head("post /early-post ").contains("early-data"), "a POST waited for the handshake");
+    // The same ticket again: its session was taken out as it resumed, so no early data.
+    let again = [std::ffi::OsStr::new("--ticket"), replayed.as_os_str(), std::ffi::OsStr::new("--early")];
+    let out = h3_with(f.listen, "a.test", &ca, serde_json::json!([{"path": "/replayed"}]), 20, &again).unwrap();
+    assert_eq!(out["early_data_accepted"], false, "a ticket is good for one 0-RTT connection: {out}");
+    assert_eq!(out["responses"][0]["status"], 200, "{out}");
+    assert!(!head("get /replayed ").contains("early-data"));
+}
+
+#[test]
+fn without_quic_early_data_a_resuming_client_gets_no_0rtt() {
+    let dir = scratch("h3-no-0rtt");
+    let a = Backend::start("h3no0rtt");
+    let (f, ca) = h3_service(&dir, "", "", &[a.addr]);
+    let ticket = dir.join("ticket");
+    let with_ticket = [std::ffi::OsStr::new("--ticket"), ticket.as_os_str(), std::ffi::OsStr::new("--early")];
+    for round in 0..2 {
+        let out = h3_with(f.listen, "a.test", &ca, serde_json::json!([{"method": "POST", "path": "/", "body": "x"}]), 20, &with_ticket).unwrap();
+        assert_eq!((out["responses"][0]["status"].as_u64(), out["early_data_accepted"].as_bool()), (Some(200), Some(false)), "round {round}: {out}");
+    }
 }
