@@ -362,3 +362,31 @@ fn without_quic_early_data_a_resuming_client_gets_no_0rtt() {
         assert_eq!((out["responses"][0]["status"].as_u64(), out["early_data_accepted"].as_bool()), (Some(200), Some(false)), "round {round}: {out}");
     }
 }
+
+#[test]
+fn routes_rules_and_cookie_affinity_work_the_same_over_http3() {
+    let dir = scratch("h3-routes");
+    let (a, b, api) = (Backend::start("h3ra"), Backend::start("h3rb"), Backend::start("h3api"));
+    let (cert, key) = openssl_self_signed(&dir, "a.test");
+    let config = h3_config(&cert, &key, "", "http3 = true", "algorithm = \"cookie\"", &[]).replace(
+        "[service.tls]",
+        &format!(
+            "[[service.server]]\naddress = \"{}\"\nid = \"a\"\n[[service.server]]\naddress = \"{}\"\nid = \"b\"\n\
+         [[service.pool]]\nname = \"api\"\n[service.pool.health]\nkind = \"none\"\n[[service.pool.server]]\naddress = \"{}\"\n\
+         [[service.route]]\npool = \"api\"\nheader = \"x-pool\"\nheader_value = \"api\"\nresponse_headers = {{ set = {{ \"x-route\" = \"api\" }} }}\n\
+         [[service.route]]\npath_prefix = [\"/private\"]\ndeny = 403\n[service.tls]",
+            a.addr, b.addr, api.addr
+        ),
+    );
+    let f = Fulcrum::start(&config);
+    let out = h3(f.listen, "a.test", &cert, serde_json::json!([{"path": "/name", "headers": [["x-pool", "api"]]}, {"path": "/private/x"}, {"path": "/name"}]));
+    let (routed, denied, fresh) = (&out["responses"][0], &out["responses"][1], &out["responses"][2]);
+    assert_eq!((routed["body"].as_str(), routed["headers"]["x-route"].as_str()), (Some("h3api\n"), Some("api")), "the route's pool and its response header: {out}");
+    assert_eq!(denied["status"], 403, "the route's deny: {out}");
+    let cookie = fresh["headers"]["set-cookie"].as_str().unwrap_or_else(|| panic!("an affinity cookie: {out}")).split(';').next().unwrap().to_string();
+    let server = fresh["body"].as_str().unwrap().to_string();
+    let again = h3(f.listen, "a.test", &cert, serde_json::json!([{"path": "/name", "headers": [["cookie", cookie]], "repeat": 6}]));
+    for r in again["responses"].as_array().unwrap() {
+        assert_eq!(r["body"].as_str(), Some(server.as_str()), "one server for the session: {again}");
+    }
+}
