@@ -1,8 +1,10 @@
 //! HTTP/3 (`[service.http] http3`): aioquic's client (tests/h3/client.py) against Fulcrum's QUIC
-//! listener, through to real servers over HTTP/1.1 and HTTP/2: GETs routed as over TCP, request
-//! bodies and trailers, response trailers (gRPC's status), a hundred and fifty requests at once on one
-//! connection, the limits (streams, field section size), Retry under `quic_retry_above`, the
-//! access log, and `Alt-Svc` on the HTTP/1.1 and HTTP/2 answers of the same service.
+//! listener, through to real servers over HTTP/1.1 and HTTP/2: GETs balanced, routed, denied and
+//! kept to their server by cookie as over TCP; request bodies and trailers, response trailers
+//! (gRPC's status); a hundred and fifty requests at once on one connection; the limits (streams,
+//! field section size, maxconn); Retry under `quic_retry_above`; 0-RTT with and without
+//! `quic_early_data`; the access log; `Alt-Svc` on the HTTP/1.1 and HTTP/2 answers of the same
+//! service; reloads, the drain, a binary upgrade and `reuse_port` workers.
 
 use std::net::SocketAddr;
 use std::process::Command;
