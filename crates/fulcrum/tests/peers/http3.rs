@@ -392,3 +392,19 @@ fn routes_rules_and_cookie_affinity_work_the_same_over_http3() {
         assert_eq!(r["body"].as_str(), Some(server.as_str()), "one server for the session: {again}");
     }
 }
+
+#[test]
+fn a_per_client_connection_limit_counts_quic_connections() {
+    let dir = scratch("h3-limit");
+    let a = Backend::start("h3limit");
+    let (cert, key) = openssl_self_signed(&dir, "a.test");
+    let config = h3_config(&cert, &key, "", "http3 = true", "", &[a.addr]) + "[[service.limit]]\nname = \"open\"\ncount = \"connections\"\nlimit = 1\n";
+    let f = Fulcrum::start(&config);
+    let (listen, first_ca) = (f.listen, cert.clone());
+    let first = std::thread::spawn(move || h3(listen, "a.test", &first_ca, serde_json::json!([{"path": "/slow/3000"}])));
+    wait_until("the first connection counted", Duration::from_secs(10), || f.stats()["limits"][0]["keys"] == 1);
+    assert!(h3_try(f.listen, "a.test", &cert, serde_json::json!([{"path": "/name"}]), 3).is_err(), "a second connection from the same address is refused");
+    assert_eq!(first.join().unwrap()["responses"][0]["status"], 200);
+    wait_until("the place freed", Duration::from_secs(10), || f.stats()["limits"][0]["keys"] == 0);
+    assert_eq!(h3(f.listen, "a.test", &cert, serde_json::json!([{"path": "/name"}]))["responses"][0]["status"], 200);
+}
