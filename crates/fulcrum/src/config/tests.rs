@@ -260,6 +260,18 @@ fn tls_passthrough_routes_by_server_name_in_tcp_mode_only() {
 }
 
 #[test]
+fn http3_needs_tls_in_http_mode_with_tls13_and_no_client_certificates() {
+    let base = "[[service]]\nname = \"a\"\nlisten = \"127.0.0.1:1000\"\nmode = \"http\"\n[service.http]\nhttp3 = true\n[[service.server]]\naddress = \"127.0.0.1:1001\"\n";
+    let e = errors(base);
+    assert!(e.contains("http3 runs over QUIC, which is always encrypted: it needs [service.tls]"), "{e}");
+    let tls = "[service.tls]\nmax_version = \"1.2\"\nclient_ca = \"ca.pem\"\n[[service.tls.certificate]]\ncert = \"c.pem\"\nkey = \"k.pem\"\n";
+    let e = errors(&format!("{base}{tls}").replace("mode = \"http\"", "mode = \"tcp\""));
+    for said in ["http3 serves HTTP requests", "http3 needs TLS 1.3", "http3 does not take client certificates"] {
+        assert!(e.contains(said), "{said}: {e}");
+    }
+}
+
+#[test]
 fn the_grpc_example_is_valid_and_h2_servers_need_http_mode() {
     let text = include_str!("../../../../examples/grpc.toml");
     let c = parse_with(text, "grpc.toml", Resolve::No).unwrap();

@@ -70,8 +70,9 @@ pub struct Terminator {
     /// Every file it was loaded from, as it was on disk just before: a reload reads them again
     /// only when one changed.
     files: Vec<(String, Option<FileStamp>)>,
-    /// With `http3`: quinn's config, built from the first group at the first QUIC connection.
-    quic: std::sync::OnceLock<Result<Arc<quinn::ServerConfig>, TlsError>>,
+    /// With `http3`: quinn's config, built from the first group at the first QUIC connection,
+    /// and the limits it was built for.
+    quic: std::sync::Mutex<Option<(QuicLimits, quic::Built)>>,
 }
 
 /// What tells a file changed without reading it: its size, modification time and inode (a

@@ -4,11 +4,16 @@ or the error that ended its stream) in the order asked, and what the connection 
 server (its initial limit of request streams, private to aioquic's QuicConnection).
 
 Usage: client.py HOST PORT REQUESTS_JSON [--ca FILE] [--server-name NAME] [--timeout SECONDS]
+                 [--ticket FILE [--early]]
+--ticket keeps the server's session ticket in FILE, and resumes with the one there; --early sends
+the requests before the handshake ends (0-RTT, when the ticket allows it).
 REQUESTS_JSON is a list of {"method", "path", "headers": [[name, value]...], "body": text,
 "body_size": n (that many bytes of "x"), "trailers": [[name, value]...], "repeat": n}."""
 import argparse
 import asyncio
 import json
+import os
+import pickle
 import ssl
 
 from aioquic.asyncio.client import connect
@@ -89,6 +94,8 @@ async def main():
     p.add_argument("--ca")
     p.add_argument("--server-name", default="localhost")
     p.add_argument("--timeout", type=float, default=20)
+    p.add_argument("--ticket")
+    p.add_argument("--early", action="store_true")
     a = p.parse_args()
     config = QuicConfiguration(is_client=True, alpn_protocols=H3_ALPN, server_name=a.server_name, idle_timeout=a.timeout)
     if a.ca:
@@ -99,7 +106,16 @@ async def main():
     for r in json.loads(a.requests):
         wanted += [r] * r.get("repeat", 1)
     authority = f"{a.server_name}:{a.port}"
-    async with connect(a.host, a.port, configuration=config, create_protocol=Client, wait_connected=True) as client:
+    if a.ticket and os.path.exists(a.ticket):
+        with open(a.ticket, "rb") as f:
+            config.session_ticket = pickle.load(f)
+
+    def keep_ticket(ticket):
+        if a.ticket:
+            with open(a.ticket, "wb") as f:
+                pickle.dump(ticket, f)
+
+    async with connect(a.host, a.port, configuration=config, create_protocol=Client, session_ticket_handler=keep_ticket, wait_connected=not a.early) as client:
         # The server's initial stream credit, before any request raises it.
         initial_streams = client._quic._remote_max_streams_bidi
         tasks = [asyncio.ensure_future(client.request(authority, r)) for r in wanted]
@@ -107,6 +123,8 @@ async def main():
         out = {
             "responses": [shown(d) if isinstance(d, dict) else {"error": repr(d)} for d in done],
             "server_max_streams_bidi": initial_streams,
+            "session_resumed": client._quic.tls.session_resumed,
+            "early_data_accepted": client._quic.tls.early_data_accepted,
         }
     print(json.dumps(out))
 

@@ -1,8 +1,10 @@
 //! HTTP/3 (`[service.http] http3`): aioquic's client (tests/h3/client.py) against Fulcrum's QUIC
-//! listener, through to real servers over HTTP/1.1 and HTTP/2: GETs routed as over TCP, request
-//! bodies and trailers, response trailers (gRPC's status), a hundred and fifty requests at once on one
-//! connection, the limits (streams, field section size), Retry under `quic_retry_above`, the
-//! access log, and `Alt-Svc` on the HTTP/1.1 and HTTP/2 answers of the same service.
+//! listener, through to real servers over HTTP/1.1 and HTTP/2: GETs balanced, routed, denied and
+//! kept to their server by cookie as over TCP; request bodies and trailers, response trailers
+//! (gRPC's status); a hundred and fifty requests at once on one connection; the limits (streams,
+//! field section size, maxconn); Retry under `quic_retry_above`; 0-RTT with and without
+//! `quic_early_data`; the access log; `Alt-Svc` on the HTTP/1.1 and HTTP/2 answers of the same
+//! service; reloads, the drain, a binary upgrade and `reuse_port` workers.
 
 use std::net::SocketAddr;
 use std::process::Command;
@@ -18,11 +20,17 @@ fn client_script() -> String {
 /// certificate with `ca` for `name`, giving up after `timeout` seconds: its JSON answer, or what
 /// it said on failing.
 fn h3_try(addr: SocketAddr, name: &str, ca: &std::path::Path, requests: serde_json::Value, timeout: u32) -> Result<serde_json::Value, String> {
+    h3_with(addr, name, ca, requests, timeout, &[])
+}
+
+/// `h3_try` with the client's `extra` arguments.
+fn h3_with(addr: SocketAddr, name: &str, ca: &std::path::Path, requests: serde_json::Value, timeout: u32, extra: &[&std::ffi::OsStr]) -> Result<serde_json::Value, String> {
     let out = Command::new("python3")
         .args([client_script(), addr.ip().to_string(), addr.port().to_string(), requests.to_string()])
         .arg("--ca")
         .arg(ca)
         .args(["--server-name", name, "--timeout", &timeout.to_string()])
+        .args(extra)
         .output()
         .expect("python3 with aioquic (scripts/test installs it)");
     if !out.status.success() {
@@ -232,7 +240,7 @@ fn a_drain_sends_goaway_and_lets_the_requests_in_flight_finish() {
 }
 
 #[test]
-fn a_reload_turns_http3_off_and_on() {
+fn a_reload_turns_http3_off_and_on_and_changes_its_limits() {
     let dir = scratch("h3-reload");
     let a = Backend::start("h3reload");
     let (cert, key) = openssl_self_signed(&dir, "a.test");
@@ -245,5 +253,158 @@ fn a_reload_turns_http3_off_and_on() {
     assert!(h3_try(f.listen, "a.test", &cert, get.clone(), 3).is_err(), "no HTTP/3 once http3 is off");
     f.reload(&config("http3 = true"));
     wait_until("the QUIC listener back", Duration::from_secs(10), || f.log().matches("HTTP/3 listening").count() == 2);
-    assert_eq!(h3(f.listen, "a.test", &cert, get)["responses"][0]["status"], 200);
+    assert_eq!(h3(f.listen, "a.test", &cert, get.clone())["responses"][0]["status"], 200);
+    // A limit changed alone (the certificates kept) reaches the next QUIC connections.
+    f.reload(&config("http3 = true\nmax_streams = 7"));
+    wait_until("max_streams 7 over QUIC", Duration::from_secs(10), || h3(f.listen, "a.test", &cert, get.clone())["server_max_streams_bidi"] == 7);
+}
+
+#[test]
+fn a_client_over_maxconn_is_refused_while_the_first_is_served() {
+    let dir = scratch("h3-maxconn");
+    let a = Backend::start("h3max");
+    let (f, ca) = h3_service(&dir, "", "maxconn = 1", &[a.addr]);
+    let (listen, first_ca) = (f.listen, ca.clone());
+    let first = std::thread::spawn(move || h3(listen, "a.test", &first_ca, serde_json::json!([{"path": "/slow/3000"}])));
+    wait_until("the first client's request in flight", Duration::from_secs(10), || f.server_stats(&a.addr.to_string())["current"].as_u64() == Some(1));
+    assert!(h3_try(f.listen, "a.test", &ca, serde_json::json!([{"path": "/name"}]), 3).is_err(), "a second QUIC connection past maxconn is refused");
+    assert!(f.stats()["services"][0]["tls"]["quic_refused"].as_u64().unwrap() >= 1);
+    assert_eq!(first.join().unwrap()["responses"][0]["status"], 200, "the first client is served to the end");
+}
+
+#[test]
+fn with_reuse_port_workers_every_quic_connection_is_served_whole() {
+    let dir = scratch("h3-workers");
+    let a = Backend::start("h3workers");
+    let (cert, key) = openssl_self_signed(&dir, "a.test");
+    let f = Fulcrum::start(&h3_config(&cert, &key, "workers = 2\nreuse_port = true", "http3 = true", "", &[a.addr]));
+    // Connections from several client ports: the one QUIC endpoint routes each one's packets to
+    // it by connection ID, whichever worker serves the TCP side.
+    for round in 0..3 {
+        let out = h3(f.listen, "a.test", &cert, serde_json::json!([{"path": "/bytes/20000", "repeat": 20}]));
+        for r in out["responses"].as_array().unwrap() {
+            assert_eq!((r["status"].as_u64(), r["length"].as_u64()), (Some(200), Some(20_000)), "round {round}: {r}");
+        }
+    }
+    assert_eq!(f.stats()["services"][0]["tls"]["quic_handshakes"], 3);
+    assert_eq!(f.log().matches("HTTP/3 listening").count(), 1, "one QUIC endpoint for the address");
+}
+
+#[test]
+fn after_an_upgrade_the_new_process_serves_http3_once_the_old_lets_the_port_go() {
+    let dir = scratch("h3-upgrade");
+    let a = Backend::start("h3up");
+    let exe = dir.join("fulcrum");
+    crate::upgrade::replace_binary(&exe);
+    let (cert, key) = openssl_self_signed(&dir, "a.test");
+    let f = Fulcrum::start_exe(&exe, &h3_config(&cert, &key, "shutdown_grace = \"5s\"", "http3 = true", "", &[a.addr]));
+    let get = serde_json::json!([{"path": "/name"}]);
+    assert_eq!(h3(f.listen, "a.test", &cert, get.clone())["responses"][0]["body"], "h3up\n");
+    let old = crate::upgrade::pid(&f);
+    crate::upgrade::replace_binary(&exe);
+    let (status, answer) = f.api("POST", "/api/upgrade", None);
+    assert_eq!(status, 200, "{answer}");
+    wait_until("the new process answers the admin API", Duration::from_secs(20), || crate::upgrade::pid(&f) != old);
+    let new = crate::upgrade::pid(&f);
+    // The old process had no QUIC connection left: it lets the port go at once, and the new one
+    // binds it at its next try.
+    let mut served = None;
+    wait_until("HTTP/3 served by the new process", Duration::from_secs(20), || {
+        served = h3_try(f.listen, "a.test", &cert, get.clone(), 2).ok();
+        served.is_some()
+    });
+    assert_eq!(served.unwrap()["responses"][0]["status"], 200);
+    assert_eq!(f.stats()["services"][0]["tls"]["quic_handshakes"], 1, "the new process's own count: {new}");
+    // The last process is no child of this test's: end it here.
+    Command::new("kill").args(["-KILL", &new.to_string()]).status().unwrap();
+}
+
+#[test]
+fn with_quic_early_data_safe_requests_go_in_0rtt_and_others_wait_for_the_handshake() {
+    let dir = scratch("h3-0rtt");
+    let (server, kept) = head_keeper();
+    let (f, ca) = h3_service(&dir, "quic_early_data = true", "", &[server]);
+    let ticket = dir.join("ticket");
+    let with_ticket = [std::ffi::OsStr::new("--ticket"), ticket.as_os_str()];
+    let first = h3_with(f.listen, "a.test", &ca, serde_json::json!([{"path": "/first"}]), 20, &with_ticket).unwrap();
+    assert_eq!(first["responses"][0]["status"], 200, "{first}");
+    assert!(ticket.exists(), "the server sent a session ticket");
+    let early = [with_ticket[0], with_ticket[1], std::ffi::OsStr::new("--early")];
+    // A copy of the ticket, to play the client's first flight again below.
+    let replayed = dir.join("ticket-copy");
+    std::fs::copy(&ticket, &replayed).unwrap();
+    let out = h3_with(f.listen, "a.test", &ca, serde_json::json!([{"path": "/early-get"}, {"method": "POST", "path": "/early-post"}]), 20, &early).unwrap();
+    assert_eq!((out["session_resumed"].as_bool(), out["early_data_accepted"].as_bool()), (Some(true), Some(true)), "{out}");
+    for r in out["responses"].as_array().unwrap() {
+        assert_eq!(r["status"], 200, "both answered: {out}");
+    }
+    let head = |path: &str| {
+        let heads = kept.lock().unwrap().clone();
+        heads.iter().find(|h| h.contains(path)).cloned().unwrap_or_else(|| panic!("no {path} in {heads:?}"))
+    };
+    assert!(head("get /early-get ").contains("early-data: 1"), "a GET in early data is marked so (RFC 8470)");
+    assert!(!head("post /early-post ").contains("early-data"), "a POST waited for the handshake");
+    // The same ticket again: its session was taken out as it resumed, so no early data.
+    let again = [std::ffi::OsStr::new("--ticket"), replayed.as_os_str(), std::ffi::OsStr::new("--early")];
+    let out = h3_with(f.listen, "a.test", &ca, serde_json::json!([{"path": "/replayed"}]), 20, &again).unwrap();
+    assert_eq!(out["early_data_accepted"], false, "a ticket is good for one 0-RTT connection: {out}");
+    assert_eq!(out["responses"][0]["status"], 200, "{out}");
+    assert!(!head("get /replayed ").contains("early-data"));
+}
+
+#[test]
+fn without_quic_early_data_a_resuming_client_gets_no_0rtt() {
+    let dir = scratch("h3-no-0rtt");
+    let a = Backend::start("h3no0rtt");
+    let (f, ca) = h3_service(&dir, "", "", &[a.addr]);
+    let ticket = dir.join("ticket");
+    let with_ticket = [std::ffi::OsStr::new("--ticket"), ticket.as_os_str(), std::ffi::OsStr::new("--early")];
+    for round in 0..2 {
+        let out = h3_with(f.listen, "a.test", &ca, serde_json::json!([{"method": "POST", "path": "/", "body": "x"}]), 20, &with_ticket).unwrap();
+        assert_eq!((out["responses"][0]["status"].as_u64(), out["early_data_accepted"].as_bool()), (Some(200), Some(false)), "round {round}: {out}");
+    }
+}
+
+#[test]
+fn routes_rules_and_cookie_affinity_work_the_same_over_http3() {
+    let dir = scratch("h3-routes");
+    let (a, b, api) = (Backend::start("h3ra"), Backend::start("h3rb"), Backend::start("h3api"));
+    let (cert, key) = openssl_self_signed(&dir, "a.test");
+    let config = h3_config(&cert, &key, "", "http3 = true", "algorithm = \"cookie\"", &[]).replace(
+        "[service.tls]",
+        &format!(
+            "[[service.server]]\naddress = \"{}\"\nid = \"a\"\n[[service.server]]\naddress = \"{}\"\nid = \"b\"\n\
+         [[service.pool]]\nname = \"api\"\n[service.pool.health]\nkind = \"none\"\n[[service.pool.server]]\naddress = \"{}\"\n\
+         [[service.route]]\npool = \"api\"\nheader = \"x-pool\"\nheader_value = \"api\"\nresponse_headers = {{ set = {{ \"x-route\" = \"api\" }} }}\n\
+         [[service.route]]\npath_prefix = [\"/private\"]\ndeny = 403\n[service.tls]",
+            a.addr, b.addr, api.addr
+        ),
+    );
+    let f = Fulcrum::start(&config);
+    let out = h3(f.listen, "a.test", &cert, serde_json::json!([{"path": "/name", "headers": [["x-pool", "api"]]}, {"path": "/private/x"}, {"path": "/name"}]));
+    let (routed, denied, fresh) = (&out["responses"][0], &out["responses"][1], &out["responses"][2]);
+    assert_eq!((routed["body"].as_str(), routed["headers"]["x-route"].as_str()), (Some("h3api\n"), Some("api")), "the route's pool and its response header: {out}");
+    assert_eq!(denied["status"], 403, "the route's deny: {out}");
+    let cookie = fresh["headers"]["set-cookie"].as_str().unwrap_or_else(|| panic!("an affinity cookie: {out}")).split(';').next().unwrap().to_string();
+    let server = fresh["body"].as_str().unwrap().to_string();
+    let again = h3(f.listen, "a.test", &cert, serde_json::json!([{"path": "/name", "headers": [["cookie", cookie]], "repeat": 6}]));
+    for r in again["responses"].as_array().unwrap() {
+        assert_eq!(r["body"].as_str(), Some(server.as_str()), "one server for the session: {again}");
+    }
+}
+
+#[test]
+fn a_per_client_connection_limit_counts_quic_connections() {
+    let dir = scratch("h3-limit");
+    let a = Backend::start("h3limit");
+    let (cert, key) = openssl_self_signed(&dir, "a.test");
+    let config = h3_config(&cert, &key, "", "http3 = true", "", &[a.addr]) + "[[service.limit]]\nname = \"open\"\ncount = \"connections\"\nlimit = 1\n";
+    let f = Fulcrum::start(&config);
+    let (listen, first_ca) = (f.listen, cert.clone());
+    let first = std::thread::spawn(move || h3(listen, "a.test", &first_ca, serde_json::json!([{"path": "/slow/3000"}])));
+    wait_until("the first connection counted", Duration::from_secs(10), || f.stats()["limits"][0]["keys"] == 1);
+    assert!(h3_try(f.listen, "a.test", &cert, serde_json::json!([{"path": "/name"}]), 3).is_err(), "a second connection from the same address is refused");
+    assert_eq!(first.join().unwrap()["responses"][0]["status"], 200);
+    wait_until("the place freed", Duration::from_secs(10), || f.stats()["limits"][0]["keys"] == 0);
+    assert_eq!(h3(f.listen, "a.test", &cert, serde_json::json!([{"path": "/name"}]))["responses"][0]["status"], 200);
 }

@@ -15,13 +15,13 @@ use crate::support::*;
 
 /// Puts a fresh copy of the built binary at `exe`, as `install` does: a new file moved over the
 /// old, which the running process keeps as long as it runs.
-fn replace_binary(exe: &Path) {
+pub(crate) fn replace_binary(exe: &Path) {
     let fresh = exe.with_extension("new");
     std::fs::copy(env!("CARGO_BIN_EXE_fulcrum"), &fresh).unwrap();
     std::fs::rename(&fresh, exe).unwrap();
 }
 
-fn pid(f: &Fulcrum) -> u32 {
+pub(crate) fn pid(f: &Fulcrum) -> u32 {
     f.stats()["process"]["pid"].as_u64().unwrap() as u32
 }
 

@@ -123,6 +123,11 @@ pub struct Http {
     /// every client.
     #[serde(default = "defaults::quic_retry_above", skip_serializing_if = "is_default_quic_retry_above")]
     pub quic_retry_above: u32,
+    /// With `http3`: take 0-RTT requests from resuming clients. Safe methods (GET, HEAD, OPTIONS,
+    /// TRACE) go on at once with `Early-Data: 1`; others wait for the handshake to finish (425
+    /// Too Early if it does not), since early data can be replayed.
+    #[serde(default, skip_serializing_if = "is_false")]
+    pub quic_early_data: bool,
     /// Pages for answers of these statuses (`"503" = "/etc/fulcrum/503.html"`, 400 to 599): the
     /// answers Fulcrum makes itself, and with `intercept_errors` a server's. Each file at most
     /// 64 KiB, its type from its name; read at start and again on a reload when it changed.
@@ -249,6 +254,7 @@ impl Default for Http {
             http3: false,
             alt_svc_max_age: defaults::alt_svc_max_age(),
             quic_retry_above: defaults::quic_retry_above(),
+            quic_early_data: false,
             request_id: None,
             error_pages: Default::default(),
             intercept_errors: false,

@@ -20,9 +20,11 @@ use bytes::{Buf, Bytes};
 use http_body_util::BodyExt;
 use hyper::body::{Body, Frame, SizeHint};
 use hyper::client::conn::http2::SendRequest;
-use hyper::{Request, Response, StatusCode};
+use hyper::header::{HeaderName, HeaderValue};
+use hyper::{Method, Request, Response, StatusCode};
 use hyper_util::rt::{TokioExecutor, TokioIo, TokioTimer};
 use tokio::io::{AsyncRead, AsyncWrite, DuplexStream, ReadBuf};
+use tokio::sync::watch;
 use tracing::debug;
 
 use crate::live::Service;
@@ -68,7 +70,11 @@ impl Bridge {
 }
 
 /// One HTTP/3 request: its fields within `head_timeout`, then through the handler and back.
-pub(super) async fn request(resolver: Resolver, mut sender: SendRequest<H3Body>, head_timeout: Duration) {
+/// Before the connection's handshake is `confirmed` (0-RTT, `quic_early_data`) a request may be
+/// a replay (RFC 8470): a safe method goes on at once with `Early-Data: 1`, any other waits for
+/// the handshake (up to `handshake_timeout`, else 425 Too Early), which a replayed first flight
+/// never finishes.
+pub(super) async fn request(resolver: Resolver, mut sender: SendRequest<H3Body>, head_timeout: Duration, mut confirmed: watch::Receiver<bool>, handshake_timeout: Duration) {
     let (req, stream) = match tokio::time::timeout(head_timeout, resolver.resolve_request()).await {
         Ok(Ok(r)) => r,
         Ok(Err(e)) => return debug!("HTTP/3 request refused: {e}"),
@@ -76,6 +82,14 @@ pub(super) async fn request(resolver: Resolver, mut sender: SendRequest<H3Body>,
     };
     let (mut send, recv) = stream.split();
     let (mut parts, ()) = req.into_parts();
+    if !*confirmed.borrow() {
+        if matches!(parts.method, Method::GET | Method::HEAD | Method::OPTIONS | Method::TRACE) {
+            parts.headers.insert(HeaderName::from_static("early-data"), HeaderValue::from_static("1"));
+        } else if !matches!(tokio::time::timeout(handshake_timeout, confirmed.wait_for(|done| *done)).await, Ok(Ok(_))) {
+            let too_early = StatusCode::from_u16(425).unwrap_or(StatusCode::SERVICE_UNAVAILABLE);
+            return own_answer(&mut send, too_early, "a request that is not safe to replay, in early data, and the handshake did not finish").await;
+        }
+    }
     // HTTP/2 between the two sides; the handler is told it is HTTP/3 (`QuicSide`).
     parts.version = hyper::Version::HTTP_2;
     if parts.uri.authority().is_none() {

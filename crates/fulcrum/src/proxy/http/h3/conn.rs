@@ -1,6 +1,7 @@
 //! One QUIC connection: its handshake, HTTP/3 over it, and its end.
 //!
-//! The handshake has `handshake_timeout`, as over TCP. HTTP/3 reads a request's fields up to
+//! The handshake has `handshake_timeout`, as over TCP; with `quic_early_data` the connection
+//! serves during it (0-RTT), and `bridge` holds back the requests that must not be replayed. HTTP/3 reads a request's fields up to
 //! `max_head_size` (a larger field section is answered 431 by the h3 crate) and within
 //! `head_timeout`; request streams open at once are bounded by the transport's stream credit
 //! (`max_streams`), so a client cannot open more, and each stream's and the connection's
@@ -34,29 +35,27 @@ const LINGER: Duration = Duration::from_secs(1);
 pub(super) async fn serve(connecting: quinn::Connecting, service: Arc<Service>, handshaking: InProgress, shutdown: Shutdown) {
     let Some(tls) = service.tls.clone() else { return };
     let name = service.config().name.clone();
-    let counters = &service.state().tls;
     let peer = connecting.remote_address();
-    let failure = tokio::select! {
-        r = tokio::time::timeout(tls.handshake_timeout(), connecting) => match r {
-            Ok(Ok(conn)) => Ok(conn),
-            Ok(Err(quinn::ConnectionError::TimedOut)) | Err(_) => Err(Failure::Timeout),
-            Ok(Err(quinn::ConnectionError::ApplicationClosed(_) | quinn::ConnectionError::ConnectionClosed(_) | quinn::ConnectionError::Reset)) => Err(Failure::Closed),
-            Ok(Err(e)) => {
-                debug!(service = %name, client = %peer, "HTTP/3 handshake failed: {e}");
-                Err(Failure::Protocol)
+    // With `quic_early_data` the connection serves from the client's first flight (0-RTT), and
+    // `confirmed` turns true when the handshake ends (`bridge` holds unsafe requests until then);
+    // else it serves once the handshake is done.
+    let (conn, confirmed) = match (service.config().http.quic_early_data, connecting) {
+        (true, connecting) => match connecting.into_0rtt() {
+            Ok((conn, done)) => {
+                let (confirm, confirmed) = tokio::sync::watch::channel(false);
+                shutdown.tasks().spawn(confirm_handshake(conn.clone(), done, confirm, service.clone(), handshaking, tls.handshake_timeout()));
+                (conn, confirmed)
             }
+            Err(connecting) => match handshake(connecting, &service, tls.handshake_timeout(), handshaking, &shutdown).await {
+                Some(conn) => (conn, tokio::sync::watch::channel(true).1),
+                None => return,
+            },
         },
-        _ = shutdown.terminating().cancelled() => return,
+        (false, connecting) => match handshake(connecting, &service, tls.handshake_timeout(), handshaking, &shutdown).await {
+            Some(conn) => (conn, tokio::sync::watch::channel(true).1),
+            None => return,
+        },
     };
-    drop(handshaking);
-    let conn = match failure {
-        Ok(conn) => conn,
-        Err(f) => {
-            counters.failed[f as usize].fetch_add(1, Relaxed);
-            return debug!(service = %name, client = %peer, "HTTP/3: {f}");
-        }
-    };
-    counters.quic_handshakes.fetch_add(1, Relaxed);
     let sni = conn.handshake_data().and_then(|d| d.downcast::<quinn::crypto::rustls::HandshakeData>().ok()).and_then(|d| d.server_name);
     let http = &service.config().http;
     let mut h3 = match h3::server::builder().max_field_section_size(http.max_head_size as u64).build(h3_quinn::Connection::new(conn.clone())).await {
@@ -73,7 +72,7 @@ pub(super) async fn serve(connecting: quinn::Connecting, service: Arc<Service>, 
         tokio::select! {
             accepted = h3.accept() => match accepted {
                 Ok(Some(resolver)) => {
-                    shutdown.tasks().spawn(bridge::request(resolver, sender.clone(), head_timeout));
+                    shutdown.tasks().spawn(bridge::request(resolver, sender.clone(), head_timeout, confirmed.clone(), tls.handshake_timeout()));
                 }
                 // The client's GOAWAY, or ours, and no request left in flight.
                 Ok(None) => break,
@@ -104,4 +103,62 @@ pub(super) async fn serve(connecting: quinn::Connecting, service: Arc<Service>, 
     // are not cut.
     let _ = tokio::time::timeout(LINGER, conn.closed()).await;
     conn.close(NO_ERROR.into(), b"");
+}
+
+/// The handshake within `limit`, counted: the connection once it is done.
+async fn handshake(connecting: quinn::Connecting, service: &Service, limit: Duration, handshaking: InProgress, shutdown: &Shutdown) -> Option<quinn::Connection> {
+    let counters = &service.state().tls;
+    let peer = connecting.remote_address();
+    let outcome = tokio::select! {
+        r = tokio::time::timeout(limit, connecting) => match r {
+            Ok(Ok(conn)) => Ok(conn),
+            Ok(Err(quinn::ConnectionError::TimedOut)) | Err(_) => Err(Failure::Timeout),
+            Ok(Err(quinn::ConnectionError::ApplicationClosed(_) | quinn::ConnectionError::ConnectionClosed(_) | quinn::ConnectionError::Reset)) => Err(Failure::Closed),
+            Ok(Err(e)) => {
+                debug!(service = %service.config().name, client = %peer, "HTTP/3 handshake failed: {e}");
+                Err(Failure::Protocol)
+            }
+        },
+        _ = shutdown.terminating().cancelled() => return None,
+    };
+    drop(handshaking);
+    match outcome {
+        Ok(conn) => {
+            counters.quic_handshakes.fetch_add(1, Relaxed);
+            Some(conn)
+        }
+        Err(f) => {
+            counters.failed[f as usize].fetch_add(1, Relaxed);
+            debug!(service = %service.config().name, client = %peer, "HTTP/3: {f}");
+            None
+        }
+    }
+}
+
+/// A connection that serves 0-RTT: says when its handshake is done (`confirm`), or closes it
+/// when the handshake does not end within `limit`, which is what a replayed first flight does.
+async fn confirm_handshake(
+    conn: quinn::Connection,
+    done: quinn::ZeroRttAccepted,
+    confirm: tokio::sync::watch::Sender<bool>,
+    service: Arc<Service>,
+    handshaking: InProgress,
+    limit: Duration,
+) {
+    let counters = &service.state().tls;
+    let in_time = tokio::time::timeout(limit, done).await.is_ok();
+    drop(handshaking);
+    match (in_time, conn.close_reason()) {
+        (true, None) => {
+            counters.quic_handshakes.fetch_add(1, Relaxed);
+            let _ = confirm.send(true);
+        }
+        (false, _) => {
+            counters.failed[Failure::Timeout as usize].fetch_add(1, Relaxed);
+            conn.close(NO_ERROR.into(), b"handshake timeout");
+        }
+        (true, Some(_)) => {
+            counters.failed[Failure::Closed as usize].fetch_add(1, Relaxed);
+        }
+    }
 }

@@ -164,7 +164,7 @@ pub async fn serve(udp: SocketAddr, addr: SocketAddr, live: Arc<Live>, stop: Can
 fn config_of(service: &Service) -> Result<Arc<quinn::ServerConfig>, ()> {
     let http = &service.config().http;
     let tls = service.tls.as_ref().filter(|_| http.http3).ok_or(())?;
-    tls.quic(crate::tls::QuicLimits { streams: http.max_streams, idle: http.head_timeout }).map_err(|e| {
+    tls.quic(crate::tls::QuicLimits { streams: http.max_streams, idle: http.head_timeout, early_data: http.quic_early_data }).map_err(|e| {
         static FAILED: crate::error::Throttle = crate::error::Throttle::new();
         if let Some(held) = FAILED.ready() {
             error!(service = %service.config().name, held, "HTTP/3: {e}");

@@ -31,3 +31,12 @@ pub use endpoint::serve;
 pub fn alt_svc(port: u16, max_age: std::time::Duration) -> Option<hyper::header::HeaderValue> {
     hyper::header::HeaderValue::from_str(&format!("h3=\":{port}\"; ma={}", max_age.as_secs())).ok()
 }
+
+#[cfg(test)]
+mod tests {
+    #[test]
+    fn alt_svc_names_the_port_and_the_max_age_in_seconds() {
+        let v = super::alt_svc(8443, std::time::Duration::from_secs(86_400)).unwrap();
+        assert_eq!(v, "h3=\":8443\"; ma=86400");
+    }
+}
