@@ -13,6 +13,7 @@
 //! refuses edits, and reads everything again when etcd is back. There is no consensus here;
 //! etcd's is the fleet's.
 
+pub mod acme;
 mod agreement;
 pub mod cli;
 mod connect;
