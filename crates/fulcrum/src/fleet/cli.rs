@@ -45,7 +45,7 @@ pub enum FleetCommand {
 }
 
 pub async fn run(args: FleetArgs) -> anyhow::Result<()> {
-    let fleet = settings(&args)?;
+    let fleet = settings(args.config.as_deref(), &args.endpoints, &args.prefix)?;
     let keys = Keys::new(&fleet.prefix);
     let connect = || async { connect(&fleet).await.with_context(|| format!("cannot connect to etcd at {}", fleet.endpoints.join(","))) };
     match args.command {
@@ -116,14 +116,14 @@ pub async fn run(args: FleetArgs) -> anyhow::Result<()> {
     Ok(())
 }
 
-/// Where etcd is: from an instance's file, or from the command line.
-fn settings(args: &FleetArgs) -> anyhow::Result<config::Fleet> {
-    if let Some(path) = &args.config {
+/// Where etcd is: from an instance's file (`config`), or from the command line.
+pub fn settings(config: Option<&std::path::Path>, endpoints: &[String], prefix: &str) -> anyhow::Result<config::Fleet> {
+    if let Some(path) = config {
         let loaded = config::load(path).map_err(|d| anyhow::anyhow!("{d}"))?;
         return loaded.config.fleet.with_context(|| format!("{} has no [fleet]", path.display()));
     }
-    anyhow::ensure!(!args.endpoints.is_empty(), "say where etcd is: --config FILE (with [fleet]) or --endpoints URL[,URL...]");
-    let text = toml::to_string(&json!({ "fleet": { "endpoints": args.endpoints, "prefix": args.prefix } }))?;
+    anyhow::ensure!(!endpoints.is_empty(), "say where etcd is: --config FILE (with [fleet]) or --endpoints URL[,URL...]");
+    let text = toml::to_string(&json!({ "fleet": { "endpoints": endpoints, "prefix": prefix } }))?;
     let config = config::parse_with(&text, "command line", Resolve::No).map_err(|d| anyhow::anyhow!("{d}"))?;
     config.fleet.context("no [fleet]")
 }

@@ -35,7 +35,7 @@ use std::time::{Duration, SystemTime};
 use tokio::net::TcpStream;
 use tokio_rustls::server::TlsStream;
 
-pub use certs::{CertInfo, Source, unix_to_text};
+pub use certs::{CertInfo, Source, describe_pem, unix_to_text};
 pub use sni::covers;
 
 use crate::config::{self, Mode};

@@ -75,9 +75,10 @@ fn a_user_drives_the_dashboard_in_chromium() {
     }
 }
 
-/// A TLS service's certificates in the Stats tab (`tests/browser/certificates.mjs`).
+/// A TLS service's certificates in the Stats tab and the Certificates tab
+/// (`tests/browser/certificates.mjs`).
 #[test]
-fn the_stats_tab_shows_certificates_and_marks_one_about_to_expire() {
+fn the_stats_and_certificates_tabs_show_certificates_and_mark_one_about_to_expire() {
     let root = Path::new(env!("CARGO_MANIFEST_DIR"));
     let dir = scratch("dashboard-tls");
     let pem = |stem: &str, names: &[&str], days: i64| {

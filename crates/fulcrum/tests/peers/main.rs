@@ -18,6 +18,7 @@ mod agent;
 mod audit;
 mod balancing;
 mod body_limit;
+mod certs;
 mod check_cli;
 mod check_now;
 mod check_options;
