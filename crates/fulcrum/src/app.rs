@@ -54,6 +54,8 @@ pub struct App {
     upgraded: CancellationToken,
     /// The health checks, one task per server identity.
     checks: health::Checks,
+    /// The ACME orderers, one task per certificate, outliving generations.
+    acme: crate::tls::acme::Manager,
     /// Serialises config changes so two reloads cannot interleave their binds and swaps.
     changing: tokio::sync::Mutex<()>,
     /// Where the admin listener ended up (tests and the demo bind port 0).
@@ -145,6 +147,7 @@ impl App {
             admin_copy: Mutex::new(admin_copy),
             upgraded: CancellationToken::new(),
             checks: health::Checks::default(),
+            acme: crate::tls::acme::Manager::default(),
             changing: tokio::sync::Mutex::new(()),
             admin_addr,
             auth,
@@ -169,6 +172,7 @@ impl App {
             info!(from = i.from_pid, "upgrade: took over the state of {restored} servers");
         }
         app.checks.follow(&generation);
+        app.acme.apply(&generation.config);
         health::wait_first_round(&generation, first_round + Duration::from_millis(200)).await;
         let mut bound = Vec::new();
         for s in generation.services.iter().filter(|s| s.config().enabled) {
@@ -456,6 +460,7 @@ impl App {
         }
         let generation = self.live.current();
         self.checks.follow(&generation);
+        self.acme.apply(&generation.config);
         self.trail.configure(generation.config.audit.as_ref());
         let servers: usize = generation.pools().map(|(_, p)| p.servers().count()).sum();
         let msg = format!(

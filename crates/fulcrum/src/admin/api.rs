@@ -113,8 +113,14 @@ async fn algorithms() -> Response {
 
 /// 200 when this instance can take traffic, else 503: what keepalived's `track_script` and
 /// other load balancers' checks ask.
+/// A service still serving ACME's self-signed placeholder is not ready either: its clients
+/// would be refused by their certificate check.
 pub async fn ready<C: Control>(State(control): State<Arc<C>>) -> Response {
-    if control.ready() { (StatusCode::OK, "ready\n").into_response() } else { (StatusCode::SERVICE_UNAVAILABLE, "not ready: no config with a listener up\n").into_response() }
+    if !control.ready() {
+        return (StatusCode::SERVICE_UNAVAILABLE, "not ready: no config with a listener up\n").into_response();
+    }
+    let waiting: Vec<String> = control.current().services.iter().filter_map(|s| Some(format!("service {}: {}", s.config().name, s.tls.as_ref()?.placeholder()?))).collect();
+    if waiting.is_empty() { (StatusCode::OK, "ready\n").into_response() } else { (StatusCode::SERVICE_UNAVAILABLE, format!("not ready: {}\n", waiting.join("; "))).into_response() }
 }
 
 async fn get_csv<C: Control>(State(control): State<Arc<C>>) -> Response {

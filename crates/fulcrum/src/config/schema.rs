@@ -14,6 +14,7 @@ use super::Algorithm;
 use super::error::PortRangeError;
 
 mod access_log;
+mod acme;
 mod fleet;
 mod health;
 mod http;
@@ -26,6 +27,7 @@ mod tls;
 mod tracing;
 
 pub use access_log::*;
+pub use acme::*;
 pub use fleet::*;
 pub use health::*;
 pub use http::*;
@@ -401,7 +403,7 @@ impl Service {
     /// Whether `other` terminates TLS exactly as this service does: the same `[service.tls]` and
     /// the same mode and ALPN offer, so the certificates this one loaded serve it too.
     pub fn terminates_tls_as(&self, other: &Service) -> bool {
-        self.tls == other.tls && self.mode == other.mode && self.http.http2 == other.http.http2
+        self.tls == other.tls && self.mode == other.mode && self.http.http2 == other.http.http2 && self.acme_names() == other.acme_names()
     }
 
     /// How long a connection or request waits in the queue for a server place.

@@ -19,6 +19,7 @@ use super::schema::{
     Tls,
 };
 
+mod acme;
 mod process;
 
 /// One step of a path into the document: a key, or an index into an array of tables.
@@ -302,6 +303,7 @@ pub fn validate_against(config: &Config, text: &str, file: &str, resolve: Resolv
         validate_edge(service, &[Seg::Key("service"), Seg::Index(i)], &mut report);
         validate_service(service, &[Seg::Key("service"), Seg::Index(i)], &mut report);
         validate_routing(service, i, &config.pools, &mut report);
+        acme::validate_acme(config, i, service, &mut report);
         let limits = service.limits.iter().enumerate().map(|(k, l)| (l, vec![Seg::Key("service"), Seg::Index(i), Seg::Key("limit"), Seg::Index(k)], false));
         let routed = service.routes.iter().enumerate().flat_map(|(r, route)| {
             route
@@ -554,8 +556,8 @@ fn validate_tls(service: &Service, tls: &Tls, prefix: &[Seg<'_>], report: &mut R
             "remove fast_path, or terminate TLS on the servers",
         );
     }
-    if tls.certificates.is_empty() {
-        report.error(&at(&[]), "[service.tls] has no certificate".into(), "add [[service.tls.certificate]] with cert and key (PEM files)");
+    if tls.certificates.is_empty() && tls.acme.is_none() {
+        report.error(&at(&[]), "[service.tls] has no certificate".into(), "add [[service.tls.certificate]] with cert and key (PEM files), or [service.tls.acme]");
         return;
     }
     if tls.strict_sni_host == Some(true) && service.mode != Mode::Http {
@@ -573,7 +575,7 @@ fn validate_tls(service: &Service, tls: &Tls, prefix: &[Seg<'_>], report: &mut R
     if report.tls_loaded_already(service) {
         return;
     }
-    if let Err(e) = crate::tls::Terminator::load(&service.name, tls, service.mode, service.http.http2) {
+    if let Err(e) = crate::tls::Terminator::load(&service.name, tls, service.mode, service.http.http2, &service.acme_names()) {
         let culprit = tls.certificates.iter().position(|c| c.cert == e.file || c.key == e.file);
         let own_ca = tls.certificates.iter().position(|c| c.client_ca.as_ref() == Some(&e.file));
         let (seg, hint) = match (culprit, own_ca) {

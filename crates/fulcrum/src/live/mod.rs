@@ -270,7 +270,7 @@ fn build(config: Config, registry: &mut Registry, budget: &Arc<Budget>, previous
             let same_tls = running.and_then(|r| r.tls.as_ref().filter(|t| r.config().terminates_tls_as(sc) && t.unchanged_on_disk()));
             let tls = match (same_tls, &sc.tls) {
                 (Some(t), _) => Some(t.clone()),
-                (None, Some(t)) => Some(crate::tls::Terminator::load(&sc.name, t, sc.mode, sc.http.http2).map(Arc::new).map_err(|cause| BuildError::Tls { service: sc.name.clone(), cause })?),
+                (None, Some(t)) => Some(crate::tls::Terminator::load(&sc.name, t, sc.mode, sc.http.http2, &sc.acme_names()).map(Arc::new).map_err(|cause| BuildError::Tls { service: sc.name.clone(), cause })?),
                 (None, None) => None,
             };
             if let Some(t) = tls.as_ref().filter(|_| same_tls.is_none()) {

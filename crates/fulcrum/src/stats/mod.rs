@@ -303,7 +303,7 @@ fn tls_stats(t: &crate::tls::Terminator, counters: &crate::tls::Counters) -> Tls
         handshakes_tls13: counters.tls13.load(Relaxed),
         failures: Failure::ALL.iter().map(|f| (f.as_str(), counters.failed[*f as usize].load(Relaxed))).collect(),
         certificates: t
-            .certs
+            .certificates()
             .iter()
             .map(|c| CertificateStats {
                 file: c.file.clone(),

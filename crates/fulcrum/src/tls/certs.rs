@@ -80,10 +80,16 @@ pub fn ca_file(ca: &str) -> Result<(rustls::RootCertStore, Vec<CertificateDer<'s
 /// Loads `cert` (the PEM chain, leaf first) and `key` (PKCS#8, PKCS#1 or SEC1 PEM).
 pub fn load(cert: &str, key: &str, provider: &CryptoProvider, now: SystemTime) -> Result<Loaded, TlsError> {
     let fail = |file: &str, reason: String| TlsError { file: file.to_string(), reason };
-    let chain = CertificateDer::pem_file_iter(Path::new(cert))
-        .map_err(|e| fail(cert, format!("cannot read the certificate: {e}")))?
-        .collect::<Result<Vec<_>, _>>()
-        .map_err(|e| fail(cert, format!("not a PEM certificate chain: {e}")))?;
+    let chain = std::fs::read(cert).map_err(|e| fail(cert, format!("cannot read the certificate: {e}")))?;
+    let private = std::fs::read(key).map_err(|e| fail(key, format!("no private key read: {e}")))?;
+    from_pem(&chain, cert, &private, key, provider, now)
+}
+
+/// Like `load`, from the PEM text of the chain (named `cert` in errors and the info) and of the
+/// key (named `key`): what ACME's store holds.
+pub fn from_pem(chain: &[u8], cert: &str, private: &[u8], key: &str, provider: &CryptoProvider, now: SystemTime) -> Result<Loaded, TlsError> {
+    let fail = |file: &str, reason: String| TlsError { file: file.to_string(), reason };
+    let chain = CertificateDer::pem_slice_iter(chain).collect::<Result<Vec<_>, _>>().map_err(|e| fail(cert, format!("not a PEM certificate chain: {e}")))?;
     let Some(leaf) = chain.first() else {
         return Err(fail(cert, "holds no certificate (expected -----BEGIN CERTIFICATE-----)".into()));
     };
@@ -91,7 +97,7 @@ pub fn load(cert: &str, key: &str, provider: &CryptoProvider, now: SystemTime) -
     if info.remaining(now).is_zero() {
         return Err(fail(cert, format!("the certificate expired at {}", unix_to_text(info.not_after))));
     }
-    let private = PrivateKeyDer::from_pem_file(Path::new(key)).map_err(|e| fail(key, format!("no private key read: {e}")))?;
+    let private = PrivateKeyDer::from_pem_slice(private).map_err(|e| fail(key, format!("no private key read: {e}")))?;
     let key_pair = CertifiedKey::from_der(chain, private, provider).map_err(|e| match e {
         rustls::Error::InconsistentKeys(_) => fail(key, format!("the key does not match the certificate in {cert}")),
         e => fail(key, format!("the key cannot be used: {e}")),

@@ -44,15 +44,17 @@ pub struct Base<'a> {
     pub alpn: &'a [Vec<u8>],
 }
 
-/// The groups of `tls`'s certificates, and the group of each certificate in config order.
+/// The groups of `tls`'s certificates, and the group of each certificate in the resolver's
+/// order (the ACME certificate first, then the files' in config order).
 /// Reads the CA files.
 pub fn groups(tls: &config::Tls, base: &Base<'_>) -> Result<(Vec<Group>, Vec<usize>), TlsError> {
     let mut cas: Vec<Option<&String>> = Vec::new();
-    let group_of = tls
-        .certificates
-        .iter()
-        .map(|cert| {
-            let ca = tls.client_ca_of(cert);
+    // An ACME certificate (the resolver's first) asks for the service's client_ca.
+    let acme = tls.acme.as_ref().map(|_| tls.client_ca.as_ref());
+    let group_of = acme
+        .into_iter()
+        .chain(tls.certificates.iter().map(|cert| tls.client_ca_of(cert)))
+        .map(|ca| {
             cas.iter().position(|known| *known == ca).unwrap_or_else(|| {
                 cas.push(ca);
                 cas.len() - 1

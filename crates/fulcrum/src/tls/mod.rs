@@ -35,7 +35,7 @@ use std::time::{Duration, SystemTime};
 use tokio::net::TcpStream;
 use tokio_rustls::server::TlsStream;
 
-pub use certs::{CertInfo, Source, describe_pem, unix_to_text};
+pub use certs::{CertInfo, Source, ca_file, describe_pem, unix_to_text};
 pub use sni::covers;
 
 use crate::config::{self, Mode};
@@ -58,7 +58,10 @@ pub struct Terminator {
     groups: Vec<clients::Group>,
     /// The group of each certificate, by the resolver's index.
     group_of: Vec<usize>,
+    /// The certificates of its files (`certificates` adds the ACME one).
     pub certs: Vec<CertInfo>,
+    /// With `[service.tls.acme]`: the slot its certificate is served from (the resolver's first).
+    acme: Option<Arc<acme::Slot>>,
     handshake_timeout: Duration,
     resolver: Arc<sni::Resolver>,
     strict_sni_host: bool,
@@ -95,9 +98,10 @@ pub fn loads() -> u64 {
 
 impl Terminator {
     /// Loads every certificate and key of `tls` and the client CAs of service `name`, and builds
-    /// the server configs; an HTTP service offers `h2` by ALPN when `h2`.
+    /// the server configs; an HTTP service offers `h2` by ALPN when `h2`. With ACME, the
+    /// certificate of `acme_names` (`Acme::names_of` the service) is served from its slot.
     /// Reads files: call it off the runtime's threads.
-    pub fn load(name: &str, tls: &config::Tls, mode: Mode, h2: bool) -> Result<Terminator, TlsError> {
+    pub fn load(name: &str, tls: &config::Tls, mode: Mode, h2: bool, acme_names: &[String]) -> Result<Terminator, TlsError> {
         LOADS.fetch_add(1, Relaxed);
         let fail = |file: &str, reason: String| TlsError { file: file.into(), reason };
         let paths = tls.certificates.iter().flat_map(|c| [Some(&c.cert), Some(&c.key), c.client_ca.as_ref()]).flatten().chain(&tls.client_ca);
@@ -110,17 +114,50 @@ impl Terminator {
         for cert in loaded.iter().flat_map(|l| l.key.cert.iter()) {
             context.part(b"certificate", cert.as_ref());
         }
-        let resolver =
-            sni::Resolver::new(loaded.into_iter().map(|l| (l.key, l.info.names)).collect()).ok_or_else(|| fail("[service.tls]", "no [[service.tls.certificate]]".into()))?;
+        // The ACME certificate first: the default for clients that send no name or another.
+        let acme = match &tls.acme {
+            Some(_) => Some(acme::slot::slot(acme_names).map_err(|e| fail("[service.tls.acme]", e))?),
+            None => None,
+        };
+        if let Some(slot) = &acme {
+            context.part(b"acme", slot.key.as_bytes());
+        }
+        let certs = acme.iter().map(|slot| (sni::Cert::Acme(slot.clone()), slot.names.clone())).chain(loaded.into_iter().map(|l| (sni::Cert::Fixed(l.key), l.info.names)));
+        let resolver = sni::Resolver::new(certs.collect()).ok_or_else(|| fail("[service.tls]", "no [[service.tls.certificate]] and no [service.tls.acme]".into()))?;
         let resolver = Arc::new(resolver);
-        let alpn = match mode {
+        let mut alpn = match mode {
             Mode::Http if h2 => vec![b"h2".to_vec(), b"http/1.1".to_vec()],
             Mode::Http => vec![b"http/1.1".to_vec()],
             _ => Vec::new(),
         };
+        // Last: chosen only by a client that offers nothing else, the CA's validator.
+        if tls.acme.as_ref().is_some_and(|a| a.challenge == config::AcmeChallenge::TlsAlpn01) {
+            alpn.push(acme::ACME_TLS_ALPN.to_vec());
+        }
         let base = clients::Base { policy: &policy, resolver: &resolver, context: &context, alpn: &alpn };
         let (groups, group_of) = clients::groups(tls, &base)?;
-        Ok(Terminator { groups, group_of, certs: infos, handshake_timeout: tls.handshake_timeout, resolver, strict_sni_host: mode == Mode::Http && tls.strict_sni_host(), files })
+        Ok(Terminator {
+            groups,
+            group_of,
+            certs: infos,
+            acme,
+            handshake_timeout: tls.handshake_timeout,
+            resolver,
+            strict_sni_host: mode == Mode::Http && tls.strict_sni_host(),
+            files,
+        })
+    }
+
+    /// Every certificate it serves as it is now: the ACME one (from its slot) first, then the
+    /// files'.
+    pub fn certificates(&self) -> Vec<CertInfo> {
+        self.acme.iter().map(|slot| slot.current().info.clone()).chain(self.certs.iter().cloned()).collect()
+    }
+
+    /// With ACME, while no certificate is issued yet: what the placeholder's note says.
+    pub fn placeholder(&self) -> Option<String> {
+        let slot = self.acme.as_ref().filter(|s| !s.issued())?;
+        slot.current().info.note.clone()
     }
 
     /// Whether every file it was loaded from is as it was (checks metadata only, no read).
@@ -142,6 +179,8 @@ impl Terminator {
     /// Runs a client's handshake within `handshake_timeout`, counting its outcome.
     pub async fn accept(&self, client: TcpStream, counters: &Counters) -> Result<TlsStream<TcpStream>, Failure> {
         let failure = match tokio::time::timeout(self.handshake_timeout, self.handshake(client)).await {
+            // A CA's validator (tls-alpn-01) has seen the challenge certificate: nothing more.
+            Ok(Ok((_, stream))) if stream.get_ref().1.alpn_protocol() == Some(acme::ACME_TLS_ALPN) => return Err(Failure::Closed),
             Ok(Ok((group, stream))) if !group.resumed_certificate_verifies(stream.get_ref().1) => Failure::ClientCertificate,
             Ok(Ok((_, stream))) => {
                 let version = stream.get_ref().1.protocol_version();

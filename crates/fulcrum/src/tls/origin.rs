@@ -84,7 +84,7 @@ pub fn name(sni: &str) -> Result<ServerName<'static>, TlsError> {
 
 /// The system's roots. A store with some unreadable entries still serves with the rest (as
 /// other TLS clients do); one where nothing loads is an error naming what was tried.
-fn system_roots() -> Result<rustls::RootCertStore, TlsError> {
+pub(crate) fn system_roots() -> Result<rustls::RootCertStore, TlsError> {
     let found = rustls_native_certs::load_native_certs();
     let mut roots = rustls::RootCertStore::empty();
     let (added, _ignored) = roots.add_parsable_certificates(found.certs);

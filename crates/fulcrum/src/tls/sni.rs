@@ -2,6 +2,11 @@
 //! exact name before a wildcard (`*.example.com` covers one label: `a.example.com`, not
 //! `example.com` nor `a.b.example.com`), and the first certificate of the config for a client
 //! that sends no name or one no certificate has.
+//!
+//! An ACME certificate is read from its slot at each handshake (`acme::slot`), so a renewal
+//! serves at once. A handshake that offers only ALPN `acme-tls/1` is a CA's validator
+//! (tls-alpn-01, RFC 8737): it gets the challenge certificate of the name it asks for while an
+//! order is pending, and no certificate at all otherwise.
 
 use std::collections::HashMap;
 use std::sync::Arc;
@@ -9,10 +14,34 @@ use std::sync::Arc;
 use rustls::server::{ClientHello, ResolvesServerCert};
 use rustls::sign::CertifiedKey;
 
+/// A certificate a resolver serves: loaded with the generation, or an ACME slot's.
+pub enum Cert {
+    Fixed(Arc<CertifiedKey>),
+    Acme(Arc<super::acme::Slot>),
+}
+
+impl Cert {
+    fn certified(&self) -> Arc<CertifiedKey> {
+        match self {
+            Cert::Fixed(key) => key.clone(),
+            Cert::Acme(slot) => slot.certified(),
+        }
+    }
+}
+
+impl std::fmt::Debug for Cert {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            Cert::Fixed(_) => f.write_str("Fixed"),
+            Cert::Acme(slot) => write!(f, "Acme({})", slot.key),
+        }
+    }
+}
+
 #[derive(Debug)]
 pub struct Resolver {
     /// In config order: the first is the default.
-    certs: Vec<(Arc<CertifiedKey>, Arc<[String]>)>,
+    certs: Vec<(Cert, Arc<[String]>)>,
     /// Index into `certs` by name.
     exact: HashMap<String, usize>,
     /// Keyed by the part after `*.`.
@@ -22,7 +51,7 @@ pub struct Resolver {
 impl Resolver {
     /// `certs` in config order, each with its names; the first is the default. A name two
     /// certificates share goes to the first.
-    pub fn new(certs: Vec<(Arc<CertifiedKey>, Vec<String>)>) -> Option<Resolver> {
+    pub fn new(certs: Vec<(Cert, Vec<String>)>) -> Option<Resolver> {
         if certs.is_empty() {
             return None;
         }
@@ -49,8 +78,8 @@ impl Resolver {
     }
 
     /// The certificate for `name` (already lower case, as rustls gives it).
-    pub fn pick(&self, name: Option<&str>) -> &Arc<CertifiedKey> {
-        &self.certs[self.index(name)].0
+    pub fn pick(&self, name: Option<&str>) -> Arc<CertifiedKey> {
+        self.certs[self.index(name)].0.certified()
     }
 
     /// The names of the certificate a client that sent `name` gets.
@@ -71,7 +100,13 @@ pub fn covers(names: &[String], host: &str) -> bool {
 
 impl ResolvesServerCert for Resolver {
     fn resolve(&self, hello: ClientHello<'_>) -> Option<Arc<CertifiedKey>> {
-        Some(self.pick(hello.server_name()).clone())
+        if hello.alpn().is_some_and(|offered| {
+            let mut offered = offered.peekable();
+            offered.peek().is_some() && offered.all(|p| p == super::acme::ACME_TLS_ALPN)
+        }) {
+            return super::acme::tls_alpn01(hello.server_name()?);
+        }
+        Some(self.pick(hello.server_name()))
     }
 }
 
@@ -99,12 +134,12 @@ mod tests {
     fn exact_names_win_over_wildcards_and_the_first_certificate_is_the_default() {
         let (a, b, c) = (key(1), key(2), key(3));
         let r = Resolver::new(vec![
-            (a.clone(), vec!["a.test".into()]),
-            (b.clone(), vec!["*.b.test".into(), "x.b.test".into()]),
-            (c.clone(), vec!["x.b.test".into(), "*.c.test".into()]),
+            (Cert::Fixed(a.clone()), vec!["a.test".into()]),
+            (Cert::Fixed(b.clone()), vec!["*.b.test".into(), "x.b.test".into()]),
+            (Cert::Fixed(c.clone()), vec!["x.b.test".into(), "*.c.test".into()]),
         ])
         .unwrap();
-        let is = |name: Option<&str>, want: &Arc<CertifiedKey>| assert!(Arc::ptr_eq(r.pick(name), want), "{name:?}");
+        let is = |name: Option<&str>, want: &Arc<CertifiedKey>| assert!(Arc::ptr_eq(&r.pick(name), want), "{name:?}");
         is(Some("a.test"), &a);
         is(Some("y.b.test"), &b);
         // Shared by two: the first in the config.

@@ -148,7 +148,8 @@ fn a_misspelt_key_gets_the_nearest_one_as_a_hint() {
 
 /// Every file in `examples/` is a config a user can copy and run: `check` passes each one as it
 /// is, with only what its header says to make (the HTTPS example's certificate, by the header's
-/// own openssl command). `check` says how many services it found, in words.
+/// own openssl command; the ACME example's state directory, by its mkdir). `check` says how many
+/// services it found, in words.
 #[test]
 fn every_example_passes_check() {
     let examples = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../../examples");
@@ -170,6 +171,10 @@ fn every_example_passes_check() {
         let text = std::fs::read_to_string(&path).unwrap();
         // A header's `openssl req` command (with its continuation lines) runs as written.
         let header: Vec<&str> = text.lines().take_while(|l| l.starts_with('#')).map(|l| l.trim_start_matches('#').trim()).collect();
+        for mkdir in header.iter().filter(|l| l.starts_with("mkdir ")) {
+            let out = Command::new("sh").args(["-c", mkdir]).current_dir(&dir).output().unwrap();
+            assert!(out.status.success(), "{}: {mkdir}: {}", path.display(), String::from_utf8_lossy(&out.stderr));
+        }
         if let Some(at) = header.iter().position(|l| l.starts_with("openssl req")) {
             let mut command = String::new();
             for line in &header[at..] {

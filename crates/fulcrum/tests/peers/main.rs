@@ -11,6 +11,7 @@ mod support;
 
 mod accept_proxy;
 mod access_log;
+mod acme;
 mod acme_fleet;
 mod admin_api;
 mod admin_auth;

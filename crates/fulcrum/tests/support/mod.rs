@@ -4,6 +4,7 @@
 
 pub mod etcd;
 pub mod fast;
+pub mod pebble;
 
 use std::io::{Read, Write};
 use std::net::{IpAddr, Shutdown, SocketAddr, TcpListener, TcpStream};
@@ -301,9 +302,19 @@ impl Fulcrum {
         Self::spawn(&[exe.to_str().unwrap()], config, "", None)
     }
 
+    /// Like `start`, with `{LISTEN}` the address the test chose (one a peer was told of
+    /// before Fulcrum starts, as Pebble's validator is).
+    pub fn start_at(listen: SocketAddr, config: &str) -> Fulcrum {
+        Self::spawn_at(&[], listen, config, "", None)
+    }
+
     fn spawn(prefix: &[&str], config: &str, admin_extra: &str, authorization: Option<String>) -> Fulcrum {
-        let dir = scratch("fulcrum");
         let listen: SocketAddr = format!("127.0.0.1:{}", free_port()).parse().unwrap();
+        Self::spawn_at(prefix, listen, config, admin_extra, authorization)
+    }
+
+    fn spawn_at(prefix: &[&str], listen: SocketAddr, config: &str, admin_extra: &str, authorization: Option<String>) -> Fulcrum {
+        let dir = scratch("fulcrum");
         let admin: SocketAddr = format!("127.0.0.1:{}", free_port()).parse().unwrap();
         let config_path = dir.join("fulcrum.toml");
         write_config(&config_path, admin, admin_extra, &config.replace("{LISTEN}", &listen.to_string()));

@@ -94,8 +94,13 @@ pub enum ProxyProtocol {
 pub struct Tls {
     /// `[[service.tls.certificate]]`, chosen by the name a client sends (SNI) against each
     /// certificate's names; the first serves clients that send no name or one no certificate has.
-    #[serde(rename = "certificate")]
+    /// May be empty with `acme`.
+    #[serde(default, rename = "certificate", skip_serializing_if = "Vec::is_empty")]
     pub certificates: Vec<TlsCertificate>,
+    /// `[service.tls.acme]`: a certificate obtained and renewed from an ACME CA, served before
+    /// the files' certificates (the default for clients that send no name or an unknown one).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub acme: Option<Acme>,
     /// A PEM file of CA certificates: when set, a client must present a certificate one of them
     /// issued.
     #[serde(default, skip_serializing_if = "Option::is_none")]

@@ -287,6 +287,13 @@ fn handle(
             warn!(service = %cfg.name, client = %peer, status = 421, "request refused, the client is at fault: {why}");
             return answer(record, StatusCode::MISDIRECTED_REQUEST, why);
         }
+        // ACME's http-01 validator, on a plain-HTTP service: answered before redirects and routes.
+        if service.tls.is_none()
+            && let Some(token) = req.uri().path().strip_prefix("/.well-known/acme-challenge/")
+            && crate::tls::acme::answering()
+        {
+            return acme_challenge(record, token);
+        }
         if cfg.http.redirect_https && !node.is_https() {
             return redirect_https(record, &req);
         }
@@ -753,6 +760,19 @@ fn to_h2(parts: &mut hyper::http::request::Parts, te_trailers: bool) {
     if te_trailers {
         parts.headers.insert(header::TE, HeaderValue::from_static("trailers"));
     }
+}
+
+/// The key authorization of a pending http-01 challenge (RFC 8555 section 8.3), or 404.
+fn acme_challenge(mut record: Record, token: &str) -> Response<ProxyBody> {
+    let Some(key_authorization) = crate::tls::acme::http01(token) else {
+        return answer(record, StatusCode::NOT_FOUND, "no ACME challenge pending for this token".into());
+    };
+    record.status = StatusCode::OK.as_u16();
+    record.bytes_out = key_authorization.len() as u64;
+    drop(record);
+    let mut r = Response::new(ProxyBody::text(Bytes::from(key_authorization)));
+    r.headers_mut().insert(header::CONTENT_TYPE, HeaderValue::from_static("application/octet-stream"));
+    r
 }
 
 /// A 308 to the request's URL over https (the port of https, 443): a plain-HTTP service with
