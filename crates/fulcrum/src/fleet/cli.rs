@@ -52,7 +52,8 @@ pub async fn run(args: FleetArgs) -> anyhow::Result<()> {
         FleetCommand::Import { file } => {
             // The file is validated before etcd is asked anything.
             let path = file.clone();
-            let loaded = tokio::task::spawn_blocking(move || config::load(&path)).await?.map_err(|d| anyhow::anyhow!("{d}\n{}: not imported", file.display()))?;
+            let loaded =
+                tokio::task::spawn_blocking(move || config::load_in(&path, config::Scope::Fleet)).await?.map_err(|d| anyhow::anyhow!("{d}\n{}: not imported", file.display()))?;
             anyhow::ensure!(loaded.config.fleet.is_none(), "{} has [fleet]: import a file of services", file.display());
             let mut client = connect().await?;
             let who = std::env::var("USER").unwrap_or_else(|_| "fulcrum fleet import".into());

@@ -262,7 +262,8 @@ impl Snapshot {
         let mut config = local.clone();
         config.fleet = None;
         config.services = services;
-        config::revalidate(&config)
+        // ACME's state is the fleet's, in etcd: no `storage` is needed.
+        config::revalidate_in(&config, config::Scope::Fleet)
     }
 }
 

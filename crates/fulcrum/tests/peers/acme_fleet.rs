@@ -1,14 +1,19 @@
-//! ACME's fleet store (`fleet::acme::EtcdStore`) against a real etcd: the per-name order lock is
-//! one instance's at a time, passes on at once when released and within its lease's TTL when its
-//! holder dies; a challenge put through one instance is answered by another, and a certificate
-//! saved by one wakes the others, each within a second.
+//! ACME in a fleet. The store (`fleet::acme::EtcdStore`) against a real etcd: the per-name order
+//! lock is one instance's at a time, passes on at once when released and within its lease's TTL
+//! when its holder dies; a challenge put through one instance is answered by another, and a
+//! certificate saved by one wakes the others, each within a second. Then three Fulcrum
+//! instances on etcd and Pebble: the fleet orders once (counted in Pebble's log) and all three
+//! serve the same certificate, the validator's requests answered by whichever instance they
+//! reach; and killing the instance that orders, mid-order, lets another finish.
 
+use std::process::Command;
 use std::time::{Duration, Instant};
 
 use fulcrum::fleet::acme::{EtcdStore, LOCK_TTL};
 use fulcrum::tls::acme::store::{Challenge, Store, Stored};
 
 use crate::support::etcd::Etcd;
+use crate::support::pebble::{Options, Pebble};
 use crate::support::*;
 
 const PREFIX: &str = "/acme-test";
@@ -128,4 +133,178 @@ fn a_challenge_put_through_one_instance_is_answered_by_another_and_a_saved_certi
     let c = rt.block_on(async { EtcdStore::start(&settings, "lb-c") });
     wait_until("lb-c reads the pending challenge", Duration::from_secs(5), || c.challenge(&alpn).is_some());
     assert!(c.challenge(&http).is_none());
+}
+
+/// Three instances of a fleet over one etcd, each with `web` (TLS by ACME, http-01) on its own
+/// port and `plain` (HTTP, answering http-01) on `plain[i]`; Pebble's validator reaches them
+/// through `front`, a Fulcrum in TCP mode that sends each connection to the next instance (a
+/// failed connect to the next one after it), as a virtual IP or a cloud load balancer would.
+struct AcmeFleet {
+    etcd: Etcd,
+    pebble: Pebble,
+    lbs: Vec<Option<Fulcrum>>,
+    _front: Fulcrum,
+    _backend: Backend,
+}
+
+const FLEET: &str = "/acme-fleet-test";
+
+impl AcmeFleet {
+    fn start(names: &[&str], pebble_env: &[(&str, &str)]) -> AcmeFleet {
+        let etcd = Etcd::start(1);
+        let front = free_port();
+        let env = pebble_env.iter().map(|(k, v)| (k.to_string(), v.to_string())).collect();
+        let pebble = Pebble::start(Options { http_port: front, tls_port: free_port(), env, ..Options::default() });
+        let backend = Backend::start("fleet-acme");
+        let plain: Vec<u16> = (0..3).map(|_| free_port()).collect();
+        let names = names.iter().map(|n| format!("\"{n}\"")).collect::<Vec<_>>().join(", ");
+        let acme =
+            format!("[service.tls.acme]\ndirectory = \"{}\"\ndirectory_ca = \"{}\"\nnames = [{names}]\nchallenge = \"http-01\"\n", pebble.directory, pebble.wfe_ca.display());
+        let services = |acme: &str| {
+            format!(
+                "[[service]]\nname = \"web\"\nlisten = \"127.0.0.1:443\"\nmode = \"http\"\n[service.health]\nkind = \"none\"\n[[service.server]]\naddress = \"{b}\"\n{acme}\n\
+                 [[service]]\nname = \"plain\"\nlisten = \"127.0.0.1:80\"\nmode = \"http\"\n[service.health]\nkind = \"none\"\n[[service.server]]\naddress = \"{b}\"\n",
+                b = backend.addr
+            )
+        };
+        let import = |text: String| {
+            let file = scratch("acme-fleet-import").join("services.toml");
+            std::fs::write(&file, text).unwrap();
+            let out =
+                Command::new(env!("CARGO_BIN_EXE_fulcrum")).args(["fleet", "import"]).arg(&file).args(["--endpoints", &etcd.endpoints(), "--prefix", FLEET]).output().unwrap();
+            assert!(out.status.success(), "fleet import: {}", String::from_utf8_lossy(&out.stderr));
+        };
+        // The services without ACME first, so that every instance listens before any orders.
+        import(services(""));
+
+        let mut front_config = "[[service]]\nname = \"front\"\nlisten = \"{LISTEN}\"\nmode = \"tcp\"\nalgorithm = \"round-robin\"\n[service.health]\nkind = \"none\"\n".to_string();
+        for p in &plain {
+            front_config.push_str(&format!("[[service.server]]\naddress = \"127.0.0.1:{p}\"\n"));
+        }
+        let front = Fulcrum::start_at(format!("127.0.0.1:{front}").parse().unwrap(), &front_config);
+        let lbs = plain
+            .iter()
+            .enumerate()
+            .map(|(i, p)| {
+                Some(Fulcrum::start(&format!(
+                    "[fleet]\nendpoints = {}\nprefix = \"{FLEET}\"\nname = \"lb-{}\"\nlease = \"3s\"\n\n[fleet.override.web]\nlisten = \"{{LISTEN}}\"\n\n[fleet.override.plain]\nlisten = \"127.0.0.1:{p}\"\n",
+                    etcd.endpoints_toml(),
+                    i + 1
+                )))
+            })
+            .collect();
+        // Then ACME: every instance runs it from the watch at once.
+        import(services(&acme));
+        AcmeFleet { etcd, pebble, lbs, _front: front, _backend: backend }
+    }
+
+    fn live(&self) -> impl Iterator<Item = &Fulcrum> {
+        self.lbs.iter().flatten()
+    }
+
+    /// Lines of Pebble's log that contain `text`.
+    fn pebble_count(&self, text: &str) -> usize {
+        self.pebble.log().lines().filter(|l| l.contains(text)).count()
+    }
+
+    /// `fulcrum certs --fleet` against the test's etcd.
+    fn certs(&self) -> (bool, String) {
+        let out = Command::new(env!("CARGO_BIN_EXE_fulcrum")).args(["certs", "--fleet", "--endpoints", &self.etcd.endpoints(), "--prefix", FLEET]).output().unwrap();
+        (out.status.success(), format!("{}{}", String::from_utf8_lossy(&out.stdout), String::from_utf8_lossy(&out.stderr)))
+    }
+}
+
+/// Whether `lb` serves Pebble's certificate (not the self-signed placeholder) for `web`.
+fn issued(lb: &Fulcrum) -> bool {
+    let stats = lb.stats();
+    let web = stats["services"].as_array().and_then(|s| s.iter().find(|s| s["name"] == "web").cloned()).unwrap_or_default();
+    let c = &web["tls"]["certificates"][0];
+    c["source"] == "acme" && c["issuer"].as_str().is_some_and(|i| i.contains("Pebble")) && c["note"].is_null()
+}
+
+/// The SHA-256 fingerprint of the leaf `lb` serves for `name`, as openssl reads it off a handshake.
+fn served_fingerprint(lb: &Fulcrum, name: &str) -> String {
+    let out = Command::new("sh")
+        .arg("-c")
+        .arg(format!("openssl s_client -connect {} -servername {name} </dev/null 2>/dev/null | openssl x509 -noout -fingerprint -sha256", lb.listen))
+        .output()
+        .unwrap();
+    let text = String::from_utf8_lossy(&out.stdout).trim().to_string();
+    assert!(text.contains("Fingerprint="), "no certificate read from {}: {text}", lb.listen);
+    text
+}
+
+/// curl to `name` at `lb`, verifying the chain against `root`: its exit code.
+fn curl_verified(lb: &Fulcrum, name: &str, root: &std::path::Path) -> i32 {
+    let port = lb.listen.port();
+    let out = Command::new("curl")
+        .args(["-s", "-o", "/dev/null", "--max-time", "5", "--cacert", root.to_str().unwrap(), "--resolve", &format!("{name}:{port}:127.0.0.1")])
+        .arg(format!("https://{name}:{port}/"))
+        .output()
+        .unwrap();
+    out.status.code().unwrap_or(-1)
+}
+
+#[test]
+fn a_fleet_of_three_orders_once_and_all_three_serve_the_same_certificate() {
+    let names = ["a.acme.test", "b.acme.test", "c.acme.test"];
+    let fleet = AcmeFleet::start(&names, &[]);
+    let lbs: Vec<&Fulcrum> = fleet.live().collect();
+    wait_until("an instance serves the issued certificate", Duration::from_secs(60), || lbs.iter().any(|lb| issued(lb)));
+    let first = Instant::now();
+    wait_until("all three serve it", Duration::from_secs(2), || lbs.iter().all(|lb| issued(lb)));
+    eprintln!("all three instances served the certificate {} ms after the first was seen serving it", first.elapsed().as_millis());
+
+    // One order and one certificate at the CA, for the three instances.
+    assert_eq!(fleet.pebble_count("Added order"), 1, "{}", fleet.pebble.log());
+    assert_eq!(fleet.pebble_count("Issued certificate serial"), 1, "{}", fleet.pebble.log());
+    // Every instance serves the same leaf, which verifies against Pebble's root.
+    let root = fleet.pebble.root_pem();
+    let prints: Vec<String> = lbs.iter().map(|lb| served_fingerprint(lb, "b.acme.test")).collect();
+    assert!(prints.iter().all(|p| p == &prints[0]), "{prints:?}");
+    for lb in &lbs {
+        assert_eq!(curl_verified(lb, "c.acme.test", &root), 0, "{}", lb.log());
+    }
+    // The validator's requests went to the three instances in turn, and each answered some
+    // (those that did not order, from the challenges they follow in etcd), as their access
+    // logs say.
+    for lb in &lbs {
+        let log = lb.log();
+        assert!(log.lines().any(|l| l.contains("GET /.well-known/acme-challenge/") && l.contains("\" 200 ")), "{log}");
+    }
+    // fulcrum certs --fleet: one certificate in etcd, three instances serving it, nothing differs.
+    let (ok, out) = fleet.certs();
+    assert!(ok, "{out}");
+    assert!(out.contains("1 ACME certificate in etcd") && out.contains("a.acme.test,b.acme.test,c.acme.test: issuer") && out.contains("3 instances registered"), "{out}");
+    assert_eq!(out.lines().filter(|l| l.starts_with("lb-") && l.contains(" acme ")).count(), 3, "{out}");
+}
+
+#[test]
+fn killing_the_ordering_instance_mid_order_lets_another_finish_it() {
+    // The validator waits up to 10 s before each of five validations, so the order is still
+    // open when its instance is killed.
+    let names = ["a.acme.test", "b.acme.test", "c.acme.test", "d.acme.test", "e.acme.test"];
+    let mut fleet = AcmeFleet::start(&names, &[("PEBBLE_VA_NOSLEEP", "0"), ("PEBBLE_VA_SLEEPTIME", "10")]);
+    wait_until("an order at the CA", Duration::from_secs(30), || fleet.pebble_count("Added order") >= 1);
+    let key = fulcrum::tls::acme::store::certificate_key(&names.map(String::from));
+    let holder = fleet.etcd.ctl(&["get", &format!("{FLEET}/acme/locks/{key}"), "--print-value-only"]).trim().to_string();
+    let index: usize = holder.strip_prefix("lb-").and_then(|n| n.parse::<usize>().ok()).unwrap_or_else(|| panic!("the lock's holder: {holder:?}")) - 1;
+    assert_eq!(fleet.pebble_count("Issued certificate serial"), 0, "the order was not done yet: {}", fleet.pebble.log());
+    let killed = Instant::now();
+    if let Some(lb) = &fleet.lbs[index] {
+        lb.signal(9);
+    }
+    fleet.lbs[index] = None;
+
+    // Another instance takes the lock once the dead one's lease runs out, orders, and both
+    // live instances serve the one certificate issued.
+    let lbs: Vec<&Fulcrum> = fleet.live().collect();
+    wait_until("the live instances serve a certificate", Duration::from_secs(120), || lbs.iter().all(|lb| issued(lb)));
+    eprintln!("{holder} killed mid-order; the other two served a certificate {} s later", killed.elapsed().as_secs());
+    assert_eq!(fleet.pebble_count("Issued certificate serial"), 1, "{}", fleet.pebble.log());
+    assert!(fleet.pebble_count("Added order") >= 2, "{}", fleet.pebble.log());
+    let prints: Vec<String> = lbs.iter().map(|lb| served_fingerprint(lb, "a.acme.test")).collect();
+    assert_eq!(prints[0], prints[1]);
+    let new_holder = fleet.etcd.ctl(&["get", &format!("{FLEET}/acme/locks/{key}"), "--print-value-only"]);
+    assert!(new_holder.trim().is_empty(), "the lock is released once the order is done: {new_holder}");
 }
