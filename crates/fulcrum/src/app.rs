@@ -648,14 +648,12 @@ impl admin::Control for App {
     }
 }
 
-/// The ACME orderers: in a fleet, over the fleet's store in etcd, so the instances order each
-/// name once and all serve the result (`fleet::acme`); else over each certificate's `storage`.
+/// The ACME orderers: in a fleet, over the fleet's store in etcd, followed from the start, so
+/// the instances order each name once, answer each other's challenges and all serve the result
+/// (`fleet::acme`); else over each certificate's `storage`.
 fn acme_manager(fleet: Option<&Fleet>, settings: Option<&crate::config::Fleet>) -> crate::tls::acme::Manager {
     match (fleet, settings) {
-        (Some(fleet), Some(settings)) => {
-            let (settings, instance) = (settings.clone(), fleet.name().to_string());
-            crate::tls::acme::Manager::in_fleet(move || Arc::new(crate::fleet::acme::EtcdStore::start(&settings, &instance)))
-        }
+        (Some(fleet), Some(settings)) => crate::tls::acme::Manager::in_fleet(Arc::new(crate::fleet::acme::EtcdStore::start(settings, fleet.name()))),
         _ => crate::tls::acme::Manager::default(),
     }
 }

@@ -17,9 +17,10 @@
 //! for it (watching the key) takes it at once. Dropping the lock revokes the lease, so a finished
 //! order frees the name at once.
 //!
-//! One task per store follows `acme/` with a watch: the challenges into memory, so an HTTP
-//! request or a handshake answers them without a call to etcd (an instance that just put one
-//! answers it before its watch reports it), and every certificate saved anywhere ticks
+//! One task per store follows `acme/` with a watch, from the instance's start: the challenges
+//! into memory, so an HTTP request or a handshake answers them without a call to etcd (an
+//! instance that just put one answers it before its watch reports it; one that has not applied
+//! the config with the certificate yet answers too), and every certificate saved anywhere ticks
 //! [`Store::changes`] as soon as the watch reports it (milliseconds on a healthy cluster). When
 //! etcd is lost the task reads everything again once it is back, and ticks once, since a
 //! certificate may have landed meanwhile.
@@ -68,6 +69,9 @@ struct Shared {
     changes: watch::Sender<u64>,
     /// Whether the follower's outage was said in the log (once per outage).
     lost_said: AtomicBool,
+    /// Whether the fleet uses ACME (anything is under `acme/`): only then are validators
+    /// answered from here (`Store::answering`).
+    used: AtomicBool,
 }
 
 /// The keys under `PREFIX/acme/`.
@@ -135,6 +139,7 @@ impl EtcdStore {
             challenges: Mutex::new(HashMap::new()),
             changes,
             lost_said: AtomicBool::new(false),
+            used: AtomicBool::new(false),
         });
         let follower = tokio::spawn(Arc::clone(&shared).follow()).abort_handle();
         EtcdStore { shared, follower }
@@ -172,6 +177,7 @@ impl Shared {
     }
 
     fn remember(&self, challenge: Challenge, answer: &[u8]) {
+        self.used.store(true, Ordering::Relaxed);
         let Ok(mut memory) = self.challenges.lock() else { return };
         if answer.len() > LARGEST_ANSWER || (memory.len() >= MOST_CHALLENGES && !memory.contains_key(&challenge)) {
             warn!("fleet: ACME challenge {challenge:?} left out ({} bytes, {} pending): beyond what an instance keeps", answer.len(), memory.len());
@@ -208,6 +214,10 @@ impl Shared {
         let mut client = connect(&self.settings).await?;
         let read = client.get(self.keys.challenges(), Some(GetOptions::new().with_prefix())).await?;
         let revision = read.header().map_or(0, |h| h.revision());
+        let anything = client.get(self.keys.root.as_str(), Some(GetOptions::new().with_prefix().with_count_only())).await?;
+        if anything.count() > 0 {
+            self.used.store(true, Ordering::Relaxed);
+        }
         if let Ok(mut memory) = self.challenges.lock() {
             memory.clear();
         }
@@ -232,6 +242,7 @@ impl Shared {
             let mut landed = false;
             for event in response.events() {
                 let Some(kv) = event.kv() else { continue };
+                self.used.store(true, Ordering::Relaxed);
                 let key = String::from_utf8_lossy(kv.key());
                 if let Some(c) = self.keys.challenge_of(&key) {
                     match event.event_type() {
@@ -440,6 +451,10 @@ impl Store for EtcdStore {
 
     fn changes(&self) -> watch::Receiver<u64> {
         self.shared.changes.subscribe()
+    }
+
+    fn answering(&self) -> bool {
+        self.shared.used.load(Ordering::Relaxed)
     }
 }
 

@@ -193,8 +193,14 @@ impl AcmeFleet {
                 )))
             })
             .collect();
+        // A fleet that does not use ACME leaves the challenge path to the routes: the server answers.
+        let challenge = |port: u16| http_get(format!("127.0.0.1:{port}").parse().unwrap(), "/.well-known/acme-challenge/none");
+        assert_eq!(challenge(plain[0]), (404, "not found".to_string()));
         // Then ACME: every instance runs it from the watch at once.
         import(services(&acme));
+        // From then on every instance answers the fleet's challenges, whether or not it runs the
+        // config with the certificate yet.
+        wait_until("every instance answers challenges", Duration::from_secs(5), || plain.iter().all(|p| challenge(*p).1.contains("no ACME challenge pending")));
         AcmeFleet { etcd, pebble, lbs, _front: front, _backend: backend }
     }
 

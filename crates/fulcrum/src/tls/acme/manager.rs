@@ -10,7 +10,7 @@
 
 use std::collections::HashMap;
 use std::path::Path;
-use std::sync::{Arc, LazyLock, Mutex, OnceLock};
+use std::sync::{Arc, LazyLock, Mutex};
 use std::time::{Duration, SystemTime};
 
 use instant_acme::Account;
@@ -30,9 +30,9 @@ const LONGEST_SLEEP: Duration = Duration::from_secs(3600);
 /// fleet's store in etcd (`fleet`, made by the app, since `tls` sits below `fleet`), whatever
 /// `storage` says; a standalone instance keeps it in `storage` (one `DiskStore` per directory,
 /// shared by the services that name it, so they share its locks and challenges).
-pub fn store_for(fleet: Option<&FleetStore>, acme: &Acme) -> Result<Arc<dyn Store>, StoreError> {
+pub fn store_for(fleet: Option<&Arc<dyn Store>>, acme: &Acme) -> Result<Arc<dyn Store>, StoreError> {
     if let Some(fleet) = fleet {
-        return Ok(fleet.made.get_or_init(|| (fleet.make)()).clone());
+        return Ok(fleet.clone());
     }
     let dir = acme.storage.as_deref().ok_or_else(|| StoreError("[service.tls.acme] has no storage directory".into()))?;
     static DISKS: LazyLock<Mutex<HashMap<String, Arc<dyn Store>>>> = LazyLock::new(Mutex::default);
@@ -45,26 +45,21 @@ pub fn store_for(fleet: Option<&FleetStore>, acme: &Acme) -> Result<Arc<dyn Stor
     Ok(store)
 }
 
-/// A fleet's store, made when the first ACME certificate needs it (a fleet without ACME never
-/// follows `acme/` in etcd), then shared by every certificate of the instance.
-pub struct FleetStore {
-    make: Box<dyn Fn() -> Arc<dyn Store> + Send + Sync>,
-    made: OnceLock<Arc<dyn Store>>,
-}
-
 /// The running orderers, by certificate key.
 #[derive(Default)]
 pub struct Manager {
     tasks: Mutex<HashMap<String, (Acme, tokio::task::JoinHandle<()>)>>,
     /// In a fleet, where its state lives.
-    fleet: Option<FleetStore>,
+    fleet: Option<Arc<dyn Store>>,
 }
 
 impl Manager {
-    /// The orderers of an instance in a fleet, whose state is the store `make` makes (called
-    /// once, within the runtime, when the first ACME certificate needs it).
-    pub fn in_fleet(make: impl Fn() -> Arc<dyn Store> + Send + Sync + 'static) -> Manager {
-        Manager { tasks: Mutex::default(), fleet: Some(FleetStore { make: Box::new(make), made: OnceLock::new() }) }
+    /// The orderers of an instance in a fleet, whose state is the fleet's `store`. Its
+    /// challenges are answered from now on (once the fleet uses ACME), before this instance
+    /// runs a config with a certificate: the CA's validator may reach it first.
+    pub fn in_fleet(store: Arc<dyn Store>) -> Manager {
+        slot::answer_from(&store);
+        Manager { tasks: Mutex::default(), fleet: Some(store) }
     }
 
     /// Runs an orderer for every ACME certificate of `config` (each service's
