@@ -11,7 +11,9 @@
 //!   validation with line/column errors, and `Change`, the typed edits the admin API applies to
 //!   a copy of the running config.
 //! - [`tls`]: certificate material, the TLS acceptors (termination, per-context resumption, SNI)
-//!   and connectors (`server_tls`), used by `config` (validation), `live` and `proxy`.
+//!   and connectors (`server_tls`), used by `config` (validation), `live` and `proxy`; ACME
+//!   (`tls::acme`): certificates ordered and renewed at runtime, served from slots that
+//!   outlive generations, their state in a `Store` (disk, or etcd in a fleet).
 //! - [`live`]: the live generation behind an `ArcSwap` (services, each owning its pools of
 //!   servers, and the shared pools, `[[pool]]`, that services reach through views), the server
 //!   and service state that outlives generations, the ring of the last picks with their

@@ -95,6 +95,9 @@ fn tls_alpn_01_issues_on_the_tls_listener_and_curl_verifies_the_chain() {
     assert_eq!(code, 0, "curl verifies the chain against Pebble's root; log:\n{}\npebble:\n{}", f.log(), pebble.log());
     assert!(body.contains("acme-alpn"), "{body}");
     assert_eq!(ready(&f).0, 200, "ready once issued");
+    let stats = f.stats();
+    let next = &stats["services"][0]["tls"]["certificates"][0]["next_renewal"];
+    assert!(next.as_str().is_some_and(|t| t.starts_with("20")), "next_renewal: {next}");
     let log = f.log();
     assert!(log.contains("no certificate issued yet for a.acme.test"), "{log}");
     assert!(log.contains("ACME: serving the certificate for a.acme.test"), "{log}");
@@ -127,6 +130,9 @@ name = "plain"
 listen = "127.0.0.1:{http_port}"
 mode = "http"
 
+[service.http]
+redirect_https = true
+
 [[service.server]]
 address = "{}"
 "#,
@@ -138,11 +144,12 @@ address = "{}"
     let (code, body) = curl_verified(tls_port, &pebble.root_pem());
     assert_eq!(code, 0, "log:\n{}\npebble:\n{}", f.log(), pebble.log());
     assert!(body.contains("acme-http"), "{body}");
-    // An unknown token is 404 from Fulcrum, not the backend's page; other paths still route.
+    // Answered before redirect_https; an unknown token is 404 from Fulcrum, not a redirect;
+    // other paths are redirected as before.
     let (status, _) = http_get(addr(http_port), "/.well-known/acme-challenge/unknown-token");
     assert_eq!(status, 404);
     let (status, body) = http_get(addr(http_port), "/");
-    assert_eq!(status, 200, "{body}");
+    assert_eq!(status, 308, "{body}");
 }
 
 #[test]
@@ -232,4 +239,35 @@ fn a_stopped_ca_leaves_the_current_certificate_serving_and_the_log_says_why() {
     assert!(note.as_deref().is_some_and(|n| n.contains("renewal failed")), "{note:?}");
     // Still ready: a certificate is served.
     assert_eq!(ready(&f).0, 200);
+}
+
+#[test]
+fn a_ca_that_requires_external_account_binding_issues_with_it_and_says_why_without() {
+    let tls_port = free_port();
+    let (kid, key) = ("kid-1".to_string(), "zWNDZM6eQGHWpSRTPal5eIUYFTu7EajVIoguysqZ9wG44nMEtx3MUAsUDkMTQ12W".to_string());
+    let pebble = Pebble::start(Options { http_port: free_port(), tls_port, eab: Some((kid.clone(), key.clone())), ..Options::default() });
+    let backend = Backend::start("acme-eab");
+    let f = Fulcrum::start_at(addr(tls_port), &acme_service(&pebble, &storage(), backend.addr, ""));
+    wait_until("the account is refused", Duration::from_secs(20), || f.log().contains("ACME: the order for a.acme.test failed"));
+    assert!(f.log().contains("externalAccountRequired"), "the CA's reason:\n{}", f.log());
+    drop(f);
+    let eab = format!("[service.tls.acme.eab]\nkid = \"{kid}\"\nhmac_key = \"{key}\"");
+    let f = Fulcrum::start_at(addr(tls_port), &acme_service(&pebble, &storage(), backend.addr, &eab));
+    wait_issued(&f, Duration::from_secs(30));
+    assert_eq!(curl_verified(tls_port, &pebble.root_pem()).0, 0, "{}", f.log());
+}
+
+#[test]
+fn a_reload_that_adds_acme_orders_and_serves_without_a_restart() {
+    let tls_port = free_port();
+    let pebble = Pebble::start(Options { http_port: free_port(), tls_port, ..Options::default() });
+    let backend = Backend::start("acme-reload");
+    let plain = format!("[[service]]\nname = \"web\"\nlisten = \"{{LISTEN}}\"\nmode = \"http\"\n\n[[service.server]]\naddress = \"{}\"\n", backend.addr);
+    let f = Fulcrum::start_at(addr(tls_port), &plain);
+    assert_eq!(http_get(addr(tls_port), "/").0, 200);
+    f.reload(&acme_service(&pebble, &storage(), backend.addr, ""));
+    wait_issued(&f, Duration::from_secs(30));
+    let (code, body) = curl_verified(tls_port, &pebble.root_pem());
+    assert_eq!(code, 0, "{}", f.log());
+    assert!(body.contains("acme-reload"), "{body}");
 }

@@ -31,6 +31,11 @@ pub struct Acme {
     /// TLS) on the same address answers before its routes.
     #[serde(default)]
     pub challenge: AcmeChallenge,
+    /// With http-01: the plain-HTTP service that receives the CA's validator, when it is not on
+    /// this service's address (behind NAT, or on another address of the host); unset: one on
+    /// the same IP address.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub http01_service: Option<String>,
     /// The directory where the account, the certificates and their keys are kept (made 0700,
     /// files 0600). Required on a standalone instance; a fleet keeps them in etcd.
     #[serde(default, skip_serializing_if = "Option::is_none")]

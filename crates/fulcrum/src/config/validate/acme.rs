@@ -75,11 +75,22 @@ pub(super) fn validate_acme(config: &Config, i: usize, service: &Service, report
             report.error(&at("eab"), "eab.hmac_key is not base64url".into(), "paste the HMAC key exactly as the CA gave it");
         }
     }
-    if acme.challenge == AcmeChallenge::Http01 && !has_plain_sibling(config, service) {
+    if let Some(name) = &acme.http01_service {
+        let plain = config.services.iter().find(|s| &s.name == name);
+        if acme.challenge != AcmeChallenge::Http01 {
+            report.error(&at("http01_service"), "http01_service is for challenge = \"http-01\"".into(), "remove it, or set challenge = \"http-01\"");
+        } else if !plain.is_some_and(|s| s.enabled && s.mode == Mode::Http && s.tls.is_none()) {
+            report.error(
+                &at("http01_service"),
+                format!("http01_service {name:?} is not an enabled plain-HTTP service of this config"),
+                "name a service with mode = \"http\" and no [service.tls]",
+            );
+        }
+    } else if acme.challenge == AcmeChallenge::Http01 && !has_plain_sibling(config, service) {
         report.error(
             &at("challenge"),
             format!("http-01 is answered by a plain-HTTP service on the same address as {}, and there is none", service.listen),
-            "add a service with mode = \"http\" and no [service.tls] on the same IP address (port 80), or use challenge = \"tls-alpn-01\"",
+            "add a service with mode = \"http\" and no [service.tls] on the same IP address (port 80), name one with http01_service, or use challenge = \"tls-alpn-01\"",
         );
     }
 }
@@ -110,6 +121,48 @@ fn has_plain_sibling(config: &Config, service: &Service) -> bool {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    fn errors(services: &str) -> String {
+        crate::config::parse(services, "t").err().map(|e| e.to_string()).unwrap_or_default()
+    }
+
+    fn service(name: &str, listen: &str, acme: &str) -> String {
+        format!("[[service]]\nname = \"{name}\"\nlisten = \"{listen}\"\nmode = \"http\"\n[[service.server]]\naddress = \"127.0.0.1:9\"\n[service.tls.acme]\n{acme}\n")
+    }
+
+    #[test]
+    fn check_refuses_acme_that_cannot_work_and_says_how_to_fix_it() {
+        let dir = std::env::temp_dir().display().to_string();
+        let base = format!("directory = \"https://ca.test/dir\"\nstorage = \"{dir}\"\n");
+        // No names, and no routes to take them from.
+        let e = errors(&service("a", "127.0.0.1:1443", &base));
+        assert!(e.contains("has no names"), "{e}");
+        // A wildcard, an http:// directory, a storage directory that is not there.
+        let e = errors(&service("a", "127.0.0.1:1443", "directory = \"http://ca.test/dir\"\nnames = [\"*.a.test\"]\nstorage = \"/nonexistent/acme\""));
+        assert!(e.contains("a wildcard needs the dns-01 challenge"), "{e}");
+        assert!(e.contains("is not an https:// URL"), "{e}");
+        assert!(e.contains("storage directory /nonexistent/acme does not exist"), "{e}");
+        // No storage at all on a standalone instance.
+        let e = errors(&service("a", "127.0.0.1:1443", "directory = \"https://ca.test/dir\"\nnames = [\"a.test\"]"));
+        assert!(e.contains("needs a storage directory"), "{e}");
+        // http-01 without a plain-HTTP service on the same address, then with one.
+        let http01 = format!("{base}names = [\"a.test\"]\nchallenge = \"http-01\"");
+        let e = errors(&service("a", "127.0.0.1:1443", &http01));
+        assert!(e.contains("http-01 is answered by a plain-HTTP service"), "{e}");
+        let plain = "[[service]]\nname = \"plain\"\nlisten = \"0.0.0.0:1080\"\nmode = \"http\"\n[[service.server]]\naddress = \"127.0.0.1:9\"\n";
+        assert_eq!(errors(&(service("a", "127.0.0.1:1443", &http01) + plain)), "");
+        // Or one named, on another address; a name that is not a plain-HTTP service is refused.
+        let elsewhere = plain.replace("0.0.0.0:1080", "127.0.0.2:1080");
+        let named = |name: &str| service("a", "127.0.0.1:1443", &format!("{http01}\nhttp01_service = \"{name}\"")) + &elsewhere;
+        assert!(errors(&(service("a", "127.0.0.1:1443", &http01) + &elsewhere)).contains("http-01 is answered by"));
+        assert_eq!(errors(&named("plain")), "");
+        assert!(errors(&named("a")).contains("is not an enabled plain-HTTP service"), "{}", errors(&named("a")));
+        // Names from the routes' hosts.
+        let routed = format!("{}[[service.route]]\nhost = [\"www.a.test\"]\n", service("a", "127.0.0.1:1443", &base));
+        assert_eq!(errors(&routed), "");
+        let unknown = errors(&service("a", "127.0.0.1:1443", &format!("{base}names = [\"a.test\"]\nrenew = true")));
+        assert!(unknown.contains("renew"), "{unknown}");
+    }
 
     #[test]
     fn only_plain_dns_names_can_be_ordered() {

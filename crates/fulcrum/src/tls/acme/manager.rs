@@ -122,6 +122,10 @@ struct Current {
     chain: String,
     not_before: i64,
     not_after: i64,
+    /// ARI's suggested window, as last asked.
+    window: Option<(i64, i64)>,
+    /// When to ask ARI again (Unix time).
+    ari_next: i64,
     leaf: Vec<u8>,
 }
 
@@ -158,7 +162,12 @@ async fn keep(slot: Arc<Slot>, acme: Acme, store: Arc<dyn Store>, service: Strin
             told_placeholder = true;
         }
         let now = unix(crate::clock::wall());
-        let (due, next_ask) = match &current {
+        // The account, for ARI, when a stored certificate serves and none was loaded yet (a
+        // restart): tried at most as often as ARI is asked, and a failure only waits.
+        if account.is_none() && current.as_ref().is_some_and(|c| now >= c.ari_next) {
+            account = order::account(&acme, &*store, &retry_after, false).await.ok();
+        }
+        let (due, next_ask) = match &mut current {
             Some(c) => due(c, jitter, account.as_ref()).await,
             None => (now, None),
         };
@@ -223,22 +232,26 @@ async fn renew_now(
     Ok(true)
 }
 
-/// When `c` is due for renewal, and when to ask the CA's renewal information again (ARI, when
-/// the account is known and the CA offers it).
-async fn due(c: &Current, jitter: f64, account: Option<&Account>) -> (i64, Option<i64>) {
-    let mut window = None;
-    let mut next_ask = None;
-    if let Some(account) = account {
+/// When `c` is due for renewal, and when to ask the CA's renewal information again. ARI is
+/// asked (when the account is known and the CA offers it) only once `c.ari_next` has come, as
+/// the CA's `Retry-After` set it; between two asks its window is kept in `c`.
+async fn due(c: &mut Current, jitter: f64, account: Option<&Account>) -> (i64, Option<i64>) {
+    let now = unix(crate::clock::wall());
+    if let Some(account) = account
+        && now >= c.ari_next
+    {
+        // Asked again in an hour when the CA does not answer or has no ARI.
+        c.ari_next = now + 3600;
         let der = rustls_pki_types::CertificateDer::from(c.leaf.clone());
         if let Ok(id) = instant_acme::CertificateIdentifier::try_from(&der)
             && let Ok((info, ask)) = account.renewal_info(&id).await
         {
             let w = info.suggested_window;
-            window = Some((w.start.unix_timestamp(), w.end.unix_timestamp()));
-            next_ask = Some(unix(crate::clock::wall()) + ask.min(Duration::from_secs(86_400)).as_secs().max(60) as i64);
+            c.window = Some((w.start.unix_timestamp(), w.end.unix_timestamp()));
+            c.ari_next = now + ask.clamp(Duration::from_secs(60), Duration::from_secs(86_400)).as_secs() as i64;
         }
     }
-    (renew::renewal_time(c.not_before, c.not_after, jitter, window), next_ask)
+    (renew::renewal_time(c.not_before, c.not_after, jitter, c.window), account.map(|_| c.ari_next))
 }
 
 /// The leaf's validity, `None` when the chain does not parse.
@@ -247,7 +260,7 @@ fn read(stored: &Stored) -> Option<Current> {
     let leaf = rustls_pki_types::CertificateDer::pem_slice_iter(stored.chain_pem.as_bytes()).next()?.ok()?;
     let (_, x509) = x509_parser::parse_x509_certificate(leaf.as_ref()).ok()?;
     let v = x509.validity();
-    Some(Current { chain: stored.chain_pem.clone(), not_before: v.not_before.timestamp(), not_after: v.not_after.timestamp(), leaf: leaf.to_vec() })
+    Some(Current { chain: stored.chain_pem.clone(), not_before: v.not_before.timestamp(), not_after: v.not_after.timestamp(), leaf: leaf.to_vec(), window: None, ari_next: 0 })
 }
 
 /// Sleeps until the Unix time `at` (at most `LONGEST_SLEEP`), or until the store changes.
