@@ -1,13 +1,11 @@
 // The Certificates tab in real headless Chromium with an ACME certificate whose CA cannot be
 // reached: its row says ACME, and the line under it says that a self-signed certificate serves
 // while none is issued, and why. Run by tests/browser/dashboard.rs.
-import { launch } from "./chromium.mjs";
+import { launch, dashboardPage } from "./chromium.mjs";
 import assert from "node:assert/strict";
 
 const browser = await launch();
-const page = await browser.newPage();
-const errors = [];
-page.on("pageerror", (e) => errors.push(e.message));
+const { page, errors } = await dashboardPage(browser);
 try {
   await page.goto(process.env.DASHBOARD_URL);
   await page.click("#tabs button[data-tab=certificates]");
