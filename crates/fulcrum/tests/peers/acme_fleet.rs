@@ -280,6 +280,7 @@ fn a_fleet_of_three_orders_once_and_all_three_serve_the_same_certificate() {
     }
     // fulcrum certs --fleet: one certificate in etcd, three instances serving it, nothing differs.
     let (ok, out) = fleet.certs();
+    eprintln!("fulcrum certs --fleet:\n{out}");
     assert!(ok, "{out}");
     assert!(out.contains("1 ACME certificate in etcd") && out.contains("a.acme.test,b.acme.test,c.acme.test: issuer") && out.contains("3 instances registered"), "{out}");
     assert_eq!(out.lines().filter(|l| l.starts_with("lb-") && l.contains(" acme ")).count(), 3, "{out}");
