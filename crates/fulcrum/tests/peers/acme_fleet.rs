@@ -4,7 +4,8 @@
 //! certificate saved by one wakes the others, each within a second. Then three Fulcrum
 //! instances on etcd and Pebble: the fleet orders once (counted in Pebble's log) and all three
 //! serve the same certificate, the validator's requests answered by whichever instance they
-//! reach; and killing the instance that orders, mid-order, lets another finish.
+//! reach, by http-01 and by tls-alpn-01; and killing the instance that orders, mid-order, lets
+//! another finish.
 
 use std::process::Command;
 use std::time::{Duration, Instant};
@@ -150,16 +151,19 @@ struct AcmeFleet {
 const FLEET: &str = "/acme-fleet-test";
 
 impl AcmeFleet {
-    fn start(names: &[&str], pebble_env: &[(&str, &str)]) -> AcmeFleet {
+    /// The fleet ordering `names` by `challenge` (`http-01` or `tls-alpn-01`), the validator
+    /// reaching the instances' plain-HTTP or TLS listeners through the front.
+    fn start(names: &[&str], pebble_env: &[(&str, &str)], challenge: &str) -> AcmeFleet {
+        let http = challenge == "http-01";
         let etcd = Etcd::start(1);
         let front = free_port();
         let env = pebble_env.iter().map(|(k, v)| (k.to_string(), v.to_string())).collect();
-        let pebble = Pebble::start(Options { http_port: front, tls_port: free_port(), env, ..Options::default() });
+        let pebble = Pebble::start(Options { http_port: front, tls_port: front, env, ..Options::default() });
         let backend = Backend::start("fleet-acme");
-        let plain: Vec<u16> = (0..3).map(|_| free_port()).collect();
+        let (web, plain): (Vec<u16>, Vec<u16>) = (0..3).map(|_| (free_port(), free_port())).unzip();
         let names = names.iter().map(|n| format!("\"{n}\"")).collect::<Vec<_>>().join(", ");
         let acme =
-            format!("[service.tls.acme]\ndirectory = \"{}\"\ndirectory_ca = \"{}\"\nnames = [{names}]\nchallenge = \"http-01\"\n", pebble.directory, pebble.wfe_ca.display());
+            format!("[service.tls.acme]\ndirectory = \"{}\"\ndirectory_ca = \"{}\"\nnames = [{names}]\nchallenge = \"{challenge}\"\n", pebble.directory, pebble.wfe_ca.display());
         let services = |acme: &str| {
             format!(
                 "[[service]]\nname = \"web\"\nlisten = \"127.0.0.1:443\"\nmode = \"http\"\n[service.health]\nkind = \"none\"\n[[service.server]]\naddress = \"{b}\"\n{acme}\n\
@@ -174,33 +178,41 @@ impl AcmeFleet {
                 Command::new(env!("CARGO_BIN_EXE_fulcrum")).args(["fleet", "import"]).arg(&file).args(["--endpoints", &etcd.endpoints(), "--prefix", FLEET]).output().unwrap();
             assert!(out.status.success(), "fleet import: {}", String::from_utf8_lossy(&out.stderr));
         };
-        // The services without ACME first, so that every instance listens before any orders.
-        import(services(""));
+        // With http-01, the services without ACME first, so that every instance listens before
+        // any orders. tls-alpn-01 is answered on the TLS listener, so the instances start with
+        // ACME (one that does not listen yet is a failed connect, which the front passes on).
+        import(services(if http { "" } else { &acme }));
 
+        // No health check: an instance that does not listen (yet, or any more) is a failed connect,
+        // which the front sends on to the next one.
         let mut front_config = "[[service]]\nname = \"front\"\nlisten = \"{LISTEN}\"\nmode = \"tcp\"\nalgorithm = \"round-robin\"\n[service.health]\nkind = \"none\"\n".to_string();
-        for p in &plain {
+        for p in if http { &plain } else { &web } {
             front_config.push_str(&format!("[[service.server]]\naddress = \"127.0.0.1:{p}\"\n"));
         }
         let front = Fulcrum::start_at(format!("127.0.0.1:{front}").parse().unwrap(), &front_config);
-        let lbs = plain
-            .iter()
-            .enumerate()
-            .map(|(i, p)| {
-                Some(Fulcrum::start(&format!(
-                    "[fleet]\nendpoints = {}\nprefix = \"{FLEET}\"\nname = \"lb-{}\"\nlease = \"3s\"\n\n[fleet.override.web]\nlisten = \"{{LISTEN}}\"\n\n[fleet.override.plain]\nlisten = \"127.0.0.1:{p}\"\n",
-                    etcd.endpoints_toml(),
-                    i + 1
-                )))
+        let lbs = (0..3)
+            .map(|i| {
+                Some(Fulcrum::start_at(
+                    format!("127.0.0.1:{}", web[i]).parse().unwrap(),
+                    &format!(
+                        "[fleet]\nendpoints = {}\nprefix = \"{FLEET}\"\nname = \"lb-{}\"\nlease = \"3s\"\n\n[fleet.override.web]\nlisten = \"{{LISTEN}}\"\n\n[fleet.override.plain]\nlisten = \"127.0.0.1:{}\"\n",
+                        etcd.endpoints_toml(),
+                        i + 1,
+                        plain[i]
+                    ),
+                ))
             })
             .collect();
-        // A fleet that does not use ACME leaves the challenge path to the routes: the server answers.
-        let challenge = |port: u16| http_get(format!("127.0.0.1:{port}").parse().unwrap(), "/.well-known/acme-challenge/none");
-        assert_eq!(challenge(plain[0]), (404, "not found".to_string()));
-        // Then ACME: every instance runs it from the watch at once.
-        import(services(&acme));
-        // From then on every instance answers the fleet's challenges, whether or not it runs the
-        // config with the certificate yet.
-        wait_until("every instance answers challenges", Duration::from_secs(5), || plain.iter().all(|p| challenge(*p).1.contains("no ACME challenge pending")));
+        if http {
+            // A fleet that does not use ACME leaves the challenge path to the routes: the server answers.
+            let challenge = |port: u16| http_get(format!("127.0.0.1:{port}").parse().unwrap(), "/.well-known/acme-challenge/none");
+            assert_eq!(challenge(plain[0]), (404, "not found".to_string()));
+            // Then ACME: every instance runs it from the watch at once.
+            import(services(&acme));
+            // From then on every instance answers the fleet's challenges, whether or not it runs
+            // the config with the certificate yet.
+            wait_until("every instance answers challenges", Duration::from_secs(5), || plain.iter().all(|p| challenge(*p).1.contains("no ACME challenge pending")));
+        }
         AcmeFleet { etcd, pebble, lbs, _front: front, _backend: backend }
     }
 
@@ -254,7 +266,7 @@ fn curl_verified(lb: &Fulcrum, name: &str, root: &std::path::Path) -> i32 {
 #[test]
 fn a_fleet_of_three_orders_once_and_all_three_serve_the_same_certificate() {
     let names = ["a.acme.test", "b.acme.test", "c.acme.test"];
-    let fleet = AcmeFleet::start(&names, &[]);
+    let fleet = AcmeFleet::start(&names, &[], "http-01");
     let lbs: Vec<&Fulcrum> = fleet.live().collect();
     wait_until("an instance serves the issued certificate", Duration::from_secs(60), || lbs.iter().any(|lb| issued(lb)));
     let first = Instant::now();
@@ -291,7 +303,7 @@ fn killing_the_ordering_instance_mid_order_lets_another_finish_it() {
     // The validator waits up to 10 s before each of five validations, so the order is still
     // open when its instance is killed.
     let names = ["a.acme.test", "b.acme.test", "c.acme.test", "d.acme.test", "e.acme.test"];
-    let mut fleet = AcmeFleet::start(&names, &[("PEBBLE_VA_NOSLEEP", "0"), ("PEBBLE_VA_SLEEPTIME", "10")]);
+    let mut fleet = AcmeFleet::start(&names, &[("PEBBLE_VA_NOSLEEP", "0"), ("PEBBLE_VA_SLEEPTIME", "10")], "http-01");
     wait_until("an order at the CA", Duration::from_secs(30), || fleet.pebble_count("Added order") >= 1);
     let key = fulcrum::tls::acme::store::certificate_key(&names.map(String::from));
     let holder = fleet.etcd.ctl(&["get", &format!("{FLEET}/acme/locks/{key}"), "--print-value-only"]).trim().to_string();
@@ -314,4 +326,20 @@ fn killing_the_ordering_instance_mid_order_lets_another_finish_it() {
     assert_eq!(prints[0], prints[1]);
     let new_holder = fleet.etcd.ctl(&["get", &format!("{FLEET}/acme/locks/{key}"), "--print-value-only"]);
     assert!(new_holder.trim().is_empty(), "the lock is released once the order is done: {new_holder}");
+}
+
+#[test]
+fn with_tls_alpn_01_a_fleet_of_three_orders_once_and_all_three_serve_the_same_certificate() {
+    let names = ["a.acme.test", "b.acme.test"];
+    let fleet = AcmeFleet::start(&names, &[], "tls-alpn-01");
+    let lbs: Vec<&Fulcrum> = fleet.live().collect();
+    wait_until("all three serve the issued certificate", Duration::from_secs(60), || lbs.iter().all(|lb| issued(lb)));
+    assert_eq!(fleet.pebble_count("Added order"), 1, "{}", fleet.pebble.log());
+    assert_eq!(fleet.pebble_count("Issued certificate serial"), 1, "{}", fleet.pebble.log());
+    let root = fleet.pebble.root_pem();
+    let prints: Vec<String> = lbs.iter().map(|lb| served_fingerprint(lb, "a.acme.test")).collect();
+    assert!(prints.iter().all(|p| p == &prints[0]), "{prints:?}");
+    for lb in &lbs {
+        assert_eq!(curl_verified(lb, "b.acme.test", &root), 0, "{}", lb.log());
+    }
 }
