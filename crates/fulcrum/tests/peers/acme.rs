@@ -271,3 +271,19 @@ fn a_reload_that_adds_acme_orders_and_serves_without_a_restart() {
     assert_eq!(code, 0, "{}", f.log());
     assert!(body.contains("acme-reload"), "{body}");
 }
+
+#[test]
+fn key_type_rsa_2048_serves_an_rsa_certificate() {
+    let tls_port = free_port();
+    let pebble = Pebble::start(Options { http_port: free_port(), tls_port, ..Options::default() });
+    let backend = Backend::start("acme-rsa");
+    let f = Fulcrum::start_at(addr(tls_port), &acme_service(&pebble, &storage(), backend.addr, "key_type = \"rsa-2048\""));
+    wait_issued(&f, Duration::from_secs(60));
+    assert_eq!(curl_verified(tls_port, &pebble.root_pem()).0, 0, "{}", f.log());
+    let served = Command::new("sh")
+        .args(["-c", &format!("openssl s_client -connect 127.0.0.1:{tls_port} -servername {NAME} </dev/null 2>/dev/null | openssl x509 -noout -text")])
+        .output()
+        .unwrap();
+    let text = String::from_utf8_lossy(&served.stdout);
+    assert!(text.contains("rsaEncryption") && text.contains("2048 bit"), "{text}");
+}

@@ -47,10 +47,11 @@ pub struct Acme {
 
 /// The key type of an ACME certificate.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Hash, Serialize, Deserialize)]
-#[serde(rename_all = "kebab-case")]
 pub enum AcmeKeyType {
     #[default]
+    #[serde(rename = "ecdsa-p256")]
     EcdsaP256,
+    #[serde(rename = "rsa-2048")]
     Rsa2048,
 }
 

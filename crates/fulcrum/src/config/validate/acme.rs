@@ -5,7 +5,7 @@
 
 use std::net::SocketAddr;
 
-use super::super::schema::{AcmeChallenge, AcmeKeyType, Config, Mode, Service};
+use super::super::schema::{AcmeChallenge, Config, Mode, Service};
 use super::{Report, Seg};
 
 /// Names in one certificate: Let's Encrypt's limit.
@@ -61,13 +61,6 @@ pub(super) fn validate_acme(config: &Config, i: usize, service: &Service, report
             report.error(&at("storage"), format!("storage directory {dir} does not exist"), "create it (mkdir -m 700) for the user Fulcrum runs as")
         }
         _ => {}
-    }
-    if acme.key_type == AcmeKeyType::Rsa2048 {
-        report.error(
-            &at("key_type"),
-            "rsa-2048 keys cannot be made with the ring provider Fulcrum uses".into(),
-            "use key_type = \"ecdsa-p256\" (every current client supports it)",
-        );
     }
     if let Some(eab) = &acme.eab {
         use base64::Engine;

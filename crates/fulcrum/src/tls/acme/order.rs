@@ -123,7 +123,9 @@ async fn run(account: &Account, acme: &Acme, names: &[String], store: &dyn Store
         let why = order.state().error.as_ref().map_or_else(|| format!("the order is {status:?}"), |p| p.to_string());
         return Err(OrderError::new(format!("validation failed: {why}{}", challenge_errors(&mut order).await)));
     }
-    let (key_pem, csr) = csr(names, acme.key_type)?;
+    // An RSA key takes a while to make: off the runtime's threads.
+    let (owned, key_type) = (names.to_vec(), acme.key_type);
+    let (key_pem, csr) = tokio::task::spawn_blocking(move || csr(&owned, key_type)).await.map_err(|e| OrderError::new(format!("the CSR's thread: {e}")))??;
     order.finalize_csr(&csr).await?;
     let chain_pem = order.poll_certificate(&retries).await?;
     Ok(Stored { chain_pem, key_pem })
@@ -148,7 +150,13 @@ fn csr(names: &[String], key_type: AcmeKeyType) -> Result<(String, Vec<u8>), Ord
     let fail = |e: rcgen::Error| OrderError::new(format!("the CSR: {e}"));
     let pair = match key_type {
         AcmeKeyType::EcdsaP256 => rcgen::KeyPair::generate_for(&rcgen::PKCS_ECDSA_P256_SHA256).map_err(fail)?,
-        AcmeKeyType::Rsa2048 => return Err(OrderError::new("rsa-2048 keys cannot be made with the ring provider")),
+        AcmeKeyType::Rsa2048 => {
+            use rsa::pkcs8::EncodePrivateKey;
+            let key = rsa::PrivateKey::new(&mut getrandom::SysRng, 2048).map_err(|e| OrderError::new(format!("the RSA key: {e}")))?;
+            let der = key.to_pkcs8_der().map_err(|e| OrderError::new(format!("the RSA key: {e}")))?;
+            let pkcs8 = rustls_pki_types::PrivatePkcs8KeyDer::from(der.as_bytes());
+            rcgen::KeyPair::from_pkcs8_der_and_sign_algo(&pkcs8, &rcgen::PKCS_RSA_SHA256).map_err(fail)?
+        }
     };
     let mut params = rcgen::CertificateParams::new(names.to_vec()).map_err(fail)?;
     params.distinguished_name = rcgen::DistinguishedName::new();
@@ -208,9 +216,13 @@ mod tests {
     }
 
     #[test]
-    fn a_csr_is_made_for_ecdsa_and_rsa_is_refused_in_words() {
-        let (key, der) = csr(&["a.test".into()], AcmeKeyType::EcdsaP256).unwrap();
-        assert!(key.contains("PRIVATE KEY") && !der.is_empty());
-        assert!(csr(&["a.test".into()], AcmeKeyType::Rsa2048).unwrap_err().reason.contains("rsa-2048"));
+    fn a_csr_is_made_with_an_ecdsa_or_an_rsa_key() {
+        for kind in [AcmeKeyType::EcdsaP256, AcmeKeyType::Rsa2048] {
+            let (key, der) = csr(&["a.test".into()], kind).unwrap();
+            assert!(key.contains("PRIVATE KEY") && !der.is_empty(), "{kind:?}");
+            let parsed = rustls_pki_types::PrivateKeyDer::from_pem_slice(key.as_bytes()).unwrap();
+            use rustls_pki_types::pem::PemObject;
+            assert!(crate::tls::provider().key_provider.load_private_key(parsed).is_ok(), "{kind:?}: ring signs with it");
+        }
     }
 }
