@@ -309,6 +309,11 @@ fn killing_the_ordering_instance_mid_order_lets_another_finish_it() {
     let holder = fleet.etcd.ctl(&["get", &format!("{FLEET}/acme/locks/{key}"), "--print-value-only"]).trim().to_string();
     let index: usize = holder.strip_prefix("lb-").and_then(|n| n.parse::<usize>().ok()).unwrap_or_else(|| panic!("the lock's holder: {holder:?}")) - 1;
     assert_eq!(fleet.pebble_count("Issued certificate serial"), 0, "the order was not done yet: {}", fleet.pebble.log());
+    // fulcrum certs --fleet names the instance ordering, and every instance serving the
+    // self-signed placeholder meanwhile, with its note.
+    let (_, out) = fleet.certs();
+    assert!(out.contains(&format!("{key}: none issued yet; {holder} orders it now")), "{out}");
+    assert_eq!(out.lines().filter(|l| l.starts_with("  note: self-signed")).count(), 3, "{out}");
     let killed = Instant::now();
     if let Some(lb) = &fleet.lbs[index] {
         lb.signal(9);
