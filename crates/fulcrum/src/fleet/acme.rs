@@ -299,13 +299,17 @@ impl Shared {
         let released = async {
             loop {
                 match watch.message().await {
-                    Ok(Some(r)) if r.events().iter().any(|e| e.event_type() == EventType::Delete) || r.canceled() => return,
-                    Ok(Some(_)) => {}
-                    Ok(None) | Err(_) => return,
+                    Ok(Some(r)) if r.events().iter().any(|e| e.event_type() == EventType::Delete) => return true,
+                    Ok(Some(r)) if !r.canceled() => {}
+                    _ => return false,
                 }
             }
         };
-        let _ = tokio::time::timeout(LOCK_TTL * 2, released).await;
+        // A watch that ended without the release (etcd closed or cancelled it) is not tried
+        // again at once: the next try then waits a moment, not in a tight loop.
+        if let Ok(false) = tokio::time::timeout(LOCK_TTL * 2, released).await {
+            tokio::time::sleep(Duration::from_millis(500)).await;
+        }
         Ok(())
     }
 }
