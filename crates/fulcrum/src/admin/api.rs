@@ -119,7 +119,8 @@ pub async fn ready<C: Control>(State(control): State<Arc<C>>) -> Response {
     if !control.ready() {
         return (StatusCode::SERVICE_UNAVAILABLE, "not ready: no config with a listener up\n").into_response();
     }
-    let waiting: Vec<String> = control.current().services.iter().filter_map(|s| Some(format!("service {}: {}", s.config().name, s.tls.as_ref()?.placeholder()?))).collect();
+    let waiting: Vec<String> =
+        control.current().services.iter().filter(|s| s.config().enabled).filter_map(|s| Some(format!("service {}: {}", s.config().name, s.tls.as_ref()?.placeholder()?))).collect();
     if waiting.is_empty() { (StatusCode::OK, "ready\n").into_response() } else { (StatusCode::SERVICE_UNAVAILABLE, format!("not ready: {}\n", waiting.join("; "))).into_response() }
 }
 

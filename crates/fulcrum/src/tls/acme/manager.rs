@@ -62,13 +62,14 @@ impl Manager {
         Manager { tasks: Mutex::default(), fleet: Some(store) }
     }
 
-    /// Runs an orderer for every ACME certificate of `config` (each service's
+    /// Runs an orderer for every ACME certificate of `config` (each enabled service's
     /// `[service.tls.acme]`), and stops those it no longer has. Call it within the runtime,
     /// after each config is applied.
     pub fn apply(&self, config: &Config) {
         let mut tasks = self.tasks.lock().unwrap_or_else(|e| e.into_inner());
         let mut wanted: HashMap<String, ()> = HashMap::new();
-        for service in &config.services {
+        // A disabled service has no listener for the CA's validator: it orders once enabled.
+        for service in config.services.iter().filter(|s| s.enabled) {
             let Some(acme) = service.tls.as_ref().and_then(|t| t.acme.as_ref()) else { continue };
             let names = acme.names_of(service);
             let slot = match slot::slot(&names) {
