@@ -56,7 +56,12 @@ fn fulcrum_certs_lists_each_certificate_with_its_issuer_expiry_and_source_and_me
         .unwrap_or_else(|| panic!("no expiry gauge for soon.test:\n{metrics}"));
     let seconds: u64 = gauge.rsplit(' ').next().unwrap().parse().unwrap();
     assert!((4 * 86_400..=5 * 86_400).contains(&seconds), "{gauge}");
-    assert!(metrics.contains("# TYPE fulcrum_tls_certificate_expiry_seconds gauge"), "{metrics}");
+    // As Prometheus's own text parser reads it.
+    let script = "import sys\nfrom prometheus_client.parser import text_string_to_metric_families\n\
+                  f = {x.name: x for x in text_string_to_metric_families(sys.stdin.read())}\n\
+                  g = f['fulcrum_tls_certificate_expiry_seconds']\n\
+                  print(g.type, ' '.join(sorted(s.labels['names'] + '/' + s.labels['source'] for s in g.samples)))\n";
+    assert_eq!(crate::admin_api::parsed(script, &metrics).trim(), "gauge a.test,*.wild.test/file soon.test/file");
 
     // An instance that cannot be reached is an error that says so.
     let (ok, out) = certs(&["--url", &format!("http://127.0.0.1:{}", free_port())]);
