@@ -236,6 +236,7 @@ async function poll() {
   renderServers();
   renderAlgorithm();
   renderStats();
+  renderCertificates();
   if (ui.tab === "stats") loadLimits();
   if (ui.tab === "history") loadAudit();
   renderFleet();
@@ -377,6 +378,37 @@ function tlsRow(tls) {
   const failed = Object.entries(tls.failures).filter(([, n]) => n > 0).map(([why, n]) => `${n} ${why}`).join(", ");
   const handshakes = `TLS 1.3: ${tls.handshakes_tls13}, TLS 1.2: ${tls.handshakes_tls12}${failed ? `; failed: ${failed}` : ""}`;
   return el("tr", { class: "tls-row" }, el("td", { colspan: 26 }, "TLS — ", ...certs, el("span", { class: "muted handshakes" }, handshakes)));
+}
+
+// Time left before a certificate ends, in days (hours under two days).
+function left(secs) {
+  if (secs <= 0) return "expired";
+  return secs < 2 * 86400 ? `${Math.floor(secs / 3600)} hours` : `${Math.floor(secs / 86400)} days`;
+}
+
+// The Certificates tab: every TLS service's certificates with where they come from (file or
+// ACME), the ones ending within 14 days marked and counted in a warning (and on the tab's
+// button), and what ACME says of one (served self-signed while none is issued, and why).
+function renderCertificates() {
+  const all = ui.stats.services.filter((s) => s.tls).flatMap((s) => s.tls.certificates.map((c) => ({ service: s.name, ...c })));
+  const button = $("#tabs button[data-tab=certificates]");
+  button.hidden = all.length === 0;
+  const expiring = all.filter((c) => c.expiring);
+  button.classList.toggle("warn", expiring.length > 0);
+  button.textContent = expiring.length ? `Certificates (${expiring.length} expiring)` : "Certificates";
+  const warning = $("#certs-warning");
+  warning.hidden = expiring.length === 0;
+  warning.textContent = expiring.length
+    ? `${expiring.length === 1 ? "1 certificate ends" : `${expiring.length} certificates end`} within 14 days: ${expiring.map((c) => `${c.names.join(", ")} (${c.service}, ${left(c.expires_in_seconds)} left)`).join("; ")}`
+    : "";
+  const rows = all.flatMap((c) => {
+    const row = el("tr", { class: c.expiring ? "expiring" : "", "data-names": c.names.join(","), "data-source": c.source },
+      el("td", {}, c.service), el("td", { title: c.file }, c.names.join(", ")), el("td", {}, c.source === "acme" ? "ACME" : "file"),
+      el("td", {}, c.issuer), el("td", {}, c.expires), el("td", { class: "left" }, left(c.expires_in_seconds)),
+      el("td", {}, c.next_renewal ?? "-"));
+    return c.note ? [row, el("tr", { class: "note" }, el("td", { colspan: 7 }, c.note))] : [row];
+  });
+  $("#certs-table tbody").replaceChildren(...rows);
 }
 
 // Where an entry takes its traffic: a service's address (and the shared pools it sends to), or,

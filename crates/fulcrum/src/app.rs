@@ -149,7 +149,7 @@ impl App {
             admin_copy: Mutex::new(admin_copy),
             upgraded: CancellationToken::new(),
             checks: health::Checks::default(),
-            acme: crate::tls::acme::Manager::default(),
+            acme: acme_manager(fleet.as_deref(), config.fleet.as_ref()),
             changing: tokio::sync::Mutex::new(()),
             admin_addr,
             auth,
@@ -676,6 +676,16 @@ impl admin::Control for App {
         let pool = generation.server(service, address).map(|(p, _)| p.clone());
         let pool = pool.ok_or_else(|| health::CheckNowError::NoServer { service: service.to_string(), address: address.to_string() })?;
         self.checks.check_now(&pool, address).await
+    }
+}
+
+/// The ACME orderers: in a fleet, over the fleet's store in etcd, followed from the start, so
+/// the instances order each name once, answer each other's challenges and all serve the result
+/// (`fleet::acme`); else over each certificate's `storage`.
+fn acme_manager(fleet: Option<&Fleet>, settings: Option<&crate::config::Fleet>) -> crate::tls::acme::Manager {
+    match (fleet, settings) {
+        (Some(fleet), Some(settings)) => crate::tls::acme::Manager::in_fleet(Arc::new(crate::fleet::acme::EtcdStore::start(settings, fleet.name()))),
+        _ => crate::tls::acme::Manager::default(),
     }
 }
 

@@ -1,4 +1,5 @@
-//! Subcommands: `run`, `check`, `demo`, `lab`, `backend`, `hash-password`, `fleet`, `ctl`, `upgrade`.
+//! Subcommands: `run`, `check`, `demo`, `lab`, `backend`, `hash-password`, `fleet`, `ctl`, `certs`,
+//! `upgrade`.
 
 use std::path::PathBuf;
 use std::process::ExitCode;
@@ -60,6 +61,10 @@ pub enum Command {
     /// Replace the running binary with the one at its path, with no connection refused: the
     /// running process starts it and hands it its listening sockets (`fulcrum ctl upgrade`).
     Upgrade(crate::ctl::UpgradeArgs),
+    /// List the certificates served (names, issuer, expiry, file or ACME, next renewal), by this
+    /// instance through its control socket or admin listener, or with --fleet by every instance
+    /// of the fleet, with the fleet's ACME certificates in etcd.
+    Certs(crate::ctl::certs::CertsArgs),
 }
 
 pub fn main() -> ExitCode {
@@ -71,6 +76,10 @@ pub fn main() -> ExitCode {
         Command::Check { configs } => return check(&configs),
         Command::Upgrade(u) => match runtime(1, false) {
             Ok(rt) => return rt.block_on(crate::ctl::run(crate::ctl::CtlArgs { reach: u.reach, command: crate::ctl::CtlCommand::Upgrade { force: u.force } })),
+            Err(e) => Err(e),
+        },
+        Command::Certs(args) => match runtime(1, false) {
+            Ok(rt) => return rt.block_on(crate::ctl::certs::run(args)),
             Err(e) => Err(e),
         },
         Command::Ctl(args) => match runtime(1, false) {

@@ -44,13 +44,14 @@
 //!   `Control` over it.
 //! - [`fleet`]: several instances as one load balancer: the services in etcd, followed by a
 //!   watch, edits written with a compare on their revision, membership under a lease, `fulcrum
-//!   fleet import/export`. A config source: it sends what it composes to the app on a channel
+//!   fleet import/export`, and ACME's state for the fleet (`fleet::acme`: one order per name
+//!   under a lease lock, challenges and certificates shared through etcd). A config source: it sends what it composes to the app on a channel
 //!   and never calls the app.
 //! - [`demo`]: the embedded default: four real servers of the `realserver` crate, a service
 //!   over them, light traffic and the dashboard; with `--fleet`, a local etcd and two instances.
 //! - [`cli`]: the subcommands; `fulcrum lab` runs the `fulcrum-lab` binary of this workspace.
 //! - [`ctl`]: `fulcrum ctl`, the admin API's client, over the control socket or to the admin
-//!   listener.
+//!   listener; `fulcrum certs`, the certificates of an instance or of a fleet.
 //! - `fuzzing` (hidden): one entry point per fuzz target of `fuzz/`, shared with the test that
 //!   replays their corpora.
 //!

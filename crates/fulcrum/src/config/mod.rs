@@ -34,13 +34,31 @@ pub struct Loaded {
     pub path: Option<PathBuf>,
 }
 
+/// Where a config's services run: on this instance alone, or in a fleet (composed from etcd,
+/// or a file `fulcrum fleet import` writes there). Validation differs in one thing: a fleet
+/// keeps ACME's state in etcd, so `[service.tls.acme]` needs no `storage` there.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Scope {
+    Instance,
+    Fleet,
+}
+
 /// Reads, parses and validates a config file.
 pub fn load(path: &Path) -> Result<Loaded, Diagnostics> {
     load_against(path, None)
 }
 
+/// `load`, for a file of services that run in `scope`.
+pub fn load_in(path: &Path, scope: Scope) -> Result<Loaded, Diagnostics> {
+    read_in(path, None, scope)
+}
+
 /// `load`, for a file that is to replace `running` (a reload): see `parse_against`.
 pub fn load_against(path: &Path, running: Option<&Config>) -> Result<Loaded, Diagnostics> {
+    read_in(path, running, Scope::Instance)
+}
+
+fn read_in(path: &Path, running: Option<&Config>, scope: Scope) -> Result<Loaded, Diagnostics> {
     let text = std::fs::read_to_string(path).map_err(|e| {
         Diagnostics::single(Diagnostic {
             file: path.display().to_string(),
@@ -50,7 +68,7 @@ pub fn load_against(path: &Path, running: Option<&Config>) -> Result<Loaded, Dia
             hint: Some("check the path and its permissions".into()),
         })
     })?;
-    let config = parse_against(&text, &path.display().to_string(), Resolve::Yes, running)?;
+    let config = parse_in(&text, &path.display().to_string(), Resolve::Yes, running, scope)?;
     Ok(Loaded { config, path: Some(path.to_path_buf()) })
 }
 
@@ -73,13 +91,17 @@ pub fn parse_with(text: &str, file: &str, resolve: Resolve) -> Result<Config, Di
 /// Parses and validates config text that is to replace `running`: host names the running config
 /// has and certificates it loaded are not looked up again here (`validate_against`).
 pub fn parse_against(text: &str, file: &str, resolve: Resolve, running: Option<&Config>) -> Result<Config, Diagnostics> {
+    parse_in(text, file, resolve, running, Scope::Instance)
+}
+
+fn parse_in(text: &str, file: &str, resolve: Resolve, running: Option<&Config>, scope: Scope) -> Result<Config, Diagnostics> {
     let config: Config = toml::from_str(text).map_err(|e| {
         let (line, column) = e.span().map(|s| diagnostic::line_col(text, s.start)).unwrap_or((0, 0));
         let message = e.message().to_string();
         let hint = diagnostic::hint_for_parse_error(&message);
         Diagnostics::single(Diagnostic { file: file.into(), line, column, message, hint })
     })?;
-    let problems = validate_against(&config, text, file, resolve, running);
+    let problems = validate::validate_in(&config, text, file, resolve, running, scope);
     if problems.is_empty() { Ok(config) } else { Err(problems) }
 }
 
@@ -87,6 +109,11 @@ pub fn parse_against(text: &str, file: &str, resolve: Resolve, running: Option<&
 /// it as TOML and reading it back; returns the config as read. A config that cannot be written
 /// (a number TOML cannot hold) is refused: read back, the placeholder text would be an empty config.
 pub fn revalidate(config: &Config) -> Result<Config, Diagnostics> {
+    revalidate_in(config, Scope::Instance)
+}
+
+/// `revalidate`, for a config whose services run in `scope` (a fleet's, composed from etcd).
+pub fn revalidate_in(config: &Config, scope: Scope) -> Result<Config, Diagnostics> {
     let text = toml::to_string_pretty(config).map_err(|e| {
         Diagnostics::single(Diagnostic {
             file: "running config".into(),
@@ -96,7 +123,7 @@ pub fn revalidate(config: &Config) -> Result<Config, Diagnostics> {
             hint: Some("a number is larger than TOML can hold; see the ranges in the config reference".into()),
         })
     })?;
-    parse(&text, "running config")
+    parse_in(&text, "running config", Resolve::Yes, None, scope)
 }
 
 /// Validates a config built in memory by a change to `running` (an API edit), as a file would

@@ -77,6 +77,8 @@ struct Report<'t> {
     running: HashMap<&'t str, &'t Service>,
     /// Every server address of the running config.
     known: std::collections::HashSet<&'t str>,
+    /// Whether the services run on this instance alone or in a fleet.
+    scope: super::Scope,
 }
 
 impl Report<'_> {
@@ -199,11 +201,16 @@ pub fn validate(config: &Config, text: &str, file: &str, resolve: Resolve) -> Di
 
 /// `validate`, for a config that replaces `running`: see `Report::running`.
 pub fn validate_against(config: &Config, text: &str, file: &str, resolve: Resolve, running: Option<&Config>) -> Diagnostics {
+    validate_in(config, text, file, resolve, running, super::Scope::Instance)
+}
+
+/// `validate_against`, for a config whose services run in `scope`.
+pub fn validate_in(config: &Config, text: &str, file: &str, resolve: Resolve, running: Option<&Config>, scope: super::Scope) -> Diagnostics {
     let services = running.iter().flat_map(|r| &r.services);
     let shared = running.iter().flat_map(|r| &r.pools).flat_map(|p| &p.servers);
     let known = services.clone().flat_map(|s| s.servers.iter().chain(s.pools.iter().flat_map(|p| &p.servers))).chain(shared).map(|s| s.address.as_str()).collect();
     let running = services.map(|s| (s.name.as_str(), s)).collect();
-    let mut report = Report { file, locator: Locator::new(text), out: Vec::new(), resolve, running, known };
+    let mut report = Report { file, locator: Locator::new(text), out: Vec::new(), resolve, running, known, scope };
     if let Some(admin) = &config.admin {
         match admin.tcp_listen().map(|l| (l.parse::<SocketAddr>(), l)) {
             Some((Err(_), listen)) => report.error(

@@ -4,9 +4,12 @@
 //!
 //! Each subcommand is one API request ([`client`]); the answer is shown for a person ([`show`])
 //! or, with `--json`, as the API gave it. The exit code is 0 when the API did it, 1 when it
-//! refused (its message on standard error) or could not be reached.
+//! refused (its message on standard error) or could not be reached. `fulcrum certs` ([`certs`])
+//! lists the certificates an instance, or every instance of a fleet, serves.
 
+pub mod certs;
 pub mod client;
+mod fleet_certs;
 mod show;
 
 use std::path::{Path, PathBuf};

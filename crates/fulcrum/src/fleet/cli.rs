@@ -45,14 +45,15 @@ pub enum FleetCommand {
 }
 
 pub async fn run(args: FleetArgs) -> anyhow::Result<()> {
-    let fleet = settings(&args)?;
+    let fleet = settings(args.config.as_deref(), &args.endpoints, &args.prefix)?;
     let keys = Keys::new(&fleet.prefix);
     let connect = || async { connect(&fleet).await.with_context(|| format!("cannot connect to etcd at {}", fleet.endpoints.join(","))) };
     match args.command {
         FleetCommand::Import { file } => {
             // The file is validated before etcd is asked anything.
             let path = file.clone();
-            let loaded = tokio::task::spawn_blocking(move || config::load(&path)).await?.map_err(|d| anyhow::anyhow!("{d}\n{}: not imported", file.display()))?;
+            let loaded =
+                tokio::task::spawn_blocking(move || config::load_in(&path, config::Scope::Fleet)).await?.map_err(|d| anyhow::anyhow!("{d}\n{}: not imported", file.display()))?;
             anyhow::ensure!(loaded.config.fleet.is_none(), "{} has [fleet]: import a file of services", file.display());
             let mut client = connect().await?;
             let who = std::env::var("USER").unwrap_or_else(|_| "fulcrum fleet import".into());
@@ -116,14 +117,14 @@ pub async fn run(args: FleetArgs) -> anyhow::Result<()> {
     Ok(())
 }
 
-/// Where etcd is: from an instance's file, or from the command line.
-fn settings(args: &FleetArgs) -> anyhow::Result<config::Fleet> {
-    if let Some(path) = &args.config {
+/// Where etcd is: from an instance's file (`config`), or from the command line.
+pub fn settings(config: Option<&std::path::Path>, endpoints: &[String], prefix: &str) -> anyhow::Result<config::Fleet> {
+    if let Some(path) = config {
         let loaded = config::load(path).map_err(|d| anyhow::anyhow!("{d}"))?;
         return loaded.config.fleet.with_context(|| format!("{} has no [fleet]", path.display()));
     }
-    anyhow::ensure!(!args.endpoints.is_empty(), "say where etcd is: --config FILE (with [fleet]) or --endpoints URL[,URL...]");
-    let text = toml::to_string(&json!({ "fleet": { "endpoints": args.endpoints, "prefix": args.prefix } }))?;
+    anyhow::ensure!(!endpoints.is_empty(), "say where etcd is: --config FILE (with [fleet]) or --endpoints URL[,URL...]");
+    let text = toml::to_string(&json!({ "fleet": { "endpoints": endpoints, "prefix": prefix } }))?;
     let config = config::parse_with(&text, "command line", Resolve::No).map_err(|d| anyhow::anyhow!("{d}"))?;
     config.fleet.context("no [fleet]")
 }

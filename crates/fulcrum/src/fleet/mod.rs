@@ -8,11 +8,15 @@
 //! revision it was based on (`fleet::write`) and reaches this instance, like every other, through the
 //! watch. Each instance registers itself under a lease, renewed every third of it.
 //!
+//! ACME's state is the fleet's too ([`acme`]): the account, the certificates, the challenges
+//! and a lock per name, so the fleet orders each name once and every instance serves it.
+//!
 //! etcd is never on the traffic's path: when it cannot be reached, the instance keeps serving the
 //! last config it applied, says "disconnected since ..." in the log, the stats and the dashboard,
 //! refuses edits, and reads everything again when etcd is back. There is no consensus here;
 //! etcd's is the fleet's.
 
+pub mod acme;
 mod agreement;
 pub mod cli;
 mod connect;

@@ -7,7 +7,9 @@
 //! - `audit/TIME-INSTANCE`: who changed what, when (JSON);
 //! - `members/NAME`: each running instance, under its lease (JSON, [`Member`]);
 //! - `discovery/SERVICE/ADDRESS`: a server that joined by itself, under its own lease
-//!   (JSON `{"weight": N}`, or empty for weight 1).
+//!   (JSON `{"weight": N}`, or empty for weight 1);
+//! - `acme/...`: ACME's account, certificates, challenges and order locks (`fleet::acme`), which
+//!   are no part of the config.
 //!
 //! The snapshot is rebuilt from one range read and then kept by the watch's events, so a
 //! service's text, its `mod_revision` and the discovered servers are always those of one etcd
@@ -64,6 +66,10 @@ impl Keys {
     }
     pub fn audits(&self) -> String {
         format!("{}/audit/", self.prefix)
+    }
+    /// ACME's state (`fleet::acme` names what is under it).
+    pub fn acme(&self) -> String {
+        format!("{}/acme/", self.prefix)
     }
     pub fn discovered(&self, service: &str, address: &str) -> String {
         format!("{}/discovery/{service}/{address}", self.prefix)
@@ -256,7 +262,8 @@ impl Snapshot {
         let mut config = local.clone();
         config.fleet = None;
         config.services = services;
-        config::revalidate(&config)
+        // ACME's state is the fleet's, in etcd: no `storage` is needed.
+        config::revalidate_in(&config, config::Scope::Fleet)
     }
 }
 

@@ -270,6 +270,27 @@ fn tls_families(out: &mut String, snap: &Snapshot) {
             let _ = writeln!(out, "fulcrum_tls_certificate_expiry_timestamp_seconds{{service=\"{name}\",file=\"{}\"}} {}", escape(&c.file), c.expires_unix);
         }
     }
+    // The same expiry as time left, so an alert is one comparison (`< 14 * 86400`) whatever
+    // serves the certificate: a file, or ACME (whose renewal keeps it well above that).
+    let _ = writeln!(
+        out,
+        "# HELP fulcrum_tls_certificate_expiry_seconds Seconds until a certificate expires (0 once it has), by its names and source (file or acme)\n# TYPE fulcrum_tls_certificate_expiry_seconds gauge"
+    );
+    for (name, t) in &tls {
+        for c in &t.certificates {
+            let source = match c.source {
+                crate::tls::Source::File => "file",
+                crate::tls::Source::Acme => "acme",
+            };
+            let names = escape(&c.names.join(","));
+            let _ = writeln!(
+                out,
+                "fulcrum_tls_certificate_expiry_seconds{{service=\"{name}\",names=\"{names}\",file=\"{}\",source=\"{source}\"}} {}",
+                escape(&c.file),
+                c.expires_in_seconds
+            );
+        }
+    }
 }
 
 /// Label values escape backslash, double quote and newline.

@@ -125,3 +125,13 @@ fn describe(leaf: &CertificateDer<'_>, file: &str) -> Result<CertInfo, TlsError>
 pub fn unix_to_text(secs: i64) -> String {
     humantime::format_rfc3339_seconds(SystemTime::UNIX_EPOCH + Duration::from_secs(secs.max(0) as u64)).to_string()
 }
+
+/// What a PEM chain's leaf says (names, expiry, issuer), named `what` in errors: for a
+/// certificate that is no file of the config, as ACME's store in etcd holds it.
+pub fn describe_pem(chain: &str, what: &str) -> Result<CertInfo, TlsError> {
+    let leaf = CertificateDer::pem_slice_iter(chain.as_bytes())
+        .next()
+        .ok_or_else(|| TlsError { file: what.to_string(), reason: "holds no certificate".into() })?
+        .map_err(|e| TlsError { file: what.to_string(), reason: format!("not a PEM certificate chain: {e}") })?;
+    describe(&leaf, what)
+}

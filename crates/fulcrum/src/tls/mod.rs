@@ -36,7 +36,7 @@ use std::time::{Duration, SystemTime};
 use tokio::net::TcpStream;
 use tokio_rustls::server::TlsStream;
 
-pub use certs::{CertInfo, Source, ca_file, unix_to_text};
+pub use certs::{CertInfo, Source, ca_file, describe_pem, unix_to_text};
 pub use quic::{QuicLimits, STREAM_WINDOW};
 pub use sni::covers;
 

@@ -75,9 +75,30 @@ fn a_user_drives_the_dashboard_in_chromium() {
     }
 }
 
-/// A TLS service's certificates in the Stats tab (`tests/browser/certificates.mjs`).
+/// An ACME certificate whose CA cannot be reached, in the Certificates tab
+/// (`tests/browser/certificates_acme.mjs`): its source, and the note of the self-signed one
+/// that serves meanwhile.
 #[test]
-fn the_stats_tab_shows_certificates_and_marks_one_about_to_expire() {
+fn the_certificates_tab_shows_an_acme_certificate_and_why_a_self_signed_one_serves() {
+    let root = Path::new(env!("CARGO_MANIFEST_DIR"));
+    let storage = scratch("dashboard-acme");
+    let backend = Backend::start("b1");
+    let f = Fulcrum::start(&format!(
+        "[[service]]\nname = \"secure\"\nlisten = \"{{LISTEN}}\"\nmode = \"http\"\n[service.health]\nkind = \"none\"\n[[service.server]]\naddress = \"{}\"\n[service.tls.acme]\ndirectory = \"https://127.0.0.1:{}/dir\"\nnames = [\"a.acme.test\"]\nstorage = \"{}\"\n",
+        backend.addr,
+        free_port(),
+        storage.display()
+    ));
+    let out =
+        Command::new("node").arg(root.join("tests/browser/certificates_acme.mjs")).env("DASHBOARD_URL", format!("http://{}/", f.admin)).output().expect("node must be installed");
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    assert!(out.status.success() && stdout.contains("all checks passed"), "{stdout}\n{}\n{}", String::from_utf8_lossy(&out.stderr), f.log());
+}
+
+/// A TLS service's certificates in the Stats tab and the Certificates tab
+/// (`tests/browser/certificates.mjs`).
+#[test]
+fn the_stats_and_certificates_tabs_show_certificates_and_mark_one_about_to_expire() {
     let root = Path::new(env!("CARGO_MANIFEST_DIR"));
     let dir = scratch("dashboard-tls");
     let pem = |stem: &str, names: &[&str], days: i64| {

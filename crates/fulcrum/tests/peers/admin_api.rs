@@ -370,7 +370,7 @@ print(json.dumps(out))
 
 /// What `script` (Python, with the Prometheus client's text parser) prints of `text` on its
 /// standard input; the parser refusing the text fails the test.
-fn parsed(script: &str, text: &str) -> String {
+pub(crate) fn parsed(script: &str, text: &str) -> String {
     use std::io::Write;
     let mut child = std::process::Command::new("python3")
         .args(["-c", script])

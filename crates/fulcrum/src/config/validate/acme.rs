@@ -1,7 +1,7 @@
 //! Checks of `[service.tls.acme]`: names to order (given or derived from the routes' hosts),
 //! each a DNS name a challenge can prove; a directory over HTTPS; a storage directory that
-//! exists (standalone); for http-01, a plain-HTTP service on the same address to answer the
-//! validator; an EAB key that decodes.
+//! exists (on an instance alone: a fleet keeps the state in etcd); for http-01, a plain-HTTP
+//! service on the same address to answer the validator; an EAB key that decodes.
 
 use std::net::SocketAddr;
 
@@ -49,13 +49,15 @@ pub(super) fn validate_acme(config: &Config, i: usize, service: &Service, report
             report.error(&at("contact"), format!("contact {c:?} is not an email address"), "write ops@example.com");
         }
     }
-    match (&acme.storage, &config.fleet) {
-        (None, None) => report.error(
+    // A fleet keeps the state in etcd (`fleet::acme`): `storage` is for an instance alone.
+    let alone = config.fleet.is_none() && report.scope == super::super::Scope::Instance;
+    match (&acme.storage, alone) {
+        (None, true) => report.error(
             &at("storage"),
             "[service.tls.acme] needs a storage directory for the account and certificates".into(),
             "set storage = \"/var/lib/fulcrum/acme\" (made 0700)",
         ),
-        (Some(dir), None) if !std::path::Path::new(dir).is_dir() => {
+        (Some(dir), true) if !std::path::Path::new(dir).is_dir() => {
             report.error(&at("storage"), format!("storage directory {dir} does not exist"), "create it (mkdir -m 700) for the user Fulcrum runs as")
         }
         _ => {}

@@ -26,11 +26,14 @@ use crate::config::{Acme, Config};
 /// machine, a clock set forward).
 const LONGEST_SLEEP: Duration = Duration::from_secs(3600);
 
-/// Where ACME's state lives for `acme` of `config`: the one place that chooses. A standalone
-/// instance keeps it in `storage` (one `DiskStore` per directory, shared by the services that
-/// name it, so they share its locks and challenges).
-pub fn store_for(config: &Config, acme: &Acme) -> Result<Arc<dyn Store>, StoreError> {
-    let _ = config; // A fleet's etcd store is chosen here from `config.fleet`.
+/// Where ACME's state lives for `acme`: the one place that chooses. In a fleet it is the
+/// fleet's store in etcd (`fleet`, made by the app, since `tls` sits below `fleet`), whatever
+/// `storage` says; a standalone instance keeps it in `storage` (one `DiskStore` per directory,
+/// shared by the services that name it, so they share its locks and challenges).
+pub fn store_for(fleet: Option<&Arc<dyn Store>>, acme: &Acme) -> Result<Arc<dyn Store>, StoreError> {
+    if let Some(fleet) = fleet {
+        return Ok(fleet.clone());
+    }
     let dir = acme.storage.as_deref().ok_or_else(|| StoreError("[service.tls.acme] has no storage directory".into()))?;
     static DISKS: LazyLock<Mutex<HashMap<String, Arc<dyn Store>>>> = LazyLock::new(Mutex::default);
     let mut disks = DISKS.lock().unwrap_or_else(|e| e.into_inner());
@@ -46,9 +49,19 @@ pub fn store_for(config: &Config, acme: &Acme) -> Result<Arc<dyn Store>, StoreEr
 #[derive(Default)]
 pub struct Manager {
     tasks: Mutex<HashMap<String, (Acme, tokio::task::JoinHandle<()>)>>,
+    /// In a fleet, where its state lives.
+    fleet: Option<Arc<dyn Store>>,
 }
 
 impl Manager {
+    /// The orderers of an instance in a fleet, whose state is the fleet's `store`. Its
+    /// challenges are answered from now on (once the fleet uses ACME), before this instance
+    /// runs a config with a certificate: the CA's validator may reach it first.
+    pub fn in_fleet(store: Arc<dyn Store>) -> Manager {
+        slot::answer_from(&store);
+        Manager { tasks: Mutex::default(), fleet: Some(store) }
+    }
+
     /// Runs an orderer for every ACME certificate of `config` (each enabled service's
     /// `[service.tls.acme]`), and stops those it no longer has. Call it within the runtime,
     /// after each config is applied.
@@ -72,7 +85,7 @@ impl Manager {
             if tasks.get(&slot.key).is_some_and(|(running, task)| running == acme && !task.is_finished()) {
                 continue;
             }
-            let store = match store_for(config, acme) {
+            let store = match store_for(self.fleet.as_ref(), acme) {
                 Ok(store) => store,
                 Err(e) => {
                     tracing::error!(service = %service.name, "ACME: cannot open the store: {e}");

@@ -73,7 +73,7 @@ pub fn answer_from(store: &Arc<dyn Store>) {
 /// Whether any ACME store answers challenges in this process (plain-HTTP services then answer
 /// `/.well-known/acme-challenge/`).
 pub fn answering() -> bool {
-    !STORES.read().unwrap_or_else(|e| e.into_inner()).is_empty()
+    STORES.read().unwrap_or_else(|e| e.into_inner()).iter().any(|s| s.answering())
 }
 
 fn answer(challenge: &Challenge) -> Option<Vec<u8>> {

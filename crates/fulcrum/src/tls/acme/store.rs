@@ -63,6 +63,15 @@ pub trait Store: Send + Sync {
     /// Ticks whenever a certificate is saved, by this instance or (in a fleet) another: the
     /// receiver then reads the certificates it serves again.
     fn changes(&self) -> tokio::sync::watch::Receiver<u64>;
+
+    /// Whether validators' requests are to be answered from this store now. A store the
+    /// config's certificates use always is; a fleet's, which an instance follows from its
+    /// start so that it answers the challenges another instance ordered even before it runs
+    /// that config itself, only once the fleet uses ACME at all: until then the plain-HTTP
+    /// services leave `/.well-known/acme-challenge/` to their routes.
+    fn answering(&self) -> bool {
+        true
+    }
 }
 
 /// The store's name of the certificate for `names`: sorted, lower case, joined by `,`, with a
