@@ -275,8 +275,9 @@ impl Shared {
             }
         };
         if answer.succeeded() {
-            let keeper = keep_alive(client.clone(), lease, name.to_string()).await.map_err(|e| self.failed(e))?;
-            return Ok(Attempt::Held(Box::new(Lock { client, lease, keeper, runtime: tokio::runtime::Handle::current() })));
+            let lost = tokio_util::sync::CancellationToken::new();
+            let keeper = keep_alive(client.clone(), lease, name.to_string(), lost.clone()).await.map_err(|e| self.failed(e))?;
+            return Ok(Attempt::Held(Box::new(Lock { client, lease, keeper, lost, runtime: tokio::runtime::Handle::current() })));
         }
         let _ = client.lease_revoke(lease).await;
         let revision = answer.header().map_or(0, |h| h.revision());
@@ -324,10 +325,16 @@ struct Lock {
     client: Client,
     lease: i64,
     keeper: tokio::task::AbortHandle,
+    /// Cancelled by `keeper` when the lease could not be renewed.
+    lost: tokio_util::sync::CancellationToken,
     runtime: tokio::runtime::Handle,
 }
 
-impl Held for Lock {}
+impl Held for Lock {
+    fn lost(&self) -> tokio_util::sync::CancellationToken {
+        self.lost.clone()
+    }
+}
 
 impl Drop for Lock {
     fn drop(&mut self) {
@@ -341,9 +348,9 @@ impl Drop for Lock {
     }
 }
 
-/// Renews `lease` every third of [`LOCK_TTL`] until aborted; says so in the log if a renewal
-/// fails, since the lock may then pass to another instance.
-async fn keep_alive(mut client: Client, lease: i64, name: String) -> Result<tokio::task::AbortHandle, etcd_client::Error> {
+/// Renews `lease` every third of [`LOCK_TTL`] until aborted; if a renewal fails, the lock may
+/// pass to another instance: says so in the log and cancels `lost`, which stops the order.
+async fn keep_alive(mut client: Client, lease: i64, name: String, lost: tokio_util::sync::CancellationToken) -> Result<tokio::task::AbortHandle, etcd_client::Error> {
     let (mut keeper, mut acks) = client.lease_keep_alive(lease).await?;
     let task = tokio::spawn(async move {
         let mut renew = tokio::time::interval(LOCK_TTL / 3);
@@ -358,7 +365,8 @@ async fn keep_alive(mut client: Client, lease: i64, name: String) -> Result<toki
             match renewed {
                 Ok(Ok(Some(ack))) if ack.ttl() > 0 => {}
                 _ => {
-                    warn!("fleet: the ACME order lock {name} could not be renewed: another instance may take the order over");
+                    warn!("fleet: the ACME order lock {name} could not be renewed: this instance stops its order, which another may take over");
+                    lost.cancel();
                     return;
                 }
             }

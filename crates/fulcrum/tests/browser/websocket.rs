@@ -11,11 +11,7 @@ use crate::support::*;
 fn chromium_opens_its_websocket_over_the_pages_http2_connection() {
     let root = Path::new(env!("CARGO_MANIFEST_DIR"));
     let dir = scratch("websocket-browser");
-    let key = rcgen::KeyPair::generate().unwrap();
-    let cert = rcgen::CertificateParams::new(vec!["localhost".to_string()]).unwrap().self_signed(&key).unwrap();
-    let (pem, pem_key) = (dir.join("site.pem"), dir.join("site.key"));
-    std::fs::write(&pem, cert.pem()).unwrap();
-    std::fs::write(&pem_key, key.serialize_pem()).unwrap();
+    let (pem, pem_key) = openssl_self_signed(&dir, "localhost");
     let backend = Backend::start_with("b1", &["--index-text", "<!doctype html><title>Chat</title><h1>Chat</h1>"]);
     let echo = websocket_echo();
     let f = Fulcrum::start(&format!(

@@ -333,6 +333,25 @@ fn killing_the_ordering_instance_mid_order_lets_another_finish_it() {
     assert!(new_holder.trim().is_empty(), "the lock is released once the order is done: {new_holder}");
 }
 
+/// An instance that cannot renew its order lock (etcd gone) stops its order, since another
+/// instance may take the name over once the lease runs out: the CA issues nothing to it.
+#[test]
+fn an_instance_that_loses_its_order_lock_stops_its_order() {
+    let names = ["a.acme.test", "b.acme.test", "c.acme.test"];
+    let mut fleet = AcmeFleet::start(&names, &[("PEBBLE_VA_NOSLEEP", "0"), ("PEBBLE_VA_SLEEPTIME", "4")], "http-01");
+    wait_until("an order at the CA", Duration::from_secs(30), || fleet.pebble_count("Added order") >= 1);
+    let key = fulcrum::tls::acme::store::certificate_key(&names.map(String::from));
+    let holder = fleet.etcd.ctl(&["get", &format!("{FLEET}/acme/locks/{key}"), "--print-value-only"]).trim().to_string();
+    let index: usize = holder.strip_prefix("lb-").and_then(|n| n.parse::<usize>().ok()).unwrap_or_else(|| panic!("the lock's holder: {holder:?}")) - 1;
+    fleet.etcd.stop_member(0);
+    let lb = fleet.lbs[index].as_ref().unwrap();
+    lb.wait_log("this instance stops its order");
+    // The validations the CA was sleeping on end meanwhile; the order is never finalised.
+    std::thread::sleep(Duration::from_secs(6));
+    assert_eq!(fleet.pebble_count("Issued certificate serial"), 0, "{}", fleet.pebble.log());
+    assert!(lb.log().contains("the order lock was lost"), "{}", lb.log());
+}
+
 #[test]
 fn with_tls_alpn_01_a_fleet_of_three_orders_once_and_all_three_serve_the_same_certificate() {
     let names = ["a.acme.test", "b.acme.test"];

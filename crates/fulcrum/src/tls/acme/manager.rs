@@ -208,7 +208,8 @@ async fn renew_now(
     retry_after: &RetryAfter,
     current: Option<&Current>,
 ) -> Result<bool, OrderError> {
-    let _held = store.lock(&slot.key).await?;
+    let held = store.lock(&slot.key).await?;
+    let lost = held.lost();
     if let Some(stored) = store.certificate(&slot.key).await?
         && current.is_none_or(|c| c.chain != stored.chain_pem)
         && read(&stored).is_some_and(|c| c.not_after > unix(crate::clock::wall()))
@@ -220,7 +221,12 @@ async fn renew_now(
         None => account.insert(order::account(acme, store, retry_after, *fresh_account).await?).clone(),
     };
     *fresh_account = false;
-    let stored = order::order(&acct, acme, &slot.names, store).await.inspect_err(|e| {
+    // Stopped if the lock is lost meanwhile: another instance may be ordering the name by then.
+    let ordered = tokio::select! {
+        ordered = order::order(&acct, acme, &slot.names, store) => ordered,
+        () = lost.cancelled() => Err(OrderError::new("the order lock was lost (its lease could not be renewed): the order stopped, another instance may finish it")),
+    };
+    let stored = ordered.inspect_err(|e| {
         if e.account_unknown {
             *account = None;
             *fresh_account = true;

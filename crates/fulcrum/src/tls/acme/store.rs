@@ -38,7 +38,14 @@ pub enum Challenge {
 }
 
 /// Held while an order runs; dropping it releases the lock (in etcd: revokes the lease).
-pub trait Held: Send + Sync {}
+pub trait Held: Send + Sync {
+    /// Cancelled if the lock is lost while held (in a fleet: its lease could not be renewed, so
+    /// another instance may take the name over): the order stops there rather than run beside
+    /// another's. A lock that cannot be lost (on disk) is never cancelled.
+    fn lost(&self) -> tokio_util::sync::CancellationToken {
+        tokio_util::sync::CancellationToken::new()
+    }
+}
 
 /// The state of ACME, standalone or for a fleet. `key` names a certificate: `certificate_key`
 /// of its names.
