@@ -12,7 +12,7 @@
 //! though it holds no descriptor) and in its service's `maxconn`; at either limit a new client
 //! is refused with CONNECTION_REFUSED, since UDP has no backlog to wait in. quinn keeps at most
 //! `MAX_INCOMING` connection attempts not yet decided on, each holding at most
-//! `INCOMING_BUFFER` of early packets.
+//! `INCOMING_BUFFER` of early packets, and all of them together `INCOMING_BUFFER_TOTAL`.
 
 use std::io;
 use std::net::SocketAddr;
@@ -30,6 +30,9 @@ use crate::shutdown::Shutdown;
 const MAX_INCOMING: usize = 4096;
 /// Early packets (0-RTT, or a handshake in several datagrams) held per attempt.
 const INCOMING_BUFFER: u64 = 64 * 1024;
+/// Early packets held by all attempts together (quinn's default is 100 MiB): a flood of
+/// attempts that send early data costs at most this.
+const INCOMING_BUFFER_TOTAL: u64 = 8 * 1024 * 1024;
 
 /// How often a UDP port that could not be bound is tried again.
 const BIND_RETRY: Duration = Duration::from_secs(1);
@@ -86,7 +89,7 @@ pub async fn serve(udp: SocketAddr, addr: SocketAddr, live: Arc<Live>, stop: Can
         return error!(%addr, "HTTP/3: no service with http3 and TLS at this address");
     };
     let mut server = (*first).clone();
-    server.max_incoming(MAX_INCOMING).incoming_buffer_size(INCOMING_BUFFER);
+    server.max_incoming(MAX_INCOMING).incoming_buffer_size(INCOMING_BUFFER).incoming_buffer_size_total(INCOMING_BUFFER_TOTAL);
     let endpoint = match quinn::Endpoint::new(quinn::EndpointConfig::default(), Some(server), socket, Arc::new(quinn::TokioRuntime)) {
         Ok(e) => e,
         Err(e) => return error!(%addr, "HTTP/3: cannot start the QUIC endpoint: {e}"),
