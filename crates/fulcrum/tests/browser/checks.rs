@@ -3,14 +3,12 @@
 
 use std::io::Write;
 use std::net::TcpStream;
-use std::path::Path;
-use std::process::Command;
 
+use crate::run_script;
 use crate::support::*;
 
 #[test]
 fn check_now_says_the_result_and_in_flight_lists_a_held_request() {
-    let root = Path::new(env!("CARGO_MANIFEST_DIR"));
     let backend = Backend::start("slow");
     let f = Fulcrum::start(&format!(
         "[[service]]\nname = \"web\"\nlisten = \"{{LISTEN}}\"\nmode = \"http\"\n[service.health]\nkind = \"http\"\ninterval = \"1h\"\n[[service.server]]\naddress = \"{}\"\n",
@@ -21,14 +19,6 @@ fn check_now_says_the_result_and_in_flight_lists_a_held_request() {
     let mut held = TcpStream::connect(f.listen).unwrap();
     held.write_all(b"GET /slow/60000 HTTP/1.1\r\nHost: web\r\n\r\n").unwrap();
     let client = held.local_addr().unwrap();
-    let out = Command::new("node")
-        .arg(root.join("tests/browser/checks.mjs"))
-        .env("DASHBOARD_URL", format!("http://{}/", f.admin))
-        .env("SERVER", backend.addr.to_string())
-        .env("CLIENT", client.to_string())
-        .output()
-        .expect("node must be installed");
-    let stdout = String::from_utf8_lossy(&out.stdout);
-    assert!(out.status.success() && stdout.contains("all checks passed"), "{stdout}\n{}", String::from_utf8_lossy(&out.stderr));
+    run_script("checks.mjs", &[("DASHBOARD_URL", format!("http://{}/", f.admin)), ("SERVER", backend.addr.to_string()), ("CLIENT", client.to_string())]);
     assert_eq!(f.server_stats(&backend.addr.to_string())["check_streak"], 0, "a passing check of an up server");
 }

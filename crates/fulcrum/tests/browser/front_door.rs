@@ -2,14 +2,11 @@
 //! redirect from plain HTTP to the HTTPS service, HSTS there, its page compressed and rendered,
 //! and an error page of the site's own when no server can answer.
 
-use std::path::Path;
-use std::process::Command;
-
+use crate::run_script;
 use crate::support::*;
 
 #[test]
 fn chromium_follows_the_redirect_to_https_renders_the_compressed_page_and_shows_the_sites_error_page() {
-    let root = Path::new(env!("CARGO_MANIFEST_DIR"));
     let dir = scratch("front-door-browser");
     let key = rcgen::KeyPair::generate().unwrap();
     let cert = rcgen::CertificateParams::new(vec!["localhost".to_string()]).unwrap().self_signed(&key).unwrap();
@@ -64,12 +61,5 @@ address = "127.0.0.1:{dead}"
         backend = backend.addr,
     ));
     wait_until("the https service", std::time::Duration::from_secs(10), || std::net::TcpStream::connect(("127.0.0.1", secure)).is_ok());
-    let out = Command::new("node")
-        .arg(root.join("tests/browser/front_door.mjs"))
-        .env("PLAIN_URL", format!("http://{}", f.listen))
-        .env("SECURE_URL", format!("https://127.0.0.1:{secure}"))
-        .output()
-        .expect("node must be installed");
-    let stdout = String::from_utf8_lossy(&out.stdout);
-    assert!(out.status.success() && stdout.contains("all checks passed"), "{stdout}\n{}", String::from_utf8_lossy(&out.stderr));
+    run_script("front_door.mjs", &[("PLAIN_URL", format!("http://{}", f.listen)), ("SECURE_URL", format!("https://127.0.0.1:{secure}"))]);
 }

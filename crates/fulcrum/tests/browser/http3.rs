@@ -4,6 +4,7 @@
 use std::path::Path;
 use std::process::Command;
 
+use crate::run_script;
 use crate::support::*;
 
 /// The base64 SHA-256 of the certificate's public key (SubjectPublicKeyInfo), which Chromium's
@@ -17,7 +18,6 @@ fn spki_hash(cert: &Path) -> String {
 
 #[test]
 fn chromium_loads_a_page_and_its_resources_over_http3() {
-    let root = Path::new(env!("CARGO_MANIFEST_DIR"));
     let dir = scratch("http3-browser");
     let (cert, key) = openssl_self_signed(&dir, "quic.test");
     let backend = Backend::start_with("q1", &["--index-text", "<!doctype html><title>QUIC</title><h1>Over QUIC</h1>"]);
@@ -26,15 +26,7 @@ fn chromium_loads_a_page_and_its_resources_over_http3() {
          [service.tls]\n[[service.tls.certificate]]\ncert = {cert:?}\nkey = {key:?}\n[[service.server]]\naddress = \"{}\"\n",
         backend.addr
     ));
-    let out = Command::new("node")
-        .arg(root.join("tests/browser/http3.mjs"))
-        .env("SITE_HOST", "quic.test")
-        .env("SITE_PORT", f.listen.port().to_string())
-        .env("SPKI", spki_hash(&cert))
-        .output()
-        .expect("node must be installed");
-    let stdout = String::from_utf8_lossy(&out.stdout);
-    assert!(out.status.success() && stdout.contains("all checks passed"), "{stdout}\n{}", String::from_utf8_lossy(&out.stderr));
+    run_script("http3.mjs", &[("SITE_HOST", "quic.test".to_string()), ("SITE_PORT", f.listen.port().to_string()), ("SPKI", spki_hash(&cert))]);
     let tls = &f.stats()["services"][0]["tls"];
     assert!(tls["quic_handshakes"].as_u64().unwrap() >= 1, "{tls}");
     wait_until("HTTP/3 lines in the access log", std::time::Duration::from_secs(10), || f.log().lines().filter(|l| l.contains(" HTTP/3.0 200")).count() >= 2);

@@ -4,14 +4,12 @@
 //! reason.
 
 use std::net::IpAddr;
-use std::path::Path;
-use std::process::Command;
 
+use crate::run_script;
 use crate::support::*;
 
 #[test]
 fn the_stats_tab_shows_the_clients_at_their_limit_clears_one_and_says_why_a_server_is_out() {
-    let root = Path::new(env!("CARGO_MANIFEST_DIR"));
     let good = Nginx::start("good", "TARGET");
     let bad = Nginx::start("bad", "TARGET");
     bad.fail(true);
@@ -31,15 +29,7 @@ fn the_stats_tab_shows_the_clients_at_their_limit_clears_one_and_says_why_a_serv
         http_get_from(Some(IpAddr::from([127, 0, 0, 78])), f.listen, "/flaky").unwrap();
     }
     wait_until("the failing server ejected", std::time::Duration::from_secs(5), || f.server_stats(&bad.addr.to_string())["state"] == "ejected");
-    let out = Command::new("node")
-        .arg(root.join("tests/browser/protection.mjs"))
-        .env("DASHBOARD_URL", format!("http://{}/", f.admin))
-        .env("LIMITED", limited.to_string())
-        .env("EJECTED", bad.addr.to_string())
-        .output()
-        .expect("node must be installed");
-    let stdout = String::from_utf8_lossy(&out.stdout);
-    assert!(out.status.success() && stdout.contains("all checks passed"), "{stdout}\n{}", String::from_utf8_lossy(&out.stderr));
+    run_script("protection.mjs", &[("DASHBOARD_URL", format!("http://{}/", f.admin)), ("LIMITED", limited.to_string()), ("EJECTED", bad.addr.to_string())]);
     // Cleared in the browser: the client is let through at once.
     assert_eq!(http_get_from(Some(limited), f.listen, "/name").unwrap().0, 200);
 }

@@ -4,14 +4,12 @@
 
 use std::io::{Read, Write};
 use std::net::{SocketAddr, TcpStream};
-use std::path::Path;
-use std::process::Command;
 
+use crate::run_script;
 use crate::support::*;
 
 #[test]
 fn the_dashboard_shows_a_shared_pool_once_and_disables_its_server_for_every_service() {
-    let root = Path::new(env!("CARGO_MANIFEST_DIR"));
     let (s1, s2) = (Nginx::start("s1", "TARGET"), Nginx::start("s2", "TARGET"));
     let raw: SocketAddr = format!("127.0.0.1:{}", free_port()).parse().unwrap();
     let f = Fulcrum::start(&format!(
@@ -22,14 +20,7 @@ fn the_dashboard_shows_a_shared_pool_once_and_disables_its_server_for_every_serv
         s1.addr, s2.addr
     ));
     f.wait_all_up();
-    let out = Command::new("node")
-        .arg(root.join("tests/browser/shared_pools.mjs"))
-        .env("DASHBOARD_URL", format!("http://{}/", f.admin))
-        .env("DISABLED", s1.addr.to_string())
-        .output()
-        .expect("node must be installed");
-    let stdout = String::from_utf8_lossy(&out.stdout);
-    assert!(out.status.success() && stdout.contains("all checks passed"), "{stdout}\n{}", String::from_utf8_lossy(&out.stderr));
+    run_script("shared_pools.mjs", &[("DASHBOARD_URL", format!("http://{}/", f.admin)), ("DISABLED", s1.addr.to_string())]);
     // Both services now send everything to s2.
     for _ in 0..4 {
         assert_eq!(http_get(f.listen, "/name"), (200, "s2\n".to_string()));

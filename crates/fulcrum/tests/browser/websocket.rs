@@ -2,14 +2,11 @@
 //! browser opens it on the connection its page came on, as an extended CONNECT (RFC 8441), and
 //! Fulcrum takes it to an HTTP/1.1 WebSocket server.
 
-use std::path::Path;
-use std::process::Command;
-
+use crate::run_script;
 use crate::support::*;
 
 #[test]
 fn chromium_opens_its_websocket_over_the_pages_http2_connection() {
-    let root = Path::new(env!("CARGO_MANIFEST_DIR"));
     let dir = scratch("websocket-browser");
     let (pem, pem_key) = openssl_self_signed(&dir, "localhost");
     let backend = Backend::start_with("b1", &["--index-text", "<!doctype html><title>Chat</title><h1>Chat</h1>"]);
@@ -41,13 +38,7 @@ address = "{echo}"
 "#,
         backend = backend.addr,
     ));
-    let out = Command::new("node")
-        .arg(root.join("tests/browser/websocket.mjs"))
-        .env("SECURE_URL", format!("https://localhost:{}", f.listen.port()))
-        .output()
-        .expect("node must be installed");
-    let stdout = String::from_utf8_lossy(&out.stdout);
-    assert!(out.status.success() && stdout.contains("all checks passed"), "{stdout}\n{}", String::from_utf8_lossy(&out.stderr));
+    run_script("websocket.mjs", &[("SECURE_URL", format!("https://localhost:{}", f.listen.port()))]);
     f.wait_log("/ws/chat");
     let line = f.log().lines().find(|l| l.contains("/ws/chat")).unwrap().to_string();
     // Over HTTP/1.1 a WebSocket opens with a GET; CONNECT is HTTP/2's extended one.
