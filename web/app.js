@@ -39,11 +39,15 @@ function say(text, ok = true) {
 
 // Runs a change, reports the answer, and re-reads the running config.
 async function change(method, path, body) {
+  // The last answer goes at once, so that no one reads it as this change's.
+  say("sending...");
   try {
     const answer = await api(method, path, body);
-    say(answer.message || "done");
+    // Said once the page shows the config it speaks of: until then the forms still hold the old
+    // one, and a refill landing after someone typed would take their input away.
     await loadConfig();
     await poll();
+    say(answer.message || "done");
     return true;
   } catch (e) {
     say(e.message, false);

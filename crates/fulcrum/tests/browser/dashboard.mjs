@@ -90,8 +90,8 @@ try {
   await page.selectOption("#algorithm", "least-conn");
   assert.match(await page.textContent("#algorithm-about"), /fewest connections in flight/);
   await page.click("#algorithm-form button[type=submit]");
-  await page.waitForFunction(() => document.querySelector("#algorithm-current").textContent.includes("least-conn"), null, { timeout: 5000 });
-  assert.match(await page.textContent("#message"), /config applied/);
+  await page.waitForFunction(() => document.querySelector("#message").textContent.includes("config applied"), null, { timeout: 5000 });
+  assert.match(await page.textContent("#algorithm-current"), /least-conn/);
   step("algorithm switched to least-conn");
   await shot("algorithm");
 
