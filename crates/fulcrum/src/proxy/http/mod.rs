@@ -174,7 +174,11 @@ fn requests<S: ClientIo>(
         let names = names.clone();
         let answer = park::InFlight::count(&activity);
         let stopping = stopping.clone();
-        async move {
+        // Boxed: a request's future is several KiB (routing, rules, the server's exchange), and
+        // hyper moves the future it is given by value (into HTTP/2's task per stream, into
+        // HTTP/1's slot for the request in flight): a box is two words to move, and one
+        // allocation per request where each move of the whole was a memcpy of its size.
+        Box::pin(async move {
             let began = crate::clock::now();
             let h1 = req.version() < hyper::Version::HTTP_2;
             let mut response = handle(req, peer, &node, names.as_deref(), &service, &verdict, began).await;
@@ -189,7 +193,7 @@ fn requests<S: ClientIo>(
                 response.headers_mut().entry(header::ALT_SVC).or_insert(alt_svc);
             }
             Ok::<_, std::convert::Infallible>(answer.with(response))
-        }
+        })
     })
 }
 
