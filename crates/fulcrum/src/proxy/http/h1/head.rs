@@ -86,6 +86,8 @@ pub struct RequestHead {
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct ResponseHead {
     pub len: usize,
+    /// The status line without its CRLF, as the server sent it.
+    pub status_line: Span,
     pub status: u16,
     pub minor: u8,
     pub fields: Vec<Field>,
@@ -360,7 +362,9 @@ pub fn parse_response(buf: &[u8], limits: &Limits, to_head: bool) -> Result<Opti
     }
     let framing = Framing::of_response(status, to_head, length, chunked);
     let keep_alive = keep_alive(&fields, buf, minor) && framing != Framing::UntilClose;
-    Ok(Some(ResponseHead { len: end, status, minor, fields, framing, keep_alive }))
+    let line_end = head.windows(2).position(|w| w == b"\r\n").unwrap_or(0);
+    let status_line = Span::new(start, start + line_end);
+    Ok(Some(ResponseHead { len: end, status_line, status, minor, fields, framing, keep_alive }))
 }
 
 #[cfg(test)]

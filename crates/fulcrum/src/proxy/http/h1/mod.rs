@@ -11,6 +11,8 @@
 //!   target's form, Host);
 //! - `body`: how a body is framed (Content-Length, chunked, to the close; none for HEAD, 1xx, 204
 //!   and 304) and a reader that walks any of them over bytes as they arrive;
+//! - `write`: a head written onward from that buffer, fields copied as they came but those that
+//!   stop at this hop or are replaced;
 //! - `chunked`: the streaming chunked decoder, which checks each size line and bounds chunk
 //!   extensions and trailers, telling payload from framing so a forwarder can pass either on.
 //!
@@ -20,6 +22,7 @@
 pub(crate) mod body;
 pub(crate) mod chunked;
 pub(crate) mod head;
+pub(crate) mod write;
 
 use super::guard::Refusal as Bad;
 use head::Limits;
