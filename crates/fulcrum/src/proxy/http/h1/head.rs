@@ -123,6 +123,12 @@ impl RequestHead {
             (Some(host), None) if !host.is_empty() && !crate::proxy::http::headers::valid_host(host) => return Err(Refusal::Host("an invalid Host")),
             _ => {}
         }
+        // An absolute-form target's authority becomes the Host: it must be one.
+        if let Some(authority) = self.authority
+            && !crate::proxy::http::headers::valid_host(authority.of(buf))
+        {
+            return Err(Refusal::Host("an invalid authority in the target"));
+        }
         match self.form {
             Form::Asterisk if method != b"OPTIONS" => Err(Refusal::Asterisk),
             Form::Authority => Err(Refusal::AuthorityForm),
@@ -146,7 +152,8 @@ fn values<'a>(fields: &'a [Field], buf: &'a [u8], name: &'a str) -> impl Iterato
 /// `Ok(None)`: more bytes are needed.
 fn find_head(buf: &[u8], limits: &Limits) -> Result<Option<(usize, usize)>, Refusal> {
     let skip = buf.iter().take_while(|&&b| b == b'\r' || b == b'\n').count();
-    if let Some(bad) = bare_cr_or_lf(&buf[..skip]) {
+    // With the byte after them: a CR that ends them is bare unless an LF follows.
+    if let Some(bad) = bare_cr_or_lf(&buf[..(skip + 1).min(buf.len())]) {
         return Err(Refusal::Framing(bad));
     }
     let rest = &buf[skip..];
@@ -247,8 +254,9 @@ fn lengths(fields: &[Field], buf: &[u8], lists: bool) -> Result<Lengths, Refusal
                 one(trim(value))?;
             }
         } else if name.eq_ignore_ascii_case(b"transfer-encoding") {
+            // hyper reads a value with obs-text as not chunked (it reads only ASCII values).
             let last = value.rsplit(|&b| b == b',').next().map(trim).unwrap_or_default();
-            chunked = Some(chunked.unwrap_or(true) && last.eq_ignore_ascii_case(b"chunked"));
+            chunked = Some(chunked.unwrap_or(true) && value.is_ascii() && last.eq_ignore_ascii_case(b"chunked"));
         }
     }
     Ok(Lengths { length, chunked })
@@ -266,7 +274,8 @@ fn digits(v: &[u8]) -> Option<u64> {
 /// `close` anywhere wins; HTTP/1.0 stays open only when asked with `keep-alive`).
 fn keep_alive(fields: &[Field], buf: &[u8], minor: u8) -> bool {
     let mut open = minor == 1;
-    for v in values(fields, buf, "connection") {
+    // A value with obs-text names no option, as hyper reads it.
+    for v in values(fields, buf, "connection").filter(|v| v.is_ascii()) {
         if tokens(v).any(|t| t.eq_ignore_ascii_case(b"close")) {
             return false;
         }
@@ -408,13 +417,14 @@ mod tests {
 
     #[test]
     fn every_smuggling_probe_the_guard_refuses_is_refused() {
-        let probes: [(&[u8], Bad); 9] = [
+        let probes: [(&[u8], Bad); 10] = [
             (b"POST / HTTP/1.1\r\nHost: a\r\nContent-Length: 4\r\nTransfer-Encoding: chunked\r\n\r\n", Bad::LengthAndEncoding),
             (b"POST / HTTP/1.1\r\nHost: a\r\nTransfer-Encoding: chunked\r\nContent-Length: 4\r\n\r\n", Bad::LengthAndEncoding),
             (b"POST / HTTP/1.1\r\nHost: a\r\nContent-Length: 4\r\nContent-Length: 5\r\n\r\n", Bad::LengthsDiffer),
             (b"GET / HTTP/1.1\r\nHost: a\r\nX-A: 1\r\n  folded\r\n\r\n", Bad::Folding),
             (b"GET / HTTP/1.1\r\nHost: a\rX: b\r\n\r\n", Bad::BareCr),
             (b"GET / HTTP/1.1\nHost: a\n\n", Bad::BareLf),
+            (b"\r\n\rGET / HTTP/1.1\r\nHost: a\r\n\r\n", Bad::BareCr),
             (b"GET / HTTP/1.1\r\nHost: a\nX: b\r\n\r\n", Bad::BareLf),
             (b"POST / HTTP/1.1\r\nHost: a\r\nTransfer-Encoding: gzip\r\n\r\n", Bad::NotChunked),
             (b"GET / HTTP/1.1\r\nHost a\r\n\r\n", Bad::NoColon),
@@ -438,6 +448,8 @@ mod tests {
     fn transfer_encoding_must_end_in_chunked_on_every_line_and_not_in_http_1_0() {
         let ok = b"POST / HTTP/1.1\r\nHost: a\r\nTransfer-Encoding: gzip, Chunked\r\n\r\n";
         assert_eq!(req(ok).unwrap().unwrap().framing, Framing::Chunked);
+        let obs_text = b"POST / HTTP/1.1\r\nHost: a\r\nTransfer-Encoding: x\x99, chunked\r\n\r\n";
+        assert_eq!(refused(obs_text), Refusal::Framing(Bad::NotChunked));
         let split = b"POST / HTTP/1.1\r\nHost: a\r\nTransfer-Encoding: gzip\r\nTransfer-Encoding: chunked\r\n\r\n";
         assert_eq!(refused(split), Refusal::Framing(Bad::NotChunked));
         assert_eq!(refused(b"POST / HTTP/1.0\r\nTransfer-Encoding: chunked\r\n\r\n"), Refusal::EncodingInHttp10);
@@ -489,6 +501,8 @@ mod tests {
         let bare = b"GET http://a.test HTTP/1.1\r\nHost: a.test\r\n\r\n";
         let h = req(bare).unwrap().unwrap();
         assert_eq!((h.forward, h.authority.unwrap().of(bare)), (None, &b"a.test"[..]));
+        let odd_port = b"GET http://a.test:x/ HTTP/1.1\r\nHost: a.test\r\n\r\n";
+        assert_eq!(req(odd_port).unwrap().unwrap().admit(odd_port), Err(Refusal::Host("an invalid authority in the target")));
         let frag = b"GET /p#f HTTP/1.1\r\nHost: a\r\n\r\n";
         assert_eq!(req(frag).unwrap().unwrap().forward.unwrap().of(frag), b"/p");
         let star = b"OPTIONS * HTTP/1.1\r\nHost: a\r\n\r\n";
