@@ -236,6 +236,8 @@ struct Lengths {
 fn lengths(fields: &[Field], buf: &[u8], lists: bool) -> Result<Lengths, Refusal> {
     let mut length: Option<u64> = None;
     let mut chunked = None;
+    // hyper reads only the last Transfer-Encoding line, and only an ASCII one, as chunked.
+    let mut last_ascii = true;
     for f in fields {
         let name = f.name.of(buf);
         let value = f.value.of(buf);
@@ -254,12 +256,12 @@ fn lengths(fields: &[Field], buf: &[u8], lists: bool) -> Result<Lengths, Refusal
                 one(trim(value))?;
             }
         } else if name.eq_ignore_ascii_case(b"transfer-encoding") {
-            // hyper reads a value with obs-text as not chunked (it reads only ASCII values).
             let last = value.rsplit(|&b| b == b',').next().map(trim).unwrap_or_default();
-            chunked = Some(chunked.unwrap_or(true) && value.is_ascii() && last.eq_ignore_ascii_case(b"chunked"));
+            chunked = Some(chunked.unwrap_or(true) && last.eq_ignore_ascii_case(b"chunked"));
+            last_ascii = value.is_ascii();
         }
     }
-    Ok(Lengths { length, chunked })
+    Ok(Lengths { length, chunked: chunked.map(|c| c && last_ascii) })
 }
 
 /// A Content-Length value: decimal digits only (no sign, no space), within `u64`.
@@ -450,6 +452,8 @@ mod tests {
         assert_eq!(req(ok).unwrap().unwrap().framing, Framing::Chunked);
         let obs_text = b"POST / HTTP/1.1\r\nHost: a\r\nTransfer-Encoding: x\x99, chunked\r\n\r\n";
         assert_eq!(refused(obs_text), Refusal::Framing(Bad::NotChunked));
+        let obs_text_first = b"POST / HTTP/1.1\r\nHost: a\r\nTransfer-Encoding: x\x99, chunked\r\nTransfer-Encoding: chunked\r\n\r\n";
+        assert_eq!(req(obs_text_first).unwrap().unwrap().framing, Framing::Chunked);
         let split = b"POST / HTTP/1.1\r\nHost: a\r\nTransfer-Encoding: gzip\r\nTransfer-Encoding: chunked\r\n\r\n";
         assert_eq!(refused(split), Refusal::Framing(Bad::NotChunked));
         assert_eq!(refused(b"POST / HTTP/1.0\r\nTransfer-Encoding: chunked\r\n\r\n"), Refusal::EncodingInHttp10);
