@@ -6,6 +6,8 @@
 //! asserts the invariants that must hold whatever the bytes are; a broken invariant panics, which
 //! is how libFuzzer (and the replay test) notice it. Not an API: hidden from the docs.
 
+mod h1_differential;
+
 use std::sync::OnceLock;
 
 use serde::Deserialize;
@@ -13,6 +15,8 @@ use serde::Deserialize;
 use crate::config::{self, Algorithm, Change, Config, Health, Resolve, ServerAdmin, ServiceSettings};
 use crate::proxy::ftp::command::{self, Eprt};
 use crate::proxy::http::guard::{Framing, Scan};
+
+pub use h1_differential::h1_differential;
 
 /// The HTTP framing guard over a client stream delivered in pieces, as the socket delivers it.
 ///

@@ -60,3 +60,8 @@ fn the_grpc_health_corpus_passes() {
 fn the_h2_to_h1_corpus_passes() {
     replay("h2_to_h1", fulcrum::fuzzing::h2_to_h1);
 }
+
+#[test]
+fn the_h1_differential_corpus_passes() {
+    replay("h1_differential", fulcrum::fuzzing::h1_differential);
+}

@@ -94,6 +94,11 @@ impl Framing {
         Framing { at: At::Head, max_head }
     }
 
+    /// Whether a CONNECT head ended what is read from the client (nothing more is released).
+    pub fn ended(&self) -> bool {
+        self.at == At::End
+    }
+
     /// Decides about the front of `pending` (the bytes not yet released).
     pub fn scan(&mut self, pending: &[u8]) -> Scan {
         if pending.is_empty() {

@@ -32,7 +32,6 @@ pub fn host_problem(headers: &HeaderMap, version: Version) -> Option<&'static st
     (!host.is_empty() && !valid_host(host.as_bytes())).then_some("an invalid Host")
 }
 
-/// `uri-host [":" port]`: an authority without userinfo, whose port (if any) is a number.
 /// The request's `Content-Length` when it has exactly one that reads as a number (hyper and the
 /// framing guard refuse a request whose lengths disagree or do not parse).
 pub fn content_length(headers: &HeaderMap) -> Option<u64> {
@@ -44,7 +43,8 @@ pub fn content_length(headers: &HeaderMap) -> Option<u64> {
     std::str::from_utf8(value.as_bytes()).ok()?.trim().parse().ok()
 }
 
-fn valid_host(value: &[u8]) -> bool {
+/// `uri-host [":" port]`: an authority without userinfo, whose port (if any) is a number.
+pub fn valid_host(value: &[u8]) -> bool {
     let Some(text) = std::str::from_utf8(value).ok() else { return false };
     let Ok(authority) = text.parse::<Authority>() else { return false };
     let port = text.strip_prefix(authority.host()).unwrap_or(text);
