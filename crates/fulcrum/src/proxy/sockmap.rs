@@ -19,7 +19,7 @@
 //! program's byte counters and re-arms if they moved. The same counters feed the stats' bytes in
 //! and out, at each idle check and at the end.
 //!
-//! Where the program cannot run (built without clang, no CAP_BPF/CAP_NET_ADMIN, a kernel without
+//! Where the program cannot run (no CAP_BPF/CAP_NET_ADMIN, a kernel without
 //! `CONFIG_BPF_STREAM_PARSER`, a load or attach error) `prepare` logs one warning saying why and
 //! the services splice. This is one of the few modules with `unsafe`: reading SO_COOKIE and
 //! TIOCOUTQ, and marking the maps' value types as plain data for aya.
@@ -45,8 +45,10 @@ use tracing::{info, warn};
 use super::tcp::{Meters, Options};
 use crate::config::{Config, FastPath, Mode};
 
-/// The compiled program; empty when the build had no clang (build.rs).
-static OBJECT: &[u8] = aya::include_bytes_aligned!(concat!(env!("OUT_DIR"), "/sockmap.o"));
+/// The compiled program, committed beside its source (BPF bytecode is the same on every
+/// architecture; `scripts/bpf` rebuilds it and `scripts/test` checks it matches), so no build
+/// of Fulcrum needs clang.
+static OBJECT: &[u8] = aya::include_bytes_aligned!("../../bpf/sockmap.o");
 
 /// `SO_COOKIE` from asm-generic/socket.h (libc does not export it): a socket's 64-bit id.
 const SO_COOKIE: libc::c_int = 57;
@@ -97,8 +99,6 @@ static LOADED: OnceLock<Result<Loaded, LoadError>> = OnceLock::new();
 /// Why the fast path's program could not be loaded; the services that asked for it splice.
 #[derive(Debug, thiserror::Error)]
 pub enum LoadError {
-    #[error("this binary was built without the BPF program (clang or libbpf-dev missing at build time)")]
-    NotBuilt,
     #[error("loading the BPF object: {0} (needs CAP_BPF and CAP_NET_ADMIN, or root)")]
     Object(aya::EbpfError),
     #[error("no {0} in the object")]
@@ -144,9 +144,6 @@ pub fn active() -> bool {
 }
 
 fn load() -> Result<Loaded, LoadError> {
-    if OBJECT.is_empty() {
-        return Err(LoadError::NotBuilt);
-    }
     let mut ebpf = aya::Ebpf::load(OBJECT).map_err(LoadError::Object)?;
     let socks = ebpf.map("socks").ok_or(LoadError::Missing("socks map"))?;
     let socks = SockHash::<_, u64>::try_from(socks).map_err(|cause| LoadError::Map { what: "socks map", cause })?;
