@@ -303,3 +303,24 @@ fn adaptive_short_connections_never_enter_the_sockmap() {
         assert_eq!(metric(f, "fulcrum_fast_path_sockmap_promoted_total"), 0);
     }
 }
+
+#[test]
+fn adaptive_connection_keeps_its_idle_timeout_after_promotion() {
+    let (f, _echo, loaded) = adaptive_service("client_timeout = \"400ms\"\nserver_timeout = \"400ms\"\n");
+    let mut c = TcpStream::connect(f.listen).unwrap();
+    c.set_read_timeout(Some(Duration::from_secs(5))).unwrap();
+    exchanges(&mut c, 20, 50, 4);
+    assert_eq!(metric(&f, "fulcrum_fast_path_sockmap_active"), u64::from(loaded));
+    // Busy: an exchange every 150 ms for 1.5 s keeps it open past the 400 ms limit.
+    for i in 0..10 {
+        exchanges(&mut c, 1, 10, i);
+        std::thread::sleep(Duration::from_millis(150));
+    }
+    // Idle: closed after about the limit.
+    let started = std::time::Instant::now();
+    let mut b = [0u8; 1];
+    assert_eq!(c.read(&mut b).unwrap_or(0), 0, "expected a close");
+    let waited = started.elapsed();
+    assert!(waited >= Duration::from_millis(200) && waited < Duration::from_secs(4), "closed after {waited:?}");
+    wait_until("the connection ended", Duration::from_secs(5), || metric(&f, "fulcrum_fast_path_sockmap_active") == 0);
+}
