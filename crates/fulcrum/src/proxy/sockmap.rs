@@ -25,8 +25,8 @@
 //! and out, at each idle check and at the end.
 //!
 //! Where the program cannot run (no CAP_BPF/CAP_NET_ADMIN, a kernel without
-//! `CONFIG_BPF_STREAM_PARSER`, a load or attach error) `prepare` logs one warning saying why and
-//! the services splice. This is one of the few modules with `unsafe`: reading SO_COOKIE and
+//! `CONFIG_BPF_STREAM_PARSER`, a load or attach error) `prepare` logs one line saying why (a
+//! warning when a service asked for `sockmap` by name) and the services splice. This is one of the few modules with `unsafe`: reading SO_COOKIE and
 //! TIOCOUTQ, and marking the maps' value types as plain data for aya.
 
 use std::cell::RefCell;
