@@ -1,6 +1,7 @@
 // SPDX-License-Identifier: GPL-2.0 OR Apache-2.0
 //
-// Fulcrum's sockmap fast path (src/proxy/sockmap.rs loads it): every skb that arrives on a TCP
+// Fulcrum's sockmap fast path (src/proxy/sockmap.rs loads it; scripts/bpf compiles it into
+// sockmap.o beside this file, which is committed and embedded): every skb that arrives on a TCP
 // socket in `socks` is handed to the egress of that socket's peer inside the kernel, so the bytes
 // of an established connection never wake the process.
 //

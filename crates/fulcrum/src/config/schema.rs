@@ -209,6 +209,10 @@ pub use crate::mode::Mode;
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "kebab-case")]
 pub enum FastPath {
+    /// Splice to start with; a connection that has shown itself long-lived and made of small
+    /// exchanges moves into the sockmap, and back out when it turns to bulk
+    /// (`proxy::adaptive`). The default in TCP mode, where the program loads.
+    Adaptive,
     /// Read into a small buffer, and splice(2) through a pipe once a direction carries bulk.
     Splice,
     /// Both sockets go into a BPF sockhash whose stream verdict program sends every byte on to the
@@ -221,6 +225,7 @@ pub enum FastPath {
 impl FastPath {
     pub fn as_str(self) -> &'static str {
         match self {
+            FastPath::Adaptive => "adaptive",
             FastPath::Splice => "splice",
             FastPath::Sockmap => "sockmap",
         }
@@ -295,7 +300,8 @@ pub struct Service {
     /// Close a server's connections at once when it is disabled, instead of letting them finish.
     #[serde(default)]
     pub terminate_on_disable: bool,
-    /// TCP mode: how an established connection's bytes move. Unset: splice, as `"splice"` says.
+    /// TCP mode: how an established connection's bytes move. Unset: `"adaptive"` for a
+    /// plain TCP service, else splice (`Service::fast_path`).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub fast_path: Option<FastPath>,
     /// Clients are proxies that send a PROXY protocol header (v1 or v2) first; its client address
@@ -404,6 +410,18 @@ impl Service {
     /// the same mode and ALPN offer, so the certificates this one loaded serve it too.
     pub fn terminates_tls_as(&self, other: &Service) -> bool {
         self.tls == other.tls && self.mode == other.mode && self.http.http2 == other.http.http2 && self.acme_names() == other.acme_names()
+    }
+
+    /// How this service's TCP connections move their bytes: `fast_path` as set, else adaptive
+    /// for a TCP service that neither terminates nor originates TLS (those bytes must pass
+    /// through Fulcrum), else splice. Adaptive and sockmap splice where the program does not
+    /// load (`proxy::sockmap::active`).
+    pub fn fast_path(&self) -> FastPath {
+        match self.fast_path {
+            Some(f) => f,
+            None if self.mode == Mode::Tcp && self.tls.is_none() && self.server_tls.is_none() => FastPath::Adaptive,
+            None => FastPath::Splice,
+        }
     }
 
     /// How long a connection or request waits in the queue for a server place.

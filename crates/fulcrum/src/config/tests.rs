@@ -156,11 +156,18 @@ fn the_haproxy_papers_routing_example_is_valid_and_routes_must_name_pools() {
 }
 
 #[test]
-fn fast_path_is_unset_by_default_and_parses_both_values() {
+fn fast_path_is_unset_by_default_and_parses_every_value() {
     let base = "[[service]]\nname = \"a\"\nlisten = \"127.0.0.1:1000\"\n";
     let server = "[[service.server]]\naddress = \"127.0.0.1:1001\"\n";
-    assert_eq!(parse(&format!("{base}{server}"), "t").unwrap().services[0].fast_path, None);
-    for (text, want) in [("splice", FastPath::Splice), ("sockmap", FastPath::Sockmap)] {
+    let c = parse(&format!("{base}{server}"), "t").unwrap();
+    assert_eq!(c.services[0].fast_path, None);
+    // Unset: adaptive for plain TCP, splice where bytes must pass through Fulcrum.
+    assert_eq!(c.services[0].fast_path(), FastPath::Adaptive);
+    let http = parse(&format!("{base}mode = \"http\"\n{server}"), "t").unwrap();
+    assert_eq!(http.services[0].fast_path(), FastPath::Splice);
+    let tls = parse(&format!("{base}[service.server_tls]\n{server}"), "t").unwrap();
+    assert_eq!(tls.services[0].fast_path(), FastPath::Splice);
+    for (text, want) in [("adaptive", FastPath::Adaptive), ("splice", FastPath::Splice), ("sockmap", FastPath::Sockmap)] {
         let c = parse(&format!("{base}fast_path = \"{text}\"\n{server}"), "t").unwrap();
         assert_eq!(c.services[0].fast_path, Some(want));
         // Written back and read again unchanged, as the admin API's save does.
@@ -203,8 +210,10 @@ fn tls_settings_are_checked_where_they_cannot_work() {
     assert!(e.contains("[service.tls] has no certificate"), "{e}");
     let e = errors(&with("ftp", "", no_certs));
     assert!(e.contains("FTP over TLS"), "{e}");
-    let e = errors(&with("tcp", "fast_path = \"sockmap\"", no_certs));
-    assert!(e.contains("cannot carry a TLS session"), "{e}");
+    for fast in ["sockmap", "adaptive"] {
+        let e = errors(&with("tcp", &format!("fast_path = \"{fast}\""), no_certs));
+        assert!(e.contains(&format!("fast_path = \"{fast}\" cannot carry a TLS session")), "{e}");
+    }
     let missing = "[[service.tls.certificate]]\ncert = \"/nonexistent/site.pem\"\nkey = \"/nonexistent/site.key\"";
     let e = errors(&with("tcp", "", missing));
     assert!(e.contains("/nonexistent/site.pem: cannot read the certificate"), "{e}");

@@ -532,10 +532,10 @@ fn validate_edge(service: &Service, prefix: &[Seg<'_>], report: &mut Report<'_>)
     if service.data_ports.is_some() && service.mode != Mode::Ftp {
         report.error(&at("data_ports"), "data_ports is only for mode = \"ftp\"".into(), "remove it, or set mode = \"ftp\"");
     }
-    if service.server_tls.is_some() && service.fast_path == Some(FastPath::Sockmap) {
+    if let Some(fast) = service.fast_path.filter(|f| service.server_tls.is_some() && *f != FastPath::Splice) {
         report.error(
             &at("fast_path"),
-            "fast_path = \"sockmap\" cannot carry a TLS session to the servers: the bytes must pass through Fulcrum to be encrypted".into(),
+            format!("fast_path = \"{}\" cannot carry a TLS session to the servers: the bytes must pass through Fulcrum to be encrypted", fast.as_str()),
             "remove fast_path or server_tls",
         );
     }
@@ -559,10 +559,10 @@ fn validate_tls(service: &Service, tls: &Tls, prefix: &[Seg<'_>], report: &mut R
         report.error(&at(&[]), "[service.tls] is for mode = \"tcp\" and \"http\"".into(), "FTP over TLS (FTPS) is not supported: remove [service.tls] or use mode = \"tcp\"");
         return;
     }
-    if service.fast_path == Some(FastPath::Sockmap) {
+    if let Some(fast) = service.fast_path.filter(|f| *f != FastPath::Splice) {
         report.error(
             &at(&[]),
-            "fast_path = \"sockmap\" cannot carry a TLS session: the bytes must pass through Fulcrum to be decrypted".into(),
+            format!("fast_path = \"{}\" cannot carry a TLS session: the bytes must pass through Fulcrum to be decrypted", fast.as_str()),
             "remove fast_path, or terminate TLS on the servers",
         );
     }

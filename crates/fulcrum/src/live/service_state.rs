@@ -25,6 +25,11 @@ pub struct ServiceState {
     pub redispatches: AtomicU64,
     /// TCP connections whose bytes the kernel moved through the sockmap fast path.
     pub sockmap: AtomicU64,
+    /// Of those, the ones in the sockmap now.
+    pub sockmap_active: AtomicU64,
+    /// Adaptive connections moved into the sockmap, and out of it again when they turned to bulk.
+    pub sockmap_promoted: AtomicU64,
+    pub sockmap_demoted: AtomicU64,
     /// TLS handshakes by protocol version and failures by reason.
     pub tls: crate::tls::Counters,
     /// Connections (HTTP: requests) waiting for a place on a server at its `maxconn`.

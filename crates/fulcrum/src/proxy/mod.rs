@@ -1,6 +1,7 @@
 //! The data path: listeners accept, `dispatch` finds a server and connects (`connect`), `tcp`
 //! forwards the bytes; `http` and `ftp` are the modes that read what they forward.
 
+pub mod adaptive;
 pub mod connect;
 pub mod copy;
 pub mod dispatch;
@@ -22,11 +23,13 @@ pub mod workers;
 
 use std::net::SocketAddr;
 use std::sync::Arc;
+use std::sync::atomic::AtomicU64;
 use std::sync::atomic::Ordering::Relaxed;
 
 use tokio::net::TcpStream;
 use tracing::{debug, warn};
 
+use crate::config::FastPath;
 use crate::error::{Side, Throttle};
 use crate::live::{Pool, Service, ServiceGuard, Slot};
 use crate::proxy_header;
@@ -264,7 +267,7 @@ where
     let cfg = service.config();
     let entry = place.entry();
     let state = &entry.state;
-    let opts = tcp::Options { half_close: cfg.half_close, client_timeout: cfg.client_timeout, server_timeout: cfg.server_timeout, splice: false };
+    let opts = tcp::Options { half_close: cfg.half_close, client_timeout: cfg.client_timeout, server_timeout: cfg.server_timeout, splice: false, promote_after: 0 };
     let meters = tcp::Meters { bytes_in: &state.counters.bytes_in, bytes_out: &state.counters.bytes_out };
     let terminate = state.terminate_token();
     tokio::select! {
@@ -318,11 +321,11 @@ fn handle(client: TcpStream, peer: SocketAddr, service: Arc<Service>, counted: (
         let entry = place.entry();
         let state = &entry.state;
         let terminate = state.terminate_token();
-        let opts = tcp::Options { half_close: cfg.half_close, client_timeout: cfg.client_timeout, server_timeout: cfg.server_timeout, splice: true };
+        let opts = tcp::Options { half_close: cfg.half_close, client_timeout: cfg.client_timeout, server_timeout: cfg.server_timeout, splice: true, promote_after: 0 };
         let meters = tcp::Meters { bytes_in: &state.counters.bytes_in, bytes_out: &state.counters.bytes_out };
-        let sockmap = cfg.fast_path == Some(crate::config::FastPath::Sockmap) && sockmap::active();
+        let fast = cfg.fast_path();
         tokio::select! {
-            r = forward(client, server, sockmap, &service, opts, meters) => match r {
+            r = forward(client, server, fast, &service, opts, meters) => match r {
                 Ok((up, down)) => {
                     limits::connection_moved(&service, peer.ip(), up + down);
                     debug!(service = %cfg.name, client = %peer, server = %entry.addr, up, down, "connection closed")
@@ -374,11 +377,11 @@ async fn relay(client: TcpStream, server: TcpStream, place: &dispatch::Place, se
     let entry = place.entry();
     let state = &entry.state;
     let terminate = state.terminate_token();
-    let opts = tcp::Options { half_close: cfg.half_close, client_timeout: cfg.client_timeout, server_timeout: cfg.server_timeout, splice: true };
+    let opts = tcp::Options { half_close: cfg.half_close, client_timeout: cfg.client_timeout, server_timeout: cfg.server_timeout, splice: true, promote_after: 0 };
     let meters = tcp::Meters { bytes_in: &state.counters.bytes_in, bytes_out: &state.counters.bytes_out };
-    let sockmap = cfg.fast_path == Some(crate::config::FastPath::Sockmap) && sockmap::active();
+    let fast = cfg.fast_path();
     tokio::select! {
-        r = forward(client, server, sockmap, service, opts, meters) => match r {
+        r = forward(client, server, fast, service, opts, meters) => match r {
             Ok((up, down)) => {
                 limits::connection_moved(service, peer.ip(), up + down);
                 debug!(service = %cfg.name, client = %peer, server = %entry.addr, up, down, "connection closed")
@@ -395,56 +398,121 @@ async fn relay(client: TcpStream, server: TcpStream, place: &dispatch::Place, se
     }
 }
 
-/// Forwards an established TCP connection: through the sockmap when the service asks for it and
-/// the program is loaded, else (or when linking the pair fails) by copy and splice.
+/// Forwards an established TCP connection as its service's fast path says: `sockmap` links the
+/// pair at once; `adaptive` splices until the connection has made `adaptive::PROMOTE_TURNS`
+/// turns of small exchanges, then links it, and copies it again once it carries bulk; `splice`
+/// (and the others where the program did not load, or for a pair that cannot be linked) copies
+/// and splices. A connection that never shows itself long-lived touches no map.
 /// (An async block for the reason `handle` is one.)
 #[allow(clippy::manual_async_fn)]
 fn forward<'a>(
     mut client: TcpStream,
     mut server: TcpStream,
-    sockmap: bool,
+    fast: FastPath,
     service: &'a Service,
-    opts: tcp::Options,
+    mut opts: tcp::Options,
     meters: tcp::Meters<'a>,
 ) -> impl Future<Output = std::io::Result<(u64, u64)>> + Send + 'a {
     async move {
-        if sockmap {
+        let loaded = fast != FastPath::Splice && sockmap::active();
+        if loaded && fast == FastPath::Sockmap {
             // Boxed: what the sockmap path holds is not in every copied connection's task (the
             // test below).
-            match Box::pin(through_sockmap(client, server, service, opts, meters)).await {
+            match Box::pin(through_sockmap(client, server, service, opts, meters, false)).await {
                 Ok(done) => return done,
                 Err(pair) => (client, server) = pair,
             }
         }
-        tcp::forward(&mut client, &mut server, opts, meters).await
+        if loaded && fast == FastPath::Adaptive {
+            opts.promote_after = adaptive::PROMOTE_TURNS;
+        }
+        match tcp::forward(&mut client, &mut server, opts, meters).await? {
+            tcp::Outcome::Closed(up, down) => Ok((up, down)),
+            tcp::Outcome::Promote(up, down) => {
+                let (more_up, more_down) = Box::pin(promoted(client, server, service, opts, meters)).await?;
+                Ok((up + more_up, down + more_down))
+            }
+        }
     }
 }
 
-/// The sockmap path of `forward`; gives the pair back when nothing went into the map.
+/// An adaptive connection from its promotion on: into the sockmap, or on by splice where the
+/// pair cannot be linked (a FIN arrived meanwhile). It is promoted once at most.
+async fn promoted(client: TcpStream, server: TcpStream, service: &Service, opts: tcp::Options, meters: tcp::Meters<'_>) -> std::io::Result<(u64, u64)> {
+    let opts = tcp::Options { promote_after: 0, ..opts };
+    match through_sockmap(client, server, service, opts, meters, true).await {
+        Ok(done) => done,
+        Err((mut client, mut server)) => tcp::forward(&mut client, &mut server, opts, meters).await.map(tcp::Outcome::totals),
+    }
+}
+
+/// The sockmap path of `forward`; gives the pair back when nothing went into the map. With
+/// `adaptive`, a connection that turns to bulk leaves the kernel's forwarding and is copied.
 async fn through_sockmap(
     mut client: TcpStream,
     mut server: TcpStream,
     service: &Service,
     opts: tcp::Options,
     meters: tcp::Meters<'_>,
+    adaptive: bool,
 ) -> Result<std::io::Result<(u64, u64)>, (TcpStream, TcpStream)> {
     let name = &service.config().name;
+    // Copied without splice: the program passed the bytes up to the socket's psock queue,
+    // where only a read sees them in order.
+    let copy = tcp::Options { splice: false, promote_after: 0, ..opts };
     match sockmap::Pair::link(&client, &server) {
-        sockmap::Linked::Yes(pair) => {
-            service.state().sockmap.fetch_add(1, Relaxed);
-            Ok(sockmap::forward(pair, client, server, opts, meters).await)
+        sockmap::Linked::Yes(mut pair) => {
+            let state = service.state();
+            state.sockmap.fetch_add(1, Relaxed);
+            if adaptive {
+                state.sockmap_promoted.fetch_add(1, Relaxed);
+            }
+            let inside = Inside::count(&state.sockmap_active);
+            let ended = sockmap::forward(&mut pair, client, server, opts, meters, adaptive).await;
+            drop(inside);
+            Ok(match ended {
+                Ok(sockmap::Ended::Closed(up, down)) => Ok((up, down)),
+                Ok(sockmap::Ended::Demoted { mut client, mut server, up, down }) => {
+                    state.sockmap_demoted.fetch_add(1, Relaxed);
+                    debug!(service = %name, up, down, "a connection turned to bulk and left the sockmap fast path");
+                    let copied = tcp::forward(&mut client, &mut server, copy, meters).await;
+                    drop(pair);
+                    copied.map(|o| {
+                        let (more_up, more_down) = o.totals();
+                        (up + more_up, down + more_down)
+                    })
+                }
+                Err(e) => Err(e),
+            })
         }
         sockmap::Linked::Held(held, e) => {
             debug!(service = %name, "sockmap fast path not used for a connection, copying it: {e}");
-            let copied = tcp::forward(&mut client, &mut server, tcp::Options { splice: false, ..opts }, meters).await;
+            let copied = tcp::forward(&mut client, &mut server, copy, meters).await;
             drop(held);
-            Ok(copied)
+            Ok(copied.map(tcp::Outcome::totals))
         }
         // A client that half-closed already: this connection splices.
         sockmap::Linked::No(e) => {
             debug!(service = %name, "sockmap fast path not used for a connection, splicing it: {e}");
             Err((client, server))
         }
+    }
+}
+
+/// A connection counted among those the kernel forwards now (`sockmap_active`) while it lives,
+/// whether its forward ends, leaves or is dropped (a disabled server, shutdown).
+struct Inside<'a>(&'a AtomicU64);
+
+impl<'a> Inside<'a> {
+    fn count(gauge: &'a AtomicU64) -> Inside<'a> {
+        gauge.fetch_add(1, Relaxed);
+        Inside(gauge)
+    }
+}
+
+impl Drop for Inside<'_> {
+    fn drop(&mut self) {
+        self.0.fetch_sub(1, Relaxed);
     }
 }
 
@@ -478,7 +546,7 @@ mod tests {
         let (_client, accepted, peer) = pair().await;
         size("connect", std::mem::size_of_val(&dispatch::connect(&tcp_service.pool, peer)), 1024);
         let (mut a, mut b, _) = pair().await;
-        let opts = tcp::Options { half_close: true, client_timeout: Duration::from_secs(1), server_timeout: Duration::from_secs(1), splice: true };
+        let opts = tcp::Options { half_close: true, client_timeout: Duration::from_secs(1), server_timeout: Duration::from_secs(1), splice: true, promote_after: 0 };
         let meter = std::sync::atomic::AtomicU64::new(0);
         size("forward", std::mem::size_of_val(&tcp::forward(&mut a, &mut b, opts, tcp::Meters { bytes_in: &meter, bytes_out: &meter })), 1024);
         let counted = (tcp.budget().take(), tcp_service.state().open());

@@ -1,6 +1,6 @@
-//! The sockmap fast path of TCP mode (`fast_path = "sockmap"`): owns the BPF program of
-//! `bpf/sockmap.c` (loaded once per process), its maps, and the forwarding of a connection whose
-//! bytes the kernel moves.
+//! The sockmap fast path of TCP mode (`fast_path = "sockmap"`, and `"adaptive"` once a
+//! connection is promoted): owns the BPF program of `bpf/sockmap.c` (loaded once per process),
+//! its maps, and the forwarding of a connection whose bytes the kernel moves.
 //!
 //! Both sockets of a connection go into a SOCKHASH keyed by socket cookie, with a stream verdict
 //! program attached that hands every skb arriving on one socket to the egress of its peer
@@ -15,13 +15,18 @@
 //! the last bytes): the peer's bytes acknowledged plus its send queue (`TIOCOUTQ`) must reach the
 //! bytes the program counted. So half close works as in the copy path.
 //!
+//! Leaving (adaptive connections that turn to bulk, `adaptive::bulk`): the links go, so the
+//! program passes every later byte up; once each socket has taken every byte redirected to it
+//! the process copies the rest. The sockets stay in the map until the connection ends: taking a
+//! socket out drops what waits in its psock queue.
+//!
 //! Idle timeouts: the process does not see bytes move, so when the idle timer fires it reads the
 //! program's byte counters and re-arms if they moved. The same counters feed the stats' bytes in
 //! and out, at each idle check and at the end.
 //!
-//! Where the program cannot run (built without clang, no CAP_BPF/CAP_NET_ADMIN, a kernel without
-//! `CONFIG_BPF_STREAM_PARSER`, a load or attach error) `prepare` logs one warning saying why and
-//! the services splice. This is one of the few modules with `unsafe`: reading SO_COOKIE and
+//! Where the program cannot run (no CAP_BPF/CAP_NET_ADMIN, a kernel without
+//! `CONFIG_BPF_STREAM_PARSER`, a load or attach error) `prepare` logs one line saying why (a
+//! warning when a service asked for `sockmap` by name) and the services splice. This is one of the few modules with `unsafe`: reading SO_COOKIE and
 //! TIOCOUTQ, and marking the maps' value types as plain data for aya.
 
 use std::cell::RefCell;
@@ -40,13 +45,16 @@ use std::time::Duration;
 use aya::maps::{HashMap as BpfHashMap, Map, MapData, SockHash};
 use aya::programs::SkSkb;
 use tokio::net::TcpStream;
-use tracing::{info, warn};
+use tracing::{debug, info, warn};
 
+use super::adaptive;
 use super::tcp::{Meters, Options};
 use crate::config::{Config, FastPath, Mode};
 
-/// The compiled program; empty when the build had no clang (build.rs).
-static OBJECT: &[u8] = aya::include_bytes_aligned!(concat!(env!("OUT_DIR"), "/sockmap.o"));
+/// The compiled program, committed beside its source (BPF bytecode is the same on every
+/// architecture; `scripts/bpf` rebuilds it and `scripts/test` checks it matches), so no build
+/// of Fulcrum needs clang.
+static OBJECT: &[u8] = aya::include_bytes_aligned!("../../bpf/sockmap.o");
 
 /// `SO_COOKIE` from asm-generic/socket.h (libc does not export it): a socket's 64-bit id.
 const SO_COOKIE: libc::c_int = 57;
@@ -97,8 +105,6 @@ static LOADED: OnceLock<Result<Loaded, LoadError>> = OnceLock::new();
 /// Why the fast path's program could not be loaded; the services that asked for it splice.
 #[derive(Debug, thiserror::Error)]
 pub enum LoadError {
-    #[error("this binary was built without the BPF program (clang or libbpf-dev missing at build time)")]
-    NotBuilt,
     #[error("loading the BPF object: {0} (needs CAP_BPF and CAP_NET_ADMIN, or root)")]
     Object(aya::EbpfError),
     #[error("no {0} in the object")]
@@ -113,28 +119,32 @@ pub enum LoadError {
     Io { what: &'static str, cause: io::Error },
 }
 
-/// Whether `prepare` has work for `config`: a TCP service asks for the fast path and no load
-/// was tried yet. Cheap, so a reload can ask before it moves to a blocking thread.
+/// Whether `prepare` has work for `config`: a TCP service uses the fast path (`sockmap`, or
+/// `adaptive`, the default) and no load was tried yet. Cheap, so a reload can ask before it
+/// moves to a blocking thread.
 pub fn needs_prepare(config: &Config) -> bool {
     LOADED.get().is_none() && wanted(config).next().is_some()
 }
 
-fn wanted(config: &Config) -> impl Iterator<Item = &str> {
-    config.services.iter().filter(|s| s.mode == Mode::Tcp && s.fast_path == Some(FastPath::Sockmap)).map(|s| s.name.as_str())
+fn wanted(config: &Config) -> impl Iterator<Item = &crate::config::Service> {
+    config.services.iter().filter(|s| s.mode == Mode::Tcp && s.fast_path() != FastPath::Splice)
 }
 
-/// Loads the program once if a TCP service of `config` asks for it; the first time, logs
-/// whether the fast path is on or, in one warning, why those services splice instead. Called at
-/// start and on a config change that needs it, on a blocking thread: the kernel's verifier runs
-/// in the call.
+/// Loads the program once if a TCP service of `config` uses it; the first time, logs in one
+/// line whether the fast path is on or why those services splice instead (a warning when a
+/// service asked for `sockmap` by name; information when only the default, `adaptive`, would
+/// have used it). Called at start and on a config change that needs it, on a blocking thread:
+/// the kernel's verifier runs in the call.
 pub fn prepare(config: &Config) {
     if !needs_prepare(config) {
         return;
     }
-    let names = wanted(config).collect::<Vec<_>>().join(", ");
+    let names = wanted(config).map(|s| s.name.as_str()).collect::<Vec<_>>().join(", ");
+    let asked = wanted(config).any(|s| s.fast_path == Some(FastPath::Sockmap));
     match LOADED.get_or_init(load) {
-        Ok(_) => info!(services = %names, "sockmap fast path loaded: the kernel forwards these services' bytes"),
-        Err(why) => warn!(services = %names, "sockmap fast path unavailable, these services splice instead: {why}"),
+        Ok(_) => info!(services = %names, "sockmap fast path loaded: the kernel forwards these services' bytes (adaptive: their long-lived connections of small exchanges)"),
+        Err(why) if asked => warn!(services = %names, "sockmap fast path unavailable, these services splice instead: {why}"),
+        Err(why) => info!(services = %names, "sockmap fast path unavailable, these services splice instead: {why}"),
     }
 }
 
@@ -144,9 +154,6 @@ pub fn active() -> bool {
 }
 
 fn load() -> Result<Loaded, LoadError> {
-    if OBJECT.is_empty() {
-        return Err(LoadError::NotBuilt);
-    }
     let mut ebpf = aya::Ebpf::load(OBJECT).map_err(LoadError::Object)?;
     let socks = ebpf.map("socks").ok_or(LoadError::Missing("socks map"))?;
     let socks = SockHash::<_, u64>::try_from(socks).map_err(|cause| LoadError::Map { what: "socks map", cause })?;
@@ -290,21 +297,60 @@ impl Drop for Pair {
     }
 }
 
-/// Waits for the ends of a linked pair, with the copy path's half close and idle timeouts.
-/// Returns the bytes moved client to server and server to client.
+/// How the forward of a linked pair ended.
+pub enum Ended {
+    /// Both directions ended (or one, without half close): the bytes moved client to server
+    /// and server to client since linking.
+    Closed(u64, u64),
+    /// The connection turned to bulk and left the kernel's forwarding (`fast_path =
+    /// "adaptive"`): every byte the program redirected has reached its peer socket and the
+    /// program passes every later byte up. The caller forwards the rest by copy (without
+    /// splice: those bytes wait in the socket's psock queue, where only a read sees them) and
+    /// keeps the `Pair` until the end, since taking a socket out of the map drops what waits
+    /// there. The bytes each way so far, already added to the stats.
+    Demoted { client: TcpStream, server: TcpStream, up: u64, down: u64 },
+}
+
+/// Waits for the ends of a linked pair, with the copy path's half close and idle timeouts; with
+/// `demote`, hands the connection back (`Ended::Demoted`) once it carries bulk
+/// (`adaptive::bulk`).
 ///
 /// Both sockets leave tokio's reactor for `watch`'s epoll, which asks only for hang-up and
 /// errors: tokio registers every socket for EPOLLIN, and the kernel's data-ready callback after
 /// each redirected skb would wake a runtime thread in epoll_wait for nothing, thousands of times
 /// for a 64 MiB transfer.
-pub async fn forward(mut pair: Pair, client: TcpStream, server: TcpStream, opts: Options, meters: Meters<'_>) -> io::Result<(u64, u64)> {
+pub async fn forward(pair: &mut Pair, client: TcpStream, server: TcpStream, opts: Options, meters: Meters<'_>, demote: bool) -> io::Result<Ended> {
     let result = match (client.into_std(), server.into_std()) {
-        (Ok(client), Ok(server)) => wait(&mut pair, &client, &server, opts, &meters).await,
+        (Ok(client), Ok(server)) => match wait(pair, &client, &server, opts, &meters, demote).await {
+            Ok(Waited::Demote) => return demoted(pair, client, server, &meters),
+            other => other,
+        },
         (Err(e), _) | (_, Err(e)) => Err(e),
     };
-    report(&mut pair, &meters);
+    report(pair, &meters);
     let totals = (counted(pair.client.cookie, &pair.client), counted(pair.server.cookie, &pair.server));
-    result.map(|()| totals)
+    result.map(|_| Ended::Closed(totals.0, totals.1))
+}
+
+/// The hand-back of a drained pair: the bytes each way come from the sockets themselves (what
+/// was written into the peer since linking: nothing but this pair's forwarding writes there, and
+/// no redirect is in flight), exact where the program's two counters could be read between the
+/// two updates of a passed skb.
+fn demoted(pair: &mut Pair, client: std::net::TcpStream, server: std::net::TcpStream, meters: &Meters<'_>) -> io::Result<Ended> {
+    let up = written(&server)?.saturating_sub(pair.server.base);
+    let down = written(&client)?.saturating_sub(pair.client.base);
+    for (side, now, meter) in [(&mut pair.client, up, meters.bytes_in), (&mut pair.server, down, meters.bytes_out)] {
+        meter.fetch_add(now.saturating_sub(side.reported), Relaxed);
+        side.reported = side.reported.max(now);
+    }
+    Ok(Ended::Demoted { client: TcpStream::from_std(client)?, server: TcpStream::from_std(server)?, up, down })
+}
+
+/// What `wait` came to.
+enum Waited {
+    Closed,
+    /// Bulk: the pair is unlinked and drained, ready to be copied.
+    Demote,
 }
 
 /// The wait itself. Bytes the program passed up (those of the moment of linking) wake nobody,
@@ -312,52 +358,72 @@ pub async fn forward(mut pair: Pair, client: TcpStream, server: TcpStream, opts:
 /// that backs off (`SETTLE_FIRST` to `SETTLE_LAST`): a verdict already running when the
 /// process raised `taken` may still pass an skb, and every later one is then passed too (the
 /// counts differ), so order holds and only a look is needed to move them.
-async fn wait(pair: &mut Pair, client: &std::net::TcpStream, server: &std::net::TcpStream, opts: Options, meters: &Meters<'_>) -> io::Result<()> {
+///
+/// With `demote`, the timer also looks at the counters (`adaptive::LOOK_FIRST` to `LOOK_MAX`).
+/// To leave, the links go first, so the program passes every later byte up; the process then
+/// moves nothing until each socket has taken every byte redirected to it (the FIN's drain
+/// check), so its own writes of the passed bytes cannot overtake them.
+async fn wait(pair: &mut Pair, client: &std::net::TcpStream, server: &std::net::TcpStream, opts: Options, meters: &Meters<'_>, demote: bool) -> io::Result<Waited> {
     let watch = Watch::new(client, server)?;
     let mut last = crate::clock::timer_now();
     let mut seen = 0u64;
     let mut drain_wait = DRAIN_FIRST;
     let mut settle = Some(SETTLE_FIRST);
-    let timer = tokio::time::sleep_until(last + idle_limit(&opts, pair));
+    // The adaptive looks: when the next is due, how long the last wait was, and each side's
+    // count at the last look.
+    let mut look = adaptive::LOOK_FIRST;
+    let mut look_at = last + look;
+    let mut looked = (last, 0u64, 0u64);
+    let mut leaving = false;
+    let first = if demote { look_at.min(last + idle_limit(&opts, pair)) } else { last + idle_limit(&opts, pair) };
+    let timer = tokio::time::sleep_until(first);
     tokio::pin!(timer);
     poll_fn(|cx| {
         // Arm first, then look: an end that comes after the look wakes this task.
         watch.arm(cx);
-        let mut blocked = false;
-        for up in [true, false] {
-            let (src, dst, side) = if up { (client, server, &mut pair.client) } else { (server, client, &mut pair.server) };
-            loop {
-                match take_passed(src, dst, side)? {
-                    Step::Moved => settle = Some(SETTLE_FIRST),
-                    Step::Blocked => {
-                        blocked = true;
-                        break;
+        let mut draining = false;
+        if leaving {
+            let up = drained(&pair.client, server, pair.server.base)?;
+            let down = drained(&pair.server, client, pair.client.base)?;
+            if up && down {
+                return Poll::Ready(Ok(Waited::Demote));
+            }
+            draining = true;
+        } else {
+            for up in [true, false] {
+                let (src, dst, side) = if up { (client, server, &mut pair.client) } else { (server, client, &mut pair.server) };
+                loop {
+                    match take_passed(src, dst, side)? {
+                        Step::Moved => settle = Some(SETTLE_FIRST),
+                        Step::Blocked => {
+                            draining = true;
+                            break;
+                        }
+                        Step::Eof | Step::Empty => break,
                     }
-                    Step::Eof | Step::Empty => break,
                 }
             }
-        }
-        // A side at end of stream passes its FIN on once the peer has every byte before it.
-        let mut draining = blocked;
-        for up in [true, false] {
-            let (dst, side, peer) = if up { (server, &mut pair.client, &pair.server) } else { (client, &mut pair.server, &pair.client) };
-            if side.eof && !side.ended {
-                if drained(side, dst, peer.base)? {
-                    side.ended = true;
-                    if opts.half_close && !peer.eof {
-                        let _ = dst.shutdown(std::net::Shutdown::Write);
+            // A side at end of stream passes its FIN on once the peer has every byte before it.
+            for up in [true, false] {
+                let (dst, side, peer) = if up { (server, &mut pair.client, &pair.server) } else { (client, &mut pair.server, &pair.client) };
+                if side.eof && !side.ended {
+                    if drained(side, dst, peer.base)? {
+                        side.ended = true;
+                        if opts.half_close && !peer.eof {
+                            let _ = dst.shutdown(std::net::Shutdown::Write);
+                        }
+                    } else {
+                        draining = true;
                     }
-                } else {
-                    draining = true;
                 }
             }
+            let (up, down) = (pair.client.ended, pair.server.ended);
+            if (up && down) || (!opts.half_close && (up || down)) {
+                return Poll::Ready(Ok(Waited::Closed));
+            }
         }
-        let (up, down) = (pair.client.ended, pair.server.ended);
-        if (up && down) || (!opts.half_close && (up || down)) {
-            return Poll::Ready(Ok(()));
-        }
-        // Look again soon while a FIN or passed bytes wait for the peer to take its bytes, and
-        // for a while after passed bytes moved; the idle limit still applies.
+        // Look again soon while a FIN, passed bytes or a hand-back wait for the peer to take its
+        // bytes, and for a while after passed bytes moved; the idle limit still applies.
         let soon = if draining {
             let wait = drain_wait;
             drain_wait = (drain_wait * 2).min(DRAIN_MAX);
@@ -372,17 +438,41 @@ async fn wait(pair: &mut Pair, client: &std::net::TcpStream, server: &std::net::
             timer.as_mut().reset((crate::clock::timer_now() + wait).min(last + idle_limit(&opts, pair)));
         }
         while timer.as_mut().poll(cx).is_ready() {
-            // The timer fired: did bytes move since the last look?
-            let total = report(pair, meters);
+            // The timer fired: did bytes move since the last look? (Not while leaving: every
+            // skb is then passed, and the counters read between a passed skb's two updates
+            // would count it twice; `demoted` counts from the sockets instead.)
+            let total = if leaving { seen } else { report(pair, meters) };
+            let now = crate::clock::timer_now();
             if total != seen {
                 seen = total;
-                last = crate::clock::timer_now();
+                last = now;
             }
             let deadline = last + idle_limit(&opts, pair);
-            if deadline <= crate::clock::timer_now() {
+            if deadline <= now {
                 return Poll::Ready(Err(io::Error::new(io::ErrorKind::TimedOut, "idle timeout")));
             }
-            timer.as_mut().reset(deadline);
+            let mut next = deadline;
+            if demote && !leaving {
+                if now >= look_at {
+                    let (up, down) = (pair.client.reported, pair.server.reported);
+                    let elapsed = now.saturating_duration_since(looked.0);
+                    if adaptive::bulk(up - looked.1, elapsed) || adaptive::bulk(down - looked.2, elapsed) {
+                        match unlink(pair) {
+                            Ok(()) => {
+                                leaving = true;
+                                cx.waker().wake_by_ref();
+                                return Poll::Pending;
+                            }
+                            Err(e) => debug!("sockmap: a connection that turned to bulk stays linked: {e}"),
+                        }
+                    }
+                    look = adaptive::next_look(look, (up, down) != (looked.1, looked.2));
+                    looked = (now, up, down);
+                    look_at = now + look;
+                }
+                next = next.min(look_at);
+            }
+            timer.as_mut().reset(next);
             if soon.is_some() {
                 // Look from the top again.
                 cx.waker().wake_by_ref();
@@ -392,6 +482,22 @@ async fn wait(pair: &mut Pair, client: &std::net::TcpStream, server: &std::net::
         Poll::Pending
     })
     .await
+}
+
+/// Takes both sides' links out, so that the program passes every later byte up (`sockmap.c`:
+/// no link, no redirect).
+fn unlink(pair: &Pair) -> io::Result<()> {
+    with_maps(|m| {
+        for cookie in [pair.client.cookie, pair.server.cookie] {
+            // A link that was never made is as good as one taken out.
+            if let Err(e) = m.links.remove(&cookie)
+                && m.links.get(&cookie, 0).is_ok()
+            {
+                return Err(io::Error::other(e));
+            }
+        }
+        Ok(())
+    })
 }
 
 /// One epoll instance for the process, asking only for hang-up and errors on the sockets of

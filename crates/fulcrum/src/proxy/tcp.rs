@@ -1,4 +1,7 @@
 //! L4 forwarding between a client and a server: half close, idle timeouts, and splice for bulk.
+//! With `fast_path = "adaptive"` it also counts the connection's direction turns and hands it
+//! over for the sockmap once it has made enough small exchanges (`adaptive`); a connection that
+//! has carried a full buffer (and splices) stays here.
 //!
 //! Each direction starts by copying through a small buffer, because splice costs more than a copy
 //! for the few hundred bytes of a request; once a read fills the whole buffer the direction is
@@ -25,6 +28,7 @@ use tokio::io::{AsyncRead, Interest, ReadBuf};
 use tokio::net::TcpStream;
 use tokio::net::tcp::ReadHalf;
 
+use super::adaptive::Turns;
 use super::splice::{self, Pipe};
 
 /// Size of the copy buffer a direction reads into; a read that fills it switches to splice.
@@ -39,6 +43,28 @@ pub struct Options {
     /// Longest wait for the server when no byte moved either way.
     pub server_timeout: Duration,
     pub splice: bool,
+    /// Direction turns of small exchanges after which `forward` hands the connection back for
+    /// the sockmap (`Outcome::Promote`, `fast_path = "adaptive"`); 0: never.
+    pub promote_after: u32,
+}
+
+/// How `forward` ended, with the bytes moved client to server and server to client.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Outcome {
+    /// Both directions ended (half close), or either did (no half close).
+    Closed(u64, u64),
+    /// The connection has made `promote_after` turns of small exchanges: nothing is held in
+    /// Fulcrum, and the caller moves the pair into the sockmap (`adaptive`).
+    Promote(u64, u64),
+}
+
+impl Outcome {
+    /// The bytes moved client to server and server to client, however it ended.
+    pub fn totals(self) -> (u64, u64) {
+        match self {
+            Outcome::Closed(up, down) | Outcome::Promote(up, down) => (up, down),
+        }
+    }
 }
 
 /// Byte counters a forward adds to as it goes, so live stats see long transfers progress.
@@ -50,14 +76,15 @@ pub struct Meters<'a> {
     pub bytes_out: &'a AtomicU64,
 }
 
-/// Forwards until both directions end (half close) or either does (no half close).
-/// Returns the bytes moved client to server and server to client.
-pub async fn forward(client: &mut TcpStream, server: &mut TcpStream, opts: Options, meters: Meters<'_>) -> io::Result<(u64, u64)> {
+/// Forwards until both directions end (half close) or either does (no half close), or until
+/// the connection has shown itself a long run of small exchanges (`Options::promote_after`).
+pub async fn forward(client: &mut TcpStream, server: &mut TcpStream, opts: Options, meters: Meters<'_>) -> io::Result<Outcome> {
     let (mut client_read, client_write) = client.split();
     let (mut server_read, server_write) = server.split();
     let (client, server) = (client_write.as_ref(), server_write.as_ref());
     let mut up = Direction::new(opts.splice);
     let mut down = Direction::new(opts.splice);
+    let mut turns = Turns::default();
     let mut last = crate::clock::timer_now();
     let timer = tokio::time::sleep_until(last + idle_limit(&opts, false, false));
     tokio::pin!(timer);
@@ -81,10 +108,20 @@ pub async fn forward(client: &mut TcpStream, server: &mut TcpStream, opts: Optio
             }
         }
         if (up_end && down_end) || (!opts.half_close && (up_end || down_end)) {
-            return Poll::Ready(Ok((up.total, down.total)));
+            return Poll::Ready(Ok(Outcome::Closed(up.total, down.total)));
         }
         if up.total != up_was || down.total != down_was {
             last = crate::clock::timer_now();
+            if opts.promote_after > 0 {
+                // A direction that splices has carried a full buffer: bulk, which the sockmap
+                // carries worse than splice.
+                turns.observe(up.total != up_was, down.total != down_was, up.pipe.is_some() || down.pipe.is_some());
+                // Both directions wait on their sources with nothing held: the kernel can take
+                // over from here without reordering a byte.
+                if turns.promote(opts.promote_after) && up.idle() && down.idle() {
+                    return Poll::Ready(Ok(Outcome::Promote(up.total, down.total)));
+                }
+            }
         }
         // The timer is re-armed only when it fires, so the data path never touches the wheel.
         while timer.as_mut().poll(cx).is_ready() {
@@ -133,6 +170,11 @@ struct Direction {
 impl Direction {
     fn new(splice: bool) -> Direction {
         Direction { held: None, pipe: None, splice, total: 0, ended: false }
+    }
+
+    /// Waiting for its source with nothing read and not yet written.
+    fn idle(&self) -> bool {
+        self.held.is_none() && self.pipe.as_ref().is_none_or(|p| p.pending == 0) && !self.ended
     }
 
     /// Moves bytes from `src` to `dst` until either must wait; ready at end of stream on `src`.

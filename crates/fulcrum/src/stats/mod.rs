@@ -62,8 +62,12 @@ pub struct ServiceStats {
     pub total: u64,
     /// Clients closed because no server could take them.
     pub refused: u64,
-    /// Connections forwarded by the sockmap fast path (`fast_path = "sockmap"`, when loaded).
+    /// Connections forwarded by the sockmap fast path (`fast_path = "sockmap"` or `"adaptive"`,
+    /// when loaded), those in it now, and the adaptive ones moved in and out.
     pub sockmap_connections: u64,
+    pub sockmap_active: u64,
+    pub sockmap_promoted: u64,
+    pub sockmap_demoted: u64,
     pub maxconn: u32,
     /// Sessions started in the last whole second, and the most in one second.
     pub rate: u64,
@@ -350,6 +354,9 @@ pub fn snapshot(generation: &Generation) -> Snapshot {
                 total: s.state.total.load(Relaxed),
                 refused: s.state.refused.load(Relaxed),
                 sockmap_connections: s.state.sockmap.load(Relaxed),
+                sockmap_active: s.state.sockmap_active.load(Relaxed),
+                sockmap_promoted: s.state.sockmap_promoted.load(Relaxed),
+                sockmap_demoted: s.state.sockmap_demoted.load(Relaxed),
                 maxconn: service.map_or(0, |service| service.config().maxconn),
                 rate: s.state.rate.current(now / 1000),
                 rate_max: s.state.rate.max(),

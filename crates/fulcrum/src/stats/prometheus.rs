@@ -80,6 +80,13 @@ pub fn render(snap: &Snapshot) -> String {
     service_family(&mut out, snap, "fulcrum_fast_path_sockmap_connections_total", "counter", "Connections whose bytes the kernel moved through the BPF sockmap", |s| {
         s.sockmap_connections
     });
+    service_family(&mut out, snap, "fulcrum_fast_path_sockmap_active", "gauge", "Connections the kernel forwards through the BPF sockmap now", |s| s.sockmap_active);
+    service_family(&mut out, snap, "fulcrum_fast_path_sockmap_promoted_total", "counter", "Adaptive connections moved into the BPF sockmap after a run of small exchanges", |s| {
+        s.sockmap_promoted
+    });
+    service_family(&mut out, snap, "fulcrum_fast_path_sockmap_demoted_total", "counter", "Adaptive connections moved out of the BPF sockmap when they turned to bulk", |s| {
+        s.sockmap_demoted
+    });
     tls_families(&mut out, snap);
     http_families(&mut out, snap);
     limit_lines(&mut out, &snap.limits);

@@ -169,3 +169,158 @@ fn sockmap_connection_whose_client_is_gone_ends_at_once() {
     // At most: a socket of the start-up's readiness check may still have been open before.
     wait_until("every connection ended", Duration::from_secs(10), || sockets(f.pid()) <= idle);
 }
+
+/// A TCP service with the default fast path (adaptive) unless `extra` sets one, its echo server,
+/// and whether this process loaded the program (else the one line at start says why, and
+/// nothing is promoted).
+fn adaptive_service(extra: &str) -> (Fulcrum, SocketAddr, bool) {
+    let echo = echo_server();
+    let f = Fulcrum::start(&format!(
+        "[[service]]\nname = \"echo\"\nlisten = \"{{LISTEN}}\"\nhalf_close = true\n{extra}[service.health]\nkind = \"none\"\n[[service.server]]\naddress = \"{echo}\"\n"
+    ));
+    let log = f.log();
+    let loaded = log.contains("sockmap fast path loaded");
+    if extra.contains("splice") {
+        assert!(!log.contains("sockmap fast path"), "a splice service loads no program: {log}");
+    } else if !loaded {
+        assert_eq!(log.matches("sockmap fast path unavailable, these services splice instead:").count(), 1, "neither loaded nor one line saying why: {log}");
+    }
+    println!("adaptive fast path {}", if loaded { "loaded" } else { "not loaded: checking that nothing is promoted" });
+    (f, echo, loaded)
+}
+
+/// `n` request/response exchanges of `size` bytes on `c`, each answer checked.
+fn exchanges(c: &mut TcpStream, n: usize, size: usize, seed: usize) {
+    for i in 0..n {
+        let req: Vec<u8> = (0..size).map(|j| ((i + j + seed) % 251) as u8).collect();
+        c.write_all(&req).unwrap();
+        let mut back = vec![0u8; size];
+        c.read_exact(&mut back).unwrap();
+        assert!(back == req, "exchange {i} came back different");
+    }
+}
+
+/// Writes `data` on one thread while reading as many bytes back on this one.
+fn echo_bulk(c: &TcpStream, data: &[u8]) -> Vec<u8> {
+    let mut w = c.try_clone().unwrap();
+    let mut back = vec![0u8; data.len()];
+    let data = data.to_vec();
+    let writer = std::thread::spawn(move || w.write_all(&data).unwrap());
+    (&*c).read_exact(&mut back).unwrap();
+    writer.join().unwrap();
+    back
+}
+
+const BULK: usize = 48 << 20;
+
+#[test]
+fn adaptive_keep_alive_connection_is_promoted_and_its_bytes_and_counters_are_intact() {
+    let (f, echo, loaded) = adaptive_service("");
+    let mut c = TcpStream::connect(f.listen).unwrap();
+    c.set_read_timeout(Some(Duration::from_secs(10))).unwrap();
+    // Short exchanges: 16 make the 32 turns; 200 more run through the sockmap.
+    exchanges(&mut c, 216, 300, 0);
+    let (promoted, active) = (metric(&f, "fulcrum_fast_path_sockmap_promoted_total"), metric(&f, "fulcrum_fast_path_sockmap_active"));
+    if loaded {
+        assert_eq!((promoted, active), (1, 1), "the keep-alive connection is in the sockmap");
+    } else {
+        assert_eq!((promoted, active), (0, 0));
+    }
+    let st = f.stats();
+    assert_eq!(st["services"][0]["sockmap_active"].as_u64(), Some(active), "{st}");
+    assert_eq!(st["services"][0]["sockmap_promoted"].as_u64(), Some(promoted), "{st}");
+    drop(c);
+    wait_until("the connection ended", Duration::from_secs(5), || metric(&f, "fulcrum_fast_path_sockmap_active") == 0);
+    wait_until("byte counters", Duration::from_secs(5), || f.server_stats(&echo.to_string())["bytes_out"].as_u64() == Some(216 * 300));
+    let st = f.server_stats(&echo.to_string());
+    assert_eq!((st["bytes_in"].as_u64(), st["bytes_out"].as_u64()), (Some(216 * 300), Some(216 * 300)), "{st}");
+}
+
+#[test]
+fn adaptive_connection_that_turns_to_bulk_leaves_the_sockmap_with_every_byte_in_order() {
+    let (f, echo, loaded) = adaptive_service("");
+    let mut c = TcpStream::connect(f.listen).unwrap();
+    c.set_read_timeout(Some(Duration::from_secs(30))).unwrap();
+    exchanges(&mut c, 40, 200, 1);
+    assert_eq!(metric(&f, "fulcrum_fast_path_sockmap_promoted_total"), u64::from(loaded));
+    // Bulk both ways at once: the echo sends back what it reads while the client still writes.
+    let data = pattern(BULK);
+    let back = echo_bulk(&c, &data);
+    assert!(back == data, "bulk came back different (equal prefix: {})", back.iter().zip(&data).take_while(|(a, b)| a == b).count());
+    if loaded {
+        wait_until("the bulk connection left the sockmap", Duration::from_secs(10), || metric(&f, "fulcrum_fast_path_sockmap_demoted_total") == 1);
+        assert_eq!(metric(&f, "fulcrum_fast_path_sockmap_active"), 0);
+    }
+    // After the move: small exchanges, bulk again and a half close, all in order.
+    exchanges(&mut c, 20, 500, 2);
+    let back = echo_bulk(&c, &data);
+    assert!(back == data, "bulk after the move came back different");
+    c.shutdown(Shutdown::Write).unwrap();
+    let mut rest = Vec::new();
+    c.read_to_end(&mut rest).unwrap();
+    assert!(rest.is_empty(), "{} bytes after the echo's FIN", rest.len());
+    let total = (40 * 200 + 20 * 500 + 2 * BULK) as u64;
+    wait_until("byte counters", Duration::from_secs(5), || f.server_stats(&echo.to_string())["bytes_out"].as_u64() == Some(total));
+    let st = f.server_stats(&echo.to_string());
+    assert_eq!(st["bytes_in"].as_u64(), Some(total), "{st}");
+    assert_eq!(metric(&f, "fulcrum_fast_path_sockmap_promoted_total"), u64::from(loaded), "a connection moves in once");
+}
+
+#[test]
+fn adaptive_connection_half_closes_after_its_promotion() {
+    let (f, _echo, loaded) = adaptive_service("");
+    let mut c = TcpStream::connect(f.listen).unwrap();
+    c.set_read_timeout(Some(Duration::from_secs(10))).unwrap();
+    exchanges(&mut c, 30, 100, 3);
+    assert_eq!(metric(&f, "fulcrum_fast_path_sockmap_active"), u64::from(loaded));
+    // The last request and the client's FIN: the echo answers after it, through the open
+    // direction, then closes.
+    let last = pattern(200_000);
+    c.write_all(&last).unwrap();
+    c.shutdown(Shutdown::Write).unwrap();
+    let mut back = Vec::new();
+    c.read_to_end(&mut back).unwrap();
+    assert!(back == last, "{} of {} bytes came back after the half close", back.len(), last.len());
+    wait_until("the connection ended", Duration::from_secs(5), || metric(&f, "fulcrum_fast_path_sockmap_active") == 0);
+}
+
+#[test]
+fn adaptive_short_connections_never_enter_the_sockmap() {
+    let (f, _echo, _) = adaptive_service("");
+    for i in 0..40 {
+        let mut c = TcpStream::connect(f.listen).unwrap();
+        c.set_read_timeout(Some(Duration::from_secs(10))).unwrap();
+        // A few exchanges each: fewer than the turns a promotion takes.
+        exchanges(&mut c, 1 + i % 8, 100, i);
+    }
+    // A splice service is never promoted however long its connection.
+    let (g, _echo, _) = adaptive_service("fast_path = \"splice\"\n");
+    let mut c = TcpStream::connect(g.listen).unwrap();
+    c.set_read_timeout(Some(Duration::from_secs(10))).unwrap();
+    exchanges(&mut c, 100, 100, 0);
+    for f in [&f, &g] {
+        assert_eq!(metric(f, "fulcrum_fast_path_sockmap_connections_total"), 0);
+        assert_eq!(metric(f, "fulcrum_fast_path_sockmap_promoted_total"), 0);
+    }
+}
+
+#[test]
+fn adaptive_connection_keeps_its_idle_timeout_after_promotion() {
+    let (f, _echo, loaded) = adaptive_service("client_timeout = \"400ms\"\nserver_timeout = \"400ms\"\n");
+    let mut c = TcpStream::connect(f.listen).unwrap();
+    c.set_read_timeout(Some(Duration::from_secs(5))).unwrap();
+    exchanges(&mut c, 20, 50, 4);
+    assert_eq!(metric(&f, "fulcrum_fast_path_sockmap_active"), u64::from(loaded));
+    // Busy: an exchange every 150 ms for 1.5 s keeps it open past the 400 ms limit.
+    for i in 0..10 {
+        exchanges(&mut c, 1, 10, i);
+        std::thread::sleep(Duration::from_millis(150));
+    }
+    // Idle: closed after about the limit.
+    let started = std::time::Instant::now();
+    let mut b = [0u8; 1];
+    assert_eq!(c.read(&mut b).unwrap_or(0), 0, "expected a close");
+    let waited = started.elapsed();
+    assert!(waited >= Duration::from_millis(200) && waited < Duration::from_secs(4), "closed after {waited:?}");
+    wait_until("the connection ended", Duration::from_secs(5), || metric(&f, "fulcrum_fast_path_sockmap_active") == 0);
+}

@@ -130,11 +130,11 @@ impl Transfer {
         let counters = &self.server.state.counters;
         counters.data_transfers.fetch_add(1, Relaxed);
         self.active.fetch_add(1, Relaxed);
-        let opts = tcp::Options { half_close: true, client_timeout: cfg.client_timeout, server_timeout: cfg.server_timeout, splice: true };
+        let opts = tcp::Options { half_close: true, client_timeout: cfg.client_timeout, server_timeout: cfg.server_timeout, splice: true, promote_after: 0 };
         let meters = tcp::Meters { bytes_in: &counters.bytes_in, bytes_out: &counters.bytes_out };
         tokio::select! {
             r = tcp::forward(&mut client, &mut server, opts, meters) => match r {
-                Ok((up, down)) => debug!(service = %name, server = %self.server.addr, up, down, "data transfer done"),
+                Ok(tcp::Outcome::Closed(up, down) | tcp::Outcome::Promote(up, down)) => debug!(service = %name, server = %self.server.addr, up, down, "data transfer done"),
                 Err(e) => {
                     counters.transfer_errors.fetch_add(1, Relaxed);
                     debug!(service = %name, server = %self.server.addr, "data transfer ended: {e}");
