@@ -342,9 +342,10 @@ def charts_config(c, name):
 
 def pool_config(algorithm, servers, port):
     out = ["allow_root = true", "[[service]]", 'name = "pool"', f'listen = "127.0.0.1:{port}"', 'mode = "http"', f'algorithm = "{algorithm}"']
+    out += ["[service.http]", 'access_log = "off"']
     if algorithm == "header-hash":
         out.append('hash_header = "x-user"')
-    out += ["[service.http]", 'access_log = "off"', "[service.health]", 'kind = "none"']
+    out += ["[service.health]", 'kind = "none"']
     for k in range(servers):
         out += ["[[service.server]]", f'address = "127.1.{k // 250}.{k % 250 + 1}:{REAL[k % 4]}"']
     return "\n".join(out) + "\n"
