@@ -233,12 +233,8 @@ impl App {
     /// Records a change made by `who` through `source`, with the diff from `before` to what runs now.
     fn audit(&self, who: &str, source: Source, what: String, before: &Config, result: &Result<String, ControlError>) {
         let after = self.live.current();
-        // Equal configs are not written out only to find no difference.
-        let diff = if result.is_err() || after.config == *before {
-            String::new()
-        } else {
-            config::audit::diff(&config::to_toml(before), &config::to_toml(&after.config), ("before", "after"))
-        };
+        // Only what changed is written out and diffed, so a record costs what the change does.
+        let diff = if result.is_err() { String::new() } else { config::audit::diff_configs(before, &after.config, ("before", "after")) };
         self.trail.record(Record::of(who, source, what, result).with_diff(diff));
     }
 
@@ -259,9 +255,10 @@ impl App {
         {
             warn!("SIGHUP: discarding {n} unsaved edit{} made through the API (Save writes them to the file first)", if n == 1 { "" } else { "s" });
         }
-        let before = self.live.current().config.clone();
+        // The generation that ran, not a copy of its config.
+        let before = self.live.current();
         let result = self.reload().await;
-        self.audit(who, source, "reload".to_string(), &before, &result);
+        self.audit(who, source, "reload".to_string(), &before.config, &result);
         result
     }
 
@@ -345,7 +342,7 @@ impl App {
     /// written to etcd on behalf of `by` and applied from there.
     pub async fn change(&self, change: config::Change, by: admin::Editor) -> Result<String, ControlError> {
         let what = change.summary();
-        let before = self.live.current().config.clone();
+        let before = self.live.current();
         let result = self.change_unrecorded(change, &by).await;
         if result.is_ok()
             && let Ok(mut file) = self.file.lock()
@@ -353,7 +350,7 @@ impl App {
         {
             file.edits.push(format!("{what} (by {})", by.who));
         }
-        self.audit(&by.who, Source::Api, what, &before, &result);
+        self.audit(&by.who, Source::Api, what, &before.config, &result);
         result
     }
 
@@ -451,8 +448,10 @@ impl App {
         self.start_listeners(bound);
         let mut removed = 0;
         if let Ok(mut listeners) = self.listeners.lock() {
+            // A set: a scan of `wanted` for each listener is quadratic in the services.
+            let wanted: std::collections::HashSet<SocketAddr> = wanted.iter().map(|(_, a)| *a).collect();
             listeners.retain(|addr, l| {
-                let keep = wanted.iter().any(|(_, a)| a == addr);
+                let keep = wanted.contains(addr);
                 if !keep {
                     l.stop.cancel();
                     removed += 1;

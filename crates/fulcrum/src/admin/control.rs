@@ -141,7 +141,7 @@ mod tests {
     async fn the_api_is_served_over_any_control() {
         let config = parse_with("", "t", Resolve::No).unwrap();
         let fake = Arc::new(Fake {
-            generation: Arc::new(Generation { config, services: Vec::new(), shared: Vec::new(), budget: crate::live::Budget::new(0) }),
+            generation: Arc::new(Generation::new(config, Vec::new(), Vec::new(), crate::live::Budget::new(0))),
             history: History::default(),
             auth: Auth::default(),
             stop: CancellationToken::new(),

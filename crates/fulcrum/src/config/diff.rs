@@ -80,9 +80,36 @@ pub fn diff(old: &Config, new: &Config) -> Diff {
     d.removed = old.services.iter().filter(|o| !after.contains(o.name.as_str())).map(|o| o.name.clone()).collect();
     d.pools = new.pools.iter().filter(|p| old.shared(&p.name) != Some(p)).map(|p| p.name.clone()).collect();
     d.pools.extend(old.pools.iter().filter(|o| new.shared(&o.name).is_none()).map(|o| o.name.clone()));
-    let rest = |c: &Config| Config { services: Vec::new(), pools: Vec::new(), ..c.clone() };
-    d.global = rest(old) != rest(new);
+    d.global = old.settings() != new.settings();
     d
+}
+
+impl Config {
+    /// The config without its services and shared pools: the process's own settings, cloned
+    /// alone rather than with the thousands of services a large config has (every edit compares
+    /// them, and the audit writes them out when they changed).
+    pub fn settings(&self) -> Config {
+        // Every field named, so a new one is not left out of the comparison.
+        let Config { workers, reuse_port, shutdown_grace, resolve_interval, maxconn, user, group, keep_capabilities, allow_root, admin, dns, audit, fleet, pools: _, services: _ } =
+            self;
+        Config {
+            workers: *workers,
+            reuse_port: *reuse_port,
+            shutdown_grace: *shutdown_grace,
+            resolve_interval: *resolve_interval,
+            maxconn: *maxconn,
+            user: user.clone(),
+            group: group.clone(),
+            keep_capabilities: keep_capabilities.clone(),
+            allow_root: *allow_root,
+            admin: admin.clone(),
+            dns: dns.clone(),
+            audit: audit.clone(),
+            fleet: fleet.clone(),
+            pools: Vec::new(),
+            services: Vec::new(),
+        }
+    }
 }
 
 fn service_diff(old: &Service, new: &Service) -> ServiceDiff {

@@ -226,12 +226,15 @@ async fn run(mut view: watch::Receiver<View>, mut asks: mpsc::Receiver<oneshot::
         let addr = check_addr(entry.addr, cfg);
         let target = Target { server: &entry, addr, tls: pool.server_tls.as_deref(), h2: !pool.config.protocol.is_http1() };
         let started = crate::clock::now();
+        // Each check's future is boxed for the time it runs: held in the task's own state, the
+        // largest of them (HTTP over TLS: the handshake and hyper's connection) made every
+        // server's task that size between checks too, some 14 KiB a server.
         let result = match cfg.kind {
             // No active check: a passive hold ends after one interval.
             HealthKind::None => Ok("no check".to_string()),
-            HealthKind::Tcp => super::tcp::check(addr, entry.proxy_protocol, cfg).await,
-            HealthKind::Http | HealthKind::Grpc => timed(cfg.timeout, http.check(&target, cfg)).await,
-            HealthKind::Ftp => timed(cfg.timeout, super::ftp::check(addr, entry.proxy_protocol)).await,
+            HealthKind::Tcp => Box::pin(super::tcp::check(addr, entry.proxy_protocol, cfg)).await,
+            HealthKind::Http | HealthKind::Grpc => Box::pin(timed(cfg.timeout, http.check(&target, cfg))).await,
+            HealthKind::Ftp => Box::pin(timed(cfg.timeout, super::ftp::check(addr, entry.proxy_protocol))).await,
         };
         let ok = result.is_ok();
         if cfg.kind != HealthKind::None {
@@ -308,6 +311,17 @@ mod tests {
         let (_ask, asks) = mpsc::channel(ASKS);
         tokio::spawn(run(rx, asks, stop.clone()));
         stop
+    }
+
+    #[tokio::test]
+    async fn a_servers_check_task_holds_no_check_between_checks() {
+        let (pool, entry) = one_server("kind = \"http\"", "127.0.0.1:9");
+        let (_tx, rx) = watch::channel((pool, entry));
+        let (_ask, asks) = mpsc::channel(ASKS);
+        let task = run(rx, asks, CancellationToken::new());
+        // One task per server: its state is what every server holds between checks.
+        let size = std::mem::size_of_val(&task);
+        assert!(size < 4096, "a check task's state is {size} bytes");
     }
 
     #[tokio::test(start_paused = true)]

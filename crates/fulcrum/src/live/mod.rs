@@ -57,9 +57,18 @@ pub struct Generation {
     /// The process's connection budget, the same across generations (its limit follows the
     /// newest config).
     pub budget: Arc<Budget>,
+    /// Each listen address's service, by its index in `services`: an accept finds its service
+    /// in one lookup, not a scan of thousands of services.
+    by_listen: HashMap<SocketAddr, usize>,
 }
 
 impl Generation {
+    pub fn new(config: Config, services: Vec<Arc<Service>>, shared: Vec<Arc<Pool>>, budget: Arc<Budget>) -> Generation {
+        // In reverse, so that of two services on one address (check refuses it) the first is found, as a scan would.
+        let by_listen = services.iter().enumerate().rev().map(|(i, s)| (s.listen, i)).collect();
+        Generation { config, services, shared, budget, by_listen }
+    }
+
     /// The process-wide connection limit this config gives: its `maxconn`, within what the
     /// descriptor limit carries beside one health check per server.
     pub fn maxconn(&self) -> u64 {
@@ -68,7 +77,7 @@ impl Generation {
     }
 
     pub fn service_at(&self, listen: SocketAddr) -> Option<&Arc<Service>> {
-        self.services.iter().find(|s| s.listen == listen)
+        self.by_listen.get(&listen).map(|&i| &self.services[i])
     }
 
     /// Every pool once, with its service: each service's default pool, then the routed ones, in
@@ -329,7 +338,7 @@ fn build(config: Config, registry: &mut Registry, budget: &Arc<Budget>, previous
     let named: std::collections::HashSet<&str> =
         config.services.iter().flat_map(|s| s.limits.iter().chain(s.routes.iter().flat_map(|r| &r.limits))).map(|l| l.name.as_str()).collect();
     registry.limits.retain(|name, _| named.contains(name.as_str()));
-    Ok(Generation { config, services, shared, budget: budget.clone() })
+    Ok(Generation::new(config, services, shared, budget.clone()))
 }
 
 /// The shared pools of `config`: the running one of each name kept whole when its settings are
