@@ -41,6 +41,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 import svgplot  # noqa: E402
+from procs import cpu_seconds, exchange, family, rss_bytes, settled_rss  # noqa: E402
 
 
 def arg(name, default):
@@ -134,43 +135,12 @@ def wait_port(port, what, limit=30.0, host="127.0.0.1"):
     raise SystemExit(f"scale: {what} did not listen on {host}:{port} within {limit:.0f} s; log in {work}")
 
 
-def family(pid):
-    out = subprocess.run(["pgrep", "-P", str(pid)], capture_output=True, text=True).stdout.split()
-    return [pid] + [int(x) for x in out]
 
 
-def rss_bytes(pids):
-    total = 0
-    for p in pids:
-        try:
-            m = re.search(r"^Rss:\s+(\d+) kB", Path(f"/proc/{p}/smaps_rollup").read_text(), re.M)
-            total += int(m.group(1)) * 1024
-        except (FileNotFoundError, AttributeError):
-            pass
-    return total
 
 
-def settled_rss(pids, limit=30):
-    """RSS once it has stopped moving: three readings a second apart within 64 KiB."""
-    last, same, deadline = rss_bytes(pids), 0, time.time() + limit
-    while time.time() < deadline and same < 3:
-        time.sleep(1)
-        now = rss_bytes(pids)
-        same = same + 1 if abs(now - last) < 64 * 1024 else 0
-        last = now
-    return last
 
 
-def cpu_seconds(pids):
-    tick = os.sysconf("SC_CLK_TCK")
-    total = 0
-    for p in pids:
-        try:
-            f = Path(f"/proc/{p}/stat").read_text().rsplit(")", 1)[1].split()
-            total += int(f[11]) + int(f[12])
-        except (FileNotFoundError, IndexError):
-            pass
-    return total / tick
 
 
 def api(method, path, body=None, timeout=300):
@@ -464,30 +434,6 @@ def client_address(k):
     return f"127.{10 + k // 62500}.{(k // 250) % 250}.{k % 250 + 1}"
 
 
-def exchange(socks, sel, what, limit=60):
-    """One request on every socket, every response read whole."""
-    pending = {}
-    for s in socks:
-        s.sendall(REQUEST)
-        pending[s.fileno()] = (s, b"")
-        sel.register(s, selectors.EVENT_READ)
-    deadline = time.time() + limit
-    while pending and time.time() < deadline:
-        for key, _ in sel.select(timeout=1):
-            s, got = pending[key.fd]
-            data = s.recv(65536)
-            if not data:
-                raise SystemExit(f"scale: {what}: a connection was closed instead of answered")
-            got += data
-            if b"</html>\n" in got:
-                if not got.startswith(b"HTTP/1.1 200"):
-                    raise SystemExit(f"scale: {what}: answered {got[:40]!r}")
-                sel.unregister(s)
-                del pending[key.fd]
-            else:
-                pending[key.fd] = (s, got)
-    if pending:
-        raise SystemExit(f"scale: {what}: {len(pending)} requests not answered within {limit} s")
 
 
 def idle_run(name, mode, points, port):
@@ -499,7 +445,7 @@ def idle_run(name, mode, points, port):
     socks = []
     sel = selectors.DefaultSelector()
     try:
-        exchange([socket.create_connection(("127.0.0.1", port))], sel, f"{name} warm-up")
+        exchange([socket.create_connection(("127.0.0.1", port))], sel, f"{name} warm-up", REQUEST, 60)
         before = settled_rss(family(p.pid))
         for target in points:
             while len(socks) < target:
@@ -509,13 +455,13 @@ def idle_run(name, mode, points, port):
                     s.bind((client_address(len(socks) + len(wave)), 0))
                     s.connect(("127.0.0.1", port))
                     wave.append(s)
-                exchange(wave, sel, f"{name} {mode} idle")
+                exchange(wave, sel, f"{name} {mode} idle", REQUEST, 60)
                 socks += wave
             rss = settled_rss(family(p.pid), 40)
             rows.append({"connections": target, "rss_mib": rss / 2**20, "kib_per_connection": (rss - before) / target / 1024})
             say(f"idle {name} {mode} {target}: {rows[-1]['rss_mib']:.1f} MiB, {rows[-1]['kib_per_connection']:.2f} KiB per connection")
         # Alive afterwards: a sample answers again.
-        exchange(socks[:: max(1, len(socks) // 100)], sel, f"{name} {mode} idle, afterwards")
+        exchange(socks[:: max(1, len(socks) // 100)], sel, f"{name} {mode} idle, afterwards", REQUEST, 60)
     finally:
         for s in socks:
             s.close()

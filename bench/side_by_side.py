@@ -31,6 +31,9 @@ import tempfile
 import time
 from pathlib import Path
 
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from procs import cpu_seconds, exchange, family, rss_bytes, settled_rss  # noqa: E402
+
 
 def arg(name, default):
     if name in sys.argv:
@@ -112,33 +115,10 @@ def start(cmd, cores, name):
     return p
 
 
-def family(pid):
-    """A process and its children (nginx or haproxy workers, if any)."""
-    out = subprocess.run(["pgrep", "-P", str(pid)], capture_output=True, text=True).stdout.split()
-    return [pid] + [int(x) for x in out]
 
 
-def cpu_seconds(pids):
-    """utime + stime of processes (all their threads), in seconds."""
-    total = 0
-    for p in pids:
-        try:
-            fields = Path(f"/proc/{p}/stat").read_text().rsplit(")", 1)[1].split()
-            total += int(fields[11]) + int(fields[12])
-        except (FileNotFoundError, IndexError):
-            pass
-    return total / TICK
 
 
-def rss_bytes(pids):
-    total = 0
-    for p in pids:
-        try:
-            m = re.search(r"^Rss:\s+(\d+) kB", Path(f"/proc/{p}/smaps_rollup").read_text(), re.M)
-            total += int(m.group(1)) * 1024
-        except (FileNotFoundError, AttributeError):
-            pass
-    return total
 
 
 def cores():
@@ -403,41 +383,8 @@ def bulk(b, servers):
     return {"mb_per_s": statistics.median(speeds), "cpu_s_per_gb": cpu / gb, "machine_cpu_s_per_gb": machine / gb}
 
 
-def exchange(socks, sel, what):
-    """Sends one request on every socket and reads every response whole."""
-    pending = {}
-    for s in socks:
-        s.sendall(REQUEST)
-        pending[s.fileno()] = (s, b"")
-        sel.register(s, selectors.EVENT_READ)
-    deadline = time.time() + 30
-    while pending and time.time() < deadline:
-        for key, _ in sel.select(timeout=1):
-            s, got = pending[key.fd]
-            data = s.recv(65536)
-            if not data:
-                raise SystemExit(f"bench: {what}: a connection was closed instead of answered")
-            got += data
-            if b"</html>\n" in got:
-                if not got.startswith(b"HTTP/1.1 200"):
-                    raise SystemExit(f"bench: {what}: answered {got[:40]!r}")
-                sel.unregister(s)
-                del pending[key.fd]
-            else:
-                pending[key.fd] = (s, got)
-    if pending:
-        raise SystemExit(f"bench: {what}: {len(pending)} requests were not answered within 30 s")
 
 
-def settled_rss(pids, limit):
-    """RSS once it has stopped moving (the allocators give pages back over a few seconds)."""
-    last, same, deadline = rss_bytes(pids), 0, time.time() + limit
-    while time.time() < deadline and same < 3:
-        time.sleep(1)
-        now = rss_bytes(pids)
-        same = same + 1 if abs(now - last) < 64 * 1024 else 0
-        last = now
-    return last
 
 
 def idle_memory(b):
@@ -454,11 +401,11 @@ def idle_memory(b):
                 s = socket.create_connection(("127.0.0.1", b.port))
                 s.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
                 wave.append(s)
-            exchange(wave, sel, f"{b.name} idle")
+            exchange(wave, sel, f"{b.name} idle", REQUEST)
             socks += wave
         after = settled_rss(pids, 40)
         # Alive afterwards: a sample of them answers again.
-        exchange(socks[:: max(1, len(socks) // 100)], sel, f"{b.name} idle, afterwards")
+        exchange(socks[:: max(1, len(socks) // 100)], sel, f"{b.name} idle, afterwards", REQUEST)
     finally:
         for s in socks:
             s.close()

@@ -15,11 +15,9 @@
 // A global allocator is unsafe to implement: this one counts and hands each call to the system's.
 #![allow(unsafe_code)]
 
-use std::alloc::{GlobalAlloc, Layout, System};
 use std::hint::black_box;
 use std::net::{IpAddr, Ipv4Addr};
 use std::sync::Arc;
-use std::sync::atomic::{AtomicIsize, Ordering::Relaxed};
 use std::time::{Duration, Instant};
 
 use fulcrum::live::limit::concurrent::Held;
@@ -28,53 +26,9 @@ use fulcrum::live::limit::{Concurrent, Counter, Key, Keyed, Rate, Shared, Table}
 
 const CHECKS: u64 = 10_000_000;
 
-/// The system's allocator, counting the bytes it has handed out and not yet had back.
-struct Counting;
-
-static LIVE: AtomicIsize = AtomicIsize::new(0);
-
-// SAFETY: every call is passed on to `System` as it came; only a counter is added.
-unsafe impl GlobalAlloc for Counting {
-    unsafe fn alloc(&self, layout: Layout) -> *mut u8 {
-        // SAFETY: the caller's contract, passed on.
-        let p = unsafe { System.alloc(layout) };
-        if !p.is_null() {
-            LIVE.fetch_add(layout.size() as isize, Relaxed);
-        }
-        p
-    }
-
-    unsafe fn alloc_zeroed(&self, layout: Layout) -> *mut u8 {
-        // SAFETY: the caller's contract, passed on.
-        let p = unsafe { System.alloc_zeroed(layout) };
-        if !p.is_null() {
-            LIVE.fetch_add(layout.size() as isize, Relaxed);
-        }
-        p
-    }
-
-    unsafe fn dealloc(&self, ptr: *mut u8, layout: Layout) {
-        // SAFETY: the caller's contract, passed on.
-        unsafe { System.dealloc(ptr, layout) };
-        LIVE.fetch_sub(layout.size() as isize, Relaxed);
-    }
-
-    unsafe fn realloc(&self, ptr: *mut u8, layout: Layout, new_size: usize) -> *mut u8 {
-        // SAFETY: the caller's contract, passed on.
-        let p = unsafe { System.realloc(ptr, layout, new_size) };
-        if !p.is_null() {
-            LIVE.fetch_add(new_size as isize - layout.size() as isize, Relaxed);
-        }
-        p
-    }
-}
-
-#[global_allocator]
-static ALLOCATOR: Counting = Counting;
-
-fn live() -> isize {
-    LIVE.load(Relaxed)
-}
+#[path = "support/counting.rs"]
+mod counting;
+use counting::live;
 
 fn network(i: u64) -> Key {
     Key::network(IpAddr::V4(Ipv4Addr::from(0x0a00_0000 + i as u32)), 32, 64)
