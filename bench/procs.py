@@ -3,7 +3,10 @@ idle keep-alive connections: shared so that both count CPU and memory alike."""
 import os
 import re
 import selectors
+import shutil
+import signal
 import subprocess
+import sys
 import time
 from pathlib import Path
 
@@ -76,3 +79,20 @@ def exchange(socks, sel, what, request, limit=30):
                 pending[key.fd] = (s, got)
     if pending:
         raise SystemExit(f"bench: {what}: {len(pending)} requests were not answered within {limit} s")
+
+
+def cleanup_on_exit(started, work):
+    """The cleanup of a bench run: kills every process in `started` (the list the bench appends
+    to; each was started in a session of its own, so with its children) and removes `work`.
+    Also run on SIGINT and SIGTERM, then the bench exits. Returns it for the bench's own end."""
+    def cleanup(*_):
+        for p in started:
+            try:
+                os.killpg(p.pid, signal.SIGKILL)
+            except ProcessLookupError:
+                pass
+        shutil.rmtree(work, ignore_errors=True)
+
+    signal.signal(signal.SIGINT, lambda *a: (cleanup(), sys.exit(130)))
+    signal.signal(signal.SIGTERM, lambda *a: (cleanup(), sys.exit(143)))
+    return cleanup

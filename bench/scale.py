@@ -29,7 +29,6 @@ import os
 import re
 import resource
 import selectors
-import shutil
 import signal
 import socket
 import statistics
@@ -41,7 +40,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 import svgplot  # noqa: E402
-from procs import cpu_seconds, exchange, family, rss_bytes, settled_rss  # noqa: E402
+from procs import cleanup_on_exit, cpu_seconds, exchange, family, rss_bytes, settled_rss  # noqa: E402
 
 
 def arg(name, default):
@@ -82,17 +81,7 @@ def say(*a):
     print("scale:", *a, flush=True)
 
 
-def cleanup(*_):
-    for p in procs:
-        try:
-            os.killpg(p.pid, signal.SIGKILL)
-        except ProcessLookupError:
-            pass
-    shutil.rmtree(work, ignore_errors=True)
-
-
-signal.signal(signal.SIGINT, lambda *a: (cleanup(), sys.exit(130)))
-signal.signal(signal.SIGTERM, lambda *a: (cleanup(), sys.exit(143)))
+cleanup = cleanup_on_exit(procs, work)
 
 
 def raise_nofile():

@@ -32,7 +32,7 @@ import time
 from pathlib import Path
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from procs import cpu_seconds, exchange, family, rss_bytes, settled_rss  # noqa: E402
+from procs import cleanup_on_exit, cpu_seconds, exchange, family, rss_bytes, settled_rss  # noqa: E402
 
 
 def arg(name, default):
@@ -73,19 +73,7 @@ REQUEST = b"GET /index.html HTTP/1.1\r\nHost: bench\r\n\r\n"
 
 work = Path(tempfile.mkdtemp(prefix="fulcrum-bench-"))
 procs = []
-
-
-def cleanup(*_):
-    for p in procs:
-        try:
-            os.killpg(p.pid, signal.SIGKILL)
-        except ProcessLookupError:
-            pass
-    shutil.rmtree(work, ignore_errors=True)
-
-
-signal.signal(signal.SIGINT, lambda *a: (cleanup(), sys.exit(130)))
-signal.signal(signal.SIGTERM, lambda *a: (cleanup(), sys.exit(143)))
+cleanup = cleanup_on_exit(procs, work)
 
 
 def say(*a):
