@@ -141,11 +141,13 @@ mod tests {
         let pid = shell.id();
         let mut seen = Usage::default();
         for _ in 0..400 {
-            seen = tree_usages(&[pid])[0];
+            // The sleep is looked for before the tree is read: read the other way round, a sleep
+            // that started between the two reads is seen here but not counted there.
             let sleeping = std::fs::read_dir("/proc")
                 .unwrap()
                 .flatten()
                 .any(|e| std::fs::read_to_string(e.path().join("stat")).is_ok_and(|s| s.contains("(sleep)") && s.split_whitespace().nth(3) == Some(&pid.to_string())));
+            seen = tree_usages(&[pid])[0];
             if seen.cpu_secs > 0.0 && sleeping {
                 break;
             }
