@@ -1,10 +1,12 @@
-"""What bench/run and bench/scale read of the processes they measure, and the one way both drive
-idle keep-alive connections: shared so that both count CPU and memory alike."""
+"""What bench/run and bench/scale read of the processes they measure, the one way both drive
+idle keep-alive connections, and how both start, await and clean up what they run: shared so
+that both count CPU and memory alike."""
 import os
 import re
 import selectors
 import shutil
 import signal
+import socket
 import subprocess
 import sys
 import time
@@ -79,6 +81,29 @@ def exchange(socks, sel, what, request, limit=30):
                 pending[key.fd] = (s, got)
     if pending:
         raise SystemExit(f"bench: {what}: {len(pending)} requests were not answered within {limit} s")
+
+
+def start(started, work, cmd, name, cores=None):
+    """Starts `cmd` in a session of its own (so a kill of its group takes its children), its
+    output in work/NAME.log, pinned to `cores` when given; appended to `started`."""
+    log = open(work / f"{name}.log", "w")
+    p = subprocess.Popen((["taskset", "-c", cores] if cores else []) + cmd, stdout=log, stderr=subprocess.STDOUT, start_new_session=True)
+    started.append(p)
+    return p
+
+
+def wait_port(port, what, work, limit=30.0, host="127.0.0.1"):
+    """Returns once something listens on host:port; ends the bench with the tail of
+    work/WHAT.log (when there is one) after `limit` seconds."""
+    deadline = time.time() + limit
+    while time.time() < deadline:
+        with socket.socket() as s:
+            if s.connect_ex((host, port)) == 0:
+                return
+        time.sleep(0.05)
+    log = work / f"{what}.log"
+    tail = log.read_text()[-2000:] if log.exists() else ""
+    raise SystemExit(f"bench: {what} did not listen on {host}:{port} within {limit:.0f} s; logs in {work}\n{tail}")
 
 
 def cleanup_on_exit(started, work):

@@ -41,6 +41,7 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 import svgplot  # noqa: E402
 from procs import cleanup_on_exit, cpu_seconds, exchange, family, rss_bytes, settled_rss  # noqa: E402
+from procs import start as procs_start, wait_port as procs_wait_port  # noqa: E402
 
 
 def arg(name, default):
@@ -98,11 +99,7 @@ def raise_nofile():
 
 
 def start(cmd, name, cores=None):
-    log = open(work / f"{name}.log", "w")
-    full = (["taskset", "-c", cores] if cores else []) + cmd
-    p = subprocess.Popen(full, stdout=log, stderr=subprocess.STDOUT, start_new_session=True)
-    procs.append(p)
-    return p
+    return procs_start(procs, work, cmd, name, cores)
 
 
 def stop(p):
@@ -115,21 +112,7 @@ def stop(p):
 
 
 def wait_port(port, what, limit=30.0, host="127.0.0.1"):
-    deadline = time.time() + limit
-    while time.time() < deadline:
-        with socket.socket() as s:
-            if s.connect_ex((host, port)) == 0:
-                return
-        time.sleep(0.05)
-    raise SystemExit(f"scale: {what} did not listen on {host}:{port} within {limit:.0f} s; log in {work}")
-
-
-
-
-
-
-
-
+    procs_wait_port(port, what, work, limit, host)
 
 
 def api(method, path, body=None, timeout=300):

@@ -33,6 +33,7 @@ from pathlib import Path
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 from procs import cleanup_on_exit, cpu_seconds, exchange, family, rss_bytes, settled_rss  # noqa: E402
+from procs import start as procs_start, wait_port as procs_wait_port  # noqa: E402
 
 
 def arg(name, default):
@@ -86,27 +87,11 @@ def port_free(port):
 
 
 def wait_port(port, what, limit=10.0):
-    deadline = time.time() + limit
-    while time.time() < deadline:
-        if not port_free(port):
-            return
-        time.sleep(0.05)
-    log = work / f"{what}.log"
-    tail = log.read_text()[-2000:] if log.exists() else ""
-    raise SystemExit(f"bench: {what} did not start listening on 127.0.0.1:{port}\n{tail}")
+    procs_wait_port(port, what, work, limit)
 
 
 def start(cmd, cores, name):
-    log = open(work / f"{name}.log", "w")
-    p = subprocess.Popen(["taskset", "-c", cores] + cmd, stdout=log, stderr=subprocess.STDOUT, start_new_session=True)
-    procs.append(p)
-    return p
-
-
-
-
-
-
+    return procs_start(procs, work, cmd, name, cores)
 
 
 def cores():

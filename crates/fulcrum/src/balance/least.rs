@@ -1,6 +1,11 @@
 //! The "least loaded of all" rule over any [`Load`]: scan every usable server and take the one
 //! with the lowest metric (HAProxy's `leastconn` with `load::InFlight`). Ties rotate: the scan
 //! starts one server further on every pick, so equally loaded servers are used in turn.
+//!
+//! The scan stops at the first server no other can beat (`Load::is_floor`: nothing in flight),
+//! which is the one the whole scan would have chosen. So while a pool has more servers than
+//! connections in flight (a large pool), a pick reads a few servers, not all of them; a pool
+//! whose every server is busy is still read whole.
 
 use std::sync::atomic::{AtomicUsize, Ordering::Relaxed};
 
@@ -41,6 +46,9 @@ impl<L: Load> Least<L> {
                 continue;
             }
             let metric = self.load.load(view, i);
+            if self.load.is_floor(&metric) {
+                return Some(i);
+            }
             if best.as_ref().is_none_or(|(_, b)| metric < *b) {
                 best = Some((i, metric));
             }

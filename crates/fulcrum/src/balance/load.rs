@@ -23,4 +23,10 @@ pub trait Load: Send + Sync {
     type Metric: PartialOrd;
 
     fn load(&self, view: &dyn ServerView, i: usize) -> Self::Metric;
+
+    /// Whether no server can be less loaded than one at `metric`, so a scan for the least may
+    /// stop at it (the first of equals wins anyway).
+    fn is_floor(&self, _metric: &Self::Metric) -> bool {
+        false
+    }
 }

@@ -69,6 +69,12 @@ pub trait ServerView {
     fn sample(&self, _i: usize) -> load::Sample {
         load::Sample::default()
     }
+    /// Whether the balancer's `update` hears of this view's changes, so what it precomputed
+    /// from the view (`usable.rs`) may serve a pick in it. A view made for one pick
+    /// (`all_down = "use-all"`, health ignored) says no and is picked in by a pass over it.
+    fn told(&self) -> bool {
+        true
+    }
 }
 
 /// [`ServerView::ramp`] of a server that takes all of its weight.
@@ -139,5 +145,7 @@ pub mod rng;
 pub mod round_robin;
 pub mod source_hash;
 pub mod static_rr;
+pub mod stride;
 #[cfg(test)]
 pub(crate) mod testing;
+pub mod usable;

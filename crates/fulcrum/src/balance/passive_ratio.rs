@@ -6,7 +6,7 @@
 //! retransmits them after the SYN timeout, and R rises with the connect time (t_c ~ R x RTO).
 //! Every slot the server j with the largest R gives up delta = Delta x r_j of its traffic ratio and
 //! each of the other n - 1 usable servers gains delta / (n - 1). Picks follow the ratios exactly
-//! (smooth weighted selection, not a coin flip per request).
+//! (stride scheduling, `stride.rs`: not a coin flip per request, and O(log n) per pick).
 //!
 //! Beyond the paper: R is trusted only once a window holds `min_samples` SYNs (a handful of
 //! connects says nothing); no ratio falls below `MIN_RATIO`, so a degraded server keeps being
@@ -16,11 +16,13 @@
 //! The control steps stay in `pick`: they are driven by time, not by events, a step is due at most
 //! once per slot and costs one pass over the servers with no allocation, and stepping where the
 //! traffic is means an idle service runs no timer and its windows simply record empty slots.
+//! A pick between steps reads no server but the one it takes.
 
 use std::sync::Mutex;
 use std::time::{Duration, Instant};
 
 pub use super::entry::Tuning;
+use super::stride::Strides;
 use super::{Balancer, Pick, ServerView};
 
 /// `passive-ratio` in the registry (`algorithm.rs`).
@@ -142,8 +144,8 @@ struct State {
     usable: Vec<bool>,
     /// When the last step was due; `None` until the first pick, which starts the control clock.
     last_step: Option<Instant>,
-    /// Smooth weighted selection state.
-    current: Vec<f64>,
+    /// The picks' order by the ratios, started afresh whenever they move.
+    strides: Strides,
     /// Each server's R at the last step, kept so a step allocates nothing.
     r: Vec<Option<f64>>,
 }
@@ -195,6 +197,9 @@ impl PassiveRatio {
             *r = w.r(self.tuning.min_samples);
         }
         let moved = st.controller.step(&st.usable, &st.r, self.tuning.delta);
+        if moved.is_some() {
+            st.strides.restart(&st.controller.ratios);
+        }
         tracing::debug!(ratios = ?st.controller.ratios, r = ?st.r, moved = ?moved, "passive-ratio control step");
     }
 
@@ -203,13 +208,15 @@ impl PassiveRatio {
         let usable: Vec<bool> = usable_set(view).collect();
         let mut controller = Controller { ratios: vec![0.0; n] };
         controller.renormalise(&vec![false; n], &usable);
+        let mut strides = Strides::default();
+        strides.restart(&controller.ratios);
         State {
             controller,
             windows: vec![Window::default(); n],
             last: (0..n).map(|i| view.sample(i)).map(|s| (s.syn_sent, s.syn_acked)).collect(),
             usable,
             last_step: None,
-            current: vec![0.0; n],
+            strides,
             r: vec![None; n],
         }
     }
@@ -236,16 +243,15 @@ impl PassiveRatio {
         }
         let st = g.as_mut()?;
         self.step_due(st, view, now);
-        turn(&st.controller.ratios, &mut st.current, pick, view)
+        turn(&st.controller.ratios, &mut st.strides, pick, view)
     }
 }
 
-/// One turn of smooth weighted round robin by the traffic `ratios` over `current`, the servers'
-/// running scores.
-fn turn(ratios: &[f64], current: &mut [f64], pick: &Pick<'_>, view: &dyn ServerView) -> Option<usize> {
-    let n = view.len().min(ratios.len()).min(current.len());
+/// The next pick by the traffic `ratios` in the order of `strides`.
+fn turn(ratios: &[f64], strides: &mut Strides, pick: &Pick<'_>, view: &dyn ServerView) -> Option<usize> {
+    let n = view.len().min(ratios.len());
     // Slow start scales a returning server's ratio; the controller's own ratios stay.
-    super::round_robin::smooth_turn(&mut current[..n], |i| if pick.usable(view, i) { ratios[i] * f64::from(view.ramp(i)) / f64::from(super::RAMP_FULL) } else { 0.0 })
+    strides.take(|i| i < n && pick.usable(view, i), |i| ratios[i] * f64::from(view.ramp(i)) / f64::from(super::RAMP_FULL))
 }
 
 impl Balancer for PassiveRatio {
@@ -257,11 +263,11 @@ impl Balancer for PassiveRatio {
     fn peek(&self, pick: &Pick<'_>, view: &dyn ServerView) -> Option<usize> {
         let g = self.state.lock().unwrap_or_else(|p| p.into_inner());
         match g.as_ref().filter(|s| s.windows.len() == view.len()) {
-            Some(st) => turn(&st.controller.ratios, &mut st.current.clone(), pick, view),
+            Some(st) => turn(&st.controller.ratios, &mut st.strides.clone(), pick, view),
             // Before its first update: the ratios it would start with.
             None => {
                 let mut fresh = Self::fresh(view);
-                turn(&fresh.controller.ratios, &mut fresh.current, pick, view)
+                turn(&fresh.controller.ratios, &mut fresh.strides, pick, view)
             }
         }
     }
@@ -276,6 +282,7 @@ impl Balancer for PassiveRatio {
                     let usable: Vec<bool> = usable_set(view).collect();
                     st.controller.renormalise(&st.usable, &usable);
                     st.usable = usable;
+                    st.strides.restart(&st.controller.ratios);
                 }
             }
             _ => *g = Some(Self::fresh(view)),

@@ -4,10 +4,18 @@
 //! subtracts the total from the winner. With weights 5,1,1 the order is a a b a c a a rather than
 //! a a a a a b c, so a heavy server never gets a burst; with equal weights it is plain rotation.
 //! Weights (ramped by slow start: `ServerView::share`) are read at every pick, so a server going
-//! down, a weight change or a ramp's progress takes effect at once and `update` has nothing to rebuild: it only sizes the scores, so a pick never allocates.
+//! down, a weight change or a ramp's progress takes effect at once; `update` sizes the scores, so
+//! a pick never allocates.
+//!
+//! Where every usable server has the same share (the common pool, and every pool between slow
+//! starts), smooth weighted round robin is plain rotation: `update` keeps the usable servers
+//! (`usable.rs`) and a pick is one cursor step over them, the same over 4 servers and over
+//! 10,000, with no lock. Uneven shares take the turn above, a pass over the pool as nginx's.
 
 use std::sync::Mutex;
+use std::sync::atomic::{AtomicUsize, Ordering::Relaxed};
 
+use super::usable::{DRAWS, Snapshot};
 use super::{Balancer, Pick, ServerView};
 
 /// `round-robin` in the registry (`algorithm.rs`).
@@ -39,6 +47,19 @@ pub const COOKIE: super::entry::Registered = super::entry::Registered {
 pub struct RoundRobin {
     /// Running score per server; a short lock per pick, held for one pass over the pool.
     current: Mutex<Vec<i64>>,
+    /// The usable servers, for rotation while their shares are equal.
+    usable: Snapshot,
+    /// The rotation's place among them.
+    cursor: AtomicUsize,
+}
+
+impl RoundRobin {
+    /// The first usable server from place `start` of the rotation, while the shares are equal;
+    /// `None` sends the pick to the turn.
+    fn rotate(&self, start: usize, pick: &Pick<'_>, view: &dyn ServerView) -> Option<usize> {
+        let usable = self.usable.serving(view).filter(|u| u.equal_shares())?;
+        (start..start + DRAWS).map(|k| usable.nth(k)).find(|&i| pick.usable(view, i))
+    }
 }
 
 /// Scores for `n` servers: kept while the count is the same, started afresh when it differs.
@@ -51,17 +72,20 @@ fn sized(current: &mut Vec<i64>, n: usize) {
 
 impl Balancer for RoundRobin {
     fn pick(&self, pick: &Pick<'_>, view: &dyn ServerView) -> Option<usize> {
-        turn(&mut self.current.lock().unwrap_or_else(|p| p.into_inner()), pick, view)
+        self.rotate(self.cursor.fetch_add(1, Relaxed), pick, view).or_else(|| turn(&mut self.current.lock().unwrap_or_else(|p| p.into_inner()), pick, view))
     }
 
-    /// The same turn on a copy of the scores.
+    /// The rotation from where it stands, or the turn on a copy of the scores.
     fn peek(&self, pick: &Pick<'_>, view: &dyn ServerView) -> Option<usize> {
-        let mut copy = self.current.lock().unwrap_or_else(|p| p.into_inner()).clone();
-        turn(&mut copy, pick, view)
+        self.rotate(self.cursor.load(Relaxed), pick, view).or_else(|| {
+            let mut copy = self.current.lock().unwrap_or_else(|p| p.into_inner()).clone();
+            turn(&mut copy, pick, view)
+        })
     }
 
     fn update(&self, view: &dyn ServerView) {
         sized(&mut self.current.lock().unwrap_or_else(|p| p.into_inner()), view.len());
+        self.usable.rebuild(view);
     }
 }
 
@@ -76,18 +100,14 @@ fn turn(current: &mut Vec<i64>, pick: &Pick<'_>, view: &dyn ServerView) -> Optio
 /// `current`: each server in rotation (`weight(i)` above zero) gains its weight, the highest
 /// score is chosen and set back by the sum of the weights, so over a cycle each server is
 /// chosen as often as its weight says, and evenly spread. A server out of rotation starts
-/// afresh when it returns. Passive measurement turns by its traffic ratios the same way.
-pub fn smooth_turn<T>(current: &mut [T], weight: impl Fn(usize) -> T) -> Option<usize>
-where
-    T: Copy + Default + PartialOrd + std::ops::AddAssign + std::ops::SubAssign,
-{
-    let zero = T::default();
-    let mut total = zero;
+/// afresh when it returns.
+fn smooth_turn(current: &mut [i64], weight: impl Fn(usize) -> i64) -> Option<usize> {
+    let mut total = 0;
     let mut best: Option<usize> = None;
     for i in 0..current.len() {
         let w = weight(i);
-        if w <= zero {
-            current[i] = zero;
+        if w <= 0 {
+            current[i] = 0;
             continue;
         }
         current[i] += w;
@@ -152,6 +172,24 @@ mod tests {
         }
         assert_eq!(rr.pick(&FakePool::pick(&[0, 2]), &pool), Some(1));
         assert_eq!(rr.pick(&FakePool::pick(&[0, 1, 2]), &pool), None);
+    }
+
+    #[test]
+    fn told_of_equal_servers_it_rotates_and_skips_one_down_before_its_update() {
+        let mut pool = FakePool::with_weights(&[3, 3, 3, 3]);
+        let rr = pool.attach(RoundRobin::default());
+        let order: Vec<usize> = (0..8).map(|_| rr.pick(&FakePool::pick(&[]), &pool).unwrap()).collect();
+        assert_eq!(order, vec![0, 1, 2, 3, 0, 1, 2, 3]);
+        pool.set_up(1, false);
+        assert_eq!(count_picks(&*rr, &pool, 300), vec![100, 0, 100, 100]);
+        let mut stale = pool.untold();
+        stale.set_up(2, false);
+        let counts = count_picks(&*rr, &stale, 300);
+        assert_eq!((counts[1], counts[2], counts[0] + counts[3]), (0, 0, 300), "{counts:?}");
+        // Uneven again: the smooth turn.
+        pool.set_weight(0, 6);
+        let order: Vec<usize> = (0..4).map(|_| rr.pick(&FakePool::pick(&[]), &pool).unwrap()).collect();
+        assert_eq!(order.iter().filter(|&&i| i == 0).count(), 2, "{order:?}");
     }
 
     #[test]

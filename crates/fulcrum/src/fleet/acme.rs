@@ -447,6 +447,13 @@ impl Store for EtcdStore {
         })
     }
 
+    /// A watch brings a put to the other instances within milliseconds on a healthy etcd; one
+    /// that is starting reads the pending challenges as it connects. A second covers both with
+    /// room, and an order is rare enough to spend it.
+    fn settle(&self) -> Duration {
+        Duration::from_secs(1)
+    }
+
     fn challenge(&self, challenge: &Challenge) -> Option<Vec<u8>> {
         self.shared.challenges.lock().ok()?.get(challenge).cloned()
     }

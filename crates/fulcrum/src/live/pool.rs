@@ -22,6 +22,12 @@ pub struct Tier {
     /// Shared with the service's event hub by a weak reference, so the balancer hears of every
     /// server change for as long as this generation lives and no longer.
     picker: Arc<Picker>,
+    /// The servers with a `maxconn`: the only ones a pick may find full, so a pick in a large
+    /// pool without limits reads none.
+    limited: Vec<u32>,
+    /// The servers in order of their ids (equal ids in config order): the `cookie` algorithm's
+    /// lookup by id is a binary search.
+    by_id: Vec<u32>,
 }
 
 /// A balancer with the view it picks over: what the event hub tells of a change.
@@ -46,7 +52,26 @@ impl Tier {
         // Subscribed before the first update, so a change that lands between the two is heard.
         events.subscribe(&picker);
         picker.server_changed();
-        Tier { servers, picker }
+        let limited = (0..servers.len()).filter(|&i| servers[i].maxconn > 0).map(|i| i as u32).collect();
+        let mut by_id: Vec<u32> = (0..servers.len() as u32).collect();
+        // Stable, so servers that share an id stay in config order.
+        by_id.sort_by(|&a, &b| servers[a as usize].id.cmp(&servers[b as usize].id));
+        Tier { servers, picker, limited, by_id }
+    }
+
+    /// The first usable server named `id`, unless a connection already failed on it.
+    fn named(&self, id: &str, avoid: &[usize]) -> Option<usize> {
+        let from = self.by_id.partition_point(|&i| self.servers[i as usize].id.as_str() < id);
+        let usable = self.by_id[from..].iter().map(|&i| i as usize).take_while(|&i| self.servers[i].id == id).find(|&i| self.servers[i].state.effective_weight() > 0)?;
+        (!avoid.contains(&usable)).then_some(usable)
+    }
+
+    /// The servers at their `maxconn` now.
+    fn full(&self) -> impl Iterator<Item = usize> + '_ {
+        self.limited.iter().map(|&i| i as usize).filter(|&i| {
+            let e = &self.servers[i];
+            e.state.counters.current.load(Relaxed) >= u64::from(e.maxconn)
+        })
     }
 
     /// What the algorithm measures of server `i`, for stats.
@@ -104,6 +129,9 @@ impl ServerView for InRotation<'_> {
     }
     fn sample(&self, i: usize) -> balance::load::Sample {
         self.0.sample(i)
+    }
+    fn told(&self) -> bool {
+        false
     }
 }
 
@@ -262,11 +290,10 @@ impl Pool {
 
     /// The usable server named `id` (the `cookie` algorithm's affinity), with its place.
     pub fn by_id(&self, id: &str, avoid: &Avoid) -> Option<Picked> {
-        let usable = |e: &Arc<ServerEntry>| e.id == id && e.state.effective_weight() > 0;
-        if let Some(i) = self.primary.servers.iter().position(usable).filter(|i| !avoid.primary.contains(i)) {
+        if let Some(i) = self.primary.named(id, &avoid.primary) {
             return Some(Picked::of(&self.primary, Role::Primary, i, false));
         }
-        let i = self.backup.servers.iter().position(usable).filter(|i| !avoid.backup.contains(i))?;
+        let i = self.backup.named(id, &avoid.backup)?;
         Some(Picked::of(&self.backup, Role::Backup, i, false))
     }
 
@@ -286,9 +313,8 @@ impl Pool {
     /// `avoid` plus every server at its `maxconn`: what a pick must skip now.
     pub fn avoid_full(&self, avoid: &Avoid) -> Avoid {
         let mut busy = avoid.clone();
-        let full = |e: &Arc<ServerEntry>| e.maxconn > 0 && e.state.counters.current.load(Relaxed) >= u64::from(e.maxconn);
-        busy.primary.extend(self.primary.servers.iter().enumerate().filter(|(_, e)| full(e)).map(|(i, _)| i));
-        busy.backup.extend(self.backup.servers.iter().enumerate().filter(|(_, e)| full(e)).map(|(i, _)| i));
+        busy.primary.extend(self.primary.full());
+        busy.backup.extend(self.backup.full());
         busy
     }
 

@@ -38,6 +38,11 @@ impl Load for InFlight {
     fn load(&self, view: &dyn ServerView, i: usize) -> PerWeight {
         PerWeight { count: view.active(i), weight: view.share(i) }
     }
+
+    /// Nothing in flight: zero per unit of any weight.
+    fn is_floor(&self, metric: &PerWeight) -> bool {
+        metric.count == 0
+    }
 }
 
 #[cfg(test)]

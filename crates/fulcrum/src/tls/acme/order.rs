@@ -98,7 +98,10 @@ async fn run(account: &Account, acme: &Acme, names: &[String], store: &dyn Store
         AcmeChallenge::Http01 => ChallengeType::Http01,
         AcmeChallenge::TlsAlpn01 => ChallengeType::TlsAlpn01,
     };
+    // Every answer is stored first, then, once they have settled where the validator may land
+    // (in a fleet, on every instance: `Store::settle`), the CA is asked to validate them all.
     let mut authorizations = order.authorizations();
+    let mut to_validate = 0;
     while let Some(authz) = authorizations.next().await {
         let mut authz = authz?;
         match authz.status {
@@ -107,7 +110,7 @@ async fn run(account: &Account, acme: &Acme, names: &[String], store: &dyn Store
             other => return Err(OrderError::new(format!("the authorization for {} is {other:?}", authz.identifier()))),
         }
         let domain = authz.identifier().to_string();
-        let mut challenge = authz.challenge(kind.clone()).ok_or_else(|| OrderError::new(format!("the CA offers no {} challenge for {domain}", acme.challenge.as_str())))?;
+        let challenge = authz.challenge(kind.clone()).ok_or_else(|| OrderError::new(format!("the CA offers no {} challenge for {domain}", acme.challenge.as_str())))?;
         let key_authorization = challenge.key_authorization();
         let (stored, answer) = match acme.challenge {
             AcmeChallenge::Http01 => (Challenge::Http01 { token: challenge.token.clone() }, key_authorization.as_str().as_bytes().to_vec()),
@@ -115,7 +118,20 @@ async fn run(account: &Account, acme: &Acme, names: &[String], store: &dyn Store
         };
         store.put_challenge(&stored, &answer).await?;
         pending.push(stored);
-        challenge.set_ready().await?;
+        to_validate += 1;
+    }
+    if to_validate > 0 {
+        tokio::time::sleep(store.settle()).await;
+    }
+    let mut authorizations = order.authorizations();
+    while let Some(authz) = authorizations.next().await {
+        let mut authz = authz?;
+        if authz.status != AuthorizationStatus::Pending {
+            continue;
+        }
+        if let Some(mut challenge) = authz.challenge(kind.clone()) {
+            challenge.set_ready().await?;
+        }
     }
     let retries = RetryPolicy::new().timeout(VALIDATION_TIMEOUT);
     let status = order.poll_ready(&retries).await?;

@@ -61,6 +61,12 @@ pub trait Store: Send + Sync {
     fn lock<'a>(&'a self, key: &'a str) -> Fut<'a, Box<dyn Held>>;
 
     fn put_challenge<'a>(&'a self, challenge: &'a Challenge, answer: &'a [u8]) -> Fut<'a, ()>;
+    /// How long an answer just put takes to reach every instance the CA's validator may reach,
+    /// which the orderer waits before it asks the CA to validate: zero where this instance
+    /// answers alone; in a fleet, the others learn it by their watch.
+    fn settle(&self) -> std::time::Duration {
+        std::time::Duration::ZERO
+    }
     /// The stored answer, looked up when a validator asks (an HTTP request or a handshake):
     /// from memory where the store can (etcd's are followed by a watch), never a slow read on
     /// the traffic's threads.
