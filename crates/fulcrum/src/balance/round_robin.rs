@@ -54,10 +54,18 @@ pub struct RoundRobin {
 }
 
 impl RoundRobin {
-    /// The first usable server from place `start` of the rotation, while the shares are equal;
-    /// `None` sends the pick to the turn.
-    fn rotate(&self, start: usize, pick: &Pick<'_>, view: &dyn ServerView) -> Option<usize> {
+    /// The first usable server from the rotation's place (moved on when `take`), while the
+    /// shares are equal;
+    /// `None` sends the pick to the turn. So does a pick that must avoid servers (a retry, or
+    /// servers at their `maxconn`): in the rotation it would take the next server's place and
+    /// skew the first attempts (a failing server would get every other one); the turn spreads
+    /// such picks over the others by their scores.
+    fn rotate(&self, take: bool, pick: &Pick<'_>, view: &dyn ServerView) -> Option<usize> {
+        if !pick.avoid.is_empty() {
+            return None;
+        }
         let usable = self.usable.serving(view).filter(|u| u.equal_shares())?;
+        let start = if take { self.cursor.fetch_add(1, Relaxed) } else { self.cursor.load(Relaxed) };
         (start..start + DRAWS).map(|k| usable.nth(k)).find(|&i| pick.usable(view, i))
     }
 }
@@ -72,12 +80,12 @@ fn sized(current: &mut Vec<i64>, n: usize) {
 
 impl Balancer for RoundRobin {
     fn pick(&self, pick: &Pick<'_>, view: &dyn ServerView) -> Option<usize> {
-        self.rotate(self.cursor.fetch_add(1, Relaxed), pick, view).or_else(|| turn(&mut self.current.lock().unwrap_or_else(|p| p.into_inner()), pick, view))
+        self.rotate(true, pick, view).or_else(|| turn(&mut self.current.lock().unwrap_or_else(|p| p.into_inner()), pick, view))
     }
 
     /// The rotation from where it stands, or the turn on a copy of the scores.
     fn peek(&self, pick: &Pick<'_>, view: &dyn ServerView) -> Option<usize> {
-        self.rotate(self.cursor.load(Relaxed), pick, view).or_else(|| {
+        self.rotate(false, pick, view).or_else(|| {
             let mut copy = self.current.lock().unwrap_or_else(|p| p.into_inner()).clone();
             turn(&mut copy, pick, view)
         })
@@ -186,6 +194,17 @@ mod tests {
         stale.set_up(2, false);
         let counts = count_picks(&*rr, &stale, 300);
         assert_eq!((counts[1], counts[2], counts[0] + counts[3]), (0, 0, 300), "{counts:?}");
+        // A retry avoiding the server that failed it takes no place in the rotation.
+        let first: Vec<usize> = (0..6)
+            .map(|_| {
+                let i = rr.pick(&FakePool::pick(&[]), &pool).unwrap();
+                rr.pick(&FakePool::pick(&[i]), &pool).unwrap();
+                i
+            })
+            .collect();
+        let mut sorted = first.clone();
+        sorted.sort();
+        assert_eq!(sorted, vec![0, 0, 2, 2, 3, 3], "first attempts still rotate: {first:?}");
         // Uneven again: the smooth turn.
         pool.set_weight(0, 6);
         let order: Vec<usize> = (0..4).map(|_| rr.pick(&FakePool::pick(&[]), &pool).unwrap()).collect();
