@@ -11,7 +11,7 @@
 
 use std::sync::Arc;
 
-use arc_swap::ArcSwap;
+use arc_swap::{ArcSwap, Guard};
 
 use super::{Pick, ServerView};
 
@@ -35,10 +35,9 @@ pub struct Usable {
 impl Usable {
     /// The servers of `view` with a share above zero.
     pub fn of(view: &dyn ServerView) -> Usable {
-        let mut u = Usable { of_len: view.len(), ..Usable::default() };
+        let mut u = Usable { of_len: view.len(), equal: true, ..Usable::default() };
         let mut total = 0u64;
         let mut first = None;
-        u.equal = true;
         for i in 0..view.len() {
             let share = view.share(i);
             if share == 0 {
@@ -97,9 +96,11 @@ impl Snapshot {
         self.0.store(Arc::new(Usable::of(view)));
     }
 
-    /// The snapshot when it may serve a pick in `view`.
-    pub fn serving(&self, view: &dyn ServerView) -> Option<Arc<Usable>> {
-        Some(self.0.load_full()).filter(|u| u.serves(view))
+    /// The snapshot when it may serve a pick in `view`: a guard, not a clone of the `Arc`, so
+    /// a pick moves no shared reference count.
+    pub fn serving(&self, view: &dyn ServerView) -> Option<Guard<Arc<Usable>>> {
+        let usable = self.0.load();
+        usable.serves(view).then_some(usable)
     }
 
     /// The first of up to [`DRAWS`] servers `draw` gives from the snapshot that `pick` may use
