@@ -42,6 +42,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 import svgplot  # noqa: E402
 from procs import cleanup_on_exit, cpu_seconds, exchange, family, rss_bytes, settled_rss  # noqa: E402
 from procs import start as procs_start, wait_port as procs_wait_port  # noqa: E402
+import anchors  # noqa: E402
 
 
 def arg(name, default):
@@ -371,22 +372,7 @@ def balancer_config(name, mode, port, d, conns):
         (d / "fulcrum.toml").write_text(text)
         return [str(FULCRUM), "--log", "warn", "run", str(d / "fulcrum.toml")]
     if name == "haproxy":
-        (d / "haproxy.cfg").write_text(f"""global
-  nbthread 1
-  maxconn {min(conns + 1000, (LIMIT - 200) // 2)}
-defaults
-  mode {mode}
-  {"http-reuse always" if http else ""}
-  {"option http-keep-alive" if http else ""}
-  timeout http-keep-alive 10m
-  timeout http-request 10m
-  timeout connect 2s
-  timeout client 10m
-  timeout server 10m
-listen idle
-  bind 127.0.0.1:{port}
-  balance roundrobin
-""" + "".join(f"  server s{i} 127.0.0.1:{p}\n" for i, p in enumerate(ups)))
+        (d / "haproxy.cfg").write_text(anchors.haproxy_config(1, mode, f"127.0.0.1:{port}", ups, min(conns + 1000, (LIMIT - 200) // 2), "idle"))
         return ["haproxy", "-db", "-f", str(d / "haproxy.cfg")]
     servers = "".join(f"server 127.0.0.1:{p};" for p in ups)
     head = f"""daemon off; master_process off; worker_processes 1; user root root;

@@ -34,6 +34,7 @@ from pathlib import Path
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 from procs import cleanup_on_exit, cpu_seconds, exchange, family, rss_bytes, settled_rss  # noqa: E402
 from procs import start as procs_start, wait_port as procs_wait_port  # noqa: E402
+import anchors  # noqa: E402
 
 
 def arg(name, default):
@@ -235,23 +236,7 @@ def root_line(exe):
 def haproxy_config(workers, mode, bind):
     """HAProxy with `workers` threads balancing the real servers round robin in `mode`; `bind` is
     the rest of its bind line (address, and TLS options for the TLS cases)."""
-    http = mode == "http"
-    return f"""global
-  nbthread {workers}
-  maxconn 9000
-defaults
-  mode {mode}
-  {"http-reuse always" if http else ""}
-  {"option http-keep-alive" if http else ""}
-  timeout http-keep-alive 10m
-  timeout http-request 10m
-  timeout connect 2s
-  timeout client 10m
-  timeout server 10m
-listen bench
-  bind {bind}
-  balance roundrobin
-""" + "".join(f"  server s{i} 127.0.0.1:{p}\n" for i, p in enumerate(SERVERS))
+    return anchors.haproxy_config(workers, mode, bind, SERVERS, 9000)
 
 
 def fulcrum_accepts(setting, top=False):
