@@ -139,8 +139,10 @@ impl App {
         };
         // Started last of what can fail before the app exists, so a refused start leaves no threads.
         let config = &live.current().config;
-        let threads = proxy::workers::threads(config.workers);
-        let workers = if config.reuse_port && threads > 1 { Some(proxy::workers::Workers::start(threads).map_err(StartError::Workers)?) } else { None };
+        let workers = match config.sockets_per_address() {
+            1 => None,
+            threads => Some(proxy::workers::Workers::start(threads).map_err(StartError::Workers)?),
+        };
         let app = Arc::new(App {
             live: live.clone(),
             shutdown: shutdown.clone(),

@@ -114,6 +114,17 @@ pub struct Audit {
 }
 
 impl Config {
+    /// Runtime threads: `workers`, or one per core when it is 0.
+    pub fn threads(&self) -> usize {
+        if self.workers == 0 { std::thread::available_parallelism().map_or(1, |n| n.get()) } else { self.workers }
+    }
+
+    /// Listening sockets on each listen address: one per worker with `reuse_port` (and more than
+    /// one thread), else one.
+    pub fn sockets_per_address(&self) -> usize {
+        if self.reuse_port && self.threads() > 1 { self.threads() } else { 1 }
+    }
+
     /// The top-level (shared) pool of this name.
     pub fn shared(&self, name: &str) -> Option<&Pool> {
         self.pools.iter().find(|p| p.name == name)

@@ -61,9 +61,25 @@ pub enum CheckError {
     NotReady { greeting: String },
 }
 
+impl CheckError {
+    /// Whether this host, not the server, failed the check: out of descriptors, memory or local
+    /// ports before a connection was made (`error::is_local`). Such a check says nothing of the
+    /// server.
+    pub fn is_local(&self) -> bool {
+        matches!(self, CheckError::Connect(e) if crate::error::is_local(e))
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn out_of_descriptors_is_this_hosts_failure_and_a_refusal_the_servers() {
+        assert!(CheckError::Connect(std::io::Error::from_raw_os_error(libc::EMFILE)).is_local());
+        assert!(!CheckError::Connect(std::io::Error::from_raw_os_error(libc::ECONNREFUSED)).is_local());
+        assert!(!CheckError::Read(std::io::Error::from_raw_os_error(libc::EMFILE)).is_local(), "a connection was made: the server was reached");
+    }
 
     #[test]
     fn a_timeout_reads_as_a_duration() {

@@ -20,6 +20,7 @@ use super::http::HttpCheck;
 use super::target::{Target, check_addr};
 use super::{CheckError, RiseFall};
 use crate::config::{Health, HealthKind, Mode, ProxyProtocol, ServerProtocol, ServerTls};
+use crate::error::Throttle;
 use crate::live::{Generation, Pool, ServerEntry};
 
 /// What a server's check is, apart from the generation it runs in: when any of it changes, the
@@ -237,7 +238,15 @@ async fn run(mut view: watch::Receiver<View>, mut asks: mpsc::Receiver<oneshot::
             HealthKind::Ftp => Box::pin(timed(cfg.timeout, super::ftp::check(addr, entry.proxy_protocol))).await,
         };
         let ok = result.is_ok();
-        if cfg.kind != HealthKind::None {
+        if let Some(e) = result.as_ref().err().filter(|e| e.is_local()) {
+            // This host could not make the check (out of descriptors): the server was never
+            // reached, so its streak and state stay as they were.
+            static LOCAL: Throttle = Throttle::new();
+            if let Some(held) = LOCAL.ready() {
+                warn!(service = %name, server = %address, held, "check not made: {e}; this host is out of descriptors or memory, the server's state stays as it was");
+            }
+            state.set_last_check(format!("not made: {e} (this host)"), crate::clock::since(started));
+        } else if cfg.kind != HealthKind::None {
             let text = match &result {
                 Ok(t) => format!("pass: {t} in {} ms", crate::clock::since(started).as_millis()),
                 Err(t) => format!("fail: {t}"),

@@ -70,10 +70,18 @@ impl Generation {
     }
 
     /// The process-wide connection limit this config gives: its `maxconn`, within what the
-    /// descriptor limit carries beside one health check per server.
+    /// descriptor limit carries beside what the config holds itself (`held`).
     pub fn maxconn(&self) -> u64 {
-        let servers = self.pools().map(|(_, p)| p.servers().count()).sum();
-        budget::effective(self.config.maxconn, budget::descriptor_limit(), servers)
+        budget::effective(self.config.maxconn, budget::descriptor_limit(), self.held())
+    }
+
+    /// The descriptors this generation holds before it serves a client: the listening sockets of
+    /// its enabled services, and a check per server with an active check.
+    pub fn held(&self) -> budget::Held {
+        let enabled = self.services.iter().filter(|s| s.config().enabled);
+        let (addresses, http3) = enabled.fold((0u64, 0u64), |(a, h), s| (a + 1, h + u64::from(s.config().http.http3)));
+        let checks = self.pools().filter(|(_, p)| p.config.health.kind != HealthKind::None).map(|(_, p)| p.servers().count() as u64).sum();
+        budget::Held { listen_sockets: addresses * self.config.sockets_per_address() as u64 + http3, checks }
     }
 
     pub fn service_at(&self, listen: SocketAddr) -> Option<&Arc<Service>> {
@@ -163,6 +171,8 @@ pub enum BuildError {
     AccessLog { service: String, cause: std::io::Error },
     #[error("service {service}: tracing: {cause}")]
     Tracer { service: String, cause: std::io::Error },
+    #[error(transparent)]
+    Descriptors(#[from] budget::TooFew),
     #[error("runtime registry poisoned")]
     Poisoned,
 }
@@ -180,6 +190,7 @@ impl Live {
         let mut registry = Registry::default();
         let budget = Budget::new(0);
         let generation = build(config, &mut registry, &budget, None, &config::Diff::default(), &Refresh::default())?;
+        generation.held().fits(budget::descriptor_limit())?;
         budget.set_max(generation.maxconn());
         Ok(Live { current: ArcSwap::from_pointee(generation), registry: Mutex::new(registry), budget })
     }
@@ -207,6 +218,7 @@ impl Live {
         let old = self.current();
         let diff = config::diff(&old.config, &config);
         let new = build(config, &mut registry, &self.budget, Some(&old), &diff, refresh)?;
+        new.held().fits(budget::descriptor_limit())?;
         let mut applied = Applied { diff, ..Applied::default() };
         let next_pools: HashMap<&str, &Arc<Pool>> = new.pools().map(|(_, p)| (p.config.name.as_str(), p)).collect();
         for (_, pool) in old.pools() {

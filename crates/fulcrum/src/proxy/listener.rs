@@ -143,8 +143,8 @@ async fn until_budget(live: &Live, listener: &TcpListener, addr: SocketAddr, sto
                 waiting,
                 held_since_last = since,
                 waits = budget.waits(),
-                "the process is at its connection limit: new clients wait in the listen backlog; raise `maxconn`, or the descriptor limit (`ulimit -n`, LimitNOFILE) it derives from: 2 a connection and {} kept aside",
-                crate::live::budget::RESERVED
+                "the process is at its connection limit: new clients wait in the listen backlog; raise `maxconn`, or the descriptor limit (`ulimit -n`, LimitNOFILE) it derives from: 2 a connection and {} kept aside for listeners, checks and the admin",
+                live.current().held().descriptors()
             );
         }
         tokio::select! {

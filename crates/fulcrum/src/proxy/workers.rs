@@ -64,11 +64,6 @@ pub fn sockets_per_address() -> usize {
     SOCKETS.load(Relaxed)
 }
 
-/// How many workers `workers` asks for: 0 is one per core.
-pub fn threads(workers: usize) -> usize {
-    if workers == 0 { std::thread::available_parallelism().map_or(1, |n| n.get()) } else { workers }
-}
-
 thread_local! {
     static WORKER: Cell<Option<usize>> = const { Cell::new(None) };
 }

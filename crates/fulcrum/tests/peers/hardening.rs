@@ -69,6 +69,45 @@ fn out_of_descriptors_clients_wait_in_the_backlog_and_no_server_is_blamed() {
     assert!(stats["services"].is_array(), "{stats}");
 }
 
+/// `n` TCP services on free ports of 127.0.3.1, each checking one server that refuses.
+fn many_services(n: usize) -> String {
+    (0..n)
+        .map(|i| {
+            let port = crate::support::free_port();
+            format!(
+                "[[service]]\nname = \"s{i}\"\nlisten = \"127.0.3.1:{port}\"\nmode = \"tcp\"\n[service.health]\nkind = \"tcp\"\n[[service.server]]\naddress = \"127.0.0.1:1\"\n"
+            )
+        })
+        .collect()
+}
+
+#[test]
+fn a_config_whose_own_sockets_outgrow_the_descriptor_limit_is_refused_with_what_to_raise() {
+    // 80 listeners (two descriptors each: the socket and the copy an upgrade hands over), 80
+    // checks and the reserve need 400 descriptors before one client: under 256 the process would
+    // start with its checks and its admin API starved of them.
+    let dir = crate::support::scratch("too-few-descriptors");
+    let path = dir.join("fulcrum.toml");
+    std::fs::write(&path, format!("allow_root = true\n{}", many_services(80))).unwrap();
+    let started = Instant::now();
+    let out = std::process::Command::new("prlimit").args(["--nofile=256:256", env!("CARGO_BIN_EXE_fulcrum"), "run", path.to_str().unwrap()]).output().unwrap();
+    let said = String::from_utf8_lossy(&out.stderr);
+    assert!(!out.status.success(), "refused, not run: {said}");
+    assert!(started.elapsed() < Duration::from_secs(10), "refused at once");
+    assert!(said.contains("needs at least 400 file descriptors") && said.contains("the limit (RLIMIT_NOFILE) is 256"), "{said}");
+    assert!(said.contains("80 listening sockets") && said.contains("80 health checks") && said.contains("raise `ulimit -n`"), "{said}");
+
+    // A reload to it is refused the same way, and the running config stays.
+    let backend = Backend::start("b1");
+    let small = service_over("round-robin", "mode = \"tcp\"", HTTP_CHECK, &[(backend.addr, "")]);
+    let f = Fulcrum::start_under(&["prlimit", "--nofile=256:256"], &small);
+    f.wait_all_up();
+    f.reload(&format!("{small}\n{}", many_services(80)));
+    wait_until("the reload refused", Duration::from_secs(10), || f.log().contains("needs at least"));
+    assert_eq!(f.stats()["services"].as_array().map(Vec::len), Some(1), "the running config stays");
+    assert_eq!(crate::support::http_get(f.listen, "/name").0, 200);
+}
+
 #[test]
 fn slow_readers_cost_a_bounded_amount_and_their_memory_comes_back() {
     const N: usize = 300;
