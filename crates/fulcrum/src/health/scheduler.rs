@@ -12,7 +12,7 @@ use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use serde::Serialize;
-use tokio::sync::{mpsc, oneshot, watch};
+use tokio::sync::{oneshot, watch};
 use tokio_util::sync::CancellationToken;
 use tracing::{info, warn};
 
@@ -23,31 +23,35 @@ use crate::config::{Health, HealthKind, Mode, ProxyProtocol, ServerProtocol, Ser
 use crate::error::Throttle;
 use crate::live::{Generation, Pool, ServerEntry};
 
-/// What a server's check is, apart from the generation it runs in: when any of it changes, the
-/// check starts again (with the server's health as it stood).
+/// What a pool's checks are, the same for each of its servers (held once per pool, not once per
+/// server): when any of it changes, the pool's checks start again.
 #[derive(Debug, Clone, PartialEq)]
-struct Spec {
+struct PoolSpec {
     health: Health,
-    addr: SocketAddr,
-    proxy_protocol: Option<ProxyProtocol>,
     server_tls: Option<ServerTls>,
-    sni: Option<String>,
     protocol: ServerProtocol,
     mode: Mode,
+}
+
+impl PoolSpec {
+    fn of(pool: &Pool) -> PoolSpec {
+        PoolSpec { health: pool.config.health.clone(), server_tls: pool.config.server_tls.clone(), protocol: pool.config.protocol, mode: pool.config.mode }
+    }
+}
+
+/// What a server's check is beside its pool's, apart from the generation it runs in: when any
+/// of it changes, the check starts again (with the server's health as it stood).
+#[derive(Debug, Clone, PartialEq)]
+struct Spec {
+    addr: SocketAddr,
+    proxy_protocol: Option<ProxyProtocol>,
+    sni: Option<String>,
 }
 
 impl Spec {
     fn of(pool: &Pool, entry: &ServerEntry) -> Spec {
         let configured = pool.config.servers.iter().find(|s| s.address == entry.state.key.address);
-        Spec {
-            health: pool.config.health.clone(),
-            addr: entry.addr,
-            proxy_protocol: entry.proxy_protocol,
-            server_tls: pool.config.server_tls.clone(),
-            sni: configured.and_then(|s| s.sni.clone()),
-            protocol: pool.config.protocol,
-            mode: pool.config.mode,
-        }
+        Spec { addr: entry.addr, proxy_protocol: entry.proxy_protocol, sni: configured.and_then(|s| s.sni.clone()) }
     }
 }
 
@@ -58,13 +62,33 @@ struct Running {
     spec: Spec,
     view: watch::Sender<View>,
     stop: CancellationToken,
-    /// Asks the task for a check now (`Checks::check_now`); it answers on the sender it is sent.
-    ask: mpsc::Sender<oneshot::Sender<Checked>>,
+    /// Checks asked for now (`Checks::check_now`).
+    asks: Arc<Asks>,
 }
 
-/// Asks for a check now that may wait for a server's task at once: a few, since each waits its
-/// turn behind the check running.
-const ASKS: usize = 4;
+/// Checks asked for now: the task runs one at its next turn and answers every asker waiting when
+/// it began with its result. A few words a server where a channel of its own held a block of
+/// slots; the askers are bounded by the admin API's connections.
+#[derive(Default)]
+struct Asks {
+    waiting: Mutex<Vec<oneshot::Sender<Checked>>>,
+    ready: tokio::sync::Notify,
+}
+
+impl Asks {
+    fn push(&self, reply: oneshot::Sender<Checked>) {
+        self.waiting.lock().unwrap_or_else(|e| e.into_inner()).push(reply);
+        self.ready.notify_one();
+    }
+
+    fn pending(&self) -> bool {
+        !self.waiting.lock().unwrap_or_else(|e| e.into_inner()).is_empty()
+    }
+
+    fn take(&self) -> Vec<oneshot::Sender<Checked>> {
+        std::mem::take(&mut *self.waiting.lock().unwrap_or_else(|e| e.into_inner()))
+    }
+}
 
 /// The result of a check run at once (`POST .../check`), and the server's health after it.
 #[derive(Debug, Clone, Serialize)]
@@ -95,8 +119,7 @@ pub enum CheckNowError {
 impl Running {
     /// Starts the server's check and, when its pool has one, its agent's questions (without
     /// one, what an agent said before no longer counts).
-    fn start(spec: Spec, view: View) -> Running {
-        let has_agent = spec.health.agent.is_some();
+    fn start(spec: Spec, has_agent: bool, view: View) -> Running {
         if !has_agent {
             view.1.state.clear_agent();
         }
@@ -105,15 +128,16 @@ impl Running {
         if has_agent {
             tokio::spawn(super::agent::run(rx.clone(), stop.clone()));
         }
-        let (ask, asks) = mpsc::channel(ASKS);
-        tokio::spawn(run(rx, asks, stop.clone()));
-        Running { spec, view: tx, stop, ask }
+        let asks = Arc::new(Asks::default());
+        tokio::spawn(run(rx, asks.clone(), stop.clone()));
+        Running { spec, view: tx, stop, asks }
     }
 }
 
 /// The checks of one pool's servers, by configured address, and the pool they last saw.
 struct PoolChecks {
     pool: Arc<Pool>,
+    spec: PoolSpec,
     servers: HashMap<String, Running>,
 }
 
@@ -139,6 +163,9 @@ impl Checks {
                 }
                 other => other,
             };
+            let pool_spec = PoolSpec::of(pool);
+            let same_pool = old.as_ref().is_some_and(|o| o.spec == pool_spec);
+            let has_agent = pool_spec.health.agent.is_some();
             let mut before = old.map(|o| o.servers).unwrap_or_default();
             let mut servers = HashMap::with_capacity(before.len());
             for entry in pool.servers() {
@@ -146,7 +173,7 @@ impl Checks {
                 let spec = Spec::of(pool, entry);
                 let view = (pool.clone(), entry.clone());
                 let running = match before.remove(&address) {
-                    Some(r) if r.spec == spec && !r.stop.is_cancelled() && Arc::ptr_eq(&r.view.borrow().1.state, &entry.state) => {
+                    Some(r) if same_pool && r.spec == spec && !r.stop.is_cancelled() && Arc::ptr_eq(&r.view.borrow().1.state, &entry.state) => {
                         // Ignored if the task is gone (only when it was stopped).
                         let _ = r.view.send(view);
                         r
@@ -155,7 +182,7 @@ impl Checks {
                         if let Some(old) = other {
                             old.stop.cancel();
                         }
-                        Running::start(spec, view)
+                        Running::start(spec, has_agent, view)
                     }
                 };
                 servers.insert(address, running);
@@ -163,7 +190,7 @@ impl Checks {
             for r in before.values() {
                 r.stop.cancel();
             }
-            next.insert(name, PoolChecks { pool: pool.clone(), servers });
+            next.insert(name, PoolChecks { pool: pool.clone(), spec: pool_spec, servers });
         }
         for old in pools.values() {
             old.servers.values().for_each(|r| r.stop.cancel());
@@ -179,12 +206,15 @@ impl Checks {
         if pool.config.health.kind == HealthKind::None {
             return Err(CheckNowError::NoCheck(pool.config.name.clone()));
         }
-        let ask = {
-            let Ok(pools) = self.pools.lock() else { return Err(CheckNowError::Stopped) };
-            pools.get(&pool.config.name).and_then(|p| p.servers.get(address)).map(|r| r.ask.clone()).ok_or_else(no_server)?
-        };
         let (reply, answer) = oneshot::channel();
-        ask.send(reply).await.map_err(|_| CheckNowError::Stopped)?;
+        {
+            let Ok(pools) = self.pools.lock() else { return Err(CheckNowError::Stopped) };
+            let running = pools.get(&pool.config.name).and_then(|p| p.servers.get(address)).ok_or_else(no_server)?;
+            if running.stop.is_cancelled() {
+                return Err(CheckNowError::Stopped);
+            }
+            running.asks.push(reply);
+        }
         answer.await.map_err(|_| CheckNowError::Stopped)
     }
 
@@ -209,14 +239,14 @@ pub async fn wait_first_round(generation: &Generation, limit: Duration) {
 }
 
 /// One server's checks, each round against the newest view of it, until `stop`; a round runs
-/// early when asked (`asks`), and the asker gets its result.
-async fn run(mut view: watch::Receiver<View>, mut asks: mpsc::Receiver<oneshot::Sender<Checked>>, stop: CancellationToken) {
+/// early when asked (`asks`), and the askers waiting when it began get its result.
+async fn run(mut view: watch::Receiver<View>, asks: Arc<Asks>, stop: CancellationToken) {
     let (pool, entry) = view.borrow_and_update().clone();
     let cfg: &Health = &pool.config.health;
     let mut machine = RiseFall::new(cfg.rise, cfg.fall, entry.state.health_up(), entry.state.checked());
     let mut http = HttpCheck::default();
-    let mut asked: Option<oneshot::Sender<Checked>> = None;
     loop {
+        let asked = asks.take();
         // The newest generation's pool and entry: the same check (`Spec`), its TLS client and
         // name as that generation has them.
         let (pool, entry) = view.borrow_and_update().clone();
@@ -265,7 +295,7 @@ async fn run(mut view: watch::Receiver<View>, mut asks: mpsc::Receiver<oneshot::
         if ok && state.clear_passive() {
             info!(service = %name, server = %address, "server up: check passed after connect failures");
         }
-        if let Some(reply) = asked.take() {
+        if !asked.is_empty() {
             let checked = Checked {
                 passed: ok,
                 result: state.last_check(),
@@ -274,13 +304,24 @@ async fn run(mut view: watch::Receiver<View>, mut asks: mpsc::Receiver<oneshot::
                 check_up: state.health_up(),
                 check_streak: state.check_streak(),
             };
-            // The asker may have gone; the check counted all the same.
-            let _ = reply.send(checked);
+            // An asker may have gone; the check counted all the same.
+            for reply in asked {
+                let _ = reply.send(checked.clone());
+            }
         }
-        tokio::select! {
-            _ = tokio::time::sleep(cfg.interval) => {}
-            Some(reply) = asks.recv() => asked = Some(reply),
-            _ = stop.cancelled() => return,
+        let next = tokio::time::sleep(cfg.interval);
+        tokio::pin!(next);
+        loop {
+            tokio::select! {
+                _ = &mut next => break,
+                // A wake-up left by an ask this round answered already is not one.
+                _ = asks.ready.notified() => if asks.pending() { break },
+                _ = stop.cancelled() => {
+                    // Askers still waiting learn the checks stopped.
+                    drop(asks.take());
+                    return;
+                }
+            }
         }
     }
 }
@@ -317,7 +358,7 @@ mod tests {
     fn start(pool: Arc<Pool>, entry: Arc<ServerEntry>) -> CancellationToken {
         let stop = CancellationToken::new();
         let (_tx, rx) = watch::channel((pool, entry));
-        let (_ask, asks) = mpsc::channel(ASKS);
+        let asks = Arc::new(Asks::default());
         tokio::spawn(run(rx, asks, stop.clone()));
         stop
     }
@@ -326,11 +367,43 @@ mod tests {
     async fn a_servers_check_task_holds_no_check_between_checks() {
         let (pool, entry) = one_server("kind = \"http\"", "127.0.0.1:9");
         let (_tx, rx) = watch::channel((pool, entry));
-        let (_ask, asks) = mpsc::channel(ASKS);
+        let asks = Arc::new(Asks::default());
         let task = run(rx, asks, CancellationToken::new());
         // One task per server: its state is what every server holds between checks.
         let size = std::mem::size_of_val(&task);
         assert!(size < 4096, "a check task's state is {size} bytes");
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn an_ask_runs_a_check_early_and_askers_waiting_together_share_it() {
+        let server = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let (pool, entry) = one_server("kind = \"tcp\"\ninterval = \"60s\"\ntimeout = \"1s\"", &server.local_addr().unwrap().to_string());
+        let accepted = Arc::new(std::sync::atomic::AtomicUsize::new(0));
+        tokio::spawn({
+            let accepted = accepted.clone();
+            async move {
+                while server.accept().await.is_ok() {
+                    accepted.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+                }
+            }
+        });
+        let checks = || accepted.load(std::sync::atomic::Ordering::Relaxed);
+        let stop = CancellationToken::new();
+        let (_tx, rx) = watch::channel((pool, entry));
+        let asks = Arc::new(Asks::default());
+        tokio::spawn(run(rx, asks.clone(), stop.clone()));
+        tokio::time::sleep(Duration::from_secs(5)).await;
+        assert_eq!(checks(), 1, "the first round");
+        let (a, first) = oneshot::channel();
+        let (b, second) = oneshot::channel();
+        asks.push(a);
+        asks.push(b);
+        let (first, second) = (first.await.unwrap(), second.await.unwrap());
+        assert!(first.passed && second.passed, "{first:?}");
+        assert_eq!(checks(), 2, "one check for both askers, 55 s before its turn");
+        tokio::time::sleep(Duration::from_secs(30)).await;
+        assert_eq!(checks(), 2, "no other check before the interval");
+        stop.cancel();
     }
 
     #[tokio::test(start_paused = true)]
