@@ -552,9 +552,12 @@ mod tests {
         let counted = (tcp.budget().take(), tcp_service.state().open());
         size("tcp task", std::mem::size_of_val(&handle(accepted, peer, tcp_service, counted, Shutdown::new())), 1160);
 
-        // HTTP mode: the connection's driver.
+        // HTTP mode: the connection's driver, which is what a parked connection's task holds
+        // (the active part is boxed and freed when it parks). Under 872 bytes the task's cell,
+        // with the accept's wrapper, is 1024 bytes, jemalloc's class of that size; just over it,
+        // the cell is 1152 and takes 1280.
         let http = service("http");
         let (_client, accepted, peer) = pair().await;
-        size("http serve", std::mem::size_of_val(&http::serve(accepted, peer, http.current().services[0].clone(), Shutdown::new())), 1024);
+        size("http serve", std::mem::size_of_val(&http::serve(accepted, peer, http.current().services[0].clone(), Shutdown::new())), 872);
     }
 }

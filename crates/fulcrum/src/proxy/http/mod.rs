@@ -83,7 +83,8 @@ pub async fn serve<S: ClientIo>(mut client: S, peer: SocketAddr, service: Arc<Se
     }
     // With h2c, the bytes read to tell HTTP/2 from HTTP/1.1 begin the first request.
     let first = if http.h2c {
-        match h2::read_preface(&mut client, http.head_timeout).await {
+        // Boxed, as the branches below: it runs once, and a parked connection's task holds none of it.
+        match Box::pin(h2::read_preface(&mut client, http.head_timeout)).await {
             h2::Opening::Preface => return Box::pin(h2::serve(client, true, peer, service, names, shutdown)).await,
             h2::Opening::Other(read) => read,
             h2::Opening::Gone(why) => return debug!(service = %service.config().name, client = %peer, "closing client: {why}"),
@@ -98,7 +99,8 @@ pub async fn serve<S: ClientIo>(mut client: S, peer: SocketAddr, service: Arc<Se
     let sni: Option<Arc<str>> = client.server_name().map(Arc::from);
     let (mut io, verdict) = Guarded::new(client, http.max_head_size, activity.clone());
     io.read_first(&first);
-    let linger = park::LINGER.min(http.head_timeout / 4);
+    // Not held across the waits below: a parked connection's task is the size of what is.
+    drop(first);
     let svc = requests::<S>(&service, peer, local, names, sni, verdict.clone(), activity.clone(), shutdown.stopping().clone());
     loop {
         // Parked: wait for the client's next bytes with no buffer. `head_timeout` counts from
@@ -113,23 +115,32 @@ pub async fn serve<S: ClientIo>(mut client: S, peer: SocketAddr, service: Arc<Se
             break;
         }
         let left = http.head_timeout.saturating_sub(crate::clock::since(waiting_since)).max(Duration::from_millis(1));
-        // Boxed: freed whole when the connection parks.
-        let conn = Box::new(server_builder(http, left).serve_connection(TokioIo::new(io), svc.clone()).with_upgrades());
-        let run = tokio::select! {
-            r = park::run(conn, &activity, S::PARKS.then_some(linger)) => r,
-            _ = shutdown.terminating().cancelled() => break,
-        };
-        match run {
-            park::Run::Idle(conn) => {
-                let Some(parts) = conn.into_parts() else { break };
-                io = parts.io.into_inner();
-                io.unread(parts.read_buf);
+        // The active connection, boxed and freed whole when it parks: its futures (hyper's
+        // connection, the linger's timer) are no part of what a parked connection's task holds,
+        // which is only what waits above.
+        let active = Box::pin(async {
+            let conn = Box::new(server_builder(http, left).serve_connection(TokioIo::new(io), svc.clone()).with_upgrades());
+            let run = tokio::select! {
+                r = park::run(conn, &activity, S::PARKS.then_some(park::LINGER.min(http.head_timeout / 4))) => r,
+                _ = shutdown.terminating().cancelled() => return None,
+            };
+            match run {
+                park::Run::Idle(conn) => {
+                    let parts = conn.into_parts()?;
+                    let mut io = parts.io.into_inner();
+                    io.unread(parts.read_buf);
+                    Some(io)
+                }
+                park::Run::Ended(Ok(())) => None,
+                park::Run::Ended(Err(e)) => {
+                    debug!(service = %service.config().name, client = %peer, "client connection ended: {e}");
+                    None
+                }
             }
-            park::Run::Ended(Ok(())) => break,
-            park::Run::Ended(Err(e)) => {
-                debug!(service = %service.config().name, client = %peer, "client connection ended: {e}");
-                break;
-            }
+        });
+        match active.await {
+            Some(parked) => io = parked,
+            None => break,
         }
     }
     // A refusal inside a body was answered and logged by its request's handler.
