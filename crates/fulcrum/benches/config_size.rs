@@ -58,6 +58,9 @@ fn median_ms(mut v: Vec<f64>) -> f64 {
 }
 
 fn main() {
+    // As `fulcrum run` does: the soft descriptor limit up to the hard one (a config its
+    // listeners and checks do not fit is refused, and the clients need theirs).
+    let _ = rlimit::increase_nofile_limit(u64::MAX);
     let args: Vec<usize> = std::env::args().skip(1).filter_map(|a| a.parse().ok()).collect();
     let services = args.first().copied().unwrap_or(1000);
     let servers = args.get(1).copied().unwrap_or(10);

@@ -35,6 +35,9 @@ fn main() {
         let rt = tokio::runtime::Builder::new_current_thread().enable_all().build().expect("runtime");
         return rt.block_on(serve_ok(port));
     }
+    // As `fulcrum run` does: the soft descriptor limit up to the hard one (a config its
+    // listeners and checks do not fit is refused, and the clients need theirs).
+    let _ = rlimit::increase_nofile_limit(u64::MAX);
     let n: usize = args.first().and_then(|a| a.parse().ok()).unwrap_or(2000);
     let server = free_addr();
     let mut child = std::process::Command::new(std::env::current_exe().expect("own path")).args(["serve", &server.port().to_string()]).spawn().expect("server process");

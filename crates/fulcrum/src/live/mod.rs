@@ -218,7 +218,17 @@ impl Live {
         let old = self.current();
         let diff = config::diff(&old.config, &config);
         let new = build(config, &mut registry, &self.budget, Some(&old), &diff, refresh)?;
-        new.held().fits(budget::descriptor_limit())?;
+        if let Err(too_few) = new.held().fits(budget::descriptor_limit()) {
+            // Refused whole: the servers it would have added leave no state behind, so a later
+            // config that adds them has them join afresh.
+            let running: std::collections::HashSet<&ServerKey> = old.pools().flat_map(|(_, p)| p.servers()).map(|e| &e.state.key).collect();
+            for (_, pool) in new.pools() {
+                for entry in pool.servers().filter(|e| !running.contains(&e.state.key)) {
+                    registry.servers.remove(&entry.state.key);
+                }
+            }
+            return Err(too_few.into());
+        }
         let mut applied = Applied { diff, ..Applied::default() };
         let next_pools: HashMap<&str, &Arc<Pool>> = new.pools().map(|(_, p)| (p.config.name.as_str(), p)).collect();
         for (_, pool) in old.pools() {
