@@ -554,8 +554,8 @@ mod tests {
 
         // HTTP mode: the connection's driver, which is what a parked connection's task holds
         // (the active part is boxed and freed when it parks). Under 872 bytes the task's cell,
-        // with the accept's wrapper, is 1024 bytes, jemalloc's class of that size; just over it,
-        // the cell is 1152 and takes 1280.
+        // with the accept's wrapper, is 1,024 bytes (tokio aligns cells to 128); just over it,
+        // 1,152 (`benches/idle_size.rs` counts the step).
         let http = service("http");
         let (_client, accepted, peer) = pair().await;
         size("http serve", std::mem::size_of_val(&http::serve(accepted, peer, http.current().services[0].clone(), Shutdown::new())), 872);
