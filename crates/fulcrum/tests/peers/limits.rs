@@ -101,7 +101,7 @@ fn twenty_clients_each_get_their_fifty_a_second_and_one_under_it_is_untouched() 
             next += every;
             std::thread::sleep(next.saturating_duration_since(Instant::now()));
         }
-        (passed, limited, told)
+        (passed, limited, told, began.elapsed().as_secs_f64())
     };
     let results: Vec<_> = std::thread::scope(|s| {
         let fast: Vec<_> = (0..20u8).map(|i| s.spawn(move || run(IpAddr::from([127, 0, 0, 10 + i]), Duration::from_millis(10)))).collect();
@@ -110,17 +110,21 @@ fn twenty_clients_each_get_their_fifty_a_second_and_one_under_it_is_untouched() 
         all.push(calm.join().unwrap());
         all
     });
-    for (i, (passed, limited, told)) in results[..20].iter().enumerate() {
-        let per_second = *passed as f64 / SECONDS as f64;
-        println!("client 127.0.0.{}: {passed} passed ({per_second:.1}/s), {limited} limited", 10 + i);
-        assert!((45.0..=55.0).contains(&per_second), "client {i}: {per_second:.1} a second passed, not 50 ± 5");
+    for (i, (passed, limited, told, took)) in results[..20].iter().enumerate() {
+        let per_second = *passed as f64 / took;
+        println!("client 127.0.0.{}: {passed} passed ({per_second:.1}/s over {took:.2} s), {limited} limited", 10 + i);
+        // Never more than the rate and the burst allow (one more for a request at the edge of
+        // the run); not much less either: a client held back by a busy machine sends late and
+        // then in a rush, and the burst of 5 takes only part of a rush, so the floor is 85%.
+        assert!(*passed as f64 <= 50.0 * took + 5.0 + 1.0, "client {i}: {passed} passed in {took:.2} s, more than 50 a second and a burst of 5");
+        assert!(per_second >= 42.5, "client {i}: {per_second:.1} a second passed, under 85% of 50");
         assert!(*limited > 0, "client {i} offered twice its limit and was never limited");
         let (retry, policy, rate) = told.clone().unwrap();
         assert_eq!(retry.as_deref(), Some("1"), "Retry-After in whole seconds");
         assert_eq!(policy.as_deref(), Some("\"per-client\";q=50;w=1"));
         assert_eq!(rate.as_deref(), Some("\"per-client\";r=0;t=1"));
     }
-    let (passed, limited, _) = &results[20];
+    let (passed, limited, _, _) = &results[20];
     assert_eq!(*limited, 0, "a client under its limit is never limited ({passed} passed)");
     // The table and its counts, in the stats and in /metrics.
     let stats = f.stats();
