@@ -55,7 +55,7 @@ fn main() {
         let app = rt.block_on(App::start(config, None, shutdown.clone())).expect("start");
         // One connection first, so the server connection (HTTP) and the runtime's first
         // allocations are in the base.
-        let mut first = exchange(listen);
+        let first = exchange(listen);
         std::thread::sleep(Duration::from_secs(1));
         let base = live();
         let clients: Vec<TcpStream> = (0..n).map(|_| exchange(listen)).collect();
@@ -63,11 +63,10 @@ fn main() {
         std::thread::sleep(Duration::from_secs(2));
         let per = (live() - base) as f64 / n as f64;
         // Still served: a sample answers again.
-        for mut c in clients.into_iter().step_by((n / 10).max(1)).chain(std::iter::once(first.try_clone().expect("clone"))) {
+        for mut c in clients.into_iter().step_by((n / 10).max(1)).chain(std::iter::once(first)) {
             c.write_all(REQUEST).expect("request again");
             read_response(&mut c);
         }
-        first.flush().ok();
         println!("{mode}: {per:.0} bytes of heap per idle connection ({n} connections)");
         figures.push(format!("\"{mode}_bytes_per_idle_connection\": {per:.0}"));
         shutdown.begin();
@@ -81,26 +80,24 @@ fn main() {
 /// A server that answers every request on a connection with `RESPONSE`, until killed.
 async fn serve_ok(port: u16) {
     let listener = tokio::net::TcpListener::bind(("127.0.0.1", port)).await.expect("server");
-    {
-        while let Ok((mut conn, _)) = listener.accept().await {
-            tokio::spawn(async move {
-                let mut buf = vec![0u8; 4096];
-                let mut have = 0;
-                loop {
-                    match conn.read(&mut buf[have..]).await {
-                        Ok(0) | Err(_) => return,
-                        Ok(k) => have += k,
-                    }
-                    while let Some(end) = buf[..have].windows(4).position(|w| w == b"\r\n\r\n") {
-                        if conn.write_all(RESPONSE).await.is_err() {
-                            return;
-                        }
-                        buf.copy_within(end + 4..have, 0);
-                        have -= end + 4;
-                    }
+    while let Ok((mut conn, _)) = listener.accept().await {
+        tokio::spawn(async move {
+            let mut buf = vec![0u8; 4096];
+            let mut have = 0;
+            loop {
+                match conn.read(&mut buf[have..]).await {
+                    Ok(0) | Err(_) => return,
+                    Ok(k) => have += k,
                 }
-            });
-        }
+                while let Some(end) = buf[..have].windows(4).position(|w| w == b"\r\n\r\n") {
+                    if conn.write_all(RESPONSE).await.is_err() {
+                        return;
+                    }
+                    buf.copy_within(end + 4..have, 0);
+                    have -= end + 4;
+                }
+            }
+        });
     }
 }
 

@@ -55,8 +55,7 @@ pub struct RoundRobin {
 
 impl RoundRobin {
     /// The first usable server from the rotation's place (moved on when `take`), while the
-    /// shares are equal;
-    /// `None` sends the pick to the turn. So does a pick that must avoid servers (a retry, or
+    /// shares are equal; `None` sends the pick to the turn. So does a pick that must avoid servers (a retry, or
     /// servers at their `maxconn`): in the rotation it would take the next server's place and
     /// skew the first attempts (a failing server would get every other one); the turn spreads
     /// such picks over the others by their scores.

@@ -70,9 +70,12 @@ impl Generation {
     }
 
     /// The process-wide connection limit this config gives: its `maxconn`, within what the
-    /// descriptor limit carries beside what the config holds itself (`held`).
-    pub fn maxconn(&self) -> u64 {
-        budget::effective(self.config.maxconn, budget::descriptor_limit(), self.held())
+    /// descriptor limit carries beside what the config holds itself (`held`); refused when the
+    /// limit leaves too few descriptors for clients.
+    pub fn maxconn(&self) -> Result<u64, budget::TooFew> {
+        let (limit, held) = (budget::descriptor_limit(), self.held());
+        held.fits(limit)?;
+        Ok(budget::effective(self.config.maxconn, limit, held))
     }
 
     /// The descriptors this generation holds before it serves a client: the listening sockets of
@@ -190,8 +193,7 @@ impl Live {
         let mut registry = Registry::default();
         let budget = Budget::new(0);
         let generation = build(config, &mut registry, &budget, None, &config::Diff::default(), &Refresh::default())?;
-        generation.held().fits(budget::descriptor_limit())?;
-        budget.set_max(generation.maxconn());
+        budget.set_max(generation.maxconn()?);
         Ok(Live { current: ArcSwap::from_pointee(generation), registry: Mutex::new(registry), budget })
     }
 
@@ -217,18 +219,17 @@ impl Live {
         let mut registry = self.registry.lock().map_err(|_| BuildError::Poisoned)?;
         let old = self.current();
         let diff = config::diff(&old.config, &config);
-        let new = build(config, &mut registry, &self.budget, Some(&old), &diff, refresh)?;
-        if let Err(too_few) = new.held().fits(budget::descriptor_limit()) {
-            // Refused whole: the servers it would have added leave no state behind, so a later
-            // config that adds them has them join afresh.
-            let running: std::collections::HashSet<&ServerKey> = old.pools().flat_map(|(_, p)| p.servers()).map(|e| &e.state.key).collect();
-            for (_, pool) in new.pools() {
-                for entry in pool.servers().filter(|e| !running.contains(&e.state.key)) {
-                    registry.servers.remove(&entry.state.key);
-                }
+        let built = build(config, &mut registry, &self.budget, Some(&old), &diff, refresh).and_then(|new| Ok((new.maxconn()?, new)));
+        let (maxconn, new) = match built {
+            Ok(built) => built,
+            Err(refused) => {
+                // Refused whole: the servers it registered before it failed leave no state
+                // behind, so a later config that adds them has them join afresh.
+                let running: std::collections::HashSet<&ServerKey> = old.pools().flat_map(|(_, p)| p.servers()).map(|e| &e.state.key).collect();
+                registry.servers.retain(|key, _| running.contains(key));
+                return Err(refused);
             }
-            return Err(too_few.into());
-        }
+        };
         let mut applied = Applied { diff, ..Applied::default() };
         let next_pools: HashMap<&str, &Arc<Pool>> = new.pools().map(|(_, p)| (p.config.name.as_str(), p)).collect();
         for (_, pool) in old.pools() {
@@ -251,7 +252,7 @@ impl Live {
             }
         }
         registry.services.retain(|name, _| next_pools.contains_key(name.as_str()));
-        self.budget.set_max(new.maxconn());
+        self.budget.set_max(maxconn);
         self.current.store(Arc::new(new));
         Ok(applied)
     }
