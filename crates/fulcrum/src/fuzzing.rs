@@ -7,6 +7,7 @@
 //! is how libFuzzer (and the replay test) notice it. Not an API: hidden from the docs.
 
 mod h1_differential;
+mod h1_response;
 
 use std::sync::OnceLock;
 
@@ -17,6 +18,7 @@ use crate::proxy::ftp::command::{self, Eprt};
 use crate::proxy::http::guard::{Framing, Scan};
 
 pub use h1_differential::h1_differential;
+pub use h1_response::h1_response_differential;
 
 /// The HTTP framing guard over a client stream delivered in pieces, as the socket delivers it.
 ///

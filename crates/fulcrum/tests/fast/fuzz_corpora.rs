@@ -65,3 +65,8 @@ fn the_h2_to_h1_corpus_passes() {
 fn the_h1_differential_corpus_passes() {
     replay("h1_differential", fulcrum::fuzzing::h1_differential);
 }
+
+#[test]
+fn the_h1_response_differential_corpus_passes() {
+    replay("h1_response_differential", fulcrum::fuzzing::h1_response_differential);
+}

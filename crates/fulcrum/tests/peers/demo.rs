@@ -94,6 +94,9 @@ fn the_fleet_demo_runs_two_instances_over_etcd_and_a_change_in_one_reaches_the_o
     let service2 = format!("127.0.0.1:{}", p1 + 1).parse().unwrap();
     wait_until("the second instance's service", Duration::from_secs(30), || http_get_from(None, service2, "/name").is_ok());
     let stats = |admin| -> serde_json::Value { serde_json::from_str(&http_get(admin, "/api/stats").1).unwrap() };
+    // An edit is written to etcd: the first instance must have connected (a busy machine may
+    // let the second instance serve first).
+    wait_until("the first instance's etcd connection", Duration::from_secs(30), || stats(lb1)["fleet"]["connected"] == true);
     let server = stats(lb1)["services"][0]["servers"][0]["address"].as_str().unwrap().to_string();
     let headers = ["Content-Type: application/json".to_string()];
     let (status, body) = curl(lb1, "POST", &format!("/api/services/http/servers/{server}/weight"), &headers, Some(r#"{"weight": 4}"#));

@@ -55,7 +55,8 @@ pub enum ProxyBody {
     /// A server's response body; `place` holds the request's place on the server until the
     /// body has gone out.
     Response {
-        body: Incoming,
+        body: ServerBody,
+        /// hyper's connection, given back when the body ends (the own path's body gives its own).
         lent: Option<Lent<SendRequest<ProxyBody>>>,
         record: Option<Box<Record>>,
         /// The request's place on the server: held for its Drop, and names the server a
@@ -183,6 +184,43 @@ pub enum BodyError {
     TooLarge(u64),
     #[error("compressing the response failed: {0}")]
     Encoding(std::io::Error),
+    /// The server's response broke on the own HTTP/1.1 path (`origin.rs`).
+    #[error("{0}")]
+    Server(String),
+}
+
+/// A server's response body: hyper's (HTTPS and HTTP/2 servers, upgrades) or the own HTTP/1.1
+/// path's.
+pub enum ServerBody {
+    Hyper(Incoming),
+    /// Boxed: it holds the connection and its reader, and a response is moved whole on its way.
+    Own(Box<super::origin::ResponseBody>),
+}
+
+impl Body for ServerBody {
+    type Data = Bytes;
+    type Error = BodyError;
+
+    fn poll_frame(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Option<Result<Frame<Bytes>, BodyError>>> {
+        match self.get_mut() {
+            ServerBody::Hyper(b) => Pin::new(b).poll_frame(cx).map(|f| f.map(|f| f.map_err(BodyError::Client))),
+            ServerBody::Own(b) => Pin::new(&mut **b).poll_frame(cx),
+        }
+    }
+
+    fn is_end_stream(&self) -> bool {
+        match self {
+            ServerBody::Hyper(b) => b.is_end_stream(),
+            ServerBody::Own(b) => b.is_end_stream(),
+        }
+    }
+
+    fn size_hint(&self) -> SizeHint {
+        match self {
+            ServerBody::Hyper(b) => b.size_hint(),
+            ServerBody::Own(b) => b.size_hint(),
+        }
+    }
 }
 
 /// The `max_request_body` answer.
@@ -314,7 +352,7 @@ impl Body for ProxyBody {
                 {
                     p.release();
                 }
-                polled.map(|f| f.map(|f| f.map_err(BodyError::Client)))
+                polled
             }
             ProxyBody::Compressed(c) => Pin::new(&mut **c).poll_frame(cx),
         }
@@ -356,7 +394,7 @@ impl Body for ProxyBody {
 
 /// A server's response that broke mid-body is a transfer error of that server, unless the
 /// client's request body failed first and took the connection down with it.
-fn broken_response(place: Option<&Place>, fault: &ClientFault, e: &hyper::Error) {
+fn broken_response(place: Option<&Place>, fault: &ClientFault, e: &BodyError) {
     let Some(place) = place else { return };
     let server = place.entry().addr;
     match fault.get() {

@@ -18,24 +18,25 @@
 
 mod access;
 pub(crate) mod affinity;
-mod body;
+pub(crate) mod body;
 pub mod compress;
 pub(crate) mod convert;
 pub(crate) mod guard;
-// Not yet on the data path: the fuzz target `h1_differential` and its tests use the request side,
-// and the response side waits for the serving loop that will carry both.
+// The response side reads servers' answers on the own client path (`origin`); the request side is
+// the fuzz target `h1_differential`'s and waits for the serving loop that will carry it.
 #[allow(dead_code)]
 pub(crate) mod h1;
 mod h2;
 pub mod h3;
 pub(crate) mod headers;
 mod idle;
+pub(crate) mod origin;
 mod park;
 mod replay;
 pub mod route;
 pub mod rules;
 mod trace_context;
-mod upstream;
+pub(crate) mod upstream;
 mod websocket;
 
 use std::net::SocketAddr;
@@ -69,6 +70,8 @@ pub(crate) struct Kept {
     /// With `protocol = "h2"`: the one connection every request shares, a clone (a stream of
     /// it) per request, with the identity of the `server_tls` it was made with (`idle::Target`).
     pub h2: std::sync::Mutex<Option<(Option<u64>, hyper::client::conn::http2::SendRequest<ProxyBody>)>>,
+    /// Idle connections of the own HTTP/1.1 path (`origin`), a plain-text server's.
+    pub own: Arc<idle::IdleConns<origin::Conn>>,
 }
 
 /// Serves one client connection: as many requests as it sends. hyper runs only while the client

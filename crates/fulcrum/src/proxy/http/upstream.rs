@@ -1,13 +1,14 @@
 //! Sending one request to a server: the dispatcher picks and reserves, the request goes over an
 //! idle keep-alive connection of that server (`idle.rs`) or a new one (connected and measured by
-//! the dispatcher), and a failed send is repeated where that is safe (`replay.rs`). A send that
+//! the dispatcher), and a failed send is repeated where that is safe (`replay.rs`). A plain-text
+//! HTTP/1.1 server is spoken to on Fulcrum's own path (`origin.rs`); HTTPS and HTTP/2 servers,
+//! and upgrades, through hyper's client. A send that
 //! failed because the client's request body did is the client's failure, never the server's.
 
 use std::net::SocketAddr;
 use std::sync::atomic::Ordering::Relaxed;
 use std::time::Duration;
 
-use hyper::body::Incoming;
 use hyper::client::conn::TrySendError;
 use hyper::client::conn::http1::SendRequest;
 use hyper::client::conn::http2;
@@ -16,9 +17,10 @@ use hyper_util::rt::{TokioExecutor, TokioIo, TokioTimer};
 use tracing::debug;
 
 use super::Kept;
-use super::body::ProxyBody;
+use super::body::{ProxyBody, ServerBody};
 use super::idle::{Lent, Target};
-use super::replay::{Next, Replay};
+use super::origin;
+use super::replay::{Broke, Next, Replay};
 use crate::config::{RetryOn, ServerProtocol};
 use crate::error::{Error, Kind, Side};
 use crate::live::Pool;
@@ -33,7 +35,7 @@ pub enum Failure {
     /// Every server stayed at its `maxconn` for `queue_timeout`: 503.
     Queue(Duration),
     /// The server closed or broke the connection before a response: 502.
-    Broken(SocketAddr, hyper::Error),
+    Broken(SocketAddr, Broke),
     /// The client's request body failed as it went out (bad bytes, or the client went away:
     /// 400; past `max_request_body`: 413), and nothing counted against the server.
     Client(hyper::StatusCode, String),
@@ -41,7 +43,7 @@ pub enum Failure {
 
 /// What a forwarded request got.
 pub struct Answer {
-    pub response: Response<Incoming>,
+    pub response: Response<ServerBody>,
     /// The connection, to give back when the body is read (not for upgrades).
     pub lent: Option<Lent<SendRequest<ProxyBody>>>,
     /// The request's place on the server, held until the response has gone out.
@@ -82,9 +84,12 @@ pub fn send(
             let target = Target { addr: entry.addr, tls: pool.server_tls.as_ref().map(|o| o.identity()) };
             let started = crate::clock::now();
             let h2 = cfg.protocol == ServerProtocol::H2;
+            let own = !h2 && !upgrade && pool.server_tls.is_none();
             let mut reused = match (h2, upgrade, kept) {
                 (_, _, None) | (false, true, _) => None,
                 (true, _, Some(k)) => shared_h2(&k.h2, target.tls).map(Sender::H2),
+                // A connection the server closed while idle is passed over, as hyper's is.
+                (false, false, Some(k)) if own => std::iter::from_fn(|| k.own.take(target, cfg.http.keepalive_idle)).find(|c| !c.gone()).map(|c| Sender::Own(Some(c))),
                 (false, false, Some(k)) => k.idle.take(target, cfg.http.keepalive_idle).map(Sender::H1),
             };
             if let Some(s) = reused.as_mut()
@@ -96,6 +101,7 @@ pub fn send(
             let opened = match reused {
                 Some(s) => Ok(s),
                 None if h2 => Box::pin(open_h2(&dispatch, &place, pool)).await.map(Sender::H2),
+                None if own => Box::pin(dispatch.connect(&place)).await.map(|s| Sender::Own(Some(origin::Conn::new(s)))),
                 None => Box::pin(open(&dispatch, &place, pool)).await.map(Sender::H1),
             };
             let mut sender = match opened {
@@ -111,7 +117,8 @@ pub fn send(
             let connect = crate::clock::since(started);
             place.opened();
             let sent = crate::clock::now();
-            match tokio::time::timeout(retries.per_try, sender.try_send(req)).await {
+            let home = kept.filter(|_| own).map(|k| (target, k.own.clone()));
+            match tokio::time::timeout(retries.per_try, sender.try_send(req, home)).await {
                 Ok(Ok(response)) => {
                     let status = response.status().as_u16();
                     if let Some(again) = retries.take(RetryOn::Status(status), &replay, &mut dispatch, &place) {
@@ -129,15 +136,15 @@ pub fn send(
                     };
                     return Ok(Answer { response, lent, place, connect, response_time: crate::clock::since(sent) });
                 }
-                Ok(Err(failed)) => {
+                Ok(Err((error, unsent))) => {
                     if let Some(f) = fault.as_ref()
                         && let Some(why) = f.get()
                     {
-                        debug!(service = %cfg.name, server = %entry.addr, "send failed on the client's side: {}", failed.error());
+                        debug!(service = %cfg.name, server = %entry.addr, "send failed on the client's side: {error}");
                         return Err(Failure::Client(f.status(), why.to_string()));
                     }
                     entry.state.counters.transfer_errors.fetch_add(1, Relaxed);
-                    match replay.after(failed, was_reused) {
+                    match replay.after(unsent, error, was_reused) {
                         Next::Unsent(r) => {
                             debug!(service = %cfg.name, server = %entry.addr, "reused connection closed before use, sending again");
                             req = r;
@@ -233,25 +240,41 @@ impl<'a> Retries<'a> {
 /// chunk only once the client's side has taken the last one.
 pub const SERVER_READ_BUFFER: usize = 16 * 1024;
 
-/// A connection to send one request on: an HTTP/1.1 one of the server's own, or a stream of its
-/// shared HTTP/2 connection.
+/// A connection to send one request on: an HTTP/1.1 one of the server's own (on Fulcrum's path,
+/// or hyper's), or a stream of its shared HTTP/2 connection.
 enum Sender {
+    /// Taken by the send: the response body holds it until it gives it back.
+    Own(Option<origin::Conn>),
     H1(SendRequest<ProxyBody>),
     H2(http2::SendRequest<ProxyBody>),
 }
 
+/// A failed send: why, and the request when not a byte of it was written.
+type Unsent = (Broke, Option<Request<ProxyBody>>);
+
 impl Sender {
     async fn ready(&mut self) -> hyper::Result<()> {
         match self {
+            Sender::Own(_) => Ok(()),
             Sender::H1(s) => s.ready().await,
             Sender::H2(s) => s.ready().await,
         }
     }
 
-    async fn try_send(&mut self, req: Request<ProxyBody>) -> Result<Response<Incoming>, TrySendError<Request<ProxyBody>>> {
+    /// Sends `req`; `home` is where the own path's connection goes back to when its response ends.
+    async fn try_send(&mut self, req: Request<ProxyBody>, home: Option<(Target, std::sync::Arc<super::idle::IdleConns<origin::Conn>>)>) -> Result<Response<ServerBody>, Unsent> {
+        fn hyper_failed(mut failed: TrySendError<Request<ProxyBody>>) -> Unsent {
+            let unsent = failed.take_message();
+            (Broke::Hyper(failed.into_error()), unsent)
+        }
         match self {
-            Sender::H1(s) => s.try_send_request(req).await,
-            Sender::H2(s) => s.try_send_request(req).await,
+            Sender::Own(conn) => {
+                let conn = conn.take().expect("a connection is sent on once");
+                let response = origin::send(conn, req, home).await.map_err(|(e, unsent)| (Broke::Own(e), unsent))?;
+                Ok(response.map(|b| ServerBody::Own(Box::new(b))))
+            }
+            Sender::H1(s) => s.try_send_request(req).await.map(|r| r.map(ServerBody::Hyper)).map_err(hyper_failed),
+            Sender::H2(s) => s.try_send_request(req).await.map(|r| r.map(ServerBody::Hyper)).map_err(hyper_failed),
         }
     }
 }
