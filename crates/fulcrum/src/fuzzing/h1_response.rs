@@ -8,8 +8,9 @@
 //! sends, after which it closes. Where the own path is deliberately stricter, because it checks
 //! what it forwards as the framing guard checks a client's bytes, it is named here and nowhere
 //! else taken for agreement: it refuses a response whose head hyper reads leniently (a bare LF
-//! or CR, an obsolete line folding, Content-Length beside Transfer-Encoding, Transfer-Encoding in
-//! HTTP/1.0), and a body whose chunks hyper reads leniently ([`STRICTER`]).
+//! or CR, an obsolete line folding, Content-Length beside Transfer-Encoding, a Content-Length hyper
+//! leaves unread because Transfer-Encoding is there, Transfer-Encoding in HTTP/1.0), and a body
+//! whose chunks hyper reads leniently ([`STRICTER`]).
 
 use std::time::Duration;
 
@@ -29,7 +30,8 @@ use crate::proxy::http::upstream::SERVER_READ_BUFFER;
 type Got = Result<(u16, Vec<u8>, bool), String>;
 
 /// Refusals of the own path where hyper reads on: the deliberate differences.
-const STRICTER: &[&str] = &["bare LF", "bare CR", "obsolete line folding", "Content-Length and Transfer-Encoding", "Transfer-Encoding in an HTTP/1.0", "chunk"];
+const STRICTER: &[&str] =
+    &["bare LF", "bare CR", "obsolete line folding", "Content-Length and Transfer-Encoding", "invalid Content-Length", "Transfer-Encoding in an HTTP/1.0", "chunk"];
 
 pub fn h1_response_differential(data: &[u8]) {
     let Some((ours, theirs)) = both(data) else { return };

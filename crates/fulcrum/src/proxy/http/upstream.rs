@@ -270,7 +270,10 @@ impl Sender {
         match self {
             Sender::Own(conn) => {
                 let conn = conn.take().expect("a connection is sent on once");
-                let response = origin::send(conn, req, home).await.map_err(|(e, unsent)| (Broke::Own(e), unsent))?;
+                // Boxed: the exchange's state (the request's parts, its body, the connection) is
+                // a few hundred bytes more than the rest of a request's future, and moved once
+                // into a box rather than along with every future it is nested in.
+                let response = Box::pin(origin::send(conn, req, home)).await.map_err(|(e, unsent)| (Broke::Own(e), unsent))?;
                 Ok(response.map(|b| ServerBody::Own(Box::new(b))))
             }
             Sender::H1(s) => s.try_send_request(req).await.map(|r| r.map(ServerBody::Hyper)).map_err(hyper_failed),

@@ -157,7 +157,7 @@ fn find_head(buf: &[u8], limits: &Limits) -> Result<Option<(usize, usize)>, Refu
         return Err(Refusal::Framing(bad));
     }
     let rest = &buf[skip..];
-    let Some(end) = rest.windows(4).position(|w| w == b"\r\n\r\n") else {
+    let Some(end) = memchr::memmem::find(rest, b"\r\n\r\n") else {
         if let Some(bad) = bare_cr_or_lf(rest) {
             return Err(Refusal::Framing(bad));
         }
@@ -173,12 +173,16 @@ fn find_head(buf: &[u8], limits: &Limits) -> Result<Option<(usize, usize)>, Refu
     if let Some(bad) = bare_cr_or_lf(&head[..end + 2]) {
         return Err(Refusal::Framing(bad));
     }
-    for line in head[..end].split(|&b| b == b'\n').skip(1) {
-        let line = line.strip_suffix(b"\r").unwrap_or(line);
+    // Each line after the first (the field lines): where it starts, to the next line's start.
+    let fields = &head[..end];
+    let starts = memchr::memchr_iter(b'\n', fields).map(|i| i + 1);
+    let ends = memchr::memchr_iter(b'\n', fields).skip(1).chain(std::iter::once(fields.len()));
+    for (start, stop) in starts.zip(ends) {
+        let line = &fields[start..stop];
         if line.first().is_some_and(|&b| b == b' ' || b == b'\t') {
             return Err(Refusal::Framing(Bad::Folding));
         }
-        if !line.contains(&b':') {
+        if memchr::memchr(b':', line).is_none() {
             return Err(Refusal::Framing(Bad::NoColon));
         }
     }

@@ -104,7 +104,8 @@ impl Refusal {
 
 /// A CR not followed by LF, or an LF not preceded by CR (the guard's rule).
 fn bare_cr_or_lf(data: &[u8]) -> Option<Bad> {
-    for (i, &b) in data.iter().enumerate() {
+    for i in memchr::memchr2_iter(b'\r', b'\n', data) {
+        let b = data[i];
         if b == b'\r' && data.get(i + 1).is_some_and(|&n| n != b'\n') {
             return Some(Bad::BareCr);
         }
