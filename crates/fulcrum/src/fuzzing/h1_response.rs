@@ -9,7 +9,8 @@
 //! what it forwards as the framing guard checks a client's bytes, it is named here and nowhere
 //! else taken for agreement: it refuses a response whose head hyper reads leniently (a bare LF
 //! or CR, an obsolete line folding, Content-Length beside Transfer-Encoding, a Content-Length hyper
-//! leaves unread because Transfer-Encoding is there, Transfer-Encoding in HTTP/1.0), and a body
+//! leaves unread because Transfer-Encoding is there or the request was HEAD, Content-Lengths that
+//! differ on an answer to HEAD, Transfer-Encoding in HTTP/1.0), and a body
 //! whose chunks hyper reads leniently ([`STRICTER`]).
 
 use std::time::Duration;
@@ -31,7 +32,7 @@ type Got = Result<(u16, Vec<u8>, bool), String>;
 
 /// Refusals of the own path where hyper reads on: the deliberate differences.
 const STRICTER: &[&str] =
-    &["bare LF", "bare CR", "obsolete line folding", "Content-Length and Transfer-Encoding", "invalid Content-Length", "Transfer-Encoding in an HTTP/1.0", "chunk"];
+    &["bare LF", "bare CR", "obsolete line folding", "Content-Length and Transfer-Encoding", "invalid Content-Length", "Content-Length given twice", "Transfer-Encoding in an HTTP/1.0", "chunk"];
 
 pub fn h1_response_differential(data: &[u8]) {
     let Some((ours, theirs)) = both(data) else { return };
