@@ -31,8 +31,16 @@ use crate::proxy::http::upstream::SERVER_READ_BUFFER;
 type Got = Result<(u16, Vec<u8>, bool), String>;
 
 /// Refusals of the own path where hyper reads on: the deliberate differences.
-const STRICTER: &[&str] =
-    &["bare LF", "bare CR", "obsolete line folding", "Content-Length and Transfer-Encoding", "invalid Content-Length", "Content-Length given twice", "Transfer-Encoding in an HTTP/1.0", "chunk"];
+const STRICTER: &[&str] = &[
+    "bare LF",
+    "bare CR",
+    "obsolete line folding",
+    "Content-Length and Transfer-Encoding",
+    "invalid Content-Length",
+    "Content-Length given twice",
+    "Transfer-Encoding in an HTTP/1.0",
+    "chunk",
+];
 
 pub fn h1_response_differential(data: &[u8]) {
     let Some((ours, theirs)) = both(data) else { return };

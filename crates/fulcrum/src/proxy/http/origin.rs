@@ -57,12 +57,12 @@ impl Conn {
         }
     }
 
-    /// Reads what the server sent next into `read`, at most [`SERVER_READ_BUFFER`] at a time.
+    /// Reads what the server sent next into `read`, [`SERVER_READ_BUFFER`] at a time: room for
+    /// a whole read is made each time (what is left of a buffer whose front went out as a body's
+    /// bytes may be a few hundred bytes, and a read that small costs a syscall for little).
     fn poll_fill(&mut self, cx: &mut Context<'_>) -> Poll<io::Result<usize>> {
-        if self.read.capacity() - self.read.len() < 1024 {
-            self.read.reserve(SERVER_READ_BUFFER);
-        }
-        tokio_util::io::poll_read_buf(Pin::new(&mut self.io), cx, &mut self.read)
+        self.read.reserve(SERVER_READ_BUFFER);
+        tokio_util::io::poll_read_buf(Pin::new(&mut self.io), cx, &mut bytes::BufMut::limit(&mut self.read, SERVER_READ_BUFFER))
     }
 }
 
