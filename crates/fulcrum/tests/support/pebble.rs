@@ -13,7 +13,7 @@ use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
 use std::time::Duration;
 
-use super::{free_port, scratch, wait_until};
+use super::{free_port, scratch};
 
 /// What a test may change of Pebble's defaults.
 #[derive(Clone, Default)]
@@ -62,13 +62,24 @@ impl Pebble {
     pub fn start(options: Options) -> Pebble {
         let dir = scratch("pebble");
         let wfe_ca = wfe_certificate(&dir);
-        let listen: SocketAddr = format!("127.0.0.1:{}", free_port()).parse().unwrap();
-        let management: SocketAddr = format!("127.0.0.1:{}", free_port()).parse().unwrap();
+        let port = || -> SocketAddr { format!("127.0.0.1:{}", free_port()).parse().unwrap() };
+        let (listen, management) = (port(), port());
         let dns_port = free_port();
         let dns = dnsmasq(dns_port);
         let mut pebble = Pebble { directory: format!("https://{listen}/dir"), dir, wfe_ca, management, options, listen, child: None, dns, dns_port };
-        pebble.write_config();
-        pebble.run();
+        // A port found free may be taken by another test before Pebble binds it: Pebble then
+        // exits saying so, and starts again on other ports (no one knows these ones yet).
+        for attempt in 1.. {
+            pebble.write_config();
+            match pebble.try_run() {
+                Ok(()) => break,
+                Err(log) if attempt < 5 && log.contains("address already in use") => {
+                    (pebble.listen, pebble.management) = (port(), port());
+                    pebble.directory = format!("https://{}/dir", pebble.listen);
+                }
+                Err(log) => panic!("Pebble did not start: {log}"),
+            }
+        }
         pebble
     }
 
@@ -98,6 +109,13 @@ impl Pebble {
 
     /// Runs Pebble (again, after `stop`: a new CA, since Pebble keeps everything in memory).
     pub fn run(&mut self) {
+        if let Err(why) = self.try_run() {
+            panic!("Pebble did not start again: {why}");
+        }
+    }
+
+    /// Runs Pebble until its directory answers; or why it did not, with its log.
+    fn try_run(&mut self) -> Result<(), String> {
         let log = std::fs::OpenOptions::new().create(true).append(true).open(self.dir.join("pebble.log")).unwrap();
         let mut c = Command::new(binary());
         c.arg("-config").arg(self.dir.join("pebble.json")).arg("-dnsserver").arg(format!("127.0.0.1:{}", self.dns_port));
@@ -105,11 +123,28 @@ impl Pebble {
         for (k, v) in &self.options.env {
             c.env(k, v);
         }
-        self.child = Some(c.stdout(log.try_clone().unwrap()).stderr(log).stdin(Stdio::null()).spawn().expect("pebble runs"));
+        let before = log.metadata().map_or(0, |m| m.len() as usize);
+        let mut child = c.stdout(log.try_clone().unwrap()).stderr(log).stdin(Stdio::null()).spawn().expect("pebble runs");
         let url = format!("https://{}/dir", self.listen);
-        wait_until("Pebble answers", Duration::from_secs(20), || {
-            Command::new("curl").args(["-s", "-o", "/dev/null", "-w", "%{http_code}", "--cacert"]).arg(&self.wfe_ca).arg(&url).output().is_ok_and(|o| o.stdout == b"200")
-        });
+        let answers =
+            || Command::new("curl").args(["-s", "-o", "/dev/null", "-w", "%{http_code}", "--cacert"]).arg(&self.wfe_ca).arg(&url).output().is_ok_and(|o| o.stdout == b"200");
+        let deadline = std::time::Instant::now() + Duration::from_secs(20);
+        let outcome = loop {
+            if answers() {
+                break Ok(());
+            }
+            // This run's part of the log (it is appended to across runs).
+            let log = || std::fs::read(self.dir.join("pebble.log")).map(|l| String::from_utf8_lossy(l.get(before..).unwrap_or_default()).into_owned()).unwrap_or_default();
+            if let Ok(Some(status)) = child.try_wait() {
+                break Err(format!("it exited ({status}); its log:\n{}", log()));
+            }
+            if std::time::Instant::now() > deadline {
+                break Err(format!("no answer at {url} within 20 s; its log:\n{}", log()));
+            }
+            std::thread::sleep(Duration::from_millis(50));
+        };
+        self.child = Some(child);
+        outcome
     }
 
     /// Stops Pebble: the CA then does not answer at all.

@@ -234,10 +234,11 @@ impl<'a> Retries<'a> {
     }
 }
 
-/// The most of a server's bytes read ahead per connection (response head included). hyper's
-/// default grows its read buffer to about 400 KiB while a server sends faster than the client
-/// reads; this bound is what a slow reader costs on the server side, since hyper reads the next
-/// chunk only once the client's side has taken the last one.
+/// The most of a server's bytes read ahead per connection (response head included), on the own
+/// path (`origin`) and through hyper's client, whose default would grow its read buffer to about
+/// 400 KiB while a server sends faster than the client reads; this bound is what a slow reader
+/// costs on the server side, since the next chunk is read only once the client's side has taken
+/// the last one.
 pub const SERVER_READ_BUFFER: usize = 16 * 1024;
 
 /// A connection to send one request on: an HTTP/1.1 one of the server's own (on Fulcrum's path,
@@ -250,7 +251,7 @@ enum Sender {
 }
 
 /// A failed send: why, and the request when not a byte of it was written.
-type Unsent = (Broke, Option<Request<ProxyBody>>);
+type SendFailed = (Broke, Option<Request<ProxyBody>>);
 
 impl Sender {
     async fn ready(&mut self) -> hyper::Result<()> {
@@ -262,8 +263,12 @@ impl Sender {
     }
 
     /// Sends `req`; `home` is where the own path's connection goes back to when its response ends.
-    async fn try_send(&mut self, req: Request<ProxyBody>, home: Option<(Target, std::sync::Arc<super::idle::IdleConns<origin::Conn>>)>) -> Result<Response<ServerBody>, Unsent> {
-        fn hyper_failed(mut failed: TrySendError<Request<ProxyBody>>) -> Unsent {
+    async fn try_send(
+        &mut self,
+        req: Request<ProxyBody>,
+        home: Option<(Target, std::sync::Arc<super::idle::IdleConns<origin::Conn>>)>,
+    ) -> Result<Response<ServerBody>, SendFailed> {
+        fn hyper_failed(mut failed: TrySendError<Request<ProxyBody>>) -> SendFailed {
             let unsent = failed.take_message();
             (Broke::Hyper(failed.into_error()), unsent)
         }
