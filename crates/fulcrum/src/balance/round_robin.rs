@@ -55,10 +55,10 @@ pub struct RoundRobin {
 
 impl RoundRobin {
     /// The first usable server from the rotation's place (moved on when `take`), while the
-    /// shares are equal; `None` sends the pick to the turn. So does a pick that must avoid servers (a retry, or
-    /// servers at their `maxconn`): in the rotation it would take the next server's place and
-    /// skew the first attempts (a failing server would get every other one); the turn spreads
-    /// such picks over the others by their scores.
+    /// shares are equal; `None` sends the pick to the turn. So does a pick that must avoid
+    /// servers (a retry, or servers at their `maxconn`): in the rotation it would take the next
+    /// server's place and skew the first attempts (a failing server would get every other one);
+    /// the turn spreads such picks over the others by their scores.
     fn rotate(&self, take: bool, pick: &Pick<'_>, view: &dyn ServerView) -> Option<usize> {
         if !pick.avoid.is_empty() {
             return None;

@@ -128,20 +128,18 @@ impl Pebble {
         let url = format!("https://{}/dir", self.listen);
         let answers =
             || Command::new("curl").args(["-s", "-o", "/dev/null", "-w", "%{http_code}", "--cacert"]).arg(&self.wfe_ca).arg(&url).output().is_ok_and(|o| o.stdout == b"200");
-        let deadline = std::time::Instant::now() + Duration::from_secs(20);
-        let outcome = loop {
-            if answers() {
-                break Ok(());
-            }
-            // This run's part of the log (it is appended to across runs).
-            let log = || std::fs::read(self.dir.join("pebble.log")).map(|l| String::from_utf8_lossy(l.get(before..).unwrap_or_default()).into_owned()).unwrap_or_default();
-            if let Ok(Some(status)) = child.try_wait() {
-                break Err(format!("it exited ({status}); its log:\n{}", log()));
-            }
-            if std::time::Instant::now() > deadline {
-                break Err(format!("no answer at {url} within 20 s; its log:\n{}", log()));
-            }
-            std::thread::sleep(Duration::from_millis(50));
+        // Until it answers, or exits (a port taken under it, a bad config).
+        let mut exited = None;
+        let settled = testkit::wait_for(Duration::from_secs(20), || {
+            exited = child.try_wait().ok().flatten();
+            exited.is_some() || answers()
+        });
+        // This run's part of the log (it is appended to across runs).
+        let log = || std::fs::read(self.dir.join("pebble.log")).map(|l| String::from_utf8_lossy(l.get(before..).unwrap_or_default()).into_owned()).unwrap_or_default();
+        let outcome = match (settled, exited) {
+            (_, Some(status)) => Err(format!("it exited ({status}); its log:\n{}", log())),
+            (true, None) => Ok(()),
+            (false, None) => Err(format!("no answer at {url} within 20 s; its log:\n{}", log())),
         };
         self.child = Some(child);
         outcome

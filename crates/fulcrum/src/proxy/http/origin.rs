@@ -10,6 +10,7 @@
 //!
 //! HTTPS servers, HTTP/2 servers and upgrades (WebSocket) go through hyper (`upstream.rs`).
 
+use std::borrow::BorrowMut;
 use std::collections::VecDeque;
 use std::io;
 use std::mem::MaybeUninit;
@@ -163,6 +164,20 @@ impl Upload {
     }
 }
 
+/// Moves the request body in `slot` on, while the response is waited for or read: `Ok(false)`
+/// once its writing broke (the connection then carries no other exchange). The slot is emptied
+/// when the body has gone, whole or not.
+fn drive<U: BorrowMut<Upload>>(slot: &mut Option<U>, io: &mut TcpStream, cx: &mut Context<'_>) -> Result<bool, BodyError> {
+    let Some(up) = slot.as_mut() else { return Ok(true) };
+    match up.borrow_mut().poll(io, cx) {
+        Poll::Pending => Ok(true),
+        Poll::Ready(went) => {
+            *slot = None;
+            went.map(|u| matches!(u, Uploaded::Done))
+        }
+    }
+}
+
 /// The request's head as the server gets it, and whether its body goes chunked: a
 /// Content-Length the client sent stays (its body is that long), a body wholly in hand gets
 /// one, any other body goes chunked (Transfer-Encoding was taken out with the hop-by-hop fields).
@@ -213,16 +228,9 @@ pub async fn send(mut conn: Conn, req: Request<ProxyBody>, home: Option<(Target,
     let mut upload = Some(Upload { body, chunked, out: VecDeque::new(), ended: false });
     let mut reusable = true;
     let head = std::future::poll_fn(|cx| {
-        if let Some(up) = upload.as_mut() {
-            match up.poll(&mut conn.io, cx) {
-                Poll::Ready(Ok(Uploaded::Done)) => upload = None,
-                Poll::Ready(Ok(Uploaded::Broken)) => {
-                    upload = None;
-                    reusable = false;
-                }
-                Poll::Ready(Err(e)) => return Poll::Ready(Err(Failed::Client(e))),
-                Poll::Pending => {}
-            }
+        match drive(&mut upload, &mut conn.io, cx) {
+            Ok(fit) => reusable &= fit,
+            Err(e) => return Poll::Ready(Err(Failed::Client(e))),
         }
         loop {
             match parse_response(&conn.read, &LIMITS, to_head) {
@@ -309,18 +317,11 @@ impl Body for ResponseBody {
     fn poll_frame(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Option<Result<Frame<Bytes>, BodyError>>> {
         let this = self.get_mut();
         let Some(conn) = this.conn.as_mut() else { return Poll::Ready(None) };
-        if let Some(up) = this.upload.as_mut() {
-            match up.poll(&mut conn.io, cx) {
-                Poll::Ready(Ok(Uploaded::Done)) => this.upload = None,
-                Poll::Ready(Ok(Uploaded::Broken)) => {
-                    this.upload = None;
-                    this.keep_alive = false;
-                }
-                Poll::Ready(Err(e)) => {
-                    this.conn = None;
-                    return Poll::Ready(Some(Err(e)));
-                }
-                Poll::Pending => {}
+        match drive(&mut this.upload, &mut conn.io, cx) {
+            Ok(fit) => this.keep_alive &= fit,
+            Err(e) => {
+                this.conn = None;
+                return Poll::Ready(Some(Err(e)));
             }
         }
         loop {
@@ -377,19 +378,12 @@ impl Drop for ResponseBody {
     /// A body with nothing to read (HEAD, 204, 304, a length of 0) may never be polled: its
     /// connection is as good as after any other.
     fn drop(&mut self) {
-        if self.left == Some(0) && self.conn.is_some() {
-            // What a request body still had to send is sent before the connection is reused.
-            if let Some(up) = self.upload.as_mut() {
-                let conn = self.conn.as_mut().expect("checked above");
-                let waker = std::task::Waker::noop();
-                match up.poll(&mut conn.io, &mut Context::from_waker(waker)) {
-                    Poll::Ready(Ok(Uploaded::Done)) => self.upload = None,
-                    _ => return,
-                }
-            }
-            if self.reader.step(&[]).is_ok_and(|s| s == Step::Done(0)) {
-                self.end();
-            }
+        let Some(conn) = self.conn.as_mut().filter(|_| self.left == Some(0)) else { return };
+        // What a request body still had to send is sent before the connection is reused: at
+        // once, or the connection is closed with the body.
+        let sent = drive(&mut self.upload, &mut conn.io, &mut Context::from_waker(std::task::Waker::noop()));
+        if matches!(sent, Ok(true)) && self.upload.is_none() && self.reader.step(&[]).is_ok_and(|s| s == Step::Done(0)) {
+            self.end();
         }
     }
 }

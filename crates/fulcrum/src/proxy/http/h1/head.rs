@@ -173,12 +173,13 @@ fn find_head(buf: &[u8], limits: &Limits) -> Result<Option<(usize, usize)>, Refu
     if let Some(bad) = bare_cr_or_lf(&head[..end + 2]) {
         return Err(Refusal::Framing(bad));
     }
-    // Each line after the first (the field lines): where it starts, to the next line's start.
+    // Each line after the first (the field lines), from after one LF to the next (or the end),
+    // in one pass over the LFs.
     let fields = &head[..end];
-    let starts = memchr::memchr_iter(b'\n', fields).map(|i| i + 1);
-    let ends = memchr::memchr_iter(b'\n', fields).skip(1).chain(std::iter::once(fields.len()));
-    for (start, stop) in starts.zip(ends) {
-        let line = &fields[start..stop];
+    let mut start = None;
+    for stop in memchr::memchr_iter(b'\n', fields).chain(std::iter::once(fields.len())) {
+        let Some(from) = start.replace(stop + 1) else { continue };
+        let line = &fields[from..stop];
         if line.first().is_some_and(|&b| b == b' ' || b == b'\t') {
             return Err(Refusal::Framing(Bad::Folding));
         }
