@@ -40,7 +40,7 @@ pub enum ProxyBody {
     /// bounds what this copy of it sends, `sent` counts that: a replayed copy counts afresh.
     Request {
         ahead: VecDeque<Frame<Bytes>>,
-        rest: Option<Incoming>,
+        rest: Option<ClientBody>,
         bytes: Arc<AtomicU64>,
         fault: ClientFault,
         limit: u64,
@@ -115,13 +115,13 @@ impl Drop for Timing {
 /// are read and thrown away within [`Unread::DRAIN_TIME`], off the connection's task: a client
 /// finishes its upload and the stream closes cleanly. A client that sends more, or slower, is
 /// reset with NO_ERROR then. Nothing read is kept.
-pub struct Unread(Option<Incoming>);
+pub struct Unread(Option<ClientBody>);
 
 impl Unread {
     pub const DRAIN_BYTES: u64 = 1 << 20;
     pub const DRAIN_TIME: std::time::Duration = std::time::Duration::from_secs(5);
 
-    pub fn new(body: Incoming) -> Unread {
+    pub fn new(body: ClientBody) -> Unread {
         Unread(Some(body))
     }
 }
@@ -154,7 +154,7 @@ pub struct ClientFault(Arc<Fault>);
 pub struct Fault {
     what: OnceLock<(StatusCode, String)>,
     /// The rest of a body cut at `max_request_body`, kept for the 413 to hold (`Unread`).
-    unread: std::sync::Mutex<Option<Incoming>>,
+    unread: std::sync::Mutex<Option<ClientBody>>,
 }
 
 impl ClientFault {
@@ -169,7 +169,7 @@ impl ClientFault {
         let _ = self.0.what.set((status, why));
     }
     /// The unread rest of a body cut at its limit, once.
-    pub fn take_unread(&self) -> Option<Incoming> {
+    pub fn take_unread(&self) -> Option<ClientBody> {
         self.0.unread.lock().ok()?.take()
     }
 }
@@ -187,6 +187,40 @@ pub enum BodyError {
     /// The server's response broke on the own HTTP/1.1 path (`origin.rs`).
     #[error("{0}")]
     Server(String),
+}
+
+/// A client's request body: hyper's (a request hyper's server read), or none (a request the own
+/// HTTP/1.1 path read, `front.rs`, which takes only requests without a body).
+#[derive(Debug)]
+pub enum ClientBody {
+    Hyper(Incoming),
+    Empty,
+}
+
+impl Body for ClientBody {
+    type Data = Bytes;
+    type Error = hyper::Error;
+
+    fn poll_frame(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Option<Result<Frame<Bytes>, hyper::Error>>> {
+        match self.get_mut() {
+            ClientBody::Hyper(b) => Pin::new(b).poll_frame(cx),
+            ClientBody::Empty => Poll::Ready(None),
+        }
+    }
+
+    fn is_end_stream(&self) -> bool {
+        match self {
+            ClientBody::Hyper(b) => b.is_end_stream(),
+            ClientBody::Empty => true,
+        }
+    }
+
+    fn size_hint(&self) -> SizeHint {
+        match self {
+            ClientBody::Hyper(b) => b.size_hint(),
+            ClientBody::Empty => SizeHint::with_exact(0),
+        }
+    }
 }
 
 /// A server's response body: hyper's (HTTPS and HTTP/2 servers, upgrades) or the own HTTP/1.1
@@ -230,7 +264,7 @@ pub fn too_large(limit: u64) -> String {
 
 /// Reads `incoming` until it ends or at least `bound` bytes are in hand. An error is the
 /// client's (its bytes were bad or it went away): the caller answers it, no server is involved.
-pub async fn read_ahead(mut incoming: Incoming, bound: usize) -> Result<(VecDeque<Frame<Bytes>>, Option<Incoming>), hyper::Error> {
+pub async fn read_ahead(mut incoming: ClientBody, bound: usize) -> Result<(VecDeque<Frame<Bytes>>, Option<ClientBody>), hyper::Error> {
     let mut ahead = VecDeque::new();
     let mut held = 0;
     while held < bound {

@@ -122,7 +122,7 @@ pub async fn serve<S: ClientIo>(client: S, preface_read: bool, peer: SocketAddr,
     // The framing guard reads HTTP/1.1; HTTP/2's framing is hyper's (h2's) to check. An HTTP/2
     // request always names its authority, so no Host is made from the local address.
     let sni: Option<Arc<str>> = client.server_name().map(Arc::from);
-    let svc = super::requests::<S>(&service, peer, None, names, sni, Verdict::default(), activity.clone(), shutdown.stopping().clone());
+    let svc = super::requests(super::Handler::new::<S>(&service, peer, None, names, sni, Verdict::default(), shutdown.stopping().clone()), activity.clone());
     let mut builder = hyper::server::conn::http2::Builder::new(TokioExecutor::new());
     builder
         .timer(TokioTimer::new())

@@ -21,6 +21,7 @@ pub(crate) mod affinity;
 pub(crate) mod body;
 pub mod compress;
 pub(crate) mod convert;
+mod front;
 pub(crate) mod guard;
 // The response side reads servers' answers on the own client path (`origin`); the request side is
 // the fuzz target `h1_differential`'s and waits for the serving loop that will carry it.
@@ -56,7 +57,7 @@ use crate::error::{Kind, Side};
 use crate::live::Service;
 use crate::shutdown::Shutdown;
 use access::Record;
-use body::{ClientFault, ProxyBody, READ_AHEAD};
+use body::{ClientBody, ClientFault, ProxyBody, READ_AHEAD};
 pub use guard::ClientIo;
 use guard::{Guarded, Verdict};
 use upstream::Failure;
@@ -104,7 +105,7 @@ pub async fn serve<S: ClientIo>(mut client: S, peer: SocketAddr, service: Arc<Se
     io.read_first(&first);
     // Not held across the waits below: a parked connection's task is the size of what is.
     drop(first);
-    let svc = requests::<S>(&service, peer, local, names, sni, verdict.clone(), activity.clone(), shutdown.stopping().clone());
+    let handler = Handler::new::<S>(&service, peer, local, names, sni, verdict, shutdown.stopping().clone());
     loop {
         // Parked: wait for the client's next bytes with no buffer. `head_timeout` counts from
         // here, and hyper gets what is left of it for the head.
@@ -117,7 +118,24 @@ pub async fn serve<S: ClientIo>(mut client: S, peer: SocketAddr, service: Arc<Se
         if !woke {
             break;
         }
-        let left = http.head_timeout.saturating_sub(crate::clock::since(waiting_since)).max(Duration::from_millis(1));
+        // The time waited counts against the head's timeout; the time spent serving does not.
+        let waited = crate::clock::since(waiting_since);
+        // A plain connection's requests are the own path's while they can be (`front`); the
+        // rest, and every TLS session's, are hyper's.
+        if S::PARKS {
+            let own = Box::pin(front::serve(&mut io, &handler));
+            let next = tokio::select! {
+                next = own => next,
+                _ = shutdown.terminating().cancelled() => break,
+            };
+            match next {
+                front::Next::Park => continue,
+                front::Next::Closed => break,
+                front::Next::Hyper => {}
+            }
+        }
+        let left = http.head_timeout.saturating_sub(waited).max(Duration::from_millis(1));
+        let svc = requests(handler.clone(), activity.clone());
         // The active connection, boxed and freed whole when it parks: its futures (hyper's
         // connection, the linger's timer) are no part of what a parked connection's task holds,
         // which is only what waits above.
@@ -147,72 +165,96 @@ pub async fn serve<S: ClientIo>(mut client: S, peer: SocketAddr, service: Arc<Se
         }
     }
     // A refusal inside a body was answered and logged by its request's handler.
-    if let Some(why) = verdict.answered_by_guard() {
+    if let Some(why) = handler.verdict.answered_by_guard() {
         warn!(service = %service.config().name, client = %peer, "request refused with 400: {why}");
     }
 }
 
-/// The handler of a connection's requests, for either protocol: each request is counted in
-/// `activity` until its answer is written, and its answer gets its error page, its place in the
-/// service's counters (`finish`) and HSTS when the service sets it. Once the process stops
-/// accepting (a drain, an upgrade), an HTTP/1 answer closes its connection, so the client's next
-/// request opens one to whoever accepts now; an idle connection is not closed under a client
-/// that may be sending on it.
-#[allow(clippy::too_many_arguments)]
-fn requests<S: ClientIo>(
-    service: &Arc<Service>,
-    peer: SocketAddr,
-    local: Option<SocketAddr>,
-    names: Option<Arc<[String]>>,
-    sni: Option<Arc<str>>,
-    verdict: Verdict,
+/// The handler of a connection's requests as hyper's servers take them (HTTP/1.1 and HTTP/2):
+/// each request is counted in `activity` until its answer is written (`park`).
+fn requests(
+    handler: Arc<Handler>,
     activity: Arc<park::Activity>,
-    stopping: tokio_util::sync::CancellationToken,
 ) -> impl hyper::service::Service<Request<Incoming>, Response = Response<park::Answer>, Error = std::convert::Infallible, Future: Send + 'static> + Clone + Send + 'static {
-    let http = &service.config().http;
-    let service = service.clone();
-    let node = Arc::new(headers::ClientNode::with_scheme(peer.ip(), local, S::SCHEME).unless_in(&http.forwarded_except).with_sni(sni));
-    // RFC 6797: Strict-Transport-Security only over a secure transport.
-    let hsts = http.hsts.filter(|_| node.is_https()).and_then(|age| HeaderValue::from_str(&format!("max-age={}", age.as_secs())).ok());
-    // With `http3`: HTTP/1.1 and HTTP/2 responses say where HTTP/3 is, at the port the client
-    // reached (the listen port, unless a config asked for port 0).
-    let alt_svc = (http.http3 && service.tls.is_some() && !S::H3)
-        .then(|| local.map(|l| l.port()).filter(|p| *p != 0).unwrap_or(service.listen.port()))
-        .and_then(|port| h3::alt_svc(port, http.alt_svc_max_age));
-    hyper::service::service_fn(move |mut req: Request<Incoming>| {
-        let service = service.clone();
-        let verdict = verdict.clone();
-        let node = node.clone();
-        let hsts = hsts.clone();
-        let alt_svc = alt_svc.clone();
-        if S::H3 {
-            // Carried over HTTP/2 in memory from the QUIC connection (`h3::bridge`).
-            *req.version_mut() = hyper::Version::HTTP_3;
-        }
-        let names = names.clone();
+    hyper::service::service_fn(move |req: Request<Incoming>| {
         let answer = park::InFlight::count(&activity);
-        let stopping = stopping.clone();
         // Boxed: a request's future is several KiB (routing, rules, the server's exchange), and
         // hyper moves the future it is given by value (into HTTP/2's task per stream, into
         // HTTP/1's slot for the request in flight): a box is two words to move, and one
         // allocation per request where each move of the whole was a memcpy of its size.
-        Box::pin(async move {
+        let answered = handler.call(req.map(ClientBody::Hyper));
+        Box::pin(async move { Ok::<_, std::convert::Infallible>(answer.with(answered.await)) })
+    })
+}
+
+/// What a connection's every request is handled with, for any protocol and either server (hyper's,
+/// or the own HTTP/1.1 path's, `front`): each answer gets its error page, its place in the
+/// service's counters (`finish`) and HSTS when the service sets it. Once the process stops
+/// accepting (a drain, an upgrade), an HTTP/1 answer closes its connection, so the client's next
+/// request opens one to whoever accepts now; an idle connection is not closed under a client
+/// that may be sending on it.
+pub(crate) struct Handler {
+    service: Arc<Service>,
+    peer: SocketAddr,
+    node: headers::ClientNode,
+    names: Option<Arc<[String]>>,
+    verdict: Verdict,
+    hsts: Option<HeaderValue>,
+    alt_svc: Option<HeaderValue>,
+    stopping: tokio_util::sync::CancellationToken,
+    /// Requests carried over HTTP/2 in memory from a QUIC connection (`h3::bridge`): HTTP/3's.
+    h3: bool,
+}
+
+impl Handler {
+    #[allow(clippy::too_many_arguments)]
+    fn new<S: ClientIo>(
+        service: &Arc<Service>,
+        peer: SocketAddr,
+        local: Option<SocketAddr>,
+        names: Option<Arc<[String]>>,
+        sni: Option<Arc<str>>,
+        verdict: Verdict,
+        stopping: tokio_util::sync::CancellationToken,
+    ) -> Arc<Handler> {
+        let http = &service.config().http;
+        let node = headers::ClientNode::with_scheme(peer.ip(), local, S::SCHEME).unless_in(&http.forwarded_except).with_sni(sni);
+        // RFC 6797: Strict-Transport-Security only over a secure transport.
+        let hsts = http.hsts.filter(|_| node.is_https()).and_then(|age| HeaderValue::from_str(&format!("max-age={}", age.as_secs())).ok());
+        // With `http3`: HTTP/1.1 and HTTP/2 responses say where HTTP/3 is, at the port the client
+        // reached (the listen port, unless a config asked for port 0).
+        let alt_svc = (http.http3 && service.tls.is_some() && !S::H3)
+            .then(|| local.map(|l| l.port()).filter(|p| *p != 0).unwrap_or(service.listen.port()))
+            .and_then(|port| h3::alt_svc(port, http.alt_svc_max_age));
+        Arc::new(Handler { service: service.clone(), peer, node, names, verdict, hsts, alt_svc, stopping, h3: S::H3 })
+    }
+
+    /// One request to its answer. The future owns what it needs: hyper's HTTP/2 runs each on a
+    /// task of its own.
+    fn call(self: &Arc<Self>, mut req: Request<ClientBody>) -> impl Future<Output = Response<ProxyBody>> + Send + use<> {
+        let this = self.clone();
+        if this.h3 {
+            *req.version_mut() = hyper::Version::HTTP_3;
+        }
+        async move {
+            let Handler { service, peer, node, names, verdict, hsts, alt_svc, stopping, .. } = &*this;
+            let peer = *peer;
             let began = crate::clock::now();
             let h1 = req.version() < hyper::Version::HTTP_2;
-            let mut response = handle(req, peer, &node, names.as_deref(), &service, &verdict, began).await;
-            finish(&service, &mut response, began);
+            let mut response = handle(req, peer, node, names.as_deref(), service, verdict, began).await;
+            finish(service, &mut response, began);
             if h1 && stopping.is_cancelled() {
                 response.headers_mut().insert(header::CONNECTION, HeaderValue::from_static("close"));
             }
             if let Some(hsts) = hsts {
-                response.headers_mut().entry(header::STRICT_TRANSPORT_SECURITY).or_insert(hsts);
+                response.headers_mut().entry(header::STRICT_TRANSPORT_SECURITY).or_insert_with(|| hsts.clone());
             }
             if let Some(alt_svc) = alt_svc {
-                response.headers_mut().entry(header::ALT_SVC).or_insert(alt_svc);
+                response.headers_mut().entry(header::ALT_SVC).or_insert_with(|| alt_svc.clone());
             }
-            Ok::<_, std::convert::Infallible>(answer.with(response))
-        })
-    })
+            response
+        }
+    }
 }
 
 /// hyper's HTTP/1.1 server with a service's head timeout and limits (their ranges in
@@ -238,7 +280,7 @@ pub(crate) fn server_builder(http: &crate::config::Http, head_timeout: Duration)
 /// keeps a second copy of its arguments (the request head among them).
 #[allow(clippy::manual_async_fn)]
 fn handle(
-    mut req: Request<Incoming>,
+    mut req: Request<ClientBody>,
     peer: SocketAddr,
     node: &headers::ClientNode,
     names: Option<&[String]>,
@@ -492,7 +534,7 @@ fn error_page(response: &mut Response<ProxyBody>, pages: &crate::live::pages::Er
 struct Served(SocketAddr);
 
 /// What the templates and redirect of `route` read of the request: only that is copied.
-fn context(req: &Request<Incoming>, peer: SocketAddr, node: &headers::ClientNode, request_id: Option<&HeaderValue>, route: &crate::config::Route) -> rules::Context {
+fn context(req: &Request<ClientBody>, peer: SocketAddr, node: &headers::ClientNode, request_id: Option<&HeaderValue>, route: &crate::config::Route) -> rules::Context {
     use crate::config::Variable;
     let uses = |var| route.uses(var);
     rules::Context {
@@ -513,7 +555,7 @@ fn context(req: &Request<Incoming>, peer: SocketAddr, node: &headers::ClientNode
 /// sent to the route's pool (or the service's default) with its body.
 #[allow(clippy::too_many_arguments)]
 async fn forward(
-    mut req: Request<Incoming>,
+    mut req: Request<ClientBody>,
     mut record: Record,
     peer: SocketAddr,
     node: &headers::ClientNode,
@@ -740,7 +782,7 @@ fn tunnel(client: hyper::upgrade::OnUpgrade, server: hyper::upgrade::OnUpgrade, 
 /// `response` to a request whose `body` (or its rest) is left unread. Over HTTP/2 the body is held
 /// until the response has gone out, then drained (`body::Unread`); over HTTP/1 it goes at once,
 /// and hyper reads the rest or closes the connection.
-fn leaving_unread(mut response: Response<ProxyBody>, body: Option<Incoming>, version: hyper::Version) -> Response<ProxyBody> {
+fn leaving_unread(mut response: Response<ProxyBody>, body: Option<ClientBody>, version: hyper::Version) -> Response<ProxyBody> {
     if version >= hyper::Version::HTTP_2
         && let Some(body) = body.filter(|b| !b.is_end_stream())
         && let ProxyBody::Text(text) = response.body_mut()
@@ -837,7 +879,7 @@ fn acme_challenge(mut record: Record, token: &str) -> Response<ProxyBody> {
 
 /// A 308 to the request's URL over https (the port of https, 443): a plain-HTTP service with
 /// `redirect_https`. 308 keeps the method and body, unlike 301.
-fn redirect_https(record: Record, req: &Request<Incoming>) -> Response<ProxyBody> {
+fn redirect_https(record: Record, req: &Request<ClientBody>) -> Response<ProxyBody> {
     // The host was checked (host_problem): one Host, or the target's authority.
     let host = request_host(req);
     let target = req.uri().path_and_query().map_or("/", |p| p.as_str());
@@ -852,12 +894,12 @@ fn redirect_https(record: Record, req: &Request<Incoming>) -> Response<ProxyBody
 
 /// The host a request names, with its port if any: its target's authority, or its Host
 /// (RFC 9112 section 3.2.2: the target wins).
-fn named_authority(req: &Request<Incoming>) -> Option<&str> {
+fn named_authority(req: &Request<ClientBody>) -> Option<&str> {
     req.uri().authority().map(|a| a.as_str()).or_else(|| req.headers().get(header::HOST).and_then(|h| h.to_str().ok()))
 }
 
 /// The host a request names, without its port: its target's authority, or its Host.
-fn request_host(req: &Request<Incoming>) -> Option<&str> {
+fn request_host(req: &Request<ClientBody>) -> Option<&str> {
     req.uri().host().or_else(|| req.headers().get(header::HOST).and_then(|h| h.to_str().ok()).map(without_port)).filter(|h| !h.is_empty())
 }
 

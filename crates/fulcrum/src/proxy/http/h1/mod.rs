@@ -13,6 +13,8 @@
 //!   and 304) and a reader that walks any of them over bytes as they arrive;
 //! - `write`: a head written onward from that buffer, fields copied as they came but those that
 //!   stop at this hop or are replaced;
+//! - `respond`: a response head written for a client from a response's parts, framed as hyper's
+//!   server frames it;
 //! - `chunked`: the streaming chunked decoder, which checks each size line and bounds chunk
 //!   extensions and trailers, telling payload from framing so a forwarder can pass either on.
 //!
@@ -22,6 +24,7 @@
 pub(crate) mod body;
 pub(crate) mod chunked;
 pub(crate) mod head;
+pub(crate) mod respond;
 pub(crate) mod write;
 
 use super::guard::Refusal as Bad;
