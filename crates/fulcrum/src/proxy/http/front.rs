@@ -17,6 +17,7 @@ use std::future::poll_fn;
 use std::io::{self, IoSlice};
 use std::pin::Pin;
 use std::task::Poll;
+use std::time::Duration;
 
 use bytes::{Buf, Bytes, BytesMut};
 use hyper::body::Body;
@@ -25,12 +26,12 @@ use hyper::{Method, Request, Response, Uri, Version};
 use tokio::io::AsyncWriteExt;
 use tracing::debug;
 
-use super::Handler;
 use super::body::{ClientBody, ProxyBody};
 use super::guard::{ClientIo, Guarded};
 use super::h1::body::Framing;
 use super::h1::head::{Limits, RequestHead, parse_request};
 use super::h1::respond::{self, Encoding, Length};
+use super::{Handler, park};
 
 /// What the connection does after the own path let go of it.
 pub(super) enum Next {
@@ -54,6 +55,11 @@ pub(super) async fn serve<S: ClientIo>(io: &mut Guarded<S>, handler: &std::sync:
     let http = &handler.service.config().http;
     let limits = Limits { max_head: http.max_head_size, max_fields: http.max_headers };
     let mut buf = BytesMut::new();
+    // How long the connection stays here with its buffers once the client is quiet, so a client
+    // sending request after request never pays for parking: one timer for the whole stay,
+    // re-armed only when it fires.
+    let linger = park::LINGER.min(http.head_timeout / 4);
+    let mut timer = Box::pin(tokio::time::sleep(linger));
     loop {
         if buf.is_empty() {
             buf.reserve(READ);
@@ -69,9 +75,12 @@ pub(super) async fn serve<S: ClientIo>(io: &mut Guarded<S>, handler: &std::sync:
                 // Part of a head is held by the guard: hyper waits for the rest, within its timeout.
                 None if io.buffered() => return Next::Hyper,
                 None => {
-                    // An idle connection holds no buffer: the guard's goes too.
-                    io.unread(Bytes::new());
-                    return Next::Park;
+                    if quiet(io, timer.as_mut(), linger).await {
+                        // An idle connection holds no buffer: the guard's goes too.
+                        io.unread(Bytes::new());
+                        return Next::Park;
+                    }
+                    continue;
                 }
             }
         }
@@ -92,6 +101,24 @@ pub(super) async fn serve<S: ClientIo>(io: &mut Guarded<S>, handler: &std::sync:
             }
         }
     }
+}
+
+/// Waits for the client's next bytes; true if none came within `linger`.
+async fn quiet<S: ClientIo>(io: &Guarded<S>, mut timer: Pin<&mut tokio::time::Sleep>, linger: Duration) -> bool {
+    let since = crate::clock::timer_now();
+    poll_fn(|cx| {
+        if io.socket().poll_read_ready(cx).is_ready() {
+            return Poll::Ready(false);
+        }
+        while timer.as_mut().poll(cx).is_ready() {
+            if crate::clock::since(since) >= linger {
+                return Poll::Ready(true);
+            }
+            timer.as_mut().reset(since + linger);
+        }
+        Poll::Pending
+    })
+    .await
 }
 
 /// The request at the front of `buf`, taken off it, if the own path serves it; with whether the

@@ -157,7 +157,9 @@ fn find_head(buf: &[u8], limits: &Limits) -> Result<Option<(usize, usize)>, Refu
         return Err(Refusal::Framing(bad));
     }
     let rest = &buf[skip..];
-    let Some(end) = memchr::memmem::find(rest, b"\r\n\r\n") else {
+    // Built once: a searcher made per call costs more than the search in a head this short.
+    static BLANK_LINE: std::sync::LazyLock<memchr::memmem::Finder<'static>> = std::sync::LazyLock::new(|| memchr::memmem::Finder::new(b"\r\n\r\n"));
+    let Some(end) = BLANK_LINE.find(rest) else {
         if let Some(bad) = bare_cr_or_lf(rest) {
             return Err(Refusal::Framing(bad));
         }
