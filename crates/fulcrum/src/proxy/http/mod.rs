@@ -1,4 +1,5 @@
-//! `mode = "http"`: Fulcrum reads HTTP/1.1 from clients (hyper, behind the framing guard),
+//! `mode = "http"`: Fulcrum reads HTTP/1.1 from clients (behind the framing guard: its own server
+//! path, `front`, for plain requests without a body, hyper's for the rest and for TLS clients),
 //! forwards each request to a server over an idle keep-alive connection of that server, streams bodies both
 //! ways (only a request body's first 64 KiB is read before a server is contacted), adds the
 //! forwarded headers, and answers with a readable error when no server can: 502 (the server
@@ -23,8 +24,9 @@ pub mod compress;
 pub(crate) mod convert;
 mod front;
 pub(crate) mod guard;
-// The response side reads servers' answers on the own client path (`origin`); the request side is
-// the fuzz target `h1_differential`'s and waits for the serving loop that will carry it.
+// Read by both own paths (`front` for requests, `origin` for responses); `write` (a head written
+// onward from the buffer it was read into) is the fuzz target `h1_differential`'s until requests
+// are forwarded without a header map.
 #[allow(dead_code)]
 pub(crate) mod h1;
 mod h2;
