@@ -48,8 +48,10 @@ pub(super) enum Next {
 const READ: usize = 8 * 1024;
 
 /// Queued answer bytes are written once they reach this much, whether the body has more ready
-/// or not (the bound of what one answer holds besides the server's own read-ahead).
-const WRITE_BATCH: usize = 64 * 1024;
+/// or not: what a client that does not read makes one answer hold, besides the server's own
+/// read-ahead, is this plus the frame that passed it (hyper's server holds up to its write
+/// buffer, `max_head_size`, 16 KiB by default).
+const WRITE_BATCH: usize = 16 * 1024;
 
 /// Serves requests from `io` for as long as each next one is the own path's and in hand.
 pub(super) async fn serve<S: ClientIo>(io: &mut Guarded<S>, handler: &std::sync::Arc<Handler>) -> Next {
