@@ -254,6 +254,9 @@ async fn write<S: ClientIo>(io: &mut Guarded<S>, response: Response<ProxyBody>, 
             }
         }
     }
+    // A body that said it ended short of its length leaves the client waiting for the rest: the
+    // connection ends with it.
+    whole &= left.is_none_or(|n| n == 0);
     if chunked && whole {
         out.push(Bytes::from_static(b"0\r\n\r\n"));
     }
