@@ -117,13 +117,7 @@ async fn quiet<S: ClientIo>(io: &Guarded<S>, mut timer: Pin<&mut tokio::time::Sl
         if io.socket().poll_read_ready(cx).is_ready() {
             return Poll::Ready(false);
         }
-        while timer.as_mut().poll(cx).is_ready() {
-            if crate::clock::since(since) >= linger {
-                return Poll::Ready(true);
-            }
-            timer.as_mut().reset(since + linger);
-        }
-        Poll::Pending
+        park::poll_lingered(timer.as_mut(), since, linger, cx).map(|()| true)
     })
     .await
 }
@@ -135,7 +129,7 @@ fn take(buf: &mut BytesMut, limits: &Limits) -> Option<(Request<ClientBody>, boo
     if !ours(&head, buf) {
         return None;
     }
-    let mut head_bytes = buf.split_to(head.len).freeze();
+    let head_bytes = buf.split_to(head.len).freeze();
     match request(&head, &head_bytes) {
         Some(req) => Some((req, head.keep_alive)),
         None => {
@@ -144,7 +138,6 @@ fn take(buf: &mut BytesMut, limits: &Limits) -> Option<(Request<ClientBody>, boo
             back.extend_from_slice(&head_bytes);
             back.extend_from_slice(buf);
             *buf = back;
-            head_bytes.clear();
             None
         }
     }

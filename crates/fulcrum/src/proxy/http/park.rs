@@ -135,17 +135,23 @@ where
             return Poll::Pending;
         }
         let since = *idle_since.get_or_insert_with(crate::clock::timer_now);
-        while timer.as_mut().poll(cx).is_ready() {
-            if crate::clock::since(since) >= linger {
-                return Poll::Ready(None);
-            }
-            timer.as_mut().reset(since + linger);
-        }
-        Poll::Pending
+        poll_lingered(timer.as_mut(), since, linger, cx).map(|()| None)
     })
     .await;
     match ended {
         Some(r) => Run::Ended(r),
         None => Run::Idle(conn),
     }
+}
+
+/// Ready once `linger` has passed since `since`, on a timer that is re-armed only when it fires:
+/// a connection that stays busy never touches the timer wheel per request.
+pub fn poll_lingered(mut timer: Pin<&mut tokio::time::Sleep>, since: Instant, linger: Duration, cx: &mut Context<'_>) -> Poll<()> {
+    while timer.as_mut().poll(cx).is_ready() {
+        if crate::clock::since(since) >= linger {
+            return Poll::Ready(());
+        }
+        timer.as_mut().reset(since + linger);
+    }
+    Poll::Pending
 }

@@ -17,7 +17,7 @@
 use std::mem::MaybeUninit;
 
 use super::body::Framing;
-use super::{Bad, Refusal, Span, bare_cr_or_lf, tokens, trim};
+use super::{Bad, Refusal, Span, bare_cr_or_lf, digits, tokens, trim};
 
 /// hyper refuses a request target this long (414) whatever is configured.
 const MAX_TARGET: usize = u16::MAX as usize - 1;
@@ -269,14 +269,6 @@ fn lengths(fields: &[Field], buf: &[u8], lists: bool) -> Result<Lengths, Refusal
         }
     }
     Ok(Lengths { length, chunked: chunked.map(|c| c && last_ascii) })
-}
-
-/// A Content-Length value: decimal digits only (no sign, no space), within `u64`.
-fn digits(v: &[u8]) -> Option<u64> {
-    if v.is_empty() {
-        return None;
-    }
-    v.iter().try_fold(0u64, |n, &b| if b.is_ascii_digit() { n.checked_mul(10)?.checked_add(u64::from(b - b'0')) } else { None })
 }
 
 /// Whether `Connection` lines leave the connection open after this message (hyper's reading:

@@ -119,6 +119,14 @@ fn bare_cr_or_lf(data: &[u8]) -> Option<Bad> {
     None
 }
 
+/// A Content-Length value: decimal digits only (no sign, no space), within `u64`.
+fn digits(v: &[u8]) -> Option<u64> {
+    if v.is_empty() {
+        return None;
+    }
+    v.iter().try_fold(0u64, |n, &b| if b.is_ascii_digit() { n.checked_mul(10)?.checked_add(u64::from(b - b'0')) } else { None })
+}
+
 /// Trims spaces and tabs at both ends (OWS).
 fn trim(v: &[u8]) -> &[u8] {
     let start = v.iter().position(|&b| b != b' ' && b != b'\t').unwrap_or(v.len());

@@ -21,6 +21,8 @@ use hyper::StatusCode;
 use hyper::header::{self, HeaderValue};
 use hyper::http::response::Parts;
 
+use super::digits;
+
 /// A response body's length as the body knows it (`None`: the body is empty).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Length {
@@ -89,8 +91,8 @@ pub fn head(parts: &mut Parts, body: Option<Length>, keep_alive: bool, out: &mut
                     // The body's length frames it; the field says the same (the server's own).
                     Some(Length::Known(n)) => encoding = Some(Encoding::Length(n)),
                     Some(Length::Unknown) => {
-                        let n = length(first).ok_or(Unwritable::BadLength)?;
-                        if values.any(|v| length(v) != Some(n)) {
+                        let n = digits(first.as_bytes()).ok_or(Unwritable::BadLength)?;
+                        if values.any(|v| digits(v.as_bytes()) != Some(n)) {
                             return Err(Unwritable::LengthsDiffer);
                         }
                         encoding = Some(Encoding::Length(n));
@@ -108,28 +110,23 @@ pub fn head(parts: &mut Parts, body: Option<Length>, keep_alive: bool, out: &mut
                     return Err(Unwritable::LengthAndEncoding);
                 }
                 encoding = Some(Encoding::Chunked);
-                let all: Vec<&HeaderValue> = parts.headers.get_all(name).iter().collect();
                 out.extend_from_slice(b"transfer-encoding: ");
-                joined(out, &all);
-                if !all.last().is_some_and(|v| ends_in_chunked(v)) {
+                if !joined(out, values).is_some_and(ends_in_chunked) {
                     out.extend_from_slice(b", chunked");
                 }
                 out.extend_from_slice(b"\r\n");
             }
             header::CONNECTION => {
-                let all: Vec<&HeaderValue> = parts.headers.get_all(name).iter().collect();
-                close |= all.iter().any(|v| closes(v));
                 out.extend_from_slice(b"connection: ");
-                joined(out, &all);
+                joined(out, values.inspect(|v| close |= closes(v)));
                 out.extend_from_slice(b"\r\n");
             }
             header::TRAILER => {
                 if bodiless {
                     continue;
                 }
-                let all: Vec<&HeaderValue> = parts.headers.get_all(name).iter().collect();
                 out.extend_from_slice(b"trailer: ");
-                joined(out, &all);
+                joined(out, values);
                 out.extend_from_slice(b"\r\n");
             }
             _ => {
@@ -191,18 +188,17 @@ fn line(out: &mut Vec<u8>, name: &[u8], value: &[u8]) {
     out.extend_from_slice(b"\r\n");
 }
 
-fn joined(out: &mut Vec<u8>, values: &[&HeaderValue]) {
-    for (i, v) in values.iter().enumerate() {
-        if i > 0 {
+/// Writes a field's values on one line, comma-separated; the last of them.
+fn joined<'a>(out: &mut Vec<u8>, values: impl Iterator<Item = &'a HeaderValue>) -> Option<&'a HeaderValue> {
+    let mut last = None;
+    for v in values {
+        if last.is_some() {
             out.extend_from_slice(b", ");
         }
         out.extend_from_slice(v.as_bytes());
+        last = Some(v);
     }
-}
-
-fn length(v: &HeaderValue) -> Option<u64> {
-    let s = v.to_str().ok()?;
-    (!s.is_empty() && s.bytes().all(|b| b.is_ascii_digit())).then(|| s.parse().ok()).flatten()
+    last
 }
 
 fn closes(v: &HeaderValue) -> bool {
