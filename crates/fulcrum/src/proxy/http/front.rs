@@ -23,7 +23,7 @@ use std::time::Duration;
 use bytes::{Buf, Bytes, BytesMut};
 use hyper::body::Body;
 use hyper::header::{HeaderName, HeaderValue};
-use hyper::{Method, Request, Response, Uri, Version};
+use hyper::{Method, Request, Response, Version};
 use tokio::io::AsyncWriteExt;
 use tracing::debug;
 
@@ -130,8 +130,9 @@ fn take(buf: &mut BytesMut, limits: &Limits) -> Option<(Request<ClientBody>, boo
         return None;
     }
     let head_bytes = buf.split_to(head.len).freeze();
-    match request(&head, &head_bytes) {
-        Some(req) => Some((req, head.keep_alive)),
+    let keep_alive = head.keep_alive;
+    match request(head, &head_bytes) {
+        Some(req) => Some((req, keep_alive)),
         None => {
             // What hyper's reading of the head makes of it is hyper's to say: put it back.
             let mut back = BytesMut::with_capacity(head_bytes.len() + buf.len());
@@ -160,12 +161,13 @@ fn ours(head: &RequestHead, buf: &[u8]) -> bool {
         })
 }
 
-/// The request as the handler takes it, its target and values shared with `bytes` (no copy).
-fn request(head: &RequestHead, bytes: &Bytes) -> Option<Request<ClientBody>> {
+/// The request as the handler takes it: its target as `parse_request` read it, its values shared
+/// with `bytes` (no copy).
+fn request(head: RequestHead, bytes: &Bytes) -> Option<Request<ClientBody>> {
     let slice = |s: super::h1::Span| bytes.slice(s.start as usize..s.end as usize);
     let mut req = Request::new(ClientBody::Empty);
     *req.method_mut() = Method::from_bytes(head.method(bytes)).ok()?;
-    *req.uri_mut() = Uri::from_maybe_shared(slice(head.target)).ok()?;
+    *req.uri_mut() = head.uri;
     *req.version_mut() = Version::HTTP_11;
     let headers = req.headers_mut();
     headers.reserve(head.fields.len());

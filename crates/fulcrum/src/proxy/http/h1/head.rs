@@ -64,6 +64,9 @@ pub struct RequestHead {
     pub method: Span,
     /// The target as the client sent it.
     pub target: Span,
+    /// The target as `http` reads it: parsed once here, to validate it as hyper would, and kept
+    /// so the request the handler takes is built from it without a second parse.
+    pub uri: hyper::Uri,
     pub form: Form,
     /// The target a server gets: origin-form without a fragment (hyper drops it too); `None` for
     /// an absolute-form target without a path, which goes on as `/`.
@@ -341,7 +344,7 @@ pub fn parse_request(buf: &[u8], limits: &Limits) -> Result<Option<RequestHead>,
     let upgrade = values(&fields, buf, "upgrade").any(crate::proxy::http::headers::asks_upgrade);
     let expect_continue = values(&fields, buf, "expect").last().is_some_and(|v| v.eq_ignore_ascii_case(b"100-continue"));
     let keep_alive = keep_alive(&fields, buf, minor);
-    Ok(Some(RequestHead { len: end, method, target, form, forward, authority, minor, fields, framing, keep_alive, upgrade, expect_continue }))
+    Ok(Some(RequestHead { len: end, method, target, uri, form, forward, authority, minor, fields, framing, keep_alive, upgrade, expect_continue }))
 }
 
 /// Parses the response head at the front of `buf`, the answer to a request whose method was
