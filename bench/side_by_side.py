@@ -155,7 +155,7 @@ class Balancer:
         if self.name == "haproxy":
             (d / "haproxy.cfg").write_text(haproxy_config(self.workers, self.mode, f"127.0.0.1:{self.port}"))
             return ["haproxy", "-db", "-f", str(d / "haproxy.cfg")]
-        if self.name == "nginx":
+        if self.name in ("nginx", "nginx-half"):
             servers = "".join(f"server 127.0.0.1:{p};" for p in ups)
             head = f"""daemon off; master_process {"on" if self.workers > 1 else "off"}; worker_processes {self.workers}; user root root;
 pid {d}/nginx.pid; error_log {d}/error.log warn; worker_rlimit_nofile 19000;
@@ -171,7 +171,7 @@ events {{ worker_connections 16384; }}
             else:
                 head = "load_module /usr/lib/nginx/modules/ngx_stream_module.so;\n" + head
                 body = f"""stream {{ upstream real {{ {servers} }}
-  server {{ listen 127.0.0.1:{self.port} backlog=8192 {"reuseport" if self.workers > 1 else ""}; proxy_pass real; proxy_timeout 10m; }} }}
+  server {{ listen 127.0.0.1:{self.port} backlog=8192 {"reuseport" if self.workers > 1 else ""}; proxy_pass real; proxy_timeout 10m;{" proxy_half_close on;" if self.name == "nginx-half" else ""} }} }}
 """
             (d / "nginx.conf").write_text(head + body)
             return ["nginx", "-p", str(d), "-c", str(d / "nginx.conf")]
@@ -426,6 +426,11 @@ def main():
     port = iter(range(19100, 19130))
     fulcrums = ["fulcrum"] + (["fulcrum-base"] if BASELINE else [])
     tcp = [Balancer(n, "tcp", next(port)) for n in ["haproxy", "nginx", "pen"] + fulcrums] if "tcp" in MODES else []
+    # NGINX's stream proxy closes both sides when one closes unless told otherwise; Fulcrum (by
+    # default) and HAProxy pass a FIN on and wait for the other side's. The same work, measured
+    # beside the anchor (not an anchor itself): a shutdown and a read more per connection.
+    if tcp:
+        tcp.insert(2, Balancer("nginx-half", "tcp", next(port)))
     # `fulcrum` runs its default (adaptive where it has it); the fixed fast paths beside it.
     if tcp and fulcrum_accepts('fast_path = "adaptive"'):
         tcp.append(Balancer("fulcrum-splice", "tcp", next(port)))
@@ -517,7 +522,9 @@ def render(r):
              f"{r['duration_s']} s) and the servers on core 0. Medians of {r['rounds']} interleaved rounds that no other load "
              f"disturbed (more than {r['foreign_limit']:.0%} of a core used by anything else: the round is run again). "
              "CPU is the balancer's own utime + stime per 10,000 requests; machine CPU is both cores' busy time per 10,000 "
-             "requests (client, servers and kernel included); ratios are to the best of HAProxy, NGINX and pen in each column.", ""]
+             "requests (client, servers and kernel included); ratios are to the best of HAProxy, NGINX and pen in each column. "
+             "`nginx-half` (TCP mode, not an anchor) is NGINX with `proxy_half_close on`: it passes a FIN on and waits for the "
+             "other side's, as Fulcrum's default `half_close = true` and HAProxy do (NGINX's default closes both sides at once).", ""]
     for mode in ("tcp", "http"):
         rows = r["modes"][mode]
         if not rows:
