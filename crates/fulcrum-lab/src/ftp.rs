@@ -18,7 +18,7 @@ use super::client;
 use super::paper::{CLIENTS, PAPER, SERVERS, client_label, server_plots, server_table, source, spread};
 use super::procs::{self, Fulcrum, Proc, Usage, free_addr};
 use super::report::{Report, Summary, Table};
-use super::stats::{self, Measure, verdict};
+use super::stats::{self, Design, Family, Measure};
 use super::{Ctx, Point, cpu_used, sample_usage, service_toml, timeline};
 
 pub const ALGORITHMS: [&str; 4] = ["round-robin", "source-hash", "least-conn", "random"];
@@ -224,13 +224,14 @@ pub fn tables(r: &mut Report, ftp: &Result<Vec<FtpRun>, String>) {
     }
 }
 
-/// The Reading's FTP lines: each algorithm's session time against round robin's.
-pub fn reading(runs: &[FtpRun]) -> Vec<String> {
+/// The Reading's FTP lines: each algorithm's session time against round robin's, tested in the
+/// report's family (Welch's test: every repeat runs the same sessions, so a repeat ties nothing).
+pub fn reading(tests: &mut Family, runs: &[FtpRun]) -> Vec<String> {
     let session = |a: &str| stats::over(runs, |x| x.algorithm == a, FtpRun::mean_session);
     ALGORITHMS
         .iter()
         .filter(|a| **a != "round-robin")
-        .map(|a| format!("- FTP session time: {}", verdict("round-robin", &session("round-robin"), a, &session(a), "faster", " s")))
+        .map(|a| format!("- FTP session time: {}", tests.verdict("round-robin", &session("round-robin"), a, &session(a), Design::Independent, "faster", " s")))
         .collect()
 }
 

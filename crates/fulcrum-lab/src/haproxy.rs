@@ -19,7 +19,7 @@ use super::client::{self, Link, Sample, Traffic};
 use super::plot::{self, Series};
 use super::procs::{Fulcrum, Usage};
 use super::report::{Report, Summary, Table};
-use super::stats::{self, Estimate, verdict};
+use super::stats::{self, Design, Estimate};
 use super::{Ctx, served_by, service_toml, start_backends};
 
 /// One configuration: its name in the report, the algorithm, the servers' weights, the
@@ -183,14 +183,14 @@ fn report(ctx: &Ctx, total: usize, runs: &[Run]) -> Report {
         for (i, a) in configs.iter().enumerate() {
             for b in &configs[i + 1..] {
                 let time = |c: &Config| over(runs, c.name, |x| x.times().mean);
-                reading.push(format!("- {label}, mean time: {}", verdict(a.algorithm, &time(a), b.algorithm, &time(b), "faster", " ms")));
+                reading.push(format!("- {label}, mean time: {}", r.tests.verdict(a.algorithm, &time(a), b.algorithm, &time(b), Design::Independent, "faster", " ms")));
                 // Higher is better for a rate: the verdict is asked of its negation.
                 let rate = |c: &Config| over(runs, c.name, |x| -x.per_second());
-                reading.push(format!("- {label}, requests/s: {}", verdict(a.algorithm, &rate(a), b.algorithm, &rate(b), "faster", " requests/s")));
+                reading.push(format!("- {label}, requests/s: {}", r.tests.verdict(a.algorithm, &rate(a), b.algorithm, &rate(b), Design::Independent, "faster", " requests/s")));
             }
         }
     }
-    r.section("Reading (Welch's t-test over the repeats, 5% level)", &reading.join("\n"));
+    r.section("Reading (Welch's t-test over the repeats; Holm's correction over the report)", &reading.join("\n"));
 
     let curves: Vec<Series> = runs
         .iter()

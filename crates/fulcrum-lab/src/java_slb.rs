@@ -6,7 +6,8 @@
 //! and 5), each real server's requests, CPU and maximum memory (Tables 3 to 6, Figures 6 to 10),
 //! and the algorithms ranked by each measure (Table 8), the real servers by the spread across them
 //! as the paper ranks them. Every figure is a mean over the repeats with its 95% interval, and a
-//! rank is claimed only where Welch's t-test separates neighbours. The FTP half ([`ftp`]) gives
+//! rank is claimed only where the paired t-test (a repeat's pages pair its algorithms) separates
+//! the two after Holm's correction over the report, every pair tested. The FTP half ([`ftp`]) gives
 //! Table 7 and Table 8's FTP rows.
 
 use std::time::Duration;
@@ -20,7 +21,7 @@ use super::paper::{CLIENTS, PAPER, SERVERS, client_label, server_plots, server_t
 use super::plot::{self, Series};
 use super::procs::{Fulcrum, Usage};
 use super::report::{Report, Summary, Table};
-use super::stats::{self, Estimate, Measure, ranking, verdict};
+use super::stats::{self, Design, Estimate, Measure};
 use super::{Ctx, Point, cpu_used, ftp, sample_usage, served_by, service_toml, site, start_backends, timeline};
 
 const ALGORITHMS: [&str; 7] = ["round-robin", "source-hash", "least-conn", "random", "static-rr", "passive-ratio", "p2c-ewma"];
@@ -192,32 +193,37 @@ fn report(ctx: &Ctx, site_bytes: u64, pages: usize, runs: &[Run], ftp: &Result<V
     let mut t = Table::new(["Service", "Measure (lower is better)", "Ranking"]);
     for (name, digits, f) in measures {
         let entries: Vec<(String, Estimate)> = ALGORITHMS.iter().map(|a| (a.to_string(), over(a, &f))).collect();
-        t.row(["HTTP", name, &ranking(&entries, digits)]);
+        // Paired: every algorithm of a repeat browsed the same pages.
+        t.row(["HTTP", name, &r.tests.ranking(&format!("HTTP, {name}"), &entries, digits, Design::Paired)]);
     }
     if let Ok(ftp_runs) = ftp {
         for (name, digits, f) in ftp::MEASURES {
             let entries: Vec<(String, Estimate)> = ftp::ALGORITHMS.iter().map(|a| (a.to_string(), stats::over(ftp_runs, |x| x.algorithm == *a, f))).collect();
-            t.row(["FTP", name, &ranking(&entries, digits)]);
+            // Independent: the FTP sessions are the same on every repeat, so a repeat ties nothing.
+            t.row(["FTP", name, &r.tests.ranking(&format!("FTP, {name}"), &entries, digits, Design::Independent)]);
         }
     }
     r.section(
         "Table 8. Algorithms ranked",
         &format!(
-            "Each measure's algorithms from lowest to highest mean. `<` joins neighbours that Welch's t-test over the repeats \
-             separates (p < 0.05), `≈` neighbours it does not: only a `<` is a ranking. The real servers are ranked by the spread \
-             across them, as the paper ranks them.\n\n{}",
+            "Each measure's algorithms from lowest to highest mean, every pair tested over the repeats (HTTP: the paired t-test, \
+             each repeat's pages being the same for every algorithm; FTP: Welch's t-test). `<` joins neighbours the test separates \
+             after Holm's correction, with the adjusted p, `≈` neighbours it does not; \"further apart\" names the pairs that are not \
+             neighbours yet are separated. Only a `<` is a ranking. The real servers are ranked by the spread across them, as the \
+             paper ranks them.\n\n{}",
             t.markdown()
         ),
     );
+    let rr = over("round-robin", &|x| x.response.mean);
     let mut reading: Vec<String> = ALGORITHMS
         .iter()
         .filter(|a| **a != "round-robin")
-        .map(|a| format!("- response time: {}", verdict("round-robin", &over("round-robin", &|x| x.response.mean), a, &over(a, &|x| x.response.mean), "faster", " ms")))
+        .map(|a| format!("- response time: {}", r.tests.verdict("round-robin", &rr, a, &over(a, &|x| x.response.mean), Design::Paired, "faster", " ms")))
         .collect();
     if let Ok(ftp_runs) = ftp {
-        reading.extend(ftp::reading(ftp_runs));
+        reading.extend(ftp::reading(&mut r.tests, ftp_runs));
     }
-    r.section("Reading (Welch's t-test over the repeats, 5% level)", &reading.join("\n"));
+    r.section("Reading (paired t-test over the repeats for HTTP, Welch's for FTP; Holm's correction over the report)", &reading.join("\n"));
     ftp::tables(&mut r, ftp);
 
     // Plots of the first repeat: Figures 4 and 5 (Fulcrum), and Table 1 as a chart.

@@ -10,7 +10,8 @@
 //!
 //! Every configuration runs `--repeat` times; within one repeat every configuration sees the same
 //! Poisson arrivals (one seed per repeat), and figures are means over the repeats with their 95%
-//! confidence intervals. A ranking is written only where Welch's t-test separates the two.
+//! confidence intervals. A ranking is written only where the paired t-test (a repeat's arrivals
+//! pair its configurations) separates the two after Holm's correction over the report.
 
 use std::collections::BTreeMap;
 use std::time::Duration;
@@ -22,7 +23,7 @@ use super::client::{self, Link, Sample, Traffic};
 use super::plot::{self, Series};
 use super::procs::Fulcrum;
 use super::report::{Report, Summary, Table, fmt};
-use super::stats::{Estimate, verdict, welch};
+use super::stats::{Design, Estimate, paired, verdict};
 use super::{Ctx, served_by, service_toml, syn_time};
 
 /// Each configuration: its name in the report, the algorithm, and extra service lines.
@@ -262,26 +263,34 @@ fn report(ctx: &Ctx, rates: &[f64], warm_up: u64, seconds: u64, window: usize, r
     let mut reading = String::new();
     for &rate in rates {
         let equal = cell(runs, EQUAL, rate).mean_ms();
-        let lines: Vec<String> =
-            names.iter().filter(|a| **a != EQUAL).map(|a| format!("- {}", verdict(a, &cell(runs, a, rate).mean_ms(), EQUAL, &equal, "faster", " ms"))).collect();
+        let lines: Vec<String> = names
+            .iter()
+            .filter(|a| **a != EQUAL)
+            .map(|a| format!("- {}", r.tests.verdict(a, &cell(runs, a, rate).mean_ms(), EQUAL, &equal, Design::Paired, "faster", " ms")))
+            .collect();
         reading.push_str(&format!("At {} req/s (equal split {} ms):\n\n{}\n\n", fmt(rate), equal.show(1), lines.join("\n")));
     }
-    r.section("Reading (mean time to the response head; Welch's t-test over the repeats, 5% level)", reading.trim_end());
+    r.section("Reading (mean time to the response head; paired t-test over the repeats, each repeat's arrivals being the same for every configuration; Holm's correction over the report)", reading.trim_end());
 
     // The checks use the same rule: a claim passes only when the data separates it from noise.
     let (slow, fast1, fast2) = (pr.share(2), pr.share(0), pr.share(1));
-    let below = |fast: &Estimate| slow.mean < fast.mean && (welch(&slow, fast).significant || slow.n() < 2);
+    let below = |fast: &Estimate| slow.mean < fast.mean && (paired(&slow, fast).significant || slow.n() < 2);
     r.check(
         "passive-ratio gives the degraded server the smallest share",
         below(&fast1) && below(&fast2),
         format!("at {top} req/s: fast1 {}%, fast2 {}%, slow {}%", pct(fast1.clone()), pct(fast2.clone()), pct(slow.clone())),
     );
     let (prt, eqt) = (pr.mean_ms(), cell(runs, EQUAL, top).mean_ms());
-    let slower = welch(&eqt, &prt);
+    let slower = paired(&eqt, &prt);
     r.check(
         "passive-ratio is not slower than the equal split under the heaviest load",
         !(slower.significant && slower.difference > 0.0),
-        format!("at {top} req/s: passive-ratio {} ms, equal split {} ms; {}", prt.show(1), eqt.show(1), verdict("passive-ratio", &prt, EQUAL, &eqt, "faster", " ms")),
+        format!(
+            "at {top} req/s: passive-ratio {} ms, equal split {} ms; {}",
+            prt.show(1),
+            eqt.show(1),
+            verdict("passive-ratio", &prt, EQUAL, &eqt, Design::Paired, "faster", " ms")
+        ),
     );
 
     for &rate in rates {

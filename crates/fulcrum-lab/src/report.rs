@@ -10,7 +10,7 @@ use anyhow::Context;
 use serde::Serialize;
 use serde_json::Value;
 
-use crate::stats::{self, Estimate, welch};
+use crate::stats::{self, Estimate, Family, welch};
 
 /// Mean, spread and tail of a set of values.
 #[derive(Debug, Clone, Copy, Default, Serialize)]
@@ -90,6 +90,14 @@ pub struct Report {
     pub plots: Vec<(String, String)>,
     /// How long the run took, set by the lab when the scenario ends.
     pub duration: Option<std::time::Duration>,
+    /// Every test the report's verdicts and rankings make, judged together after Holm's
+    /// correction when the report is written.
+    pub tests: Family,
+    /// What the run was made under, by name ("sessions per client", "run length"): what a
+    /// reader needs to compare two reports, in the report's head and in results.json.
+    pub conditions: Vec<(String, String)>,
+    /// How this run departs from the paper it reruns, one item each.
+    pub deviations: Vec<String>,
 }
 
 impl Report {
@@ -105,7 +113,65 @@ impl Report {
             raw: Value::Null,
             plots: Vec::new(),
             duration: None,
+            tests: Family::default(),
+            conditions: Vec::new(),
+            deviations: Vec::new(),
         }
+    }
+
+    /// One condition of the run, `name: value`.
+    pub fn condition(&mut self, name: &str, value: impl ToString) {
+        self.conditions.push((name.to_string(), value.to_string()));
+    }
+
+    /// One way the run departs from the paper.
+    pub fn deviation(&mut self, text: &str) {
+        self.deviations.push(text.to_string());
+    }
+
+    /// The report's Markdown: the head (version, commit, machine, conditions, deviations and the
+    /// family of tests), the body with every verdict rendered after Holm's correction, the checks.
+    pub fn markdown(&self, machine: &Value, commit: &Value) -> String {
+        let mode = if self.quick { "quick" } else { "full" };
+        let mut md = format!("# Fulcrum lab: `{}` ({mode} run, seed {})\n\n", self.scenario, self.seed);
+        let _ = write!(
+            md,
+            "Fulcrum {} at commit {} on {} ({} cores, Linux {}){}. Every figure is in `results.json`.\n\n",
+            env!("CARGO_PKG_VERSION"),
+            commit_text(commit),
+            machine["cpu"].as_str().unwrap_or("?"),
+            machine["cores"],
+            machine["kernel"].as_str().unwrap_or("?"),
+            self.duration.map_or_else(String::new, |d| format!("; the run took {}", humantime::format_duration(std::time::Duration::from_secs(d.as_secs())))),
+        );
+        if !self.conditions.is_empty() {
+            md.push_str("Run conditions:\n\n");
+            for (name, value) in &self.conditions {
+                let _ = writeln!(md, "- {name}: {value}");
+            }
+            md.push('\n');
+        }
+        if !self.deviations.is_empty() {
+            md.push_str("Deviations from the paper:\n\n");
+            for d in &self.deviations {
+                let _ = writeln!(md, "- {d}");
+            }
+            md.push('\n');
+        }
+        if !self.tests.is_empty() {
+            let _ = write!(
+                md,
+                "The verdicts and rankings below make {}. Each is judged after Holm's correction over all of them (at most a 5% \
+                 chance of any false claim in this report); \"Holm p\" is the adjusted p-value, \"raw p\" the test's own.\n\n",
+                self.tests.summary()
+            );
+        }
+        md.push_str(&self.tests.render(&self.body));
+        md.push_str("## Checks\n\n");
+        for c in &self.checks {
+            let _ = writeln!(md, "- {} **{}**: {}", if c.passed { "PASS" } else { "FAIL" }, c.name, c.detail);
+        }
+        md
     }
 
     pub fn section(&mut self, title: &str, text: &str) {
@@ -136,31 +202,21 @@ impl Report {
     pub fn write(&self, dir: &Path) -> anyhow::Result<()> {
         std::fs::create_dir_all(dir).with_context(|| format!("cannot create {}", dir.display()))?;
         let machine = machine();
-        let mode = if self.quick { "quick" } else { "full" };
-        let mut md = format!("# Fulcrum lab: `{}` ({mode} run, seed {})\n\n", self.scenario, self.seed);
-        let _ = write!(
-            md,
-            "Fulcrum {} on {} ({} cores, Linux {}){}. Every figure is in `results.json`.\n\n",
-            env!("CARGO_PKG_VERSION"),
-            machine["cpu"].as_str().unwrap_or("?"),
-            machine["cores"],
-            machine["kernel"].as_str().unwrap_or("?"),
-            self.duration.map_or_else(String::new, |d| format!("; the run took {}", humantime::format_duration(std::time::Duration::from_secs(d.as_secs())))),
-        );
-        md.push_str(&self.body);
-        md.push_str("## Checks\n\n");
-        for c in &self.checks {
-            let _ = writeln!(md, "- {} **{}**: {}", if c.passed { "PASS" } else { "FAIL" }, c.name, c.detail);
-        }
+        let commit = commit();
+        let md = self.markdown(&machine, &commit);
         let json = serde_json::json!({
             "scenario": self.scenario,
-            "mode": mode,
+            "mode": if self.quick { "quick" } else { "full" },
             "seed": self.seed,
             "fulcrum_version": env!("CARGO_PKG_VERSION"),
+            "commit": commit,
+            "conditions": self.conditions.iter().cloned().collect::<BTreeMap<_, _>>(),
+            "deviations": self.deviations,
             "duration_secs": self.duration.map(|d| d.as_secs_f64()),
             "machine": machine,
             "figures": self.figures,
             "estimates": self.estimates,
+            "tests": self.tests.record(),
             "checks": self.checks,
             "raw": self.raw,
         });
@@ -176,6 +232,35 @@ impl Report {
 fn write(dir: &Path, name: &str, text: &str) -> anyhow::Result<()> {
     let path = dir.join(name);
     std::fs::write(&path, text).with_context(|| format!("cannot write {}", path.display()))
+}
+
+/// The commit of the source tree the lab was built from, and whether that tree had changes not
+/// committed, read from git when the run is written (null where git or the tree is missing): a
+/// report must say which code made it.
+fn commit() -> Value {
+    let dir = env!("CARGO_MANIFEST_DIR");
+    let git = |args: &[&str]| {
+        std::process::Command::new("git").arg("-C").arg(dir).args(args).output().ok().filter(|o| o.status.success()).map(|o| String::from_utf8_lossy(&o.stdout).trim().to_string())
+    };
+    match git(&["rev-parse", "HEAD"]) {
+        Some(hash) => serde_json::json!({ "hash": hash, "dirty": git(&["status", "--porcelain"]).map(|s| !s.is_empty()) }),
+        None => Value::Null,
+    }
+}
+
+/// "`0123abcd`", "`0123abcd` (with changes not committed)" or "unknown".
+fn commit_text(commit: &Value) -> String {
+    match commit["hash"].as_str() {
+        Some(hash) => {
+            let short = &hash[..hash.len().min(12)];
+            match commit["dirty"].as_bool() {
+                Some(true) => format!("`{short}` (with changes not committed)"),
+                Some(false) => format!("`{short}`"),
+                None => format!("`{short}` (changes unknown)"),
+            }
+        }
+        None => "unknown".into(),
+    }
 }
 
 /// The machine a run was made on.
@@ -254,6 +339,25 @@ pub fn fmt(v: f64) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn the_head_says_commit_conditions_deviations_and_tests() {
+        let mut r = Report::new("demo", true, 1);
+        r.condition("sessions per client", 2);
+        r.deviation("loopback clients");
+        let (a, b) = (Estimate::of(&[1.0, 2.0, 3.0]), Estimate::of(&[1.5, 2.5, 3.5]));
+        let v = r.tests.verdict("a", &a, "b", &b, stats::Design::Paired, "faster", " ms");
+        r.section("Reading", &v);
+        let commit = serde_json::json!({"hash": "0123456789abcdef", "dirty": true});
+        let md = r.markdown(&serde_json::json!({"cpu": "x", "cores": 2, "kernel": "6"}), &commit);
+        assert!(md.contains("at commit `0123456789ab` (with changes not committed)"), "{md}");
+        assert!(md.contains("Run conditions:\n\n- sessions per client: 2\n"), "{md}");
+        assert!(md.contains("Deviations from the paper:\n\n- loopback clients\n"), "{md}");
+        assert!(md.contains("1 test, 1 significant at p < 0.05 alone, 1 after Holm's correction"), "{md}");
+        // The same shift on every repeat: exact, so p = 0.
+        assert!(md.contains("a is faster than b (paired t-test, Holm p < 0.001, raw p < 0.001)"), "{md}");
+        assert_eq!(commit_text(&Value::Null), "unknown");
+    }
 
     #[test]
     fn summary_of_known_values() {

@@ -12,7 +12,8 @@
 //!   article's weights are for.
 //!
 //! Each configuration runs `--repeat` times; requests/s is reported as the mean over the repeats
-//! with its 95% confidence interval, and a gain is claimed only where Welch's t-test shows it.
+//! with its 95% confidence interval, and a gain is claimed only where Welch's t-test shows it
+//! after Holm's correction over the report.
 
 use std::time::Duration;
 
@@ -22,7 +23,7 @@ use super::client::{self, Link, Sample, Traffic};
 use super::plot::{self, Series};
 use super::procs::{Backend, Fulcrum};
 use super::report::{Report, Table};
-use super::stats::{self, Estimate, verdict, welch};
+use super::stats::{self, Design, Estimate, welch};
 use super::{Ctx, served_by, service_toml};
 
 /// The per-request work every server does: 0.5 ms of CPU and 20 ms of waiting.
@@ -245,19 +246,22 @@ fn report(ctx: &Ctx, plan: &[Config], runs: &[Run]) -> Report {
             reading.push(format!(
                 "- {label}, {} against {n} servers: {}",
                 n + 1,
-                verdict(&format!("{} servers", n + 1), &negated(&e[n]), &format!("{n} servers"), &negated(&e[n - 1]), "faster", " requests/s")
+                r.tests.verdict(&format!("{} servers", n + 1), &negated(&e[n]), &format!("{n} servers"), &negated(&e[n - 1]), Design::Independent, "faster", " requests/s")
             ));
         }
     }
     let failures = sizes(Cluster::Overloaded, 50, Run::failed_percent);
     if let (Some(one), Some(four)) = (failures.first(), failures.last()) {
-        reading.push(format!("- overloaded, failed requests: {}", verdict("4 servers", four, "1 server", one, "lower", " %")));
+        reading.push(format!("- overloaded, failed requests: {}", r.tests.verdict("4 servers", four, "1 server", one, Design::Independent, "lower", " %")));
     }
     let unequal: Vec<Estimate> = plan.iter().filter(|c| c.cluster == Cluster::Unequal).map(|c| over(runs, c, Run::rps)).collect();
     if let [even, weighted] = unequal.as_slice() {
-        reading.push(format!("- servers three times apart, requests/s: {}", verdict("3:1", &negated(weighted), "1:1", &negated(even), "faster", " requests/s")));
+        reading.push(format!(
+            "- servers three times apart, requests/s: {}",
+            r.tests.verdict("3:1", &negated(weighted), "1:1", &negated(even), Design::Independent, "faster", " requests/s")
+        ));
     }
-    r.section("Reading (Welch's t-test over the repeats, 5% level)", &reading.join("\n"));
+    r.section("Reading (Welch's t-test over the repeats; Holm's correction over the report)", &reading.join("\n"));
 
     // The checks use the same rule.
     let gains = |e: &[Estimate]| e.windows(2).all(|w| w[1].mean > w[0].mean && (w[0].n() < 2 || welch(&w[0], &w[1]).significant));
