@@ -18,10 +18,41 @@ use super::client;
 use super::paper::{CLIENTS, PAPER, SERVERS, client_label, server_plots, server_table, source, spread};
 use super::procs::{self, Fulcrum, Proc, Usage, free_addr};
 use super::report::{Report, Summary, Table};
-use super::stats::{self, Design, Family, Measure};
+use super::stats::{self, Design, Estimate, Family, Measure};
 use super::{Ctx, Point, cpu_used, sample_usage, service_toml, timeline};
 
 pub const ALGORITHMS: [&str; 4] = ["round-robin", "source-hash", "least-conn", "random"];
+
+/// The sizes in bytes of the ten files every session downloads, in order.
+pub fn sizes(quick: bool) -> &'static [u64] {
+    if quick {
+        &[1 << 10, 5 << 10, 20 << 10, 100 << 10, 300 << 10, 1 << 20, 40 << 10, 3 << 10, 60 << 10, 200 << 10]
+    } else {
+        &[1 << 10, 5 << 10, 20 << 10, 100 << 10, 300 << 10, 1 << 20, 2 << 20, 4 << 20, 8 << 20, 16 << 20]
+    }
+}
+
+/// The sessions each client runs, one after another, per algorithm and repeat: the run lasts
+/// as long as they take.
+pub fn sessions_per_client(quick: bool) -> usize {
+    if quick { 2 } else { 6 }
+}
+
+/// The FTP half's run conditions, for the report's head: sessions, files, and the run length
+/// the sessions took (measured, since it is set by the sessions and not by a clock).
+pub fn conditions(r: &mut Report, quick: bool, runs: &Result<Vec<FtpRun>, String>) {
+    r.condition("FTP sessions per client, per algorithm and repeat", sessions_per_client(quick));
+    let kib: Vec<String> = sizes(quick).iter().map(|b| if *b >= 1 << 20 { format!("{} MiB", b >> 20) } else { format!("{} KiB", b >> 10) }).collect();
+    r.condition("FTP files per session", kib.join(", "));
+    match runs {
+        Ok(runs) if !runs.is_empty() => {
+            let s = Estimate::of(&runs.iter().map(|x| x.seconds).collect::<Vec<_>>());
+            r.condition("FTP run length per algorithm and repeat", format!("{} s (mean over the runs)", s.show(1)));
+        }
+        Ok(_) => r.condition("FTP run length per algorithm and repeat", "no run"),
+        Err(e) => r.condition("FTP run length per algorithm and repeat", format!("the FTP half did not run: {e}")),
+    }
+}
 
 /// What one algorithm's FTP run (one repeat) measured.
 pub struct FtpRun {
@@ -70,14 +101,10 @@ pub const MEASURES: [Measure<FtpRun>; 5] = [
 pub async fn run(ctx: &Ctx) -> anyhow::Result<Vec<FtpRun>> {
     let vsftpd = vsftpd_bin()?;
     Command::new("curl").arg("--version").stdout(Stdio::null()).status().context("curl is not installed")?;
-    let sizes: &[u64] = if ctx.quick {
-        &[1 << 10, 5 << 10, 20 << 10, 100 << 10, 300 << 10, 1 << 20, 40 << 10, 3 << 10, 60 << 10, 200 << 10]
-    } else {
-        &[1 << 10, 5 << 10, 20 << 10, 100 << 10, 300 << 10, 1 << 20, 2 << 20, 4 << 20, 8 << 20, 16 << 20]
-    };
+    let sizes = sizes(ctx.quick);
     let files = ctx.work.join("ftp-files");
     make_files(&files, sizes)?;
-    let setup = Setup { vsftpd, files: &files, sizes, sessions_per_client: if ctx.quick { 2 } else { 6 } };
+    let setup = Setup { vsftpd, files: &files, sizes, sessions_per_client: sessions_per_client(ctx.quick) };
     let mut runs = Vec::new();
     for repeat in 0..ctx.repeat {
         for (k, algorithm) in ALGORITHMS.iter().enumerate() {

@@ -125,6 +125,13 @@ fn over(runs: &[Run], name: &str, figure: impl Fn(&Run) -> f64) -> Estimate {
 
 fn report(ctx: &Ctx, total: usize, runs: &[Run]) -> Report {
     let mut r = Report::new("haproxy", ctx.quick, ctx.seed);
+    r.condition("requests per configuration and repeat", total);
+    r.condition("request", format!("POST of {BODY} bytes on a new connection"));
+    r.condition("concurrency", format!("100 (today's variant), {PAPER_CONCURRENCY} (the paper's setup)"));
+    r.condition("repeats", ctx.repeat);
+    r.deviation(&format!("{PAPER_CONCURRENCY} concurrent clients where the paper ran 10,000 JMeter threads: this machine's two cores also run Fulcrum and both servers."));
+    r.deviation("Fulcrum runs the paper's algorithms; the paper measured HAProxy itself.");
+    r.deviation("The clients, Fulcrum and the real servers share one machine.");
     r.section(
         "Setup",
         &format!(

@@ -18,7 +18,7 @@ use tokio_util::sync::CancellationToken;
 use super::client::{self, Browser, Until};
 use super::ftp::FtpRun;
 use super::paper::{CLIENTS, PAPER, SERVERS, client_label, server_plots, server_table, source, spread};
-use super::plot::{self, Series};
+use super::plot::{self, Means, Series};
 use super::procs::{Fulcrum, Usage};
 use super::report::{Report, Summary, Table};
 use super::stats::{self, Design, Estimate, Measure};
@@ -124,6 +124,16 @@ async fn run_one(ctx: &Ctx, algorithm: &'static str, repeat: usize, browsers: &[
 fn report(ctx: &Ctx, site_bytes: u64, pages: usize, runs: &[Run], ftp: &Result<Vec<FtpRun>, String>) -> Report {
     let mut r = Report::new("java-slb", ctx.quick, ctx.seed);
     let how = if ctx.quick { "60 requests per client" } else { "60 s per algorithm" };
+    r.condition("clients", format!("{CLIENTS}, from 127.0.0.11 to 127.0.0.{}", 10 + CLIENTS));
+    r.condition("HTTP pages per client", pages);
+    r.condition("HTTP site", format!("{} MiB", site_bytes >> 20));
+    r.condition("HTTP run length per algorithm and repeat", how);
+    r.condition("repeats", ctx.repeat);
+    ftp::conditions(&mut r, ctx.quick, ftp);
+    r.deviation("The clients, Fulcrum and the four real servers share one machine (the paper had a machine for each role), so the real servers have no capacity of their own and an algorithm's effect on response time may not show.");
+    r.deviation("Every repeat gives each client its own pages; the paper ran each algorithm once.");
+    r.deviation("Fulcrum's other algorithms (static-rr, passive-ratio, p2c-ewma) run beside the paper's four; Table 8 ranks the paper's four.");
+    r.deviation("Each request is a new connection from a client address of its own on 127.0.0.0/8, not a browser on a machine of its own.");
     let over = |algorithm: &str, figure: &dyn Fn(&Run) -> f64| stats::over(runs, |x| x.algorithm == algorithm, figure);
     r.section(
         "Setup",
@@ -236,9 +246,10 @@ fn report(ctx: &Ctx, site_bytes: u64, pages: usize, runs: &[Run], ftp: &Result<V
     if let Ok(svg) = plot::lines("Fulcrum memory while the clients browse", "seconds", "resident MiB", &series(|p| p.2)) {
         r.plot("fulcrum-memory.svg", "Fulcrum memory over time (the paper's Figure 5, first repeat)", svg);
     }
-    let per_client: Vec<Series> =
-        ALGORITHMS.iter().map(|a| Series { name: a.to_string(), points: (0..CLIENTS).map(|c| ((c + 1) as f64, over(a, &|x| x.clients[c].0).mean)).collect() }).collect();
-    if let Ok(svg) = plot::lines("Mean response time per client", "client", "ms", &per_client) {
+    let per_client: Vec<Means> =
+        ALGORITHMS.iter().map(|a| Means { name: a.to_string(), points: (0..CLIENTS).map(|c| (c as f64, over(a, &|x| x.clients[c].0))).collect() }).collect();
+    let clients: Vec<String> = (1..=CLIENTS).map(|c| format!("client {c}")).collect();
+    if let Ok(svg) = plot::categories("Mean response time per client (95% intervals)", "client", &clients, "ms", &per_client) {
         r.plot("response-per-client.svg", "Mean response time per client and algorithm (Table 1, mean over the repeats)", svg);
     }
 

@@ -20,7 +20,7 @@ use serde_json::{Value, json};
 use tokio_util::sync::CancellationToken;
 
 use super::client::{self, Link, Sample, Traffic};
-use super::plot::{self, Series};
+use super::plot::{self, Means, Series};
 use super::procs::Fulcrum;
 use super::report::{Report, Summary, Table, fmt};
 use super::stats::{Design, Estimate, paired, verdict};
@@ -206,6 +206,15 @@ fn cell<'a>(runs: &'a [Run], algorithm: &str, rate: f64) -> Cell<'a> {
 
 fn report(ctx: &Ctx, rates: &[f64], warm_up: u64, seconds: u64, window: usize, runs: &[Run], figure2: &Result<Vec<syn_time::Point>, String>) -> Report {
     let mut r = Report::new("passive", ctx.quick, ctx.seed);
+    r.condition("request rates (req/s)", rates.iter().map(|x| fmt(*x)).collect::<Vec<_>>().join(", "));
+    r.condition("warm-up and measured time per rate and configuration", format!("{warm_up} s and {seconds} s"));
+    r.condition("passive-ratio window", format!("T = 1 s, m = {window} slots"));
+    r.condition("repeats", ctx.repeat);
+    r.deviation("T = 1 s windows where the paper used T = 20 s: a run of the paper's length per rate and configuration would take hours here.");
+    r.deviation("The slow server is made slow by throttled accepts (ten a second, one queued), which drops SYNs the way R counts them and so favours R by construction; the paper loaded its server with `stress`.");
+    r.deviation("Fulcrum is a user-space proxy that counts its own connects to each server; the paper's balancer was the kernel's (iptables), counting clients' SYNs and servers' SYN-ACKs passively.");
+    r.deviation("One GET of a small page per connection, where the paper's clients fetched 100 KB files.");
+    r.deviation("The clients, Fulcrum and the real servers share one machine.");
     let names: Vec<&str> = CONFIGS.iter().map(|c| c.0).collect();
     r.section(
         "Setup",
@@ -240,8 +249,8 @@ fn report(ctx: &Ctx, rates: &[f64], warm_up: u64, seconds: u64, window: usize, r
     }
     r.section("Each server's share of the requests (requests and failures summed over the repeats)", &t.markdown());
 
-    let fig5: Vec<Series> = names.iter().map(|a| Series { name: a.to_string(), points: rates.iter().map(|&rate| (rate, cell(runs, a, rate).mean_ms().mean)).collect() }).collect();
-    if let Ok(svg) = plot::lines("Mean time to the response head (mean over the repeats)", "requests per second", "ms", &fig5) {
+    let fig5: Vec<Means> = names.iter().map(|a| Means { name: a.to_string(), points: rates.iter().map(|&rate| (rate, cell(runs, a, rate).mean_ms())).collect() }).collect();
+    if let Ok(svg) = plot::means("Mean time to the response head (mean over the repeats, 95% intervals)", "requests per second", "ms", &fig5) {
         r.plot("time-vs-rate.svg", "Mean time against the request rate (Figure 5)", svg);
     }
     let top = rates.last().copied().unwrap_or(0.0);

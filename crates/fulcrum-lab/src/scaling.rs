@@ -172,6 +172,11 @@ fn over(runs: &[Run], config: &Config, figure: fn(&Run) -> f64) -> Estimate {
 
 fn report(ctx: &Ctx, plan: &[Config], runs: &[Run]) -> Report {
     let mut r = Report::new("scaling", ctx.quick, ctx.seed);
+    r.condition("work per request", "0.5 ms of CPU and 20 ms of waiting, holding one of the server's workers");
+    r.condition("configurations", plan.len());
+    r.condition("repeats", ctx.repeat);
+    r.deviation("Real servers that model a servlet and its database by a fixed CPU time and wait per request, where the article measured JServ nodes.");
+    r.deviation("The clients, Fulcrum and the real servers share one machine; the article had a machine per node.");
     r.section(
         "Setup",
         &format!(

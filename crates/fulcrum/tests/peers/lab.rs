@@ -34,7 +34,11 @@ fn lab_with(scenario: &str, args: &[&str]) -> (PathBuf, Value) {
     assert_eq!(results["scenario"], scenario);
     assert!(results["machine"]["cores"].as_u64().unwrap() >= 1);
     assert!(results["duration_secs"].as_f64().is_some_and(|d| d > 0.0), "the run's duration: {}", results["duration_secs"]);
-    assert!(std::fs::read_to_string(out.join("report.md")).unwrap().contains("; the run took "));
+    let report = std::fs::read_to_string(out.join("report.md")).unwrap();
+    assert!(report.contains("; the run took "));
+    // The head names the commit the lab ran, its conditions and its deviations from the paper.
+    assert!(report.contains(" at commit `") && results["commit"]["hash"].as_str().is_some_and(|h| h.len() == 40), "{}", results["commit"]);
+    assert!(report.contains("Run conditions:\n") && report.contains("Deviations from the paper:\n"), "{report}");
     assert!(results["checks"].as_array().unwrap().iter().all(|c| c["passed"] == true), "{}", results["checks"]);
     (out, results)
 }
@@ -54,9 +58,9 @@ fn java_slb_round_robin_is_even_and_source_hash_is_sticky() {
     let algorithms: Vec<&str> = runs.iter().map(|r| r["algorithm"].as_str().unwrap()).collect();
     assert_eq!(algorithms[..4], ["round-robin", "source-hash", "least-conn", "random"], "the paper's four first");
     assert!(algorithms.contains(&"passive-ratio") && algorithms.contains(&"p2c-ewma"));
-    // Two repeats of each of the seven (the quick default).
-    assert_eq!(runs.len(), 14);
-    assert_eq!(runs.iter().filter(|r| r["repeat"] == 1).count(), 7);
+    // Three repeats of each of the seven (the quick default).
+    assert_eq!(runs.len(), 21);
+    assert_eq!(runs.iter().filter(|r| r["repeat"] == 2).count(), 7);
     for r in runs {
         let clients = r["clients"].as_array().unwrap();
         assert_eq!(clients.len(), 10);
@@ -74,11 +78,11 @@ fn java_slb_round_robin_is_even_and_source_hash_is_sticky() {
     for sh in runs.iter().filter(|r| r["algorithm"] == "source-hash") {
         assert!(sh["clients"].as_array().unwrap().iter().all(|c| u(&c["servers_seen"]) == 1), "source hash keeps each client on one server: {sh}");
     }
-    assert_eq!(results["estimates"]["round-robin.mean_response_ms"]["values"].as_array().unwrap().len(), 2, "{}", results["estimates"]);
+    assert_eq!(results["estimates"]["round-robin.mean_response_ms"]["values"].as_array().unwrap().len(), 3, "{}", results["estimates"]);
     // The FTP half (scripts/test installs vsftpd and curl): ten clients, the paper's four
-    // algorithms, two repeats; each vsftpd measured with the processes it forked.
+    // algorithms, three repeats; each vsftpd measured with the processes it forked.
     let ftp = results["raw"]["ftp"].as_array().unwrap_or_else(|| panic!("the FTP half ran: {}", results["raw"]["ftp"]));
-    assert_eq!(ftp.len(), 8);
+    assert_eq!(ftp.len(), 12);
     for r in ftp {
         let clients = r["clients"].as_array().unwrap();
         assert!(clients.len() == 10 && clients.iter().all(|c| u(&c["failed"]) == 0 && u(&c["sessions"]) == 2), "{r}");
@@ -98,25 +102,30 @@ fn java_slb_round_robin_is_even_and_source_hash_is_sticky() {
         "Table 8.",
         "Client 10 (127.0.0.20)",
         "FTP, as Table 4",
+        "- FTP sessions per client, per algorithm and repeat: 2",
+        "- FTP run length per algorithm and repeat: ",
     ] {
         assert!(report.contains(table), "report.md has {table}");
     }
-    // Table 8: every row either ranks with a tested `<` or says there is no significant difference.
+    // Table 8: every row either ranks with a tested `<` (its Holm-adjusted p beside it) or says
+    // no two differ.
     let table8 = report.split("Table 8.").nth(1).unwrap().split("\n## ").next().unwrap();
     let rows: Vec<&str> = table8.lines().filter(|l| l.starts_with("| HTTP") || l.starts_with("| FTP")).collect();
     assert_eq!(rows.len(), 11, "six HTTP measures and five FTP: {table8}");
-    assert!(rows.iter().all(|l| l.contains(" < ") || l.contains("no significant difference at this sample size")), "{table8}");
-    for svg in ["http-servers-cpu-round-robin.svg", "http-servers-memory-random.svg", "ftp-servers-cpu-least-conn.svg"] {
+    assert!(rows.iter().all(|l| l.contains(" < (p = ") || l.contains("no significant difference between any two")), "{table8}");
+    assert!(report.contains("Holm's correction"), "{report}");
+    for svg in ["http-servers-cpu-round-robin.svg", "http-servers-memory-random.svg", "ftp-servers-cpu-least-conn.svg", "response-per-client.svg"] {
         assert!(out.join(svg).exists(), "{svg}");
     }
 }
 
 #[test]
 fn passive_ratio_gives_the_degraded_server_the_smallest_share() {
-    // Three repeats, not the quick default of two: the report's check that the slow server gets
-    // the smallest share asks Welch's t-test, which two repeats (t = 12.7) pass only while the
-    // shares of the two repeats are within a point or so of each other. The three run side by
-    // side (`--lanes 3`), each with servers of its own: a minute and a half instead of four.
+    // Three repeats (the quick default, named so the figures below stay right if it changes):
+    // the report's check that the slow server gets the smallest share asks a t-test, which two
+    // repeats (t = 12.7) pass only while their shares are within a point or so of each other. The
+    // three run side by side (`--lanes 3`), each with servers of its own: a minute and a half
+    // instead of four.
     let (out, results) = lab_with("passive", &["--repeat", "3", "--lanes", "3"]);
     let runs = runs(&results);
     let top = runs.iter().map(|r| r["rate"].as_f64().unwrap()).fold(0.0, f64::max);
@@ -145,7 +154,7 @@ fn passive_ratio_gives_the_degraded_server_the_smallest_share() {
     let report = std::fs::read_to_string(out.join("report.md")).unwrap();
     let reading = report.split("## Reading").nth(1).unwrap().split("\n## ").next().unwrap();
     assert_eq!(reading.lines().filter(|l| l.starts_with("- ")).count(), 2 * 4, "{reading}");
-    assert!(reading.lines().filter(|l| l.starts_with("- ")).all(|l| l.contains("Welch's t-test, p ") || l.contains("no significant difference")), "{reading}");
+    assert!(reading.lines().filter(|l| l.starts_with("- ")).all(|l| l.contains("(paired t-test, Holm p = ") || l.contains("no significant difference")), "{reading}");
     assert!(results["checks"].as_array().unwrap().iter().any(|c| c["name"] == "passive-ratio is not slower than the equal split under the heaviest load"));
     // Figure 2: R and the connection time, two rates three times; above the server's capacity
     // SYNs are dropped, and each unit of R costs about Linux's first SYN retransmission timeout
@@ -170,11 +179,11 @@ fn passive_ratio_gives_the_degraded_server_the_smallest_share() {
 fn haproxy_posts_spread_by_the_weights_with_no_error() {
     let (out, results) = lab("haproxy");
     let runs = runs(&results);
-    assert_eq!(runs.len(), 6 * 2, "three algorithms in two setups, two repeats each (--quick)");
-    assert_eq!(runs.iter().filter(|r| r["concurrency"] == 1000 && r["algorithm"] == "static-rr" && r["weights"] == serde_json::json!([1, 1])).count(), 2, "the paper's setup");
+    assert_eq!(runs.len(), 6 * 3, "three algorithms in two setups, three repeats each (--quick)");
+    assert_eq!(runs.iter().filter(|r| r["concurrency"] == 1000 && r["algorithm"] == "static-rr" && r["weights"] == serde_json::json!([1, 1])).count(), 3, "the paper's setup");
     for e in results["raw"]["estimates"].as_array().unwrap() {
         for figure in ["mean_ms", "requests_per_s", "fulcrum_cpu_s"] {
-            assert_eq!(e[figure]["values"].as_array().unwrap().len(), 2, "{e}");
+            assert_eq!(e[figure]["values"].as_array().unwrap().len(), 3, "{e}");
             assert!(e[figure]["ci95"].as_f64().is_some_and(f64::is_finite), "{e}");
         }
     }
@@ -182,7 +191,7 @@ fn haproxy_posts_spread_by_the_weights_with_no_error() {
     let reading = report.split("## Reading").nth(1).unwrap().split("\n## ").next().unwrap();
     let lines: Vec<&str> = reading.lines().filter(|l| l.starts_with("- ")).collect();
     assert_eq!(lines.len(), 2 * 3 * 2, "each pair of each setup by time and by rate: {reading}");
-    assert!(lines.iter().all(|l| l.contains("Welch's t-test, p ") || l.contains("no significant difference")), "{reading}");
+    assert!(lines.iter().all(|l| l.contains("(Welch's t-test, Holm p = ") || l.contains("no significant difference")), "{reading}");
     for r in runs {
         assert_eq!(u(&r["failed"]), 0, "{r}");
         let p: Vec<u64> = r["per_server"].as_array().unwrap().iter().map(u).collect();
@@ -198,9 +207,9 @@ fn haproxy_posts_spread_by_the_weights_with_no_error() {
 
 #[test]
 fn scaling_gives_more_requests_per_second_with_more_servers() {
-    // Four repeats, not the quick default of two: the report's checks rank only what Welch's
-    // t-test separates, and with two repeats (one degree of freedom, t = 12.7) a spread of a few
-    // percent between them leaves even a 25% against 0% failure rate undefended.
+    // Four repeats, not the quick default of three: the report's checks rank only what Welch's
+    // t-test separates, and with few repeats (two leave one degree of freedom, t = 12.7) a spread
+    // of a few percent between them leaves even a 25% against 0% failure rate undefended.
     let (a, results) = lab_with("scaling", &["--repeat", "4"]);
     // The mean requests/s at concurrency 50 rises with each added server (the report's own
     // check, passed, also asks the t-test).
