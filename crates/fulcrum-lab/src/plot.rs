@@ -32,7 +32,16 @@ fn top(ys: impl Iterator<Item = f64>) -> f64 {
 
 /// A line chart of means over a numeric axis, each point with a bar over its 95% interval.
 pub fn means(title: &str, x_label: &str, y_label: &str, series: &[Means]) -> anyhow::Result<String> {
-    let all = || series.iter().flat_map(|s| s.points.iter());
+    let marks: Vec<(&str, Vec<Mark>)> = series.iter().map(|s| (s.name.as_str(), s.points.iter().map(|(x, e)| (*x, e.mean, Some(interval(e)))).collect())).collect();
+    line_chart(title, x_label, y_label, &marks)
+}
+
+/// A point of a line chart: x, y, and the interval drawn around y (a dot where there is none).
+type Mark = (f64, f64, Option<(f64, f64)>);
+
+/// The line chart [`lines`] and [`means`] draw: a line per series over a numeric x axis.
+fn line_chart(title: &str, x_label: &str, y_label: &str, series: &[(&str, Vec<Mark>)]) -> anyhow::Result<String> {
+    let all = || series.iter().flat_map(|s| s.1.iter());
     let (mut x0, mut x1) = all().fold((f64::MAX, f64::MIN), |(a, b), p| (a.min(p.0), b.max(p.0)));
     if x0 > x1 {
         (x0, x1) = (0.0, 1.0);
@@ -40,7 +49,7 @@ pub fn means(title: &str, x_label: &str, y_label: &str, series: &[Means]) -> any
     if x0 == x1 {
         x1 = x0 + 1.0;
     }
-    let y1 = top(all().map(|p| interval(&p.1).1));
+    let y1 = top(all().map(|p| p.2.map_or(p.1, |i| i.1)));
     let mut svg = String::new();
     {
         let root = SVGBackend::with_string(&mut svg, (800, 480)).into_drawing_area();
@@ -48,19 +57,15 @@ pub fn means(title: &str, x_label: &str, y_label: &str, series: &[Means]) -> any
         let mut chart =
             ChartBuilder::on(&root).caption(title, ("sans-serif", 20)).margin(12).x_label_area_size(40).y_label_area_size(64).build_cartesian_2d(x0..x1, 0.0..y1).map_err(err)?;
         chart.configure_mesh().x_desc(x_label).y_desc(y_label).light_line_style(WHITE.mix(0.0)).draw().map_err(err)?;
-        for (i, s) in series.iter().enumerate() {
+        for (i, (name, marks)) in series.iter().enumerate() {
             let color = Palette99::pick(i).to_rgba();
             chart
-                .draw_series(LineSeries::new(s.points.iter().map(|(x, e)| (*x, e.mean)), color.stroke_width(2)))
+                .draw_series(LineSeries::new(marks.iter().map(|m| (m.0, m.1)), color.stroke_width(2)))
                 .map_err(err)?
-                .label(s.name.as_str())
+                .label(*name)
                 .legend(move |(x, y)| PathElement::new([(x, y), (x + 16, y)], color.stroke_width(2)));
-            chart
-                .draw_series(s.points.iter().map(|(x, e)| {
-                    let (lo, hi) = interval(e);
-                    ErrorBar::new_vertical(*x, lo, e.mean, hi, color.filled(), 8)
-                }))
-                .map_err(err)?;
+            chart.draw_series(marks.iter().filter(|m| m.2.is_none()).map(|m| Circle::new((m.0, m.1), 3, color.filled()))).map_err(err)?;
+            chart.draw_series(marks.iter().filter_map(|m| m.2.map(|(lo, hi)| ErrorBar::new_vertical(m.0, lo, m.1, hi, color.filled(), 8)))).map_err(err)?;
         }
         chart.configure_series_labels().background_style(WHITE.mix(0.85)).border_style(BLACK).position(SeriesLabelPosition::UpperRight).draw().map_err(err)?;
         root.present().map_err(err)?;
@@ -117,36 +122,8 @@ pub fn categories(title: &str, x_label: &str, names: &[String], y_label: &str, s
 
 /// A line chart with a point at every value, as SVG text.
 pub fn lines(title: &str, x_label: &str, y_label: &str, series: &[Series]) -> anyhow::Result<String> {
-    let all = || series.iter().flat_map(|s| s.points.iter());
-    let (mut x0, mut x1) = all().fold((f64::MAX, f64::MIN), |(a, b), p| (a.min(p.0), b.max(p.0)));
-    let y1 = all().fold(0.0f64, |b, p| b.max(p.1));
-    if x0 > x1 {
-        (x0, x1) = (0.0, 1.0);
-    }
-    if x0 == x1 {
-        x1 = x0 + 1.0;
-    }
-    let y1 = if y1 > 0.0 { y1 * 1.1 } else { 1.0 };
-    let mut svg = String::new();
-    {
-        let root = SVGBackend::with_string(&mut svg, (800, 480)).into_drawing_area();
-        root.fill(&WHITE).map_err(err)?;
-        let mut chart =
-            ChartBuilder::on(&root).caption(title, ("sans-serif", 20)).margin(12).x_label_area_size(40).y_label_area_size(64).build_cartesian_2d(x0..x1, 0.0..y1).map_err(err)?;
-        chart.configure_mesh().x_desc(x_label).y_desc(y_label).light_line_style(WHITE.mix(0.0)).draw().map_err(err)?;
-        for (i, s) in series.iter().enumerate() {
-            let color = Palette99::pick(i).to_rgba();
-            chart
-                .draw_series(LineSeries::new(s.points.iter().copied(), color.stroke_width(2)))
-                .map_err(err)?
-                .label(s.name.as_str())
-                .legend(move |(x, y)| PathElement::new([(x, y), (x + 16, y)], color.stroke_width(2)));
-            chart.draw_series(s.points.iter().map(|&p| Circle::new(p, 3, color.filled()))).map_err(err)?;
-        }
-        chart.configure_series_labels().background_style(WHITE.mix(0.85)).border_style(BLACK).position(SeriesLabelPosition::UpperRight).draw().map_err(err)?;
-        root.present().map_err(err)?;
-    }
-    Ok(svg)
+    let marks: Vec<(&str, Vec<Mark>)> = series.iter().map(|s| (s.name.as_str(), s.points.iter().map(|&(x, y)| (x, y, None)).collect())).collect();
+    line_chart(title, x_label, y_label, &marks)
 }
 
 fn err(e: impl std::fmt::Display) -> anyhow::Error {
