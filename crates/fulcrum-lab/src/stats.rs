@@ -242,6 +242,21 @@ enum Claim {
     /// [`Family::ranking`]'s entries, lowest mean first, shown as "name (mean ± ci)", and the
     /// test of every pair (i < j in that order).
     Ranking { shown: Vec<String>, names: Vec<String>, pairs: Vec<(usize, usize, usize)> },
+    /// [`Family::agreement`]: a paper's order of some of a ranking's entries (best first; `None`
+    /// where the paper found no difference), held against the ranking's tests, and why the two
+    /// may differ.
+    Agreement { ranking: usize, paper: Option<Vec<String>>, reason: String },
+}
+
+/// What a ranking's tests say of one entry against another after the adjustment.
+#[derive(Debug, Clone, Copy, PartialEq)]
+enum Order {
+    /// The first is lower (better), with the adjusted p.
+    Below(f64),
+    /// The first is higher.
+    Above(f64),
+    /// Not separated.
+    Level(f64),
 }
 
 /// Every test of one report. Holm's correction needs them all before any is judged, so a
@@ -300,6 +315,32 @@ impl Family {
         let shown = sorted.iter().map(|(name, e)| format!("{name} ({})", e.show(digits))).collect();
         let names = sorted.iter().map(|(name, _)| name.clone()).collect();
         self.claim(Claim::Ranking { shown, names, pairs })
+    }
+
+    /// A line that holds a paper's ranking against `ranking` (a placeholder [`Family::ranking`]
+    /// returned): for each step of the paper's order whether the lab's tests, after the
+    /// adjustment, agree, contradict it, or cannot tell, with the p of each; `paper` = `None` is
+    /// the paper's "no significant difference", which the lab agrees with when no two of the
+    /// entries separate. `reason` is said where the two do not agree.
+    pub fn agreement(&mut self, ranking: &str, paper: Option<&[&str]>, reason: &str) -> String {
+        let index = ranking.trim_start_matches(OPEN).trim_end_matches(CLOSE).parse::<usize>().ok().filter(|&i| matches!(self.claims.get(i), Some(Claim::Ranking { .. })));
+        match index {
+            Some(ranking) => self.claim(Claim::Agreement { ranking, paper: paper.map(|p| p.iter().map(|s| s.to_string()).collect()), reason: reason.into() }),
+            None => "(no ranking to hold the paper's against)".into(),
+        }
+    }
+
+    /// How `a` stands against `b` in a ranking's tests.
+    fn order(names: &[String], pairs: &[(usize, usize, usize)], adjusted: &[f64], a: &str, b: &str) -> Option<Order> {
+        let (i, j) = (names.iter().position(|n| n == a)?, names.iter().position(|n| n == b)?);
+        let p = adjusted[pairs.iter().find(|q| (q.0, q.1) == (i.min(j), i.max(j)))?.2];
+        Some(if p >= ALPHA {
+            Order::Level(p)
+        } else if i < j {
+            Order::Below(p)
+        } else {
+            Order::Above(p)
+        })
     }
 
     /// Holm's adjusted p of every test, in order.
@@ -373,6 +414,59 @@ impl Family {
                     out.push_str(&format!("; not separated despite the chain: {}", unfounded.join(", ")));
                 }
                 out
+            }
+            Claim::Agreement { ranking, paper, reason } => {
+                let Some(Claim::Ranking { names, pairs, .. }) = self.claims.get(*ranking) else { return String::new() };
+                let order = |a: &str, b: &str| Self::order(names, pairs, adjusted, a, b);
+                let (verdict, steps) = match paper {
+                    // The paper found no difference: so does the lab unless two of its entries separate.
+                    None => {
+                        let separated: Vec<String> = names
+                            .iter()
+                            .enumerate()
+                            .flat_map(|(i, a)| names[i + 1..].iter().map(move |b| (a, b)))
+                            .filter_map(|(a, b)| match order(a, b)? {
+                                Order::Below(p) => Some(format!("{a} < {b} ({})", p_text(p))),
+                                Order::Above(p) => Some(format!("{b} < {a} ({})", p_text(p))),
+                                Order::Level(_) => None,
+                            })
+                            .collect();
+                        if separated.is_empty() {
+                            ("agrees".to_string(), "no two separated either".to_string())
+                        } else {
+                            ("disagrees".to_string(), format!("separated: {}", separated.join(", ")))
+                        }
+                    }
+                    Some(paper) => {
+                        let (mut agree, mut contradict, mut steps) = (0, 0, Vec::new());
+                        for w in paper.windows(2) {
+                            let (a, b) = (&w[0], &w[1]);
+                            steps.push(match order(a, b) {
+                                Some(Order::Below(p)) => {
+                                    agree += 1;
+                                    format!("{a} < {b} ({})", p_text(p))
+                                }
+                                Some(Order::Above(p)) => {
+                                    contradict += 1;
+                                    format!("{b} < {a}, the other way ({})", p_text(p))
+                                }
+                                Some(Order::Level(p)) => format!("{a} ≈ {b} ({})", p_text(p)),
+                                None => format!("{a}, {b}: not ranked"),
+                            });
+                        }
+                        let n = paper.len().saturating_sub(1);
+                        let verdict = if contradict > 0 {
+                            format!("disagrees ({contradict} of {n} steps the other way, {agree} the same)")
+                        } else if agree == n {
+                            "agrees".to_string()
+                        } else {
+                            format!("not shown ({agree} of {n} steps separated, none the other way)")
+                        };
+                        (verdict, steps.join("; "))
+                    }
+                };
+                let why = if verdict == "agrees" { String::new() } else { format!(" Why it may differ: {reason}") };
+                format!("{verdict}: {steps}.{why}")
             }
         }
     }
@@ -614,5 +708,33 @@ mod tests {
         let c = welch(&Estimate::of(&[140.0, 140.0]), &Estimate::of(&[0.0, 0.0]));
         assert!(c.significant && c.p == 0.0, "{c:?}");
         assert!(!welch(&Estimate::of(&[3.0, 3.0]), &Estimate::of(&[3.0, 3.0])).significant);
+    }
+
+    #[test]
+    fn a_papers_order_is_held_step_by_step_against_the_tests() {
+        let e = |v: &[f64]| Estimate::of(v);
+        let entries = vec![("a".to_string(), e(&[1.0, 1.1, 0.9])), ("b".to_string(), e(&[5.0, 5.1, 4.9])), ("c".to_string(), e(&[5.05, 4.95, 5.0]))];
+        let mut f = Family::default();
+        let r = f.ranking("m", &entries, 1, Design::Independent);
+        let same = f.agreement(&r, Some(&["a", "b", "c"]), "the machine");
+        let reverse = f.agreement(&r, Some(&["b", "a"]), "the machine");
+        let none = f.agreement(&r, None, "coarse samples");
+        let text = f.render(&format!("{same}\n{reverse}\n{none}"));
+        let lines: Vec<&str> = text.lines().collect();
+        // a is far below both; b and c are level: one step of two separated, none reversed.
+        assert!(
+            lines[0].starts_with("not shown (1 of 2 steps separated, none the other way): a < b (p ")
+                && lines[0].contains("b ≈ c (p = ")
+                && lines[0].ends_with("Why it may differ: the machine"),
+            "{}",
+            lines[0]
+        );
+        assert!(lines[1].starts_with("disagrees (1 of 1 steps the other way, 0 the same): a < b, the other way"), "{}", lines[1]);
+        assert!(lines[2].starts_with("disagrees: separated: a < b (p ") && lines[2].contains("a < c"), "{}", lines[2]);
+        let mut g = Family::default();
+        let r = g.ranking("m", &entries[1..], 1, Design::Independent);
+        let level = g.agreement(&r, None, "x");
+        assert_eq!(g.render(&level), "agrees: no two separated either.");
+        assert_eq!(g.agreement("not a placeholder", None, "x"), "(no ranking to hold the paper's against)");
     }
 }

@@ -107,13 +107,19 @@ fn java_slb_round_robin_is_even_and_source_hash_is_sticky() {
     ] {
         assert!(report.contains(table), "report.md has {table}");
     }
-    // Table 8: every row either ranks with a tested `<` (its Holm-adjusted p beside it) or says
-    // no two differ.
+    // Table 8: every row either ranks with a tested `<` (its Holm-adjusted p beside it), names
+    // the pairs further apart that its test separates, or says no two differ.
     let table8 = report.split("Table 8.").nth(1).unwrap().split("\n## ").next().unwrap();
     let rows: Vec<&str> = table8.lines().filter(|l| l.starts_with("| HTTP") || l.starts_with("| FTP")).collect();
     assert_eq!(rows.len(), 11, "six HTTP measures and five FTP: {table8}");
-    assert!(rows.iter().all(|l| l.contains(" < (p = ") || l.contains("no significant difference between any two")), "{table8}");
+    assert!(rows.iter().all(|l| l.contains(" < (p ") || l.contains("; further apart, separated: ") || l.contains("no significant difference between any two")), "{table8}");
     assert!(report.contains("Holm's correction"), "{report}");
+    // Every row of the paper's Table 8 gets its line: agrees, disagrees or not shown.
+    let against = report.split("## Table 8 against the paper").nth(1).unwrap_or_else(|| panic!("{report}")).split("\n## ").next().unwrap();
+    let rows: Vec<&str> = against.lines().filter(|l| l.starts_with("| HTTP") || l.starts_with("| FTP")).collect();
+    assert_eq!(rows.len(), 10, "the paper's ten rows: {against}");
+    assert!(rows.iter().all(|l| ["| agrees: ", "| disagrees", "| not shown ("].iter().any(|v| l.contains(v))), "{against}");
+    assert!(rows.iter().filter(|l| !l.contains("| agrees: ")).all(|l| l.contains("Why it may differ: ")), "{against}");
     for svg in ["http-servers-cpu-round-robin.svg", "http-servers-memory-random.svg", "ftp-servers-cpu-least-conn.svg", "response-per-client.svg"] {
         assert!(out.join(svg).exists(), "{svg}");
     }
