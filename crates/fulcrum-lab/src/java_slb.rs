@@ -39,31 +39,22 @@ struct PaperRow {
     reason: &'static str,
 }
 
-/// Why a figure of the shared machine may not follow the algorithm as the paper's did.
+// Why the lab may rank a row otherwise than the paper did (a `PaperRow`'s reason).
 const SHARED: &str = "the clients, Fulcrum and the four real servers share one machine's two cores, so no server is slower than another and a difference the paper saw between its machines has nothing to come from here";
 const BALANCER_MEMORY: &str = "Fulcrum's peak resident memory is its allocator's arenas and the connections open at once, which the algorithm changes only by a few connections; the Java balancer's heap grew with objects made per connection and collected later";
 const SERVER_SPREAD: &str = "a server's CPU and memory here follow the requests it got, which round robin splits evenly and the others but source-hash nearly so; with ten clients source-hash puts whole clients together, so its spread follows which clients hashed together more than the algorithm";
+const PICK_COST: &str =
+    "a pick costs a little more or less by algorithm, and repeats of thousands of requests each can resolve a small difference that the paper's one run could not";
+const FTP_WORK: &str = "Fulcrum's FTP work per session is a control connection's commands and the data connections it relays, the same whatever the algorithm picks";
 
 const PAPER_TABLE_8: [PaperRow; 10] = [
     PaperRow { service: "HTTP", measure: "client response time", lab_measure: "Client response time", rank: Some(["HIP", "RR", "LC", "RD"]), reason: SHARED },
-    PaperRow {
-        service: "HTTP",
-        measure: "SLB CPU",
-        lab_measure: "SLB CPU",
-        rank: None,
-        reason: "a pick costs a little more or less by algorithm, and repeats of thousands of requests each can resolve a small difference that the paper's one run could not",
-    },
+    PaperRow { service: "HTTP", measure: "SLB CPU", lab_measure: "SLB CPU", rank: None, reason: PICK_COST },
     PaperRow { service: "HTTP", measure: "SLB memory", lab_measure: "SLB maximum memory", rank: Some(["RR", "LC", "RD", "HIP"]), reason: BALANCER_MEMORY },
     PaperRow { service: "HTTP", measure: "real servers' CPU", lab_measure: "Real servers' CPU", rank: Some(["LC", "HIP", "RD", "RR"]), reason: SERVER_SPREAD },
     PaperRow { service: "HTTP", measure: "real servers' memory", lab_measure: "Real servers' maximum memory", rank: Some(["RD", "RR", "LC", "HIP"]), reason: SERVER_SPREAD },
     PaperRow { service: "FTP", measure: "client response time", lab_measure: "Client response time", rank: Some(["LC", "RR", "HIP", "RD"]), reason: SHARED },
-    PaperRow {
-        service: "FTP",
-        measure: "SLB CPU",
-        lab_measure: "SLB CPU",
-        rank: None,
-        reason: "Fulcrum's FTP work per session is a control connection's commands and the data connections it relays, the same whatever the algorithm picks",
-    },
+    PaperRow { service: "FTP", measure: "SLB CPU", lab_measure: "SLB CPU", rank: None, reason: FTP_WORK },
     PaperRow { service: "FTP", measure: "SLB memory", lab_measure: "SLB maximum memory", rank: Some(["LC", "HIP", "RR", "RD"]), reason: BALANCER_MEMORY },
     PaperRow { service: "FTP", measure: "real servers' CPU", lab_measure: "Real servers' CPU", rank: Some(["LC", "RR", "RD", "HIP"]), reason: SERVER_SPREAD },
     PaperRow { service: "FTP", measure: "real servers' memory", lab_measure: "Real servers' maximum memory", rank: Some(["LC", "HIP", "RR", "RD"]), reason: SERVER_SPREAD },

@@ -187,15 +187,25 @@ fn repeats_for(d: f64, sd: f64) -> usize {
 /// observed difference of 1.80 ms)". A report's readings use [`Family::verdict`] instead.
 pub fn verdict(name_a: &str, a: &Estimate, name_b: &str, b: &Estimate, design: Design, better: &str, unit: &str) -> String {
     let c = compare(a, b, design);
-    if c.significant {
+    let p = format!("{}, {}", c.test, p_text(c.p));
+    sentence((name_a, name_b), (a.n(), b.n()), &c, c.significant, &p, "", (better, unit))
+}
+
+/// The words of one test's verdict, for [`verdict`] and [`Family::verdict`]: which of `names` is
+/// `better` where the test holds (`significant`, after whatever adjustment), else that the two
+/// are not separated, with how many repeats the observed difference would need (`alone` says
+/// under what test that count holds). `p` is the test and its p-value as the caller shows them.
+fn sentence(names: (&str, &str), n: (usize, usize), c: &Comparison, significant: bool, p: &str, alone: &str, (better, unit): (&str, &str)) -> String {
+    let (name_a, name_b) = names;
+    if significant {
         let (first, second) = if c.difference > 0.0 { (name_a, name_b) } else { (name_b, name_a) };
-        return format!("{first} is {better} than {second} ({}, {})", c.test, p_text(c.p));
+        return format!("{first} is {better} than {second} ({p})");
     }
     let need = match c.repeats_needed {
-        Some(n) => format!("; about {n} repeats each would show the observed difference of {:.2}{unit}", c.difference.abs()),
+        Some(k) => format!("; about {k} repeats each would show the observed difference of {:.2}{unit}{alone}", c.difference.abs()),
         None => String::new(),
     };
-    format!("no significant difference between {name_a} and {name_b} at this sample size (n = {} and {}, {}, {}{need})", a.n(), b.n(), c.test, p_text(c.p))
+    format!("no significant difference between {name_a} and {name_b} at this sample size (n = {} and {}, {p}{need})", n.0, n.1)
 }
 
 /// A measure a report ranks runs by: its name, the digits it is shown with, and its figure of
@@ -372,15 +382,7 @@ impl Family {
             Claim::Verdict { a, b, n, test, better, unit } => {
                 let c = &self.tests[*test].comparison;
                 let p = format!("{}, Holm {}, raw {}", c.test, p_text(adjusted[*test]), p_text(c.p));
-                if adjusted[*test] < ALPHA {
-                    let (first, second) = if c.difference > 0.0 { (a, b) } else { (b, a) };
-                    return format!("{first} is {better} than {second} ({p})");
-                }
-                let need = match c.repeats_needed {
-                    Some(k) => format!("; about {k} repeats each would show the observed difference of {:.2}{unit} in a test of its own", c.difference.abs()),
-                    None => String::new(),
-                };
-                format!("no significant difference between {a} and {b} at this sample size (n = {} and {}, {p}{need})", n.0, n.1)
+                sentence((a, b), *n, c, adjusted[*test] < ALPHA, &p, " in a test of its own", (better, unit))
             }
             Claim::Ranking { shown, names, pairs } => {
                 let Some(first) = shown.first() else { return String::new() };
