@@ -15,6 +15,7 @@ use serde_json::{Value, json};
 use tokio_util::sync::CancellationToken;
 
 use super::client;
+use super::host::Host;
 use super::paper::{CLIENTS, PAPER, SERVERS, client_label, server_plots, server_table, source, spread};
 use super::procs::{self, Fulcrum, Proc, Usage, free_addr};
 use super::report::{Report, Summary, Table};
@@ -131,7 +132,13 @@ struct Setup<'a> {
 async fn run_one(ctx: &Ctx, setup: &Setup<'_>, k: usize, algorithm: &'static str, repeat: usize) -> anyhow::Result<FtpRun> {
     let Setup { vsftpd, files, sizes, sessions_per_client } = *setup;
     let dir = |i: usize| ctx.work.join(format!("vsftpd-{algorithm}-{i}"));
-    let mut servers: Vec<Vsftpd> = (1..=SERVERS).map(|i| Vsftpd::start(vsftpd, &dir(i), &format!("ftp{i}"), files, free_addr()?)).collect::<anyhow::Result<_>>()?;
+    let mut servers: Vec<Vsftpd> = (1..=SERVERS)
+        .map(|i| match Host::new()? {
+            // A host of its own has every port free.
+            Some(host) => Vsftpd::start(vsftpd, &dir(i), &format!("ftp{i}"), files, SocketAddr::from((host.ip, 21)), Some(host)),
+            None => Vsftpd::start(vsftpd, &dir(i), &format!("ftp{i}"), files, free_addr()?, None),
+        })
+        .collect::<anyhow::Result<_>>()?;
     let addrs: Vec<_> = servers.iter().map(|s| (s.addr, 1)).collect();
     let ports = format!("data_ports = \"{}-{}\"\n", 46000 + k * 200, 46199 + k * 200);
     let f = Fulcrum::start(&ctx.work, &format!("ftp-{algorithm}-{repeat}"), &service_toml("ftp", algorithm, &addrs, &ports))?;
@@ -311,10 +318,12 @@ pub struct Vsftpd {
     bin: String,
     conf: PathBuf,
     proc: Option<Proc>,
+    /// Its host when the run isolates its servers (dropped after the process).
+    host: Option<Host>,
 }
 
 impl Vsftpd {
-    pub fn start(bin: &str, dir: &Path, name: &str, files: &Path, addr: SocketAddr) -> anyhow::Result<Vsftpd> {
+    pub fn start(bin: &str, dir: &Path, name: &str, files: &Path, addr: SocketAddr, host: Option<Host>) -> anyhow::Result<Vsftpd> {
         use std::os::unix::fs::PermissionsExt;
         let root = dir.join("root");
         let empty = dir.join("empty");
@@ -333,27 +342,32 @@ impl Vsftpd {
         std::fs::write(
             &conf,
             format!(
-                "listen=YES\nlisten_address=127.0.0.1\nlisten_port={}\nbackground=NO\nanonymous_enable=YES\nanon_root={}\n\
+                "listen=YES\nlisten_address={}\nlisten_port={}\nbackground=NO\nanonymous_enable=YES\nanon_root={}\n\
                  no_anon_password=YES\nlocal_enable=NO\nwrite_enable=NO\nconnect_from_port_20=NO\nseccomp_sandbox=NO\n\
                  secure_chroot_dir={}\nxferlog_enable=NO\nmax_clients=0\nmax_per_ip=0\nftpd_banner=vsftpd {name}\n",
+                addr.ip(),
                 addr.port(),
                 root.display(),
                 empty.display()
             ),
         )?;
-        let mut v = Vsftpd { addr, name: name.to_string(), bin: bin.to_string(), conf, proc: None };
+        let mut v = Vsftpd { addr, name: name.to_string(), bin: bin.to_string(), conf, proc: None, host };
         v.restart()?;
         Ok(v)
     }
 
     /// Starts vsftpd again (after `kill`) and waits until it listens.
     pub fn restart(&mut self) -> anyhow::Result<()> {
-        let child = Command::new(&self.bin).arg(&self.conf).stdin(Stdio::null()).stdout(Stdio::null()).stderr(Stdio::null()).spawn().context("cannot start vsftpd")?;
+        let mut command = self.host.as_ref().map_or_else(|| Command::new(&self.bin), |h| h.command(&self.bin));
+        let child = command.arg(&self.conf).stdin(Stdio::null()).stdout(Stdio::null()).stderr(Stdio::null()).spawn().context("cannot start vsftpd")?;
         let mut proc = Proc { name: self.name.clone(), child };
+        if let Some(host) = &self.host {
+            host.adopt(proc.pid())?;
+        }
         let deadline = Instant::now() + Duration::from_secs(10);
         // Listening is read from /proc/net/tcp, not probed with a connection, which vsftpd would
         // answer with a session process whose CPU would count with the run's.
-        while !procs::listens(self.addr) {
+        while !procs::listens_for(proc.pid(), self.addr) {
             if let Ok(Some(status)) = proc.child.try_wait() {
                 bail!("vsftpd {} exited ({status}) before listening on {}", self.name, self.addr);
             }

@@ -15,6 +15,8 @@
 mod client;
 mod ftp;
 mod haproxy;
+mod headroom;
+mod host;
 mod java_slb;
 mod paper;
 mod passive;
@@ -81,6 +83,47 @@ pub struct RunArgs {
     /// Folder for report.md, results.json and the plots [default: lab-results/SCENARIO-TIME].
     #[arg(long)]
     pub out: Option<PathBuf>,
+    /// Run the real servers beside the clients and Fulcrum on the whole machine, on loopback,
+    /// with no quota: for a machine where the lab cannot make namespaces and cgroups (it needs
+    /// root). Servers then have no capacity of their own, and an algorithm's effect may not show.
+    #[arg(long)]
+    pub shared: bool,
+    /// Each isolated real server's CPU quota in percent of one core, 5 to 100 [default: 20; 25
+    /// in haproxy, whose two servers carry it all].
+    #[arg(long, value_parser = clap::value_parser!(u32).range(5..=100))]
+    pub server_cpu: Option<u32>,
+    /// Shape each isolated real server's outgoing link to this many Mbit/s (tbf), 1 to 100,000
+    /// [default: not shaped].
+    #[arg(long, value_parser = clap::value_parser!(u32).range(1..=100_000))]
+    pub server_link: Option<u32>,
+}
+
+impl LabArgs {
+    /// The scenario's options, for the commands that run a scenario.
+    fn scenario(&self) -> Option<(&'static str, &RunArgs)> {
+        match &self.command {
+            LabCommand::JavaSlb(r) => Some(("java-slb", r)),
+            LabCommand::Passive(p) => Some(("passive", &p.run)),
+            LabCommand::Haproxy(r) => Some(("haproxy", r)),
+            LabCommand::Scaling(r) => Some(("scaling", r)),
+            LabCommand::Compare { .. } | LabCommand::Soak(_) => None,
+        }
+    }
+}
+
+/// What must happen before the lab starts a thread: a scenario with isolated real servers runs
+/// in a network namespace of its own ([`host::enter_own_network`], which re-executes the lab).
+pub fn prepare(args: &LabArgs) -> anyhow::Result<()> {
+    match args.scenario() {
+        Some((_, run)) if !run.shared => host::enter_own_network(),
+        _ => Ok(()),
+    }
+}
+
+/// How a scenario's real servers are isolated, from its options.
+fn isolation(name: &str, run: &RunArgs) -> Option<host::Isolation> {
+    let percent = run.server_cpu.unwrap_or(if name == "haproxy" { 25 } else { 20 });
+    (!run.shared).then_some(host::Isolation { cpu: f64::from(percent) / 100.0, link_mbit: run.server_link })
 }
 
 /// The passive scenario's options: a few dozen requests a second, whose figures are a slow
@@ -128,6 +171,9 @@ pub async fn run(args: LabArgs) -> anyhow::Result<bool> {
     }
     let work = dir.join("work");
     std::fs::create_dir_all(&work).with_context(|| format!("cannot create {}", work.display()))?;
+    if let Some(how) = isolation(name, &run) {
+        host::isolate(how);
+    }
     let repeat = run.repeat.map_or(if run.quick { 3 } else { 5 }, |n| n as usize);
     let ctx = Ctx { dir: dir.clone(), work, quick: run.quick, seed: run.seed, repeat, lanes: lanes.min(repeat) };
     let scenario = async {
@@ -146,12 +192,19 @@ pub async fn run(args: LabArgs) -> anyhow::Result<bool> {
     use tokio::signal::unix::{SignalKind, signal};
     let (mut interrupt, mut terminate) = (signal(SignalKind::interrupt())?, signal(SignalKind::terminate())?);
     let started = std::time::Instant::now();
-    let mut report = tokio::select! {
-        r = scenario => r?,
-        _ = interrupt.recv() => anyhow::bail!("interrupted; the real servers and Fulcrum it started are stopped"),
-        _ = terminate.recv() => anyhow::bail!("terminated; the real servers and Fulcrum it started are stopped"),
+    let stop = tokio_util::sync::CancellationToken::new();
+    let headroom = headroom::sample(stop.clone());
+    let outcome = tokio::select! {
+        r = scenario => r,
+        _ = interrupt.recv() => Err(anyhow::anyhow!("interrupted; the real servers and Fulcrum it started are stopped")),
+        _ = terminate.recv() => Err(anyhow::anyhow!("terminated; the real servers and Fulcrum it started are stopped")),
     };
+    host::finish();
+    let mut report = outcome?;
+    stop.cancel();
     report.duration = Some(started.elapsed());
+    report.condition("real servers", host::isolation().map_or("on loopback beside the clients and Fulcrum, no quota (--shared)".to_string(), |i| i.describe()));
+    headroom.await?.report(&mut report);
     report.write(&dir)?;
     let failed = report.checks.iter().filter(|c| !c.passed).count();
     for c in &report.checks {
@@ -219,7 +272,7 @@ pub fn served_by<'a>(samples: impl IntoIterator<Item = &'a client::Sample>) -> s
 }
 
 /// Starts `n` real servers named `{prefix}1`.. with the same options.
-pub fn start_backends(prefix: &str, n: usize, extra: &[String]) -> anyhow::Result<Vec<procs::Backend>> {
+pub fn start_backends(prefix: &str, n: usize, extra: &[String]) -> anyhow::Result<Vec<procs::Server>> {
     (1..=n).map(|i| procs::backend(&format!("{prefix}{i}"), extra)).collect()
 }
 

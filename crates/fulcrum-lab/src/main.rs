@@ -16,6 +16,10 @@ fn main() -> ExitCode {
     let cli = Cli::parse();
     let filter = tracing_subscriber::EnvFilter::try_from_default_env().unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("info"));
     tracing_subscriber::fmt().with_env_filter(filter).with_writer(std::io::stderr).init();
+    if let Err(e) = fulcrum_lab::prepare(&cli.lab) {
+        eprintln!("fulcrum lab: error: {e:#}");
+        return ExitCode::FAILURE;
+    }
     let outcome = tokio::runtime::Builder::new_multi_thread().enable_all().build().map_err(anyhow::Error::from).and_then(|rt| rt.block_on(fulcrum_lab::run(cli.lab)));
     match outcome {
         Ok(true) => ExitCode::SUCCESS,

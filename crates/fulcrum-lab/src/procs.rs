@@ -9,11 +9,47 @@ use std::process::Command;
 use std::time::Duration;
 
 use anyhow::{Context, bail};
-pub use testkit::{Backend, Proc, Usage, cpu_secs_now, free_addr, has_children, listens, tree_usages};
+pub use testkit::{Backend, Proc, Usage, cpu_secs_now, free_addr, has_children, listens_for, tree_usages};
 
-/// A real server `name` with `extra` options, on a port the kernel picks.
-pub fn backend(name: &str, extra: &[String]) -> anyhow::Result<Backend> {
-    backend_on(name, SocketAddr::from(([127, 0, 0, 1], 0)), extra)
+use super::host::Host;
+
+/// A real server of a run: the process, and the host it runs on when the run isolates its
+/// servers ([`Host`]). It reads as its [`Backend`].
+pub struct Server {
+    // Dropped in this order: the server, what loads it, then its host.
+    pub backend: Backend,
+    /// What degrades it from beside it (`stress` in its host's quota), while it runs.
+    pub load: Option<Proc>,
+    pub host: Option<Host>,
+}
+
+impl std::ops::Deref for Server {
+    type Target = Backend;
+    fn deref(&self) -> &Backend {
+        &self.backend
+    }
+}
+
+impl Server {
+    /// Loads the server's host with `stress ARGS`, inside its quota (the passive paper's way to
+    /// make a server slow); only an isolated server has a quota to share.
+    pub fn stress(&mut self, args: &[&str]) -> anyhow::Result<()> {
+        let host = self.host.as_ref().context("the stress degradation needs isolated real servers (run without --shared)")?;
+        self.load = Some(host.stress(args)?);
+        Ok(())
+    }
+}
+
+/// A real server `name` with `extra` options, on a port the kernel picks: on a host of its own
+/// when the run isolates its servers, else on 127.0.0.1.
+pub fn backend(name: &str, extra: &[String]) -> anyhow::Result<Server> {
+    let Some(host) = Host::new()? else {
+        return Ok(Server { backend: backend_on(name, SocketAddr::from(([127, 0, 0, 1], 0)), extra)?, load: None, host: None });
+    };
+    let args: Vec<&str> = extra.iter().map(String::as_str).collect();
+    let backend = Backend::start_as(host.command(exe()?), name, SocketAddr::from((host.ip, 0)), &args, None).with_context(|| format!("cannot start real server {name}"))?;
+    host.adopt(backend.proc.pid())?;
+    Ok(Server { backend, load: None, host: Some(host) })
 }
 
 /// The same on a given address (the soak restarts a killed server where it was).
@@ -52,6 +88,7 @@ impl Fulcrum {
         std::fs::write(&path, config).with_context(|| format!("cannot write {}", path.display()))?;
         let log = dir.join(format!("fulcrum-{tag}.log"));
         let proc = run_fulcrum(&path, &log, &[listen, admin])?;
+        super::headroom::watch(proc.pid());
         Ok(Fulcrum { listen, admin, proc })
     }
 }

@@ -21,7 +21,7 @@ use serde_json::json;
 
 use super::client::{self, Link, Sample, Traffic};
 use super::plot::{self, Series};
-use super::procs::{Backend, Fulcrum};
+use super::procs::{Fulcrum, Server};
 use super::report::{Report, Table};
 use super::stats::{self, Design, Estimate, welch};
 use super::{Ctx, served_by, service_toml};
@@ -150,8 +150,7 @@ pub async fn run(ctx: &Ctx) -> anyhow::Result<Report> {
         for config in &plan {
             let name = config.name();
             pb.set_message(format!("scaling {name}, repeat {}", repeat + 1));
-            let backends: Vec<Backend> =
-                (0..config.servers).map(|i| crate::procs::backend(&format!("node{}", i + 1), &config.cluster.options(i))).collect::<anyhow::Result<_>>()?;
+            let backends: Vec<Server> = (0..config.servers).map(|i| crate::procs::backend(&format!("node{}", i + 1), &config.cluster.options(i))).collect::<anyhow::Result<_>>()?;
             let servers: Vec<_> = backends.iter().zip(&config.weights).map(|(b, w)| (b.addr, *w)).collect();
             let algorithm = if config.weights.iter().all(|w| *w == 1) { "round-robin" } else { "static-rr" };
             let f = Fulcrum::start(&ctx.work, &format!("scaling-{name}-{repeat}").replace(':', "-"), &service_toml("http", algorithm, &servers, ""))?;

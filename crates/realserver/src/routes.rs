@@ -93,10 +93,16 @@ async fn degrade(d: &super::Degrade) {
         tokio::time::sleep(Duration::from_millis(d.delay_ms + jitter)).await;
     }
     if d.cpu_us > 0 {
-        let until = std::time::Instant::now() + Duration::from_micros(d.cpu_us);
+        // Counted on the thread's own CPU clock, not the wall clock: a server under a CPU quota
+        // (the lab's isolated servers) that is held back mid-request must still spend the whole
+        // cost, or the quota would make each request cheaper instead of the server slower.
+        let spent = || nix::time::clock_gettime(nix::time::ClockId::CLOCK_THREAD_CPUTIME_ID).map_or(Duration::ZERO, Duration::from);
+        let until = spent() + Duration::from_micros(d.cpu_us);
         let mut x = 0u64;
-        while std::time::Instant::now() < until {
-            x = std::hint::black_box(x.wrapping_mul(6364136223846793005).wrapping_add(1));
+        while spent() < until {
+            for _ in 0..64 {
+                x = std::hint::black_box(x.wrapping_mul(6364136223846793005).wrapping_add(1));
+            }
         }
     }
 }

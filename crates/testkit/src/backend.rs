@@ -22,11 +22,16 @@ impl Backend {
     /// answered by whoever else held it for a moment. With port 0 in `listen` the backend binds
     /// a port of the kernel's choosing and says which. Its stderr goes to `log`, else to ours.
     pub fn start(exe: &Path, name: &str, listen: SocketAddr, extra: &[&str], log: Option<&Path>) -> anyhow::Result<Backend> {
+        Backend::start_as(Command::new(exe), name, listen, extra, log)
+    }
+
+    /// The same with a command the caller made for the binary (the lab's sets the namespace its
+    /// real server runs in); the arguments are added here.
+    pub fn start_as(mut command: Command, name: &str, listen: SocketAddr, extra: &[&str], log: Option<&Path>) -> anyhow::Result<Backend> {
         let stderr = match log {
             Some(path) => Stdio::from(std::fs::File::create(path)?),
             None => Stdio::inherit(),
         };
-        let mut command = Command::new(exe);
         command.args(["--log", "warn", "backend", "--listen", &listen.to_string(), "--name", name]).args(extra).stdin(Stdio::null()).stdout(Stdio::piped()).stderr(stderr);
         let mut proc = Proc::spawn(name, &mut command)?;
         let mut out = proc.child.stdout.take().expect("stdout is piped");

@@ -14,6 +14,6 @@ mod process;
 mod usage;
 
 pub use backend::Backend;
-pub use net::{accepts, free_addr, free_port, listens};
+pub use net::{accepts, free_addr, free_port, listens, listens_for};
 pub use process::{Proc, start_fulcrum, wait_for};
 pub use usage::{Usage, cpu_secs_now, has_children, tree_usages};

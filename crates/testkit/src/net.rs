@@ -36,11 +36,21 @@ pub fn free_addr() -> anyhow::Result<SocketAddr> {
 /// Whether a socket listens on `addr` (IPv4), read from `/proc/net/tcp` without connecting: a
 /// probe connection would be a session to a server that forks one per connection (vsftpd).
 pub fn listens(addr: SocketAddr) -> bool {
+    listens_in("/proc/net/tcp", addr)
+}
+
+/// The same in the network namespace of process `pid` (`/proc/PID/net/tcp`): a server in a
+/// namespace of its own listens where `/proc/net/tcp` of ours does not show.
+pub fn listens_for(pid: u32, addr: SocketAddr) -> bool {
+    listens_in(&format!("/proc/{pid}/net/tcp"), addr)
+}
+
+fn listens_in(table: &str, addr: SocketAddr) -> bool {
     let SocketAddr::V4(v4) = addr else { return accepts(addr) };
     // The kernel prints the address as the hex of its bytes in memory (network order read as a
     // native u32) and the port as plain hex; state 0A is LISTEN.
     let want = format!("{:08X}:{:04X}", u32::from_ne_bytes(v4.ip().octets()), v4.port());
-    std::fs::read_to_string("/proc/net/tcp").unwrap_or_default().lines().skip(1).any(|l| {
+    std::fs::read_to_string(table).unwrap_or_default().lines().skip(1).any(|l| {
         let f: Vec<&str> = l.split_whitespace().collect();
         f.get(1) == Some(&want.as_str()) && f.get(3) == Some(&"0A")
     })

@@ -148,8 +148,11 @@ impl Topology {
         for (name, size) in ftp_files() {
             std::fs::write(files.join(&name), (0..size).map(pattern).collect::<Vec<u8>>()).with_context(|| format!("cannot write {name}"))?;
         }
-        let ftp =
-            FTP_SERVERS.iter().zip(&addrs.ftp_servers).map(|(n, a)| Vsftpd::start(vsftpd, &dir.join(format!("vsftpd-{n}")), n, &files, *a)).collect::<anyhow::Result<Vec<_>>>()?;
+        let ftp = FTP_SERVERS
+            .iter()
+            .zip(&addrs.ftp_servers)
+            .map(|(n, a)| Vsftpd::start(vsftpd, &dir.join(format!("vsftpd-{n}")), n, &files, *a, None))
+            .collect::<anyhow::Result<Vec<_>>>()?;
         let config = dir.join("fulcrum.toml");
         std::fs::write(&config, addrs.config(false)).with_context(|| format!("cannot write {}", config.display()))?;
         let log = dir.join("fulcrum.log");
