@@ -227,9 +227,7 @@ fn report(ctx: &Ctx, total: usize, runs: &[Run]) -> Report {
     r.condition("repeats", ctx.repeat);
     r.deviation(&format!("{PAPER_CONCURRENCY} concurrent clients where the paper ran 10,000 JMeter threads: the clients run on this machine beside the balancer."));
     r.deviation("The real servers are `fulcrum backend` with a fixed CPU cost per request, not the paper's web servers.");
-    if super::host::isolation().is_none() {
-        r.deviation("The clients, the balancer and the real servers share one machine (--shared).");
-    }
+    r.deviation(super::host::deviation());
     r.section(
         "Setup",
         &format!(

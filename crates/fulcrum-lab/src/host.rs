@@ -78,6 +78,15 @@ pub fn isolation() -> Option<Isolation> {
     ISOLATION.get().copied()
 }
 
+/// The report's deviation from the papers' separate machines, as this run placed its servers.
+pub fn deviation() -> &'static str {
+    if isolation().is_some() {
+        "The real servers are network namespaces with a CPU quota each on this one machine, not machines of their own: they share its memory, caches and kernel with the clients and the balancer."
+    } else {
+        "The clients, the balancer and the real servers share one machine and its cores (--shared), so the real servers have no capacity of their own and an algorithm's effect may not show."
+    }
+}
+
 /// A real server's host: its namespace, address and cgroup.
 pub struct Host {
     /// The server's address, on its end of the veth.

@@ -40,7 +40,7 @@ struct PaperRow {
 }
 
 // Why the lab may rank a row otherwise than the paper did (a `PaperRow`'s reason).
-const SHARED: &str = "the clients, Fulcrum and the four real servers share one machine's two cores, so no server is slower than another and a difference the paper saw between its machines has nothing to come from here";
+const ALIKE: &str = "the four real servers here are alike (one machine, and the same CPU quota each when isolated), so no server is slower than another and a difference the paper saw between its machines, which were not alike, has nothing to come from here";
 const BALANCER_MEMORY: &str = "Fulcrum's peak resident memory is its allocator's arenas and the connections open at once, which the algorithm changes only by a few connections; the Java balancer's heap grew with objects made per connection and collected later";
 const SERVER_SPREAD: &str = "a server's CPU and memory here follow the requests it got, which round robin splits evenly and the others but source-hash nearly so; with ten clients source-hash puts whole clients together, so its spread follows which clients hashed together more than the algorithm";
 const PICK_COST: &str =
@@ -48,12 +48,12 @@ const PICK_COST: &str =
 const FTP_WORK: &str = "Fulcrum's FTP work per session is a control connection's commands and the data connections it relays, the same whatever the algorithm picks";
 
 const PAPER_TABLE_8: [PaperRow; 10] = [
-    PaperRow { service: "HTTP", measure: "client response time", lab_measure: "Client response time", rank: Some(["HIP", "RR", "LC", "RD"]), reason: SHARED },
+    PaperRow { service: "HTTP", measure: "client response time", lab_measure: "Client response time", rank: Some(["HIP", "RR", "LC", "RD"]), reason: ALIKE },
     PaperRow { service: "HTTP", measure: "SLB CPU", lab_measure: "SLB CPU", rank: None, reason: PICK_COST },
     PaperRow { service: "HTTP", measure: "SLB memory", lab_measure: "SLB maximum memory", rank: Some(["RR", "LC", "RD", "HIP"]), reason: BALANCER_MEMORY },
     PaperRow { service: "HTTP", measure: "real servers' CPU", lab_measure: "Real servers' CPU", rank: Some(["LC", "HIP", "RD", "RR"]), reason: SERVER_SPREAD },
     PaperRow { service: "HTTP", measure: "real servers' memory", lab_measure: "Real servers' maximum memory", rank: Some(["RD", "RR", "LC", "HIP"]), reason: SERVER_SPREAD },
-    PaperRow { service: "FTP", measure: "client response time", lab_measure: "Client response time", rank: Some(["LC", "RR", "HIP", "RD"]), reason: SHARED },
+    PaperRow { service: "FTP", measure: "client response time", lab_measure: "Client response time", rank: Some(["LC", "RR", "HIP", "RD"]), reason: ALIKE },
     PaperRow { service: "FTP", measure: "SLB CPU", lab_measure: "SLB CPU", rank: None, reason: FTP_WORK },
     PaperRow { service: "FTP", measure: "SLB memory", lab_measure: "SLB maximum memory", rank: Some(["LC", "HIP", "RR", "RD"]), reason: BALANCER_MEMORY },
     PaperRow { service: "FTP", measure: "real servers' CPU", lab_measure: "Real servers' CPU", rank: Some(["LC", "RR", "RD", "HIP"]), reason: SERVER_SPREAD },
@@ -174,7 +174,7 @@ fn report(ctx: &Ctx, site_bytes: u64, pages: usize, runs: &[Run], ftp: &Result<V
     r.condition("HTTP run length per algorithm and repeat", how);
     r.condition("repeats", ctx.repeat);
     ftp::conditions(&mut r, ctx.quick, ftp);
-    r.deviation("The clients, Fulcrum and the four real servers share one machine (the paper had a machine for each role), so the real servers have no capacity of their own and an algorithm's effect on response time may not show.");
+    r.deviation(super::host::deviation());
     r.deviation("Every repeat gives each client its own pages; the paper ran each algorithm once.");
     r.deviation("Fulcrum's other algorithms (static-rr, passive-ratio, p2c-ewma) run beside the paper's four; Table 8 ranks the paper's four.");
     r.deviation("Each request is a new connection from a client address of its own on 127.0.0.0/8, not a browser on a machine of its own.");

@@ -1,12 +1,14 @@
-//! `passive`: the passive-measurement paper's experiment. Three real servers, one degraded the way
-//! the paper's `stress` runs degraded theirs (it accepts ten connections a second and its accept
-//! queue holds one, so the kernel drops SYNs past that); Poisson arrivals over a sweep of rates;
-//! the equal split as the paper ran it (plain DNAT: round robin that never redispatches) and round
-//! robin with redispatch, against `passive-ratio`, `least-conn` and `p2c-ewma`. Reported: mean time
-//! to the response head against the rate (its Figure 5; it includes Fulcrum's connection to the
-//! real server, where a dropped SYN costs a retransmission) and each server's share of the
-//! traffic over time under `passive-ratio`, with the controller's own ratios (its Figure 6). Then
-//! its Figure 2, R against the connection time ([`syn_time`]).
+//! `passive`: the passive-measurement paper's experiment. Three real servers (each request costs
+//! them 1 ms of CPU), one degraded in two ways, each a scenario of its own: as the paper did,
+//! with CPU and I/O hogs (`stress`) inside the server's own CPU quota; and by throttled accepts
+//! (ten a second, one connection queued, so the kernel drops SYNs past that), which makes R rise
+//! by construction and so favours `passive-ratio`. Poisson arrivals over a sweep of rates; the
+//! equal split as the paper ran it (plain DNAT: round robin that never redispatches) and round
+//! robin with redispatch, against `passive-ratio`, `least-conn` and `p2c-ewma`. Reported per
+//! degradation: mean time to the response head against the rate (its Figure 5; it includes
+//! Fulcrum's connection to the real server, where a dropped SYN costs a retransmission) and each
+//! server's share of the traffic over time under `passive-ratio`, with the controller's own
+//! ratios (its Figure 6). Then its Figure 2, R against the connection time ([`syn_time`]).
 //!
 //! Every configuration runs `--repeat` times; within one repeat every configuration sees the same
 //! Poisson arrivals (one seed per repeat), and figures are means over the repeats with their 95%
@@ -37,8 +39,60 @@ const CONFIGS: [(&str, &str, &str); 5] = [
 const NAMES: [&str; 3] = ["fast1", "fast2", "slow"];
 /// The baseline every other configuration is compared with.
 const EQUAL: &str = "equal-split";
+/// What each request costs every real server: 1 ms of CPU, so a quota of a fifth of a core
+/// serves 200 requests a second and a server that shares its quota with hogs far fewer.
+const SERVER_COST: [&str; 2] = ["--cpu-us", "1000"];
+/// The hogs beside the degraded server, inside its quota: one spinning on the CPU, one calling
+/// sync() (the paper's `stress` loaded CPU and I/O).
+const STRESS: [&str; 4] = ["--cpu", "1", "--io", "1"];
+
+/// How the slow server is made slow.
+#[derive(Clone, Copy, PartialEq, Eq, Debug)]
+enum Degradation {
+    /// `stress` inside its quota, as the paper did: it answers late, but the kernel still
+    /// completes every handshake, so R need not rise.
+    Stress,
+    /// Ten accepts a second and one connection queued: dropped SYNs, which R counts by
+    /// construction.
+    Throttled,
+}
+
+const DEGRADATIONS: [Degradation; 2] = [Degradation::Stress, Degradation::Throttled];
+
+impl Degradation {
+    fn name(self) -> &'static str {
+        match self {
+            Degradation::Stress => "stress",
+            Degradation::Throttled => "throttled-accepts",
+        }
+    }
+
+    /// The request rates swept: around the degraded server's capacity under equal split.
+    fn rates(self, quick: bool) -> &'static [f64] {
+        match (self, quick) {
+            (Degradation::Stress, true) => &[60.0, 180.0],
+            (Degradation::Stress, false) => &[20.0, 60.0, 100.0, 140.0, 180.0],
+            (Degradation::Throttled, true) => &[20.0, 40.0],
+            (Degradation::Throttled, false) => &[10.0, 20.0, 40.0, 60.0, 80.0],
+        }
+    }
+
+    fn describe(self) -> &'static str {
+        match self {
+            Degradation::Stress => {
+                "slow shares its CPU quota with `stress --cpu 1 --io 1` (a CPU hog and an I/O hog), the paper's way: it gets about a third \
+                 of its quota, answers late, and its kernel still completes every handshake"
+            }
+            Degradation::Throttled => {
+                "slow runs with `--backlog 1 --slow-accept-ms 100` (ten accepts a second, one connection queued; the kernel drops SYNs \
+                 past that): R rises with the load by construction, which favours passive-ratio"
+            }
+        }
+    }
+}
 
 struct Run {
+    degradation: Degradation,
     /// The configuration's name (`CONFIGS`).
     algorithm: &'static str,
     rate: f64,
@@ -78,9 +132,13 @@ impl Run {
 
 pub async fn run(ctx: &Ctx) -> anyhow::Result<Report> {
     // Each run warms up first, so the figures are the controllers' steady state, as the paper's.
-    let (rates, warm_up, seconds, window): (&[f64], u64, u64, usize) = if ctx.quick { (&[20.0, 40.0], 2, 4, 5) } else { (&[10.0, 20.0, 40.0, 60.0, 80.0], 8, 16, 10) };
-    let plan = Plan { rates, warm_up: Duration::from_secs(warm_up), seconds: Duration::from_secs(seconds), window };
-    let pb = ctx.progress(Some((CONFIGS.len() * rates.len() * ctx.repeat) as u64), "passive");
+    let (warm_up, seconds, window): (u64, u64, usize) = if ctx.quick { (2, 4, 5) } else { (8, 16, 10) };
+    // The stress degradation shares a quota with the hogs; without isolated servers there is
+    // none to share, and the hogs would load the whole machine.
+    let degradations: Vec<Degradation> = DEGRADATIONS.into_iter().filter(|d| *d != Degradation::Stress || super::host::isolation().is_some()).collect();
+    let plan = Plan { degradations: &degradations, quick: ctx.quick, warm_up: Duration::from_secs(warm_up), seconds: Duration::from_secs(seconds), window };
+    let steps: usize = degradations.iter().map(|d| d.rates(ctx.quick).len()).sum();
+    let pb = ctx.progress(Some((CONFIGS.len() * steps * ctx.repeat) as u64), "passive");
     let mut runs = Vec::new();
     // Repeats outermost, so a drift of the machine over the run spreads over every configuration;
     // `--lanes` of them at a time, each with servers of its own.
@@ -90,7 +148,7 @@ pub async fn run(ctx: &Ctx) -> anyhow::Result<Report> {
     }
     pb.finish_and_clear();
     let figure2 = syn_time::run(ctx, &degraded()).await.map_err(|e| format!("{e:#}"));
-    Ok(report(ctx, rates, warm_up, seconds, window, &runs, &figure2))
+    Ok(report(ctx, &plan, &runs, &figure2))
 }
 
 /// The degraded server's options: ten accepts a second, one connection queued.
@@ -100,25 +158,45 @@ fn degraded() -> [String; 4] {
 
 /// What every configuration of a repeat runs.
 struct Plan<'a> {
-    rates: &'a [f64],
+    degradations: &'a [Degradation],
+    quick: bool,
     warm_up: Duration,
     seconds: Duration,
     /// The controller's window, in one-second slots.
     window: usize,
 }
 
-/// Every configuration at every rate once, against three real servers of this repeat's own.
+/// Every degradation, configuration and rate once, against three real servers of this repeat's
+/// own per degradation.
 async fn one_repeat(ctx: &Ctx, plan: &Plan<'_>, repeat: usize, pb: &indicatif::ProgressBar) -> anyhow::Result<Vec<Run>> {
-    let backends = [super::procs::backend(NAMES[0], &[])?, super::procs::backend(NAMES[1], &[])?, super::procs::backend(NAMES[2], &degraded())?];
+    let mut runs = Vec::new();
+    for &degradation in plan.degradations {
+        runs.extend(one_degradation(ctx, plan, degradation, repeat, pb).await?);
+    }
+    Ok(runs)
+}
+
+async fn one_degradation(ctx: &Ctx, plan: &Plan<'_>, degradation: Degradation, repeat: usize, pb: &indicatif::ProgressBar) -> anyhow::Result<Vec<Run>> {
+    let cost: Vec<String> = SERVER_COST.iter().map(|s| s.to_string()).collect();
+    let slow_options: Vec<String> = match degradation {
+        Degradation::Stress => cost.clone(),
+        Degradation::Throttled => cost.iter().cloned().chain(degraded()).collect(),
+    };
+    let mut slow = super::procs::backend(NAMES[2], &slow_options)?;
+    if degradation == Degradation::Stress {
+        slow.stress(&STRESS)?;
+    }
+    let backends = [super::procs::backend(NAMES[0], &cost)?, super::procs::backend(NAMES[1], &cost)?, slow];
     let servers: Vec<_> = backends.iter().map(|b| (b.addr, 1)).collect();
     let extra = format!("[service.passive]\nslot = \"1s\"\nwindow_slots = {}\nmin_samples = 10\n[service.p2c]\ndecay = \"5s\"\n", plan.window);
     let sources = client::sources(10);
     let seed = ctx.seed * 1000 + repeat as u64;
     let mut runs = Vec::new();
-    for &rate in plan.rates {
+    let d = degradation.name();
+    for &rate in degradation.rates(plan.quick) {
         for (algorithm, balancer, lines) in CONFIGS {
-            pb.set_message(format!("passive {algorithm} at {rate}/s, repeat {}", repeat + 1));
-            let f = Fulcrum::start(&ctx.work, &format!("passive-{algorithm}-{rate}-{repeat}"), &service_toml("tcp", balancer, &servers, &format!("{lines}{extra}")))?;
+            pb.set_message(format!("passive {d} {algorithm} at {rate}/s, repeat {}", repeat + 1));
+            let f = Fulcrum::start(&ctx.work, &format!("passive-{d}-{algorithm}-{rate}-{repeat}"), &service_toml("tcp", balancer, &servers, &format!("{lines}{extra}")))?;
             let stop = CancellationToken::new();
             let poller = poll_ratios(f.admin, stop.clone());
             let samples = client::poisson(
@@ -132,10 +210,10 @@ async fn one_repeat(ctx: &Ctx, plan: &Plan<'_>, repeat: usize, pb: &indicatif::P
             stop.cancel();
             let ratios = if algorithm == "passive-ratio" { poller.await.unwrap_or_default() } else { Vec::new() };
             drop(f);
-            let r = Run { algorithm, rate, repeat, samples, warm_up: plan.warm_up, ratios };
+            let r = Run { degradation, algorithm, rate, repeat, samples, warm_up: plan.warm_up, ratios };
             pb.suspend(|| {
                 eprintln!(
-                    "passive {algorithm} at {rate}/s, repeat {}: mean {:.1} ms, shares {:?}, {} failed",
+                    "passive {d} {algorithm} at {rate}/s, repeat {}: mean {:.1} ms, shares {:?}, {} failed",
                     repeat + 1,
                     r.times().mean,
                     r.shares().iter().map(|s| (s * 100.0).round()).collect::<Vec<_>>(),
@@ -200,128 +278,147 @@ impl Cell<'_> {
     }
 }
 
-fn cell<'a>(runs: &'a [Run], algorithm: &str, rate: f64) -> Cell<'a> {
-    Cell { runs: runs.iter().filter(|x| x.algorithm == algorithm && x.rate == rate).collect() }
+fn cell<'a>(runs: &'a [Run], degradation: Degradation, algorithm: &str, rate: f64) -> Cell<'a> {
+    Cell { runs: runs.iter().filter(|x| x.degradation == degradation && x.algorithm == algorithm && x.rate == rate).collect() }
 }
 
-fn report(ctx: &Ctx, rates: &[f64], warm_up: u64, seconds: u64, window: usize, runs: &[Run], figure2: &Result<Vec<syn_time::Point>, String>) -> Report {
+fn report(ctx: &Ctx, plan: &Plan<'_>, runs: &[Run], figure2: &Result<Vec<syn_time::Point>, String>) -> Report {
+    let (warm_up, seconds, window) = (plan.warm_up.as_secs(), plan.seconds.as_secs(), plan.window);
     let mut r = Report::new("passive", ctx.quick, ctx.seed);
-    r.condition("request rates (req/s)", rates.iter().map(|x| fmt(*x)).collect::<Vec<_>>().join(", "));
+    for d in plan.degradations {
+        r.condition(&format!("request rates, {} (req/s)", d.name()), d.rates(ctx.quick).iter().map(|x| fmt(*x)).collect::<Vec<_>>().join(", "));
+    }
     r.condition("warm-up and measured time per rate and configuration", format!("{warm_up} s and {seconds} s"));
     r.condition("passive-ratio window", format!("T = 1 s, m = {window} slots"));
+    r.condition("real server cost per request", "1 ms of CPU (on the thread's CPU clock)");
     r.condition("repeats", ctx.repeat);
     r.deviation("T = 1 s windows where the paper used T = 20 s: a run of the paper's length per rate and configuration would take hours here.");
-    r.deviation("The slow server is made slow by throttled accepts (ten a second, one queued), which drops SYNs the way R counts them and so favours R by construction; the paper loaded its server with `stress`.");
+    r.deviation("The throttled-accepts degradation drops SYNs the way R counts them and so favours R by construction; it runs beside the paper's own `stress` degradation and is reported apart.");
+    if !plan.degradations.contains(&Degradation::Stress) {
+        r.deviation("The stress degradation did not run: it needs isolated real servers (a quota to share with the hogs), and this run had --shared.");
+    }
     r.deviation("Fulcrum is a user-space proxy that counts its own connects to each server; the paper's balancer was the kernel's (iptables), counting clients' SYNs and servers' SYN-ACKs passively.");
     r.deviation("One GET of a small page per connection, where the paper's clients fetched 100 KB files.");
-    r.deviation("The clients, Fulcrum and the real servers share one machine.");
+    r.deviation(super::host::deviation());
     let names: Vec<&str> = CONFIGS.iter().map(|c| c.0).collect();
     r.section(
         "Setup",
         &format!(
-            "Three real servers: fast1 and fast2 as they come, slow with `--backlog 1 --slow-accept-ms 100` (ten accepts a second, \
-             one connection queued; the kernel drops SYNs past that). Poisson arrivals of one GET each on a new connection, from \
+            "Three real servers, each request costing them 1 ms of CPU (`--cpu-us 1000`): fast1 and fast2 as they come, slow degraded \
+             one of two ways, each reported in a part of its own:\n\n{}\n\nPoisson arrivals of one GET each on a new connection, from \
              127.0.0.11 to .20 in turn, for {warm_up} s of warm-up and {seconds} s measured per rate and configuration (a fresh Fulcrum each time). \
              `equal-split` is the paper's baseline, plain DNAT: round robin that never redispatches (`retries = 0`); `round-robin` \
              redispatches a failed connect as Fulcrum does by default. `passive-ratio` with T = 1 s and m = {window} slots. Time is measured \
              to the response head and includes Fulcrum's connection to the real server. Each configuration ran {} times (seeds {} to {}, one \
              per repeat, the same arrivals for every configuration of a repeat); figures are the mean over the repeats ± the half width \
              of its 95% confidence interval.{}",
+            plan.degradations.iter().map(|d| format!("- **{}**: {}.", d.name(), d.describe())).collect::<Vec<_>>().join("\n"),
             ctx.repeat,
             ctx.seed * 1000,
             ctx.seed * 1000 + ctx.repeat as u64 - 1,
             if ctx.lanes > 1 { format!(" {} repeats ran at a time (`--lanes`), each with servers and a Fulcrum of its own.", ctx.lanes) } else { String::new() },
         ),
     );
-    let mut t = Table::new(std::iter::once("Rate (req/s)".to_string()).chain(names.iter().map(|a| format!("{a}: mean ms"))));
-    for &rate in rates {
-        t.row(std::iter::once(fmt(rate)).chain(names.iter().map(|a| cell(runs, a, rate).mean_ms().show(1))));
-    }
-    r.section("Mean time to the response head against the request rate (the paper's Figure 5)", &t.markdown());
-
-    let mut t = Table::new(["Rate (req/s)", "Configuration", "Requests", "Failed", "p99 ms", "fast1 %", "fast2 %", "slow %"]);
     let pct = |e: Estimate| Estimate::of(&e.values.iter().map(|v| v * 100.0).collect::<Vec<_>>()).show(1);
-    for &rate in rates {
-        for a in &names {
-            let x = cell(runs, a, rate);
-            t.row([fmt(rate), a.to_string(), x.requests().to_string(), x.failed().to_string(), x.p99_ms().show(0), pct(x.share(0)), pct(x.share(1)), pct(x.share(2))]);
+    for &d in plan.degradations {
+        let (dn, rates) = (d.name(), d.rates(ctx.quick));
+        let mut t = Table::new(std::iter::once("Rate (req/s)".to_string()).chain(names.iter().map(|a| format!("{a}: mean ms"))));
+        for &rate in rates {
+            t.row(std::iter::once(fmt(rate)).chain(names.iter().map(|a| cell(runs, d, a, rate).mean_ms().show(1))));
         }
-    }
-    r.section("Each server's share of the requests (requests and failures summed over the repeats)", &t.markdown());
+        r.section(&format!("{dn}: mean time to the response head against the request rate (the paper's Figure 5)"), &t.markdown());
 
-    let fig5: Vec<Means> = names.iter().map(|a| Means { name: a.to_string(), points: rates.iter().map(|&rate| (rate, cell(runs, a, rate).mean_ms())).collect() }).collect();
-    if let Ok(svg) = plot::means("Mean time to the response head (mean over the repeats, 95% intervals)", "requests per second", "ms", &fig5) {
-        r.plot("time-vs-rate.svg", "Mean time against the request rate (Figure 5)", svg);
-    }
-    let top = rates.last().copied().unwrap_or(0.0);
-    let pr = cell(runs, "passive-ratio", top);
-    if let Some(first) = pr.runs.first() {
-        let mut fig6: Vec<Series> = NAMES.iter().enumerate().map(|(i, n)| Series { name: format!("{n} share"), points: share_per_second(&first.samples, i) }).collect();
-        for (i, n) in NAMES.iter().enumerate() {
-            fig6.push(Series { name: format!("{n} ratio"), points: first.ratios.iter().filter_map(|(t, v)| v.get(i).filter(|x| x.is_finite()).map(|x| (*t, *x))).collect() });
+        let mut t = Table::new(["Rate (req/s)", "Configuration", "Requests", "Failed", "p99 ms", "fast1 %", "fast2 %", "slow %"]);
+        for &rate in rates {
+            for a in &names {
+                let x = cell(runs, d, a, rate);
+                t.row([fmt(rate), a.to_string(), x.requests().to_string(), x.failed().to_string(), x.p99_ms().show(0), pct(x.share(0)), pct(x.share(1)), pct(x.share(2))]);
+            }
         }
-        if let Ok(svg) = plot::lines(&format!("passive-ratio at {top} req/s (first repeat): traffic share and controller ratio"), "seconds", "fraction of requests", &fig6) {
-            r.plot("ratio-over-time.svg", "Each server's traffic ratio over time (Figure 6)", svg);
+        r.section(&format!("{dn}: each server's share of the requests (requests and failures summed over the repeats)"), &t.markdown());
+
+        let fig5: Vec<Means> = names.iter().map(|a| Means { name: a.to_string(), points: rates.iter().map(|&rate| (rate, cell(runs, d, a, rate).mean_ms())).collect() }).collect();
+        if let Ok(svg) = plot::means(&format!("{dn}: mean time to the response head (mean over the repeats, 95% intervals)"), "requests per second", "ms", &fig5) {
+            r.plot(&format!("time-vs-rate-{dn}.svg"), &format!("{dn}: mean time against the request rate (Figure 5)"), svg);
+        }
+        let top = rates.last().copied().unwrap_or(0.0);
+        let pr = cell(runs, d, "passive-ratio", top);
+        if let Some(first) = pr.runs.first() {
+            let mut fig6: Vec<Series> = NAMES.iter().enumerate().map(|(i, n)| Series { name: format!("{n} share"), points: share_per_second(&first.samples, i) }).collect();
+            for (i, n) in NAMES.iter().enumerate() {
+                fig6.push(Series { name: format!("{n} ratio"), points: first.ratios.iter().filter_map(|(t, v)| v.get(i).filter(|x| x.is_finite()).map(|x| (*t, *x))).collect() });
+            }
+            if let Ok(svg) =
+                plot::lines(&format!("{dn}: passive-ratio at {top} req/s (first repeat): traffic share and controller ratio"), "seconds", "fraction of requests", &fig6)
+            {
+                r.plot(&format!("ratio-over-time-{dn}.svg"), &format!("{dn}: each server's traffic ratio over time (Figure 6)"), svg);
+            }
+        }
+
+        // The reading: each configuration against the paper's equal split, at every rate, ranked
+        // only where the test separates them.
+        let mut reading = String::new();
+        for &rate in rates {
+            let equal = cell(runs, d, EQUAL, rate).mean_ms();
+            let lines: Vec<String> = names
+                .iter()
+                .filter(|a| **a != EQUAL)
+                .map(|a| format!("- {}", r.tests.verdict(a, &cell(runs, d, a, rate).mean_ms(), EQUAL, &equal, Design::Paired, "faster", " ms")))
+                .collect();
+            reading.push_str(&format!("At {} req/s (equal split {} ms):\n\n{}\n\n", fmt(rate), equal.show(1), lines.join("\n")));
+        }
+        r.section(
+            &format!("{dn}: reading (mean time to the response head; paired t-test over the repeats, each repeat's arrivals being the same for every configuration; Holm's correction over the report)"),
+            reading.trim_end(),
+        );
+
+        // The checks: what Fulcrum must do whatever the degradation.
+        let (prt, eqt) = (pr.mean_ms(), cell(runs, d, EQUAL, top).mean_ms());
+        let slower = paired(&eqt, &prt);
+        r.check(
+            &format!("{dn}: passive-ratio is not slower than the equal split under the heaviest load"),
+            !(slower.significant && slower.difference > 0.0),
+            format!(
+                "at {top} req/s: passive-ratio {} ms, equal split {} ms; {}",
+                prt.show(1),
+                eqt.show(1),
+                verdict("passive-ratio", &prt, EQUAL, &eqt, Design::Paired, "faster", " ms")
+            ),
+        );
+        let (slow, fast1, fast2) = (pr.share(2), pr.share(0), pr.share(1));
+        let shares = format!("at {top} req/s: fast1 {}%, fast2 {}%, slow {}%", pct(fast1.clone()), pct(fast2.clone()), pct(slow.clone()));
+        if d == Degradation::Throttled {
+            // Dropped SYNs are what R measures: the controller must see them.
+            let below = |fast: &Estimate| slow.mean < fast.mean && (paired(&slow, fast).significant || slow.n() < 2);
+            r.check("throttled-accepts: passive-ratio gives the degraded server the smallest share", below(&fast1) && below(&fast2), shares);
+        } else {
+            r.condition(&format!("{dn}: passive-ratio's shares under the heaviest load"), shares);
+        }
+        for &rate in rates {
+            for a in &names {
+                let x = cell(runs, d, a, rate);
+                r.estimate(format!("{dn}.{a}.{rate}.mean_ms"), &x.mean_ms());
+                r.estimate(format!("{dn}.{a}.{rate}.slow_share"), &x.share(2));
+            }
         }
     }
 
     syn_time::report(&mut r, ctx, figure2);
 
-    // The reading: each configuration against the paper's equal split, at every rate, ranked
-    // only where the test separates them.
-    let mut reading = String::new();
-    for &rate in rates {
-        let equal = cell(runs, EQUAL, rate).mean_ms();
-        let lines: Vec<String> = names
-            .iter()
-            .filter(|a| **a != EQUAL)
-            .map(|a| format!("- {}", r.tests.verdict(a, &cell(runs, a, rate).mean_ms(), EQUAL, &equal, Design::Paired, "faster", " ms")))
-            .collect();
-        reading.push_str(&format!("At {} req/s (equal split {} ms):\n\n{}\n\n", fmt(rate), equal.show(1), lines.join("\n")));
-    }
-    r.section("Reading (mean time to the response head; paired t-test over the repeats, each repeat's arrivals being the same for every configuration; Holm's correction over the report)", reading.trim_end());
-
-    // The checks use the same rule: a claim passes only when the data separates it from noise.
-    let (slow, fast1, fast2) = (pr.share(2), pr.share(0), pr.share(1));
-    let below = |fast: &Estimate| slow.mean < fast.mean && (paired(&slow, fast).significant || slow.n() < 2);
-    r.check(
-        "passive-ratio gives the degraded server the smallest share",
-        below(&fast1) && below(&fast2),
-        format!("at {top} req/s: fast1 {}%, fast2 {}%, slow {}%", pct(fast1.clone()), pct(fast2.clone()), pct(slow.clone())),
-    );
-    let (prt, eqt) = (pr.mean_ms(), cell(runs, EQUAL, top).mean_ms());
-    let slower = paired(&eqt, &prt);
-    r.check(
-        "passive-ratio is not slower than the equal split under the heaviest load",
-        !(slower.significant && slower.difference > 0.0),
-        format!(
-            "at {top} req/s: passive-ratio {} ms, equal split {} ms; {}",
-            prt.show(1),
-            eqt.show(1),
-            verdict("passive-ratio", &prt, EQUAL, &eqt, Design::Paired, "faster", " ms")
-        ),
-    );
-
-    for &rate in rates {
-        for a in &names {
-            let x = cell(runs, a, rate);
-            r.estimate(format!("{a}.{rate}.mean_ms"), &x.mean_ms());
-            r.estimate(format!("{a}.{rate}.slow_share"), &x.share(2));
-        }
-    }
     r.raw = json!({
-        "rates": rates,
+        "degradations": plan.degradations.iter().map(|d| json!({ "name": d.name(), "rates": d.rates(ctx.quick) })).collect::<Vec<_>>(),
         "warm_up_secs": warm_up,
         "measured_secs": seconds,
         "window_slots": window,
         "repeats": ctx.repeat,
         "lanes": ctx.lanes,
         "figure2": syn_time::raw(figure2),
-        "estimates": rates.iter().flat_map(|&rate| names.iter().map(move |a| (a, rate))).map(|(a, rate)| {
-            let x = cell(runs, a, rate);
-            json!({ "algorithm": a, "rate": rate, "mean_ms": x.mean_ms(), "p99_ms": x.p99_ms(), "slow_share": x.share(2) })
+        "estimates": plan.degradations.iter().flat_map(|&d| d.rates(ctx.quick).iter().flat_map(move |&rate| CONFIGS.iter().map(move |c| (d, c.0, rate)))).map(|(d, a, rate)| {
+            let x = cell(runs, d, a, rate);
+            json!({ "degradation": d.name(), "algorithm": a, "rate": rate, "mean_ms": x.mean_ms(), "p99_ms": x.p99_ms(), "slow_share": x.share(2) })
         }).collect::<Vec<_>>(),
         "runs": runs.iter().map(|x| json!({
+            "degradation": x.degradation.name(),
             "algorithm": x.algorithm,
             "rate": x.rate,
             "repeat": x.repeat,

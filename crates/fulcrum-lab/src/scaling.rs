@@ -175,7 +175,7 @@ fn report(ctx: &Ctx, plan: &[Config], runs: &[Run]) -> Report {
     r.condition("configurations", plan.len());
     r.condition("repeats", ctx.repeat);
     r.deviation("Real servers that model a servlet and its database by a fixed CPU time and wait per request, where the article measured JServ nodes.");
-    r.deviation("The clients, Fulcrum and the real servers share one machine; the article had a machine per node.");
+    r.deviation(super::host::deviation());
     r.section(
         "Setup",
         &format!(

@@ -120,14 +120,40 @@ pub fn report(r: &mut Report, ctx: &Ctx, points: &Result<Vec<Point>, String>) {
         ]);
     }
     let fitted = fit(points);
+    // Milliseconds per unit of R at each rate that dropped SYNs: whether the cost of R grows
+    // with the load (second retransmissions) or shrinks (connects that time out uncounted).
+    let per_r: Vec<(f64, f64)> = rates
+        .iter()
+        .filter_map(|&rate| {
+            let (r_mean, ms) = (at(rate, Point::r).mean, at(rate, |p| p.connect_ms).mean);
+            (r_mean > 0.0 && ms.is_finite()).then_some((rate, ms / r_mean))
+        })
+        .collect();
+    let trend = match (per_r.first(), per_r.last()) {
+        (Some(lo), Some(hi)) if per_r.len() > 1 => format!(
+            " Per rate, a unit of R cost {:.0} ms at {} req/s and {:.0} ms at {} req/s: {}.",
+            lo.1,
+            fmt(lo.0),
+            hi.1,
+            fmt(hi.0),
+            if hi.1 > lo.1 * 1.1 {
+                "more under more overload, as second retransmissions (2 s more each) become common"
+            } else if hi.1 < lo.1 / 1.1 {
+                "less under more overload: connects that time out after retransmissions count in R but not in the connection time of the answered ones"
+            } else {
+                "about the same at every rate"
+            }
+        ),
+        _ => String::new(),
+    };
     let line = match fitted {
         Some((slope, r2)) => format!(
             "The least-squares line through the origin over all {} runs: connection time = {slope:.0} ms × R (R² = {r2:.3}). The paper read \
              3000 ms × R off its figure and matched it to the initial retransmission timeout of 3 s (RFC 1122, RFC 2988), which its kernel \
              (Linux 2.6.18) used. Linux since 3.1 starts at 1 s (RFC 6298) and doubles the wait at each further retransmission (1, 2, \
              4 s ...), so a connection that needed n retransmissions waited 2^n − 1 s: about 1000 ms per unit of R while most dropped \
-             SYNs succeed at their first retransmission, and more as overload makes second ones common. The connection time is \
-             Fulcrum's own measure of each handshake to the server (`connect_ms`), R its own count of SYNs and SYN-ACKs.",
+             SYNs succeed at their first retransmission.{trend} The connection time is Fulcrum's own measure of each handshake to the \
+             server (`connect_ms`), R its own count of SYNs and SYN-ACKs.",
             points.len()
         ),
         None => "No run dropped a SYN, so no line can be fitted.".to_string(),
