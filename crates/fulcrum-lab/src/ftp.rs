@@ -361,9 +361,6 @@ impl Vsftpd {
         let mut command = self.host.as_ref().map_or_else(|| Command::new(&self.bin), |h| h.command(&self.bin));
         let child = command.arg(&self.conf).stdin(Stdio::null()).stdout(Stdio::null()).stderr(Stdio::null()).spawn().context("cannot start vsftpd")?;
         let mut proc = Proc { name: self.name.clone(), child };
-        if let Some(host) = &self.host {
-            host.adopt(proc.pid())?;
-        }
         let deadline = Instant::now() + Duration::from_secs(10);
         // Listening is read from /proc/net/tcp, not probed with a connection, which vsftpd would
         // answer with a session process whose CPU would count with the run's.

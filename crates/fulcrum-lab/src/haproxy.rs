@@ -225,7 +225,7 @@ fn report(ctx: &Ctx, total: usize, runs: &[Run]) -> Report {
     r.condition("concurrency", format!("100 (today's variant), {PAPER_CONCURRENCY} (the paper's setup)"));
     r.condition("real server cost per request", "0.5 ms of CPU (counted on the thread's CPU clock) and 0 to 4 ms of waiting");
     r.condition("repeats", ctx.repeat);
-    r.deviation(&format!("{PAPER_CONCURRENCY} concurrent clients where the paper ran 10,000 JMeter threads: the clients run on this machine beside the balancer."));
+    r.deviation(&format!("{PAPER_CONCURRENCY} concurrent clients where the paper ran 10,000 JMeter threads: the clients run on this machine beside the balancer, and 10,000 connections through a balancer need 20,000 descriptors and more, past this machine's limit of 20,000{}.", if ctx.paper { " (`--paper` changes nothing here)" } else { "" }));
     r.deviation("The real servers are `fulcrum backend` with a fixed CPU cost per request, not the paper's web servers.");
     r.deviation(super::host::deviation());
     r.section(

@@ -130,28 +130,28 @@ impl Host {
         Ok(Some(host))
     }
 
-    /// A command that runs `program` in this host's namespace (`ip netns exec`, which execs it:
-    /// the child's id is the program's). Put the child into the host's cgroup with [`Host::adopt`].
+    /// A command that runs `program` in this host's cgroup and namespace: a shell joins the
+    /// cgroup, then execs `ip netns exec`, which execs the program, so the child's id is the
+    /// program's and nothing it forks, even at once, escapes the quota (moving a process after
+    /// it started leaves the children it already forked behind). The cgroup is joined first
+    /// since `ip netns exec` mounts a /sys of the namespace's own, without the cgroup folders.
     pub fn command(&self, program: impl AsRef<std::ffi::OsStr>) -> Command {
-        let mut c = Command::new("ip");
-        c.args(["netns", "exec", &self.netns]).arg(program);
+        let mut c = Command::new("sh");
+        c.args(["-c", r#"echo $$ > "$0" && exec ip netns exec "$@""#]).arg(self.cgroup.join("cgroup.procs")).arg(&self.netns).arg(program);
         c
-    }
-
-    /// Moves process `pid` (every thread of it, and what it forks from now on) into the host's
-    /// cgroup, under its quota.
-    pub fn adopt(&self, pid: u32) -> anyhow::Result<()> {
-        let procs = self.cgroup.join("cgroup.procs");
-        std::fs::write(&procs, pid.to_string()).with_context(|| format!("cannot move process {pid} into {}", procs.display()))
     }
 
     /// Runs `stress ARGS` (CPU and I/O hogs, as the passive paper loaded its server) inside this
     /// host's quota, so the server beside it gets what the hogs leave of it.
     pub fn stress(&self, args: &[&str]) -> anyhow::Result<Proc> {
-        let mut command = Command::new("stress");
+        let mut command = self.command("stress");
         command.args(args).stdin(Stdio::null()).stdout(Stdio::null()).stderr(Stdio::null());
-        let proc = Proc::spawn("stress", &mut command).context("the stress degradation needs `stress` (apt-get install stress)")?;
-        self.adopt(proc.pid())?;
+        let mut proc = Proc::spawn("stress", &mut command)?;
+        // stress that is not installed ends at once; one that runs keeps running.
+        std::thread::sleep(Duration::from_millis(100));
+        if let Some(status) = proc.exited() {
+            bail!("stress did not run ({status}): the stress degradation needs `stress` (apt-get install stress)");
+        }
         Ok(proc)
     }
 

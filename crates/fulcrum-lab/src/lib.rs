@@ -70,8 +70,12 @@ pub enum LabCommand {
 #[derive(Debug, Clone, clap::Args)]
 pub struct RunArgs {
     /// Seconds instead of minutes: small counts, for tests and a first look.
-    #[arg(long)]
+    #[arg(long, conflicts_with = "paper")]
     pub quick: bool,
+    /// The paper's own durations, rates and sizes where this machine allows them (hours, not
+    /// minutes); the report lists where it cannot follow the paper.
+    #[arg(long)]
+    pub paper: bool,
     /// Seed of the lab's random choices: the site, each client's links, the Poisson arrivals.
     #[arg(long, default_value_t = 1)]
     pub seed: u64,
@@ -175,7 +179,7 @@ pub async fn run(args: LabArgs) -> anyhow::Result<bool> {
         host::isolate(how);
     }
     let repeat = run.repeat.map_or(if run.quick { 3 } else { 5 }, |n| n as usize);
-    let ctx = Ctx { dir: dir.clone(), work, quick: run.quick, seed: run.seed, repeat, lanes: lanes.min(repeat) };
+    let ctx = Ctx { dir: dir.clone(), work, quick: run.quick, paper: run.paper, seed: run.seed, repeat, lanes: lanes.min(repeat) };
     let scenario = async {
         match name {
             "java-slb" => java_slb::run(&ctx).await,
@@ -203,6 +207,16 @@ pub async fn run(args: LabArgs) -> anyhow::Result<bool> {
     let mut report = outcome?;
     stop.cancel();
     report.duration = Some(started.elapsed());
+    report.condition(
+        "mode",
+        if run.paper {
+            "--paper (the paper's durations, rates and sizes where the machine allows)"
+        } else if run.quick {
+            "--quick"
+        } else {
+            "the default"
+        },
+    );
     report.condition("real servers", host::isolation().map_or("on loopback beside the clients and Fulcrum, no quota (--shared)".to_string(), |i| i.describe()));
     headroom.await?.report(&mut report);
     report.write(&dir)?;
@@ -224,6 +238,8 @@ pub struct Ctx {
     /// `dir/work`: Fulcrum's configs and logs, and the FTP servers' files while they run.
     pub work: PathBuf,
     pub quick: bool,
+    /// `--paper`: the paper's own durations, rates and sizes where the machine allows.
+    pub paper: bool,
     pub seed: u64,
     /// Runs of each configuration (`--repeat`).
     pub repeat: usize,

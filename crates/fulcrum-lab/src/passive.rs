@@ -132,13 +132,29 @@ impl Run {
 
 pub async fn run(ctx: &Ctx) -> anyhow::Result<Report> {
     // Each run warms up first, so the figures are the controllers' steady state, as the paper's.
-    let (warm_up, seconds, window): (u64, u64, usize) = if ctx.quick { (2, 4, 5) } else { (8, 16, 10) };
+    // `--paper`: its T = 20 s and m = 10 (a window of 200 s), a window of warm-up and two measured.
+    let (warm_up, seconds, window, slot): (u64, u64, usize, u64) = match (ctx.quick, ctx.paper) {
+        (true, _) => (2, 4, 5, 1),
+        (_, true) => (200, 400, 10, 20),
+        _ => (8, 16, 10, 1),
+    };
     // The stress degradation shares a quota with the hogs; without isolated servers there is
     // none to share, and the hogs would load the whole machine.
     let degradations: Vec<Degradation> = DEGRADATIONS.into_iter().filter(|d| *d != Degradation::Stress || super::host::isolation().is_some()).collect();
-    let plan = Plan { degradations: &degradations, quick: ctx.quick, warm_up: Duration::from_secs(warm_up), seconds: Duration::from_secs(seconds), window };
+    // `--paper`: the paper's two, its equal split and its controller.
+    let configs: Vec<(&'static str, &'static str, &'static str)> = CONFIGS.into_iter().filter(|c| !ctx.paper || c.0 == EQUAL || c.0 == "passive-ratio").collect();
+    let plan = Plan {
+        degradations: &degradations,
+        configs: &configs,
+        quick: ctx.quick,
+        paper: ctx.paper,
+        warm_up: Duration::from_secs(warm_up),
+        seconds: Duration::from_secs(seconds),
+        window,
+        slot,
+    };
     let steps: usize = degradations.iter().map(|d| d.rates(ctx.quick).len()).sum();
-    let pb = ctx.progress(Some((CONFIGS.len() * steps * ctx.repeat) as u64), "passive");
+    let pb = ctx.progress(Some((configs.len() * steps * ctx.repeat) as u64), "passive");
     let mut runs = Vec::new();
     // Repeats outermost, so a drift of the machine over the run spreads over every configuration;
     // `--lanes` of them at a time, each with servers of its own.
@@ -159,11 +175,23 @@ fn degraded() -> [String; 4] {
 /// What every configuration of a repeat runs.
 struct Plan<'a> {
     degradations: &'a [Degradation],
+    /// The configurations run (`CONFIGS`, or the paper's two with `--paper`).
+    configs: &'a [(&'static str, &'static str, &'static str)],
     quick: bool,
+    paper: bool,
     warm_up: Duration,
     seconds: Duration,
-    /// The controller's window, in one-second slots.
+    /// The controller's window, in slots.
     window: usize,
+    /// A slot's length in seconds (the paper's T).
+    slot: u64,
+}
+
+impl Plan<'_> {
+    /// What each connection fetches: a small page, or the paper's 100 KB file with `--paper`.
+    fn link(&self) -> Link {
+        Link::get(if self.paper { "/site/file-100000.html" } else { "/name" })
+    }
 }
 
 /// Every degradation, configuration and rate once, against three real servers of this repeat's
@@ -188,13 +216,13 @@ async fn one_degradation(ctx: &Ctx, plan: &Plan<'_>, degradation: Degradation, r
     }
     let backends = [super::procs::backend(NAMES[0], &cost)?, super::procs::backend(NAMES[1], &cost)?, slow];
     let servers: Vec<_> = backends.iter().map(|b| (b.addr, 1)).collect();
-    let extra = format!("[service.passive]\nslot = \"1s\"\nwindow_slots = {}\nmin_samples = 10\n[service.p2c]\ndecay = \"5s\"\n", plan.window);
+    let extra = format!("[service.passive]\nslot = \"{}s\"\nwindow_slots = {}\nmin_samples = 10\n[service.p2c]\ndecay = \"5s\"\n", plan.slot, plan.window);
     let sources = client::sources(10);
     let seed = ctx.seed * 1000 + repeat as u64;
     let mut runs = Vec::new();
     let d = degradation.name();
     for &rate in degradation.rates(plan.quick) {
-        for (algorithm, balancer, lines) in CONFIGS {
+        for &(algorithm, balancer, lines) in plan.configs {
             pb.set_message(format!("passive {d} {algorithm} at {rate}/s, repeat {}", repeat + 1));
             let f = Fulcrum::start(&ctx.work, &format!("passive-{d}-{algorithm}-{rate}-{repeat}"), &service_toml("tcp", balancer, &servers, &format!("{lines}{extra}")))?;
             let stop = CancellationToken::new();
@@ -203,7 +231,7 @@ async fn one_degradation(ctx: &Ctx, plan: &Plan<'_>, degradation: Degradation, r
                 rate,
                 plan.warm_up + plan.seconds,
                 seed,
-                Traffic { sources: &sources, target: f.listen, link: &Link::get("/name"), timeout: Duration::from_secs(20) },
+                Traffic { sources: &sources, target: f.listen, link: &plan.link(), timeout: Duration::from_secs(20) },
                 2000,
             )
             .await;
@@ -283,24 +311,36 @@ fn cell<'a>(runs: &'a [Run], degradation: Degradation, algorithm: &str, rate: f6
 }
 
 fn report(ctx: &Ctx, plan: &Plan<'_>, runs: &[Run], figure2: &Result<Vec<syn_time::Point>, String>) -> Report {
-    let (warm_up, seconds, window) = (plan.warm_up.as_secs(), plan.seconds.as_secs(), plan.window);
+    let (warm_up, seconds, window, slot) = (plan.warm_up.as_secs(), plan.seconds.as_secs(), plan.window, plan.slot);
     let mut r = Report::new("passive", ctx.quick, ctx.seed);
     for d in plan.degradations {
         r.condition(&format!("request rates, {} (req/s)", d.name()), d.rates(ctx.quick).iter().map(|x| fmt(*x)).collect::<Vec<_>>().join(", "));
     }
     r.condition("warm-up and measured time per rate and configuration", format!("{warm_up} s and {seconds} s"));
-    r.condition("passive-ratio window", format!("T = 1 s, m = {window} slots"));
+    r.condition("passive-ratio window", format!("T = {slot} s, m = {window} slots"));
+    r.condition("each connection fetches", if plan.paper { "a 100,000-byte file (the paper's)" } else { "a small page" });
     r.condition("real server cost per request", "1 ms of CPU (on the thread's CPU clock)");
     r.condition("repeats", ctx.repeat);
-    r.deviation("T = 1 s windows where the paper used T = 20 s: a run of the paper's length per rate and configuration would take hours here.");
+    if plan.paper {
+        let hours = |rate: f64| 1e5 / rate * 15.0 / 3600.0;
+        r.deviation(&format!(
+            "{warm_up} s of warm-up and {seconds} s measured per rate and configuration, with {} repeats, where the paper measured 10^5 connections per rate 15 times: at 10 req/s that alone would take {:.0} hours per configuration here.",
+            ctx.repeat,
+            hours(10.0)
+        ));
+    } else {
+        r.deviation("T = 1 s windows where the paper used T = 20 s, and seconds per rate where it measured 10^5 connections 15 times: a run of the paper's length would take days here (`--paper` runs its T, m and file size for minutes per rate).");
+    }
     r.deviation("The throttled-accepts degradation drops SYNs the way R counts them and so favours R by construction; it runs beside the paper's own `stress` degradation and is reported apart.");
     if !plan.degradations.contains(&Degradation::Stress) {
         r.deviation("The stress degradation did not run: it needs isolated real servers (a quota to share with the hogs), and this run had --shared.");
     }
     r.deviation("Fulcrum is a user-space proxy that counts its own connects to each server; the paper's balancer was the kernel's (iptables), counting clients' SYNs and servers' SYN-ACKs passively.");
-    r.deviation("One GET of a small page per connection, where the paper's clients fetched 100 KB files.");
+    if !plan.paper {
+        r.deviation("One GET of a small page per connection, where the paper's clients fetched 100 KB files.");
+    }
     r.deviation(super::host::deviation());
-    let names: Vec<&str> = CONFIGS.iter().map(|c| c.0).collect();
+    let names: Vec<&str> = plan.configs.iter().map(|c| c.0).collect();
     r.section(
         "Setup",
         &format!(
@@ -308,7 +348,7 @@ fn report(ctx: &Ctx, plan: &Plan<'_>, runs: &[Run], figure2: &Result<Vec<syn_tim
              one of two ways, each reported in a part of its own:\n\n{}\n\nPoisson arrivals of one GET each on a new connection, from \
              127.0.0.11 to .20 in turn, for {warm_up} s of warm-up and {seconds} s measured per rate and configuration (a fresh Fulcrum each time). \
              `equal-split` is the paper's baseline, plain DNAT: round robin that never redispatches (`retries = 0`); `round-robin` \
-             redispatches a failed connect as Fulcrum does by default. `passive-ratio` with T = 1 s and m = {window} slots. Time is measured \
+             redispatches a failed connect as Fulcrum does by default. `passive-ratio` with T = {slot} s and m = {window} slots. Time is measured \
              to the response head and includes Fulcrum's connection to the real server. Each configuration ran {} times (seeds {} to {}, one \
              per repeat, the same arrivals for every configuration of a repeat); figures are the mean over the repeats ± the half width \
              of its 95% confidence interval.{}",
@@ -413,7 +453,7 @@ fn report(ctx: &Ctx, plan: &Plan<'_>, runs: &[Run], figure2: &Result<Vec<syn_tim
         "repeats": ctx.repeat,
         "lanes": ctx.lanes,
         "figure2": syn_time::raw(figure2),
-        "estimates": plan.degradations.iter().flat_map(|&d| d.rates(ctx.quick).iter().flat_map(move |&rate| CONFIGS.iter().map(move |c| (d, c.0, rate)))).map(|(d, a, rate)| {
+        "estimates": plan.degradations.iter().flat_map(|&d| d.rates(ctx.quick).iter().flat_map(move |&rate| plan.configs.iter().map(move |c| (d, c.0, rate)))).map(|(d, a, rate)| {
             let x = cell(runs, d, a, rate);
             json!({ "degradation": d.name(), "algorithm": a, "rate": rate, "mean_ms": x.mean_ms(), "p99_ms": x.p99_ms(), "slow_share": x.share(2) })
         }).collect::<Vec<_>>(),

@@ -48,7 +48,6 @@ pub fn backend(name: &str, extra: &[String]) -> anyhow::Result<Server> {
     };
     let args: Vec<&str> = extra.iter().map(String::as_str).collect();
     let backend = Backend::start_as(host.command(exe()?), name, SocketAddr::from((host.ip, 0)), &args, None).with_context(|| format!("cannot start real server {name}"))?;
-    host.adopt(backend.proc.pid())?;
     Ok(Server { backend, load: None, host: Some(host) })
 }
 
