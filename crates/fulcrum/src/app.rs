@@ -9,7 +9,8 @@
 //! is taken is refused whole and the old one keeps running; the generation is built as a diff of
 //! the running one (`live`); then it stops the listeners the config dropped and hands the health
 //! checks the new generation (`health::Checks`: a server's checks go on with their streak unless
-//! its check changed).
+//! its check changed), and the kernel-mode services' controllers too (`kernel::Kernel`: their
+//! nftables tables written, and removed for a service that left).
 //!
 //! The admin listener reaches the process only through the [`admin::Control`] it implements.
 
@@ -37,7 +38,7 @@ use crate::config::{self, Config};
 use crate::fleet::Fleet;
 use crate::live::{self, Generation, Live};
 use crate::shutdown::Shutdown;
-use crate::{admin, health, proxy, stats};
+use crate::{admin, health, kernel, proxy, stats};
 
 pub use error::{ControlError, StartError};
 
@@ -54,6 +55,9 @@ pub struct App {
     upgraded: CancellationToken,
     /// The health checks, one task per server identity.
     checks: health::Checks,
+    /// The controllers of the kernel-mode services, one task per service, with their nftables
+    /// tables.
+    kernel: kernel::Kernel,
     /// The ACME orderers, one task per certificate, outliving generations.
     acme: crate::tls::acme::Manager,
     /// Serialises config changes so two reloads cannot interleave their binds and swaps.
@@ -151,6 +155,7 @@ impl App {
             admin_copy: Mutex::new(admin_copy),
             upgraded: CancellationToken::new(),
             checks: health::Checks::default(),
+            kernel: kernel::Kernel::default(),
             acme: acme_manager(fleet.as_deref(), config.fleet.as_ref()),
             changing: tokio::sync::Mutex::new(()),
             admin_addr,
@@ -179,7 +184,7 @@ impl App {
         app.acme.apply(&generation.config);
         health::wait_first_round(&generation, first_round + Duration::from_millis(200)).await;
         let mut bound = Vec::new();
-        for s in generation.services.iter().filter(|s| s.config().enabled) {
+        for s in generation.services.iter().filter(|s| s.config().binds()) {
             let taken = inherited.as_mut().and_then(|i| i.listener(s.listen)).filter(|l| l.len() == app.sockets_per_address());
             let l = match taken {
                 Some(l) => l,
@@ -196,6 +201,13 @@ impl App {
         }
         let socket = app.admin_socket.get_or_init(|| admin::socket::Socket::new(Arc::downgrade(&app)));
         socket.follow(&app.live.current().config).await?;
+        // Last of what can fail, so a refused start leaves no table behind.
+        app.kernel.start(&app.live).await?;
+        if generation.services.iter().any(|s| s.config().mode == crate::mode::Mode::Kernel)
+            && let Some(note) = kernel::forwarding()
+        {
+            warn!("{note}");
+        }
         if let (Some(fleet), Some(installs)) = (fleet, installs) {
             tokio::spawn(apply_installs(Arc::downgrade(&app), installs));
             tokio::spawn(fleet.run(admin_addr, shutdown.stopping().clone()));
@@ -430,7 +442,7 @@ impl App {
         if let Some(socket) = self.admin_socket.get() {
             socket.follow(&config).await?;
         }
-        let wanted: Vec<(String, SocketAddr)> = config.services.iter().filter(|s| s.enabled).filter_map(|s| s.listen.parse().ok().map(|a| (s.name.clone(), a))).collect();
+        let wanted: Vec<(String, SocketAddr)> = config.services.iter().filter(|s| s.binds()).filter_map(|s| s.listen.parse().ok().map(|a| (s.name.clone(), a))).collect();
         let mut bound = Vec::new();
         {
             let listeners = self.listeners.lock().map_err(|_| ControlError::Poisoned)?;
@@ -464,6 +476,11 @@ impl App {
         self.follow_quic();
         let generation = self.live.current();
         self.checks.follow(&generation);
+        // A table that cannot be written is said in the log and tried again every slot: the
+        // generation runs already.
+        for failed in self.kernel.follow(&self.live).await {
+            error!("{failed}");
+        }
         self.acme.apply(&generation.config);
         self.trail.configure(generation.config.audit.as_ref());
         let servers: usize = generation.pools().map(|(_, p)| p.servers().count()).sum();
@@ -592,6 +609,8 @@ impl App {
             admin.take();
         }
         self.checks.stop();
+        // Connections the kernel placed go on through conntrack; new ones are no longer DNATed.
+        self.kernel.stop(!self.upgraded.is_cancelled()).await;
         let left = self.shutdown.drain(grace).await;
         if left > 0 {
             warn!("closed {left} connections still open after the grace period");
@@ -648,7 +667,7 @@ impl admin::Control for App {
         if self.shutdown.stopping().is_cancelled() {
             return false;
         }
-        let listening = self.listeners.lock().is_ok_and(|l| !l.is_empty());
+        let listening = self.listeners.lock().is_ok_and(|l| !l.is_empty()) || self.kernel.serving();
         listening && !self.live.current().config.services.is_empty()
     }
     fn fleet(&self) -> Option<crate::fleet::Status> {

@@ -122,6 +122,18 @@ fn check(paths: &[PathBuf]) -> ExitCode {
     for path in paths {
         match config::load(path) {
             Ok(l) => {
+                let (errors, notes) = check_kernel(&l.config);
+                for note in &notes {
+                    eprintln!("{}: note: {note}", path.display());
+                }
+                if !errors.is_empty() {
+                    failed = true;
+                    for e in &errors {
+                        eprintln!("{}: {e}", path.display());
+                    }
+                    eprintln!("{}: {} error{}", path.display(), errors.len(), if errors.len() == 1 { "" } else { "s" });
+                    continue;
+                }
                 let n = l.config.services.len();
                 println!("{}: ok ({})", path.display(), crate::config::services(n));
             }
@@ -133,6 +145,18 @@ fn check(paths: &[PathBuf]) -> ExitCode {
         }
     }
     if failed { ExitCode::FAILURE } else { ExitCode::SUCCESS }
+}
+
+/// What only this host can say of a config's kernel-mode services (`kernel::check`: nft runs
+/// and may change the ruleset), on a runtime of its own; nothing without such a service.
+fn check_kernel(config: &crate::config::Config) -> (Vec<String>, Vec<String>) {
+    if !config.services.iter().any(|s| s.mode == crate::mode::Mode::Kernel) {
+        return (Vec::new(), Vec::new());
+    }
+    match tokio::runtime::Builder::new_current_thread().enable_all().build() {
+        Ok(rt) => rt.block_on(crate::kernel::check(config)),
+        Err(e) => (vec![format!("cannot start a runtime to run nft: {e}")], Vec::new()),
+    }
 }
 
 /// The async runtime: `workers` threads (0: one per core). One worker runs on the calling thread

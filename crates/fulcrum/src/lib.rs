@@ -2,7 +2,7 @@
 //!
 //! A client connection arrives on a **listener**, its **service** asks a **balancer** for a
 //! **server** among the healthy ones, the **proxy** connects and forwards bytes both ways, and
-//! every step bumps **stats**. Health checks and the admin API change server state on the side; a
+//! every step bumps **stats**; or, in kernel mode, nftables places it and Fulcrum steers nftables. Health checks and the admin API change server state on the side; a
 //! config reload builds a new generation of that state and swaps it in without touching
 //! connections in flight.
 //!
@@ -22,7 +22,8 @@
 //! - [`balance`]: the `Balancer` trait (pick, and update on every server event), the `Load`
 //!   metrics apart from the rules, one file per algorithm, and the registry of algorithms by
 //!   name (`balance::algorithm`), which the config reads the names from.
-//! - [`mode`]: what a service's traffic is (TCP, HTTP, FTP), below everything that says so.
+//! - [`mode`]: what a service's traffic is (TCP, HTTP, FTP) or who moves it (the kernel), below
+//!   everything that says so.
 //! - [`health`]: active checks and the rise/fall state machine.
 //! - [`dns`]: DNS SRV records as a server source (hickory's resolver, off the traffic's threads).
 //! - [`error`]: the data path's error: kind, side (server or local), retryable.
@@ -35,6 +36,10 @@
 //!   `proxy::http` (hyper behind a framing guard, run only while a client is active, idle
 //!   server connections, routing, affinity, the replay rule), `proxy::ftp` (control-channel
 //!   rewriting and data ports) and `proxy::passthrough` (TLS routed by SNI, not terminated).
+//! - [`kernel`]: `mode = "kernel"`, Fulcrum as the controller of an nftables balancer: one
+//!   table per service whose `numgen` map DNATs new connections to the servers, its per-server
+//!   SYN and SYN-ACK counters read back every slot, and the map rewritten atomically as health
+//!   and `passive-ratio` move the shares; `nft` runs as a child process.
 //! - [`stats`]: read-only views over the counters, the 10 s traffic history, Prometheus text.
 //! - [`admin`]: the dashboard, the JSON API and `/metrics` on the admin listener, with auth
 //!   (passwords hashed in a bounded pool off the traffic's threads, failures throttled per
@@ -57,8 +62,8 @@
 //!
 //! Imports run down only: `mode` and `clock` know nothing of the rest; `balance` nothing of
 //! `config`; `config`, `tls`, `live` and `proxy_header` know nothing of
-//! `proxy`, `health` or what is above them; `proxy`, `health` and `stats` nothing of `fleet`,
-//! `app` or `admin` (`scripts/layers` checks it).
+//! `proxy`, `health`, `kernel` or what is above them; `proxy`, `health`, `kernel` and `stats`
+//! nothing of `fleet`, `app` or `admin` (`scripts/layers` checks it).
 //!
 //! Beside this crate in the workspace: `crates/realserver` (the real server of the tests, the
 //! demo and the lab), `crates/fulcrum-lab` (the papers' experiments, with reports and plots) and
@@ -81,6 +86,7 @@ pub mod fleet;
 #[doc(hidden)]
 pub mod fuzzing;
 pub mod health;
+pub mod kernel;
 pub mod live;
 pub mod mode;
 pub mod proxy;

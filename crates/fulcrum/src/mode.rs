@@ -1,5 +1,5 @@
-//! What a service's traffic is (TCP, HTTP, FTP): a word the config, the algorithms and the data
-//! path all use, so it sits below them all.
+//! What a service's traffic is (TCP, HTTP, FTP) or who moves it (the kernel): a word the config,
+//! the algorithms and the data path all use, so it sits below them all.
 
 use serde::{Deserialize, Serialize};
 
@@ -13,6 +13,10 @@ pub enum Mode {
     /// FTP: the control connection is balanced and read, data connections are opened by Fulcrum
     /// on `data_ports` and go to the same server (passive and active mode).
     Ftp,
+    /// The kernel moves the traffic: nftables DNATs each new connection to the listen address to a
+    /// server drawn by `numgen`, and Fulcrum only controls the draw (`kernel`). It binds nothing
+    /// and never sees a byte of it.
+    Kernel,
 }
 
 impl Mode {
@@ -21,6 +25,7 @@ impl Mode {
             Mode::Tcp => "tcp",
             Mode::Http => "http",
             Mode::Ftp => "ftp",
+            Mode::Kernel => "kernel",
         }
     }
 }

@@ -30,6 +30,8 @@ pub enum StartError {
     AdminSocket(#[from] SocketError),
     #[error("service {service}: cannot listen on {address}: {cause}{}", bind_hint(address, cause))]
     Bind { service: String, address: SocketAddr, cause: std::io::Error },
+    #[error(transparent)]
+    Kernel(#[from] crate::kernel::KernelError),
     #[error("cannot start the worker threads of reuse_port: {0}")]
     Workers(std::io::Error),
     /// Building the first generation did not finish (it panicked, or the runtime is shutting down).

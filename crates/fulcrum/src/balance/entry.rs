@@ -31,7 +31,12 @@ pub struct Registered {
     pub build: fn(&Tuning) -> Box<dyn Balancer>,
 }
 
-pub const EVERY_MODE: &[Mode] = &[Mode::Tcp, Mode::Http, Mode::Ftp];
+/// Every mode, the kernel's too: an algorithm whose picks are a weighted draw or rotation that
+/// nftables' `numgen` can make itself (`kernel::split`).
+pub const EVERY_MODE: &[Mode] = &[Mode::Tcp, Mode::Http, Mode::Ftp, Mode::Kernel];
+/// The modes whose connections pass through Fulcrum: an algorithm that reads something of each
+/// connection (its client, the servers' connections in flight, connect times) needs one.
+pub const PROXIED: &[Mode] = &[Mode::Tcp, Mode::Http, Mode::Ftp];
 pub const HTTP: &[Mode] = &[Mode::Http];
 
 /// Tuning of the passive controller (`[service.passive]`), the one algorithm setting a pool's

@@ -10,7 +10,7 @@ pub const LEAST_CONN: super::entry::Registered = super::entry::Registered {
     about: super::entry::About {
         name: "least-conn",
         title: "Least connection",
-        modes: super::entry::EVERY_MODE,
+        modes: super::entry::PROXIED,
         hashes: false,
         description: "the server with the fewest connections in flight per unit of weight; equals in turn",
     },

@@ -111,6 +111,12 @@ pub trait Balancer: Send + Sync {
     /// on what changed returns at once.
     fn update(&self, _view: &dyn ServerView) {}
 
+    /// Takes the steps that time makes due by `now`, without a pick: for a pool whose connections
+    /// this process does not pick a server for (`mode = "kernel"`, where nftables draws it and
+    /// `kernel::controller` reads the outcome back through [`Balancer::metrics`]). An algorithm
+    /// that time does not move returns at once.
+    fn advance(&self, _view: &dyn ServerView, _now: std::time::Instant) {}
+
     /// What this algorithm measures of server `i`, if anything.
     /// A digest of the lookup table this balancer built, for algorithms whose picks follow one
     /// (the hashing ones): two instances with the same digest send every key to the same

@@ -15,7 +15,7 @@ pub const P2C_EWMA: super::entry::Registered = super::entry::Registered {
     about: super::entry::About {
         name: "p2c-ewma",
         title: "Power of two choices, peak EWMA",
-        modes: super::entry::EVERY_MODE,
+        modes: super::entry::PROXIED,
         hashes: false,
         description: "the less loaded of two servers drawn at random, load being the peak EWMA of connect time times connections in flight",
     },

@@ -16,7 +16,9 @@
 //! The control steps stay in `pick`: they are driven by time, not by events, a step is due at most
 //! once per slot and costs one pass over the servers with no allocation, and stepping where the
 //! traffic is means an idle service runs no timer and its windows simply record empty slots.
-//! A pick between steps reads no server but the one it takes.
+//! A pick between steps reads no server but the one it takes. In `mode = "kernel"` nothing picks:
+//! nftables draws each connection's server by the ratios, and the kernel controller reads its
+//! counters into the servers' `Measure` and takes the steps with `advance` once a slot.
 
 use std::sync::Mutex;
 use std::time::{Duration, Instant};
@@ -236,14 +238,22 @@ impl PassiveRatio {
     }
 
     pub fn pick_at(&self, pick: &Pick<'_>, view: &dyn ServerView, now: Instant) -> Option<usize> {
+        let mut g = self.stepped(view, now);
+        let st = g.as_mut()?;
+        turn(&st.controller.ratios, &mut st.strides, pick, view)
+    }
+
+    /// The state, locked, with the steps due by `now` taken.
+    fn stepped(&self, view: &dyn ServerView, now: Instant) -> std::sync::MutexGuard<'_, Option<State>> {
         let mut g = self.state.lock().unwrap_or_else(|p| p.into_inner());
         if g.as_ref().is_none_or(|s| s.windows.len() != view.len()) {
             // Only for a balancer picking before its first update; `update` builds the state.
             *g = Some(Self::fresh(view));
         }
-        let st = g.as_mut()?;
-        self.step_due(st, view, now);
-        turn(&st.controller.ratios, &mut st.strides, pick, view)
+        if let Some(st) = g.as_mut() {
+            self.step_due(st, view, now);
+        }
+        g
     }
 }
 
@@ -287,6 +297,11 @@ impl Balancer for PassiveRatio {
             }
             _ => *g = Some(Self::fresh(view)),
         }
+    }
+
+    /// The steps a pick would take, driven by the kernel controller's slot clock instead.
+    fn advance(&self, view: &dyn ServerView, now: Instant) {
+        drop(self.stepped(view, now));
     }
 
     fn metrics(&self, i: usize) -> Option<super::AlgorithmMetrics> {

@@ -24,7 +24,7 @@ pub const SOURCE_HASH: super::entry::Registered = super::entry::Registered {
     about: super::entry::About {
         name: "source-hash",
         title: "Source IP hash",
-        modes: super::entry::EVERY_MODE,
+        modes: super::entry::PROXIED,
         hashes: true,
         description: "the client's address hashed onto a Maglev table: a client keeps its server, and a server leaving moves only its own clients",
     },

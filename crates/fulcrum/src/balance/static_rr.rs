@@ -60,6 +60,12 @@ fn reduced(weights: &[u32]) -> Vec<u32> {
     weights.iter().map(|&w| if gcd > 1 { w / gcd } else { w }).collect()
 }
 
+/// The smooth weighted order of the shortest cycle of `weights` (0: left out): what a pick walks,
+/// and the order `mode = "kernel"` writes into its `numgen inc` map (`kernel::split`).
+pub fn cycle(weights: &[u32]) -> Vec<usize> {
+    build(&reduced(weights))
+}
+
 /// The smooth weighted order of one full cycle.
 fn build(weights: &[u32]) -> Vec<usize> {
     let total: i64 = weights.iter().map(|&w| w as i64).sum();
@@ -112,7 +118,7 @@ impl Balancer for StaticRr {
         if self.sequence.load().weights == weights {
             return;
         }
-        self.sequence.store(Arc::new(Sequence { order: build(&reduced(&weights)), weights }));
+        self.sequence.store(Arc::new(Sequence { order: cycle(&weights), weights }));
     }
 }
 

@@ -101,6 +101,9 @@ pub const CHECK_PORT: Range<u32> = Range::new(1, 65535, "a TCP port; leave port 
 // `[service.passive]` and `[service.p2c]`.
 pub const DELTA: Range<f64> = Range::new(0.001, 1.0, "a share of the worst server's ratio; the paper uses 0.1");
 pub const SLOT: Range<Duration> = Range::new(Duration::from_millis(10), HOUR, "the paper uses \"20s\"; the default is \"2s\"");
+/// `mode = "kernel"`: each slot runs `nft` to read the counters, a child process, so a slot is
+/// no shorter than a tenth of a second.
+pub const KERNEL_SLOT: Range<Duration> = Range::new(Duration::from_millis(100), HOUR, "in mode = \"kernel\" each slot runs nft to read the counters; the default is \"2s\"");
 pub const WINDOW_SLOTS: Range<usize> = Range::new(1, 1000, "the paper uses 10");
 pub const MIN_SAMPLES: Range<u64> = Range::new(1, 1_000_000, "SYNs per window; 20 is the default");
 pub const SLOW_START: Range<Duration> = Range::new(Duration::ZERO, HOUR, "\"0s\" is off; HAProxy users often set \"30s\"");

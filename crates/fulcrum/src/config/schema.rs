@@ -435,6 +435,12 @@ impl Service {
         }
     }
 
+    /// Whether Fulcrum binds the listen address: an enabled service of every mode but
+    /// `kernel`, whose clients nftables sends on to the servers without the process.
+    pub fn binds(&self) -> bool {
+        self.enabled && self.mode != Mode::Kernel
+    }
+
     /// How long a connection or request waits in the queue for a server place.
     pub fn queue_timeout(&self) -> Duration {
         self.http.queue_timeout.unwrap_or(self.queue_timeout)

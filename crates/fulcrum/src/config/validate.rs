@@ -20,6 +20,7 @@ use super::schema::{
 };
 
 mod acme;
+mod kernel;
 mod process;
 
 /// One step of a path into the document: a key, or an index into an array of tables.
@@ -311,6 +312,9 @@ pub fn validate_in(config: &Config, text: &str, file: &str, resolve: Resolve, ru
         validate_service(service, &[Seg::Key("service"), Seg::Index(i)], &mut report);
         validate_routing(service, i, &config.pools, &mut report);
         acme::validate_acme(config, i, service, &mut report);
+        if service.mode == Mode::Kernel {
+            kernel::validate_kernel(config, i, service, &mut report);
+        }
         let limits = service.limits.iter().enumerate().map(|(k, l)| (l, vec![Seg::Key("service"), Seg::Index(i), Seg::Key("limit"), Seg::Index(k)], false));
         let routed = service.routes.iter().enumerate().flat_map(|(r, route)| {
             route
@@ -359,7 +363,8 @@ fn validate_pool(pool: &PoolSettings, may_be_empty: bool, prefix: &[Seg<'_>], re
     if health.kind == HealthKind::Http && (!health.path.starts_with('/') || health.path.chars().any(|c| c.is_whitespace() || c.is_control())) {
         report.error(&hat("path"), format!("health path {:?} is not an absolute path", health.path), "e.g. \"/index.html\"");
     }
-    if !pool.algorithm.serves(pool.mode) {
+    // Kernel mode names the algorithms it can run itself (`kernel.rs`).
+    if !pool.algorithm.serves(pool.mode) && pool.mode != Mode::Kernel {
         report.error(
             &at("algorithm"),
             format!("algorithm {} needs mode = \"http\"", pool.algorithm.as_str()),
@@ -839,11 +844,11 @@ fn validate_routing(service: &Service, i: usize, shared: &[Pool], report: &mut R
         return;
     }
     let at = |rest: &[Seg<'static>]| path(&[Seg::Key("service"), Seg::Index(i)], rest);
-    if service.mode == Mode::Ftp {
+    if matches!(service.mode, Mode::Ftp | Mode::Kernel) {
         report.error(
             &at(&[Seg::Key("mode")]),
             "pools and routes need mode = \"http\" (requests) or \"tcp\" (TLS server names)".into(),
-            "remove [[service.pool]] and [[service.route]] from the FTP service",
+            &format!("remove [[service.pool]], [[service.route]] and default_pool from the {} service", service.mode.as_str()),
         );
         return;
     }

@@ -79,9 +79,9 @@ impl Generation {
     }
 
     /// The descriptors this generation holds before it serves a client: the listening sockets of
-    /// its enabled services, and a check per server with an active check.
+    /// the services it binds (`Service::binds`), and a check per server with an active check.
     pub fn held(&self) -> budget::Held {
-        let enabled = self.services.iter().filter(|s| s.config().enabled);
+        let enabled = self.services.iter().filter(|s| s.config().binds());
         let (addresses, http3) = enabled.fold((0u64, 0u64), |(a, h), s| (a + 1, h + u64::from(s.config().http.http3)));
         let checks = self.pools().filter(|(_, p)| p.config.health.kind != HealthKind::None).map(|(_, p)| p.servers().count() as u64).sum();
         budget::Held { listen_sockets: addresses * self.config.sockets_per_address() as u64 + http3, checks }

@@ -79,6 +79,12 @@ impl Tier {
         self.picker.balancer.metrics(i)
     }
 
+    /// Takes the balancer's steps due by `now` without a pick (`Balancer::advance`): the kernel
+    /// controller's, whose connections nftables places.
+    pub fn advance(&self, now: std::time::Instant) {
+        self.picker.balancer.advance(&self.picker.view, now);
+    }
+
     /// The table slot `hash` lands on and its owner, when the algorithm hashes.
     pub fn slot(&self, hash: u64) -> Option<(usize, usize)> {
         self.picker.balancer.slot(hash)

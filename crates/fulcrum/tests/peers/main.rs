@@ -1,5 +1,5 @@
 //! The peers tier: the `fulcrum` binary started as a process, with real servers and clients
-//! around it (nginx, vsftpd, etcd, keepalived, curl, h2load, grpcio), one module per concern, and
+//! around it (nginx, vsftpd, etcd, keepalived, curl, h2load, grpcio, nftables), one module per concern, and
 //! the lab's scenarios in quick mode. One binary, so the suite links once.
 //! `cargo test --profile tests -p fulcrum --test peers -- tls::` runs one module.
 // Tests wait on real processes and sockets in real time; the balancer's own clock reads stay in
@@ -38,6 +38,7 @@ mod http;
 mod http2;
 mod http3;
 mod inflight;
+mod kernel;
 mod lab;
 mod limits;
 mod outlier;

@@ -58,6 +58,14 @@ impl Measure {
         }
     }
 
+    /// Adds SYNs sent and SYN-ACKs answered that the kernel counted where no connect of Fulcrum's
+    /// own saw them (`mode = "kernel"`: nftables' counters, read by `kernel::controller`). Neither
+    /// an attempt nor a connect time: the kernel's connections are not timed.
+    pub fn record_counted(&self, syn_sent: u64, syn_acked: u64) {
+        self.syn_sent.fetch_add(syn_sent, Relaxed);
+        self.syn_acked.fetch_add(syn_acked, Relaxed);
+    }
+
     pub fn sample(&self) -> Sample {
         Sample {
             syn_sent: self.syn_sent.load(Relaxed),

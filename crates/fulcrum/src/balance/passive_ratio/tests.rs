@@ -148,3 +148,21 @@ fn after_more_idle_slots_than_a_u32_counts_the_next_step_is_still_one_slot_away(
     b.pick_at(&pick, &pool, later + slot);
     assert!((b.table()[2].0 - 0.3).abs() < 1e-9, "one step a slot later: {:?}", b.table());
 }
+
+#[test]
+fn advance_takes_the_steps_a_pick_would_without_picking() {
+    let mut pool = FakePool::with_weights(&[1, 1, 1]);
+    let b = pool.attach(PassiveRatio::new(Tuning { delta: 0.1, slot: Duration::from_secs(1), window_slots: 3, min_samples: 10 }));
+    let t0 = crate::clock::now();
+    b.advance(&pool, t0);
+    // One slot of traffic the kernel counted: server 2 needed 3 SYNs per connect.
+    for (i, syns) in [(0, 100), (1, 100), (2, 300)] {
+        pool.add_syns(i, syns, 100);
+    }
+    b.advance(&pool, t0 + Duration::from_millis(500));
+    assert!((b.table()[2].0 - 1.0 / 3.0).abs() < 1e-9, "no step within the slot: {:?}", b.table());
+    b.advance(&pool, t0 + Duration::from_secs(1));
+    let table = b.table();
+    assert_eq!(table[2].1, Some(2.0));
+    assert!((table[2].0 - 0.3).abs() < 1e-9, "one step on the slot's clock: {table:?}");
+}
