@@ -115,6 +115,9 @@ impl Host {
         ip(&["-n", &host.netns, "addr", "add", &format!("{theirs}/30"), "dev", "eth0"])?;
         ip(&["-n", &host.netns, "link", "set", "eth0", "up"])?;
         ip(&["-n", &host.netns, "link", "set", "lo", "up"])?;
+        // Replies to clients the lab's kernel balancer forwards (kernel mode) go back the way
+        // they came.
+        ip(&["-n", &host.netns, "route", "add", "default", "via", &ours.to_string()])?;
         if let Some(mbit) = how.link_mbit {
             // A burst of 10 ms at the rate, and at most 50 ms of queue before tbf drops.
             let burst = (mbit as u64 * 1_000_000 / 8 / 100).max(16 * 1024);
@@ -181,6 +184,30 @@ impl Drop for Host {
         let _ = std::fs::remove_dir(&self.cgroup);
         let _ = ip(&["netns", "del", &self.netns]);
     }
+}
+
+/// The virtual address of a kernel-mode balancer in the lab's own namespace, and ten client
+/// addresses beside it: 10.63.255.1 and 10.63.255.11 to .20 on the namespace's loopback
+/// interface, added once. Sources in 127.0.0.0/8 cannot leave for a server's veth once DNAT
+/// sends them there (Linux drops them as martians), so the clients of a kernel balancer use
+/// these.
+pub fn kernel_addresses() -> anyhow::Result<(Ipv4Addr, Vec<std::net::IpAddr>)> {
+    static MADE: OnceLock<Result<(), String>> = OnceLock::new();
+    if isolation().is_none() {
+        bail!("a kernel balancer in the lab needs isolated real servers (run without --shared)");
+    }
+    MADE.get_or_init(|| {
+        let make = || -> anyhow::Result<()> {
+            for host in std::iter::once(1).chain(11..=20) {
+                ip(&["addr", "add", &format!("10.63.255.{host}/32"), "dev", "lo"])?;
+            }
+            Ok(())
+        };
+        make().map_err(|e| format!("{e:#}"))
+    })
+    .clone()
+    .map_err(|e| anyhow::anyhow!("{e}"))?;
+    Ok((Ipv4Addr::new(10, 63, 255, 1), (11..=20).map(|h| std::net::IpAddr::from([10, 63, 255, h])).collect()))
 }
 
 /// Removes the run's cgroup folder once every host is gone.

@@ -29,13 +29,17 @@ use super::stats::{Design, Estimate, paired, verdict};
 use super::{Ctx, served_by, service_toml, syn_time};
 
 /// Each configuration: its name in the report, the algorithm, and extra service lines.
-const CONFIGS: [(&str, &str, &str); 5] = [
+const CONFIGS: [(&str, &str, &str); 6] = [
     ("equal-split", "round-robin", "retries = 0\n"),
     ("round-robin", "round-robin", ""),
     ("passive-ratio", "passive-ratio", ""),
     ("least-conn", "least-conn", ""),
     ("p2c-ewma", "p2c-ewma", ""),
+    (KERNEL, "passive-ratio", ""),
 ];
+/// The paper's own system: the passive-ratio controller steering an nftables balancer in the
+/// lab's kernel (`mode = "kernel"`), no user-space hop; isolated servers only.
+const KERNEL: &str = "kernel-passive-ratio";
 const NAMES: [&str; 3] = ["fast1", "fast2", "slow"];
 /// The baseline every other configuration is compared with.
 const EQUAL: &str = "equal-split";
@@ -142,7 +146,9 @@ pub async fn run(ctx: &Ctx) -> anyhow::Result<Report> {
     // none to share, and the hogs would load the whole machine.
     let degradations: Vec<Degradation> = DEGRADATIONS.into_iter().filter(|d| *d != Degradation::Stress || super::host::isolation().is_some()).collect();
     // `--paper`: the paper's two, its equal split and its controller.
-    let configs: Vec<(&'static str, &'static str, &'static str)> = CONFIGS.into_iter().filter(|c| !ctx.paper || c.0 == EQUAL || c.0 == "passive-ratio").collect();
+    let isolated = super::host::isolation().is_some();
+    let configs: Vec<(&'static str, &'static str, &'static str)> =
+        CONFIGS.into_iter().filter(|c| (!ctx.paper || [EQUAL, "passive-ratio", KERNEL].contains(&c.0)) && (isolated || c.0 != KERNEL)).collect();
     let plan = Plan {
         degradations: &degradations,
         configs: &configs,
@@ -224,14 +230,21 @@ async fn one_degradation(ctx: &Ctx, plan: &Plan<'_>, degradation: Degradation, r
     for &rate in degradation.rates(plan.quick) {
         for &(algorithm, balancer, lines) in plan.configs {
             pb.set_message(format!("passive {d} {algorithm} at {rate}/s, repeat {}", repeat + 1));
-            let f = Fulcrum::start(&ctx.work, &format!("passive-{d}-{algorithm}-{rate}-{repeat}"), &service_toml("tcp", balancer, &servers, &format!("{lines}{extra}")))?;
+            let tag = format!("passive-{d}-{algorithm}-{rate}-{repeat}");
+            let (f, clients) = if algorithm == KERNEL {
+                let (vip, clients) = super::host::kernel_addresses()?;
+                let vip = std::net::SocketAddr::from((vip, 80));
+                (Fulcrum::start_kernel(&ctx.work, &tag, &kernel_toml(vip, &servers, plan), vip)?, clients)
+            } else {
+                (Fulcrum::start(&ctx.work, &tag, &service_toml("tcp", balancer, &servers, &format!("{lines}{extra}")))?, sources.clone())
+            };
             let stop = CancellationToken::new();
             let poller = poll_ratios(f.admin, stop.clone());
             let samples = client::poisson(
                 rate,
                 plan.warm_up + plan.seconds,
                 seed,
-                Traffic { sources: &sources, target: f.listen, link: &plan.link(), timeout: Duration::from_secs(20) },
+                Traffic { sources: &clients, target: f.listen, link: &plan.link(), timeout: Duration::from_secs(20) },
                 2000,
             )
             .await;
@@ -255,6 +268,20 @@ async fn one_degradation(ctx: &Ctx, plan: &Plan<'_>, degradation: Degradation, r
         }
     }
     Ok(runs)
+}
+
+/// The kernel configuration's service: `passive-ratio` steering nftables on `vip`, the same
+/// window as the proxy's.
+fn kernel_toml(vip: std::net::SocketAddr, servers: &[(std::net::SocketAddr, u32)], plan: &Plan<'_>) -> String {
+    let mut s = format!(
+        "[[service]]\nname = \"lab\"\nlisten = \"{vip}\"\nmode = \"kernel\"\nalgorithm = \"passive-ratio\"\n\
+         [service.passive]\nslot = \"{}s\"\nwindow_slots = {}\nmin_samples = 10\n[service.health]\nkind = \"none\"\n",
+        plan.slot, plan.window
+    );
+    for (addr, weight) in servers {
+        s.push_str(&format!("\n[[service.server]]\naddress = \"{addr}\"\nweight = {weight}\n"));
+    }
+    s
 }
 
 /// The controller's ratio of each server, read from the admin API each second.
@@ -335,7 +362,11 @@ fn report(ctx: &Ctx, plan: &Plan<'_>, runs: &[Run], figure2: &Result<Vec<syn_tim
     if !plan.degradations.contains(&Degradation::Stress) {
         r.deviation("The stress degradation did not run: it needs isolated real servers (a quota to share with the hogs), and this run had --shared.");
     }
-    r.deviation("Fulcrum is a user-space proxy that counts its own connects to each server; the paper's balancer was the kernel's (iptables), counting clients' SYNs and servers' SYN-ACKs passively.");
+    if plan.configs.iter().any(|c| c.0 == KERNEL) {
+        r.deviation(&format!("Fulcrum's proxy configurations count its own connects to each server; only `{KERNEL}` is the paper's kernel balancer (nftables where it had iptables), counting clients' SYNs and servers' SYN-ACKs passively."));
+    } else {
+        r.deviation("Fulcrum is a user-space proxy that counts its own connects to each server; the paper's balancer was the kernel's (iptables), counting clients' SYNs and servers' SYN-ACKs passively. The kernel configuration needs isolated servers and did not run.");
+    }
     if !plan.paper {
         r.deviation("One GET of a small page per connection, where the paper's clients fetched 100 KB files.");
     }
@@ -348,8 +379,11 @@ fn report(ctx: &Ctx, plan: &Plan<'_>, runs: &[Run], figure2: &Result<Vec<syn_tim
              one of two ways, each reported in a part of its own:\n\n{}\n\nPoisson arrivals of one GET each on a new connection, from \
              127.0.0.11 to .20 in turn, for {warm_up} s of warm-up and {seconds} s measured per rate and configuration (a fresh Fulcrum each time). \
              `equal-split` is the paper's baseline, plain DNAT: round robin that never redispatches (`retries = 0`); `round-robin` \
-             redispatches a failed connect as Fulcrum does by default. `passive-ratio` with T = {slot} s and m = {window} slots. Time is measured \
-             to the response head and includes Fulcrum's connection to the real server. Each configuration ran {} times (seeds {} to {}, one \
+             redispatches a failed connect as Fulcrum does by default. `passive-ratio` with T = {slot} s and m = {window} slots. `{KERNEL}` \
+             (isolated servers only) is the paper's own system: the same controller steering an nftables balancer in the lab's \
+             kernel (`mode = \"kernel\"`: numgen DNAT of a virtual address, SYNs and SYN-ACKs counted by the kernel), its clients \
+             10.63.255.11 to .20, no user-space hop. Time is measured to the response head and includes the connection to the real \
+             server (through Fulcrum, or straight through the kernel's DNAT). Each configuration ran {} times (seeds {} to {}, one \
              per repeat, the same arrivals for every configuration of a repeat); figures are the mean over the repeats ± the half width \
              of its 95% confidence interval.{}",
             plan.degradations.iter().map(|d| format!("- **{}**: {}.", d.name(), d.describe())).collect::<Vec<_>>().join("\n"),

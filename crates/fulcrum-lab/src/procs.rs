@@ -79,6 +79,18 @@ impl Fulcrum {
         }
     }
 
+    /// Fulcrum as a kernel balancer's controller (`mode = "kernel"`): `service` names its own
+    /// virtual address, which Fulcrum does not bind, so only the admin listener is waited for.
+    pub fn start_kernel(dir: &Path, tag: &str, service: &str, vip: SocketAddr) -> anyhow::Result<Fulcrum> {
+        let admin = free_addr()?;
+        let config = format!("allow_root = true\n\n[admin]\nlisten = \"{admin}\"\n\n{service}");
+        let path = dir.join(format!("fulcrum-{tag}.toml"));
+        std::fs::write(&path, config).with_context(|| format!("cannot write {}", path.display()))?;
+        let proc = run_fulcrum(&path, &dir.join(format!("fulcrum-{tag}.log")), &[admin])?;
+        super::headroom::watch(proc.pid());
+        Ok(Fulcrum { listen: vip, admin, proc })
+    }
+
     fn start_once(dir: &Path, tag: &str, service: &str) -> anyhow::Result<Fulcrum> {
         let listen = free_addr()?;
         let admin = free_addr()?;

@@ -147,7 +147,7 @@ fn passive_ratio_gives_the_degraded_server_the_smallest_share() {
     let ratios = pr["controller_ratios"].as_array().unwrap();
     let last = &ratios.last().unwrap()[1];
     assert!(last[2].as_f64().unwrap() < 0.3, "the controller cut the slow server's ratio: {last}");
-    for a in ["equal-split", "round-robin", "least-conn", "p2c-ewma"] {
+    for a in ["equal-split", "round-robin", "least-conn", "p2c-ewma", "kernel-passive-ratio"] {
         assert!(runs.iter().any(|r| r["algorithm"] == a), "{a} ran");
     }
     // Three repeats each, reported as a mean with its interval, and a reading that ranks only
@@ -155,7 +155,7 @@ fn passive_ratio_gives_the_degraded_server_the_smallest_share() {
     assert_eq!(results["raw"]["repeats"], 3);
     assert_eq!(results["raw"]["lanes"], 3);
     let estimates = results["raw"]["estimates"].as_array().unwrap();
-    assert_eq!(estimates.len(), 2 * 2 * 5, "two degradations, two rates each, five configurations");
+    assert_eq!(estimates.len(), 2 * 2 * 6, "two degradations, two rates each, six configurations (the kernel balancer's too)");
     for e in estimates {
         let values = e["mean_ms"]["values"].as_array().unwrap();
         assert_eq!(values.len(), 3, "{e}");
@@ -166,7 +166,7 @@ fn passive_ratio_gives_the_degraded_server_the_smallest_share() {
     let report = std::fs::read_to_string(out.join("report.md")).unwrap();
     for d in ["stress", "throttled-accepts"] {
         let reading = report.split(&format!("## {d}: reading")).nth(1).unwrap_or_else(|| panic!("{d}: {report}")).split("\n## ").next().unwrap();
-        assert_eq!(reading.lines().filter(|l| l.starts_with("- ")).count(), 2 * 4, "{reading}");
+        assert_eq!(reading.lines().filter(|l| l.starts_with("- ")).count(), 2 * 5, "{reading}");
         assert!(reading.lines().filter(|l| l.starts_with("- ")).all(|l| l.contains("(paired t-test, Holm p = ") || l.contains("no significant difference")), "{reading}");
         let check = format!("{d}: passive-ratio is not slower than the equal split under the heaviest load");
         assert!(results["checks"].as_array().unwrap().iter().any(|c| c["name"] == check.as_str()), "{check}");
