@@ -233,8 +233,9 @@ async fn one_degradation(ctx: &Ctx, plan: &Plan<'_>, degradation: Degradation, r
             let tag = format!("passive-{d}-{algorithm}-{rate}-{repeat}");
             let (f, clients) = if algorithm == KERNEL {
                 let (vip, clients) = super::host::kernel_addresses()?;
-                let vip = std::net::SocketAddr::from((vip, 80));
-                (Fulcrum::start_kernel(&ctx.work, &tag, &kernel_toml(vip, &servers, plan), vip)?, clients)
+                // Lanes share the lab's namespace: each its own port and table (named by the service).
+                let vip = std::net::SocketAddr::from((vip, 8000 + repeat as u16));
+                (Fulcrum::start_kernel(&ctx.work, &tag, &kernel_toml(&format!("lab{repeat}"), vip, &servers, plan), vip)?, clients)
             } else {
                 (Fulcrum::start(&ctx.work, &tag, &service_toml("tcp", balancer, &servers, &format!("{lines}{extra}")))?, sources.clone())
             };
@@ -272,9 +273,9 @@ async fn one_degradation(ctx: &Ctx, plan: &Plan<'_>, degradation: Degradation, r
 
 /// The kernel configuration's service: `passive-ratio` steering nftables on `vip`, the same
 /// window as the proxy's.
-fn kernel_toml(vip: std::net::SocketAddr, servers: &[(std::net::SocketAddr, u32)], plan: &Plan<'_>) -> String {
+fn kernel_toml(name: &str, vip: std::net::SocketAddr, servers: &[(std::net::SocketAddr, u32)], plan: &Plan<'_>) -> String {
     let mut s = format!(
-        "[[service]]\nname = \"lab\"\nlisten = \"{vip}\"\nmode = \"kernel\"\nalgorithm = \"passive-ratio\"\n\
+        "[[service]]\nname = \"{name}\"\nlisten = \"{vip}\"\nmode = \"kernel\"\nalgorithm = \"passive-ratio\"\n\
          [service.passive]\nslot = \"{}s\"\nwindow_slots = {}\nmin_samples = 10\n[service.health]\nkind = \"none\"\n",
         plan.slot, plan.window
     );
