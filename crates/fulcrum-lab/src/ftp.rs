@@ -361,17 +361,12 @@ impl Vsftpd {
         let mut command = self.host.as_ref().map_or_else(|| Command::new(&self.bin), |h| h.command(&self.bin));
         let child = command.arg(&self.conf).stdin(Stdio::null()).stdout(Stdio::null()).stderr(Stdio::null()).spawn().context("cannot start vsftpd")?;
         let mut proc = Proc { name: self.name.clone(), child };
-        let deadline = Instant::now() + Duration::from_secs(10);
-        // Listening is read from /proc/net/tcp, not probed with a connection, which vsftpd would
-        // answer with a session process whose CPU would count with the run's.
-        while !procs::listens_for(proc.pid(), self.addr) {
-            if let Ok(Some(status)) = proc.child.try_wait() {
-                bail!("vsftpd {} exited ({status}) before listening on {}", self.name, self.addr);
-            }
-            if Instant::now() > deadline {
-                bail!("vsftpd {} did not listen on {} within 10 s (it needs root to run as its ftp user)", self.name, self.addr);
-            }
-            std::thread::sleep(Duration::from_millis(20));
+        // Not probed with a connection, which vsftpd would answer with a session process whose
+        // CPU would count with the run's.
+        match procs::await_listening(&mut proc, self.addr) {
+            Ok(()) => {}
+            Err(procs::NotListening::Exited(status)) => bail!("vsftpd {} exited ({status}) before listening on {}", self.name, self.addr),
+            Err(procs::NotListening::TimedOut) => bail!("vsftpd {} did not listen on {} within 10 s (it needs root to run as its ftp user)", self.name, self.addr),
         }
         self.proc = Some(proc);
         Ok(())

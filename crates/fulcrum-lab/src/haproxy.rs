@@ -14,7 +14,7 @@
 use std::net::SocketAddr;
 use std::path::Path;
 use std::process::{Command, Stdio};
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use anyhow::{Context, bail};
 
@@ -24,7 +24,7 @@ use serde_json::json;
 
 use super::client::{self, Link, Sample, Traffic};
 use super::plot::{self, Series};
-use super::procs::{Fulcrum, Proc, Usage};
+use super::procs::{Fulcrum, NotListening, Proc, Usage, await_listening};
 use super::report::{Report, Summary, Table};
 use super::stats::{self, Design, Estimate};
 use super::{Ctx, served_by, service_toml, start_backends};
@@ -126,15 +126,12 @@ fn haproxy(work: &Path, tag: &str, config: &Config, servers: &[(SocketAddr, u32)
     let log = work.join(format!("haproxy-{tag}.log"));
     let log_file = std::fs::File::create(&log).with_context(|| format!("cannot create {}", log.display()))?;
     let mut proc = Proc::spawn("haproxy", Command::new(bin).arg("-db").arg("-f").arg(&path).stdin(Stdio::null()).stdout(Stdio::null()).stderr(log_file))?;
-    let deadline = Instant::now() + Duration::from_secs(10);
-    while !super::procs::listens_for(proc.pid(), listen) {
-        if let Some(status) = proc.exited() {
-            bail!("HAProxy exited ({status}) before listening on {listen}: {}", std::fs::read_to_string(&log).unwrap_or_default().trim_end());
+    match await_listening(&mut proc, listen) {
+        Ok(()) => {}
+        Err(NotListening::Exited(status)) => {
+            bail!("HAProxy exited ({status}) before listening on {listen}: {}", std::fs::read_to_string(&log).unwrap_or_default().trim_end())
         }
-        if Instant::now() > deadline {
-            bail!("HAProxy did not listen on {listen} within 10 s");
-        }
-        std::thread::sleep(Duration::from_millis(20));
+        Err(NotListening::TimedOut) => bail!("HAProxy did not listen on {listen} within 10 s"),
     }
     super::headroom::watch(proc.pid());
     Ok(Front { listen, proc })

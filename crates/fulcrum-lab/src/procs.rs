@@ -83,25 +83,50 @@ impl Fulcrum {
     /// virtual address, which Fulcrum does not bind, so only the admin listener is waited for.
     pub fn start_kernel(dir: &Path, tag: &str, service: &str, vip: SocketAddr) -> anyhow::Result<Fulcrum> {
         let admin = free_addr()?;
-        let config = format!("allow_root = true\n\n[admin]\nlisten = \"{admin}\"\n\n{service}");
-        let path = dir.join(format!("fulcrum-{tag}.toml"));
-        std::fs::write(&path, config).with_context(|| format!("cannot write {}", path.display()))?;
-        let proc = run_fulcrum(&path, &dir.join(format!("fulcrum-{tag}.log")), &[admin])?;
-        super::headroom::watch(proc.pid());
+        let proc = Self::launch(dir, tag, admin, service, &[admin])?;
         Ok(Fulcrum { listen: vip, admin, proc })
     }
 
     fn start_once(dir: &Path, tag: &str, service: &str) -> anyhow::Result<Fulcrum> {
         let listen = free_addr()?;
         let admin = free_addr()?;
-        let config = format!("allow_root = true\n\n[admin]\nlisten = \"{admin}\"\n\n{}", service.replace("{LISTEN}", &listen.to_string()));
-        let path = dir.join(format!("fulcrum-{tag}.toml"));
-        std::fs::write(&path, config).with_context(|| format!("cannot write {}", path.display()))?;
-        let log = dir.join(format!("fulcrum-{tag}.log"));
-        let proc = run_fulcrum(&path, &log, &[listen, admin])?;
-        super::headroom::watch(proc.pid());
+        let proc = Self::launch(dir, tag, admin, &service.replace("{LISTEN}", &listen.to_string()), &[listen, admin])?;
         Ok(Fulcrum { listen, admin, proc })
     }
+
+    /// Writes `service` with an admin table on `admin` into `dir`, runs Fulcrum on it until
+    /// every address of `ready` accepts, and counts it in the run's headroom check.
+    fn launch(dir: &Path, tag: &str, admin: SocketAddr, service: &str, ready: &[SocketAddr]) -> anyhow::Result<Proc> {
+        let config = format!("allow_root = true\n\n[admin]\nlisten = \"{admin}\"\n\n{service}");
+        let path = dir.join(format!("fulcrum-{tag}.toml"));
+        std::fs::write(&path, config).with_context(|| format!("cannot write {}", path.display()))?;
+        let proc = run_fulcrum(&path, &dir.join(format!("fulcrum-{tag}.log")), ready)?;
+        super::headroom::watch(proc.pid());
+        Ok(proc)
+    }
+}
+
+/// Why a child process was not seen listening ([`await_listening`]).
+pub enum NotListening {
+    Exited(std::process::ExitStatus),
+    TimedOut,
+}
+
+/// Waits up to 10 s until `proc` listens on `addr`, read from its own namespace's
+/// `/proc/PID/net/tcp` without connecting (a probe connection would be a session to a server
+/// that forks one per connection, vsftpd), checking every 20 ms that it still runs.
+pub fn await_listening(proc: &mut Proc, addr: SocketAddr) -> Result<(), NotListening> {
+    let deadline = std::time::Instant::now() + Duration::from_secs(10);
+    while !listens_for(proc.pid(), addr) {
+        if let Some(status) = proc.exited() {
+            return Err(NotListening::Exited(status));
+        }
+        if std::time::Instant::now() > deadline {
+            return Err(NotListening::TimedOut);
+        }
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    Ok(())
 }
 
 /// Runs `fulcrum run CONFIG` with its log in `log` and waits until every address of `ready`
