@@ -3,7 +3,9 @@
 //! `cpu.max`) and its outgoing link optionally shaped with `tbf`. On one machine the clients,
 //! Fulcrum and the servers would otherwise share the same cores, and a server could never be
 //! slower than another: with a quota each server saturates before the clients or Fulcrum do, as
-//! on the papers' separate machines. The lab itself (its clients and every Fulcrum it starts)
+//! on the papers' separate machines. The run's cgroups also carry the largest CPU weight, the
+//! lab's own process among them, so a machine busy with other work still gives each host its
+//! quota and the balancer what it asks. The lab itself (its clients and every Fulcrum it starts)
 //! runs in a network namespace of its own too ([`enter_own_network`]), so every packet of a run
 //! stays in namespaces the run made. Hosts are made with `ip` and removed when dropped.
 
@@ -42,7 +44,7 @@ impl Isolation {
 static ISOLATION: OnceLock<Isolation> = OnceLock::new();
 /// The next host's number: its addresses and names.
 static NEXT: AtomicU32 = AtomicU32::new(1);
-/// The folder of this run's cgroups, made with the first host.
+/// The folder of this run's cgroups, made by [`isolate`].
 static CGROUPS: OnceLock<Result<Cgroups, String>> = OnceLock::new();
 
 /// Marks a lab process that already runs in a network namespace of its own.
@@ -69,8 +71,10 @@ pub fn enter_own_network() -> anyhow::Result<()> {
 }
 
 /// Sets how this run isolates its servers; without a call, servers run unconfined on loopback.
-pub fn isolate(how: Isolation) {
+/// Makes the run's cgroup folder now and moves the lab into it, before it starts any child.
+pub fn isolate(how: Isolation) -> anyhow::Result<()> {
     let _ = ISOLATION.set(how);
+    cgroups().map(|_| ())
 }
 
 /// The run's isolation, if any.
@@ -210,9 +214,15 @@ pub fn kernel_addresses() -> anyhow::Result<(Ipv4Addr, Vec<std::net::IpAddr>)> {
     Ok((Ipv4Addr::new(10, 63, 255, 1), (11..=20).map(|h| std::net::IpAddr::from([10, 63, 255, h])).collect()))
 }
 
-/// Removes the run's cgroup folder once every host is gone.
+/// Moves the lab (and whatever it still runs) back to the cgroup it came from and removes the
+/// run's cgroup folder once every host is gone.
 pub fn finish() {
     if let Some(Ok(c)) = CGROUPS.get() {
+        let lab = c.dir.join(LAB);
+        for pid in std::fs::read_to_string(lab.join("cgroup.procs")).unwrap_or_default().split_whitespace() {
+            let _ = std::fs::write(c.home.join("cgroup.procs"), pid);
+        }
+        let _ = std::fs::remove_dir(&lab);
         let _ = std::fs::remove_dir(&c.dir);
     }
 }
@@ -221,7 +231,22 @@ pub fn finish() {
 struct Cgroups {
     dir: PathBuf,
     v2: bool,
+    /// The lab's cgroup before the run, where [`finish`] puts it back.
+    home: PathBuf,
 }
+
+/// The run folder's CPU weight, the largest each version takes (v1 `cpu.shares`, v2
+/// `cpu.weight`). A quota only caps a host: on a machine busy with other work (the test
+/// suite's other tiers beside the lab's tests) a host would get less than its quota, and a
+/// server would be slow for reasons that are not the run's. With this weight the run's hosts,
+/// its clients and its balancers get what they ask for first, each host still no more than
+/// its quota; on an idle machine it changes nothing.
+const V1_SHARES: u64 = 262_144;
+const V2_WEIGHT: u64 = 10_000;
+
+/// The run folder's cgroup for the lab itself (its clients, and every balancer it starts,
+/// which inherit it): a leaf beside the hosts', as v2 wants processes only in leaves.
+const LAB: &str = "lab";
 
 fn cgroups() -> anyhow::Result<&'static Cgroups> {
     CGROUPS.get_or_init(|| Cgroups::open().map_err(|e| format!("{e:#}"))).as_ref().map_err(|e| anyhow::anyhow!("{e}"))
@@ -244,10 +269,18 @@ impl Cgroups {
             let _ = std::fs::write("/sys/fs/cgroup/cgroup.subtree_control", "+cpu");
         }
         std::fs::create_dir_all(&dir).with_context(|| format!("cannot create the cgroup {} (the lab needs root; or run with --shared)", dir.display()))?;
+        let set = |file: &str, value: String| std::fs::write(dir.join(file), &value).with_context(|| format!("cannot write {value} to {}", dir.join(file).display()));
         if v2 {
-            std::fs::write(dir.join("cgroup.subtree_control"), "+cpu").with_context(|| format!("cannot enable the CPU controller in {}", dir.display()))?;
+            set("cgroup.subtree_control", "+cpu".into())?;
+            set("cpu.weight", V2_WEIGHT.to_string())?;
+        } else {
+            set("cpu.shares", V1_SHARES.to_string())?;
         }
-        Ok(Cgroups { dir, v2 })
+        let home = home(v2)?;
+        let lab = dir.join(LAB);
+        std::fs::create_dir_all(&lab).with_context(|| format!("cannot create the cgroup {}", lab.display()))?;
+        std::fs::write(lab.join("cgroup.procs"), std::process::id().to_string()).with_context(|| format!("cannot move the lab into {}", lab.display()))?;
+        Ok(Cgroups { dir, v2, home })
     }
 
     /// Host `n`'s cgroup with a quota of `cores` per 100 ms period.
@@ -265,6 +298,20 @@ impl Cgroups {
         }
         Ok(dir)
     }
+}
+
+/// This process's CPU cgroup folder, from /proc/self/cgroup: v2's `0::PATH` line, or the v1
+/// line whose controllers include `cpu` (`3:cpu,cpuacct:PATH`).
+fn home(v2: bool) -> anyhow::Result<PathBuf> {
+    let text = std::fs::read_to_string("/proc/self/cgroup").context("cannot read /proc/self/cgroup")?;
+    let path = text.lines().find_map(|l| {
+        let mut parts = l.splitn(3, ':');
+        let (_, controllers, path) = (parts.next()?, parts.next()?, parts.next()?);
+        let ours = if v2 { controllers.is_empty() } else { controllers.split(',').any(|c| c == "cpu") };
+        ours.then(|| path.trim_start_matches('/').to_string())
+    });
+    let path = path.with_context(|| format!("no CPU cgroup in /proc/self/cgroup: {text}"))?;
+    Ok(Path::new(if v2 { "/sys/fs/cgroup" } else { "/sys/fs/cgroup/cpu" }).join(path))
 }
 
 fn ip(args: &[&str]) -> anyhow::Result<()> {

@@ -176,7 +176,7 @@ pub async fn run(args: LabArgs) -> anyhow::Result<bool> {
     let work = dir.join("work");
     std::fs::create_dir_all(&work).with_context(|| format!("cannot create {}", work.display()))?;
     if let Some(how) = isolation(name, &run) {
-        host::isolate(how);
+        host::isolate(how)?;
     }
     let repeat = run.repeat.map_or(if run.quick { 3 } else { 5 }, |n| n as usize);
     let ctx = Ctx { dir: dir.clone(), work, quick: run.quick, paper: run.paper, seed: run.seed, repeat, lanes: lanes.min(repeat) };
