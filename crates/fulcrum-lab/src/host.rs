@@ -3,9 +3,8 @@
 //! `cpu.max`) and its outgoing link optionally shaped with `tbf`. On one machine the clients,
 //! Fulcrum and the servers would otherwise share the same cores, and a server could never be
 //! slower than another: with a quota each server saturates before the clients or Fulcrum do, as
-//! on the papers' separate machines. The run's cgroups also carry the largest CPU weight, the
-//! lab's own process among them, so a machine busy with other work still gives each host its
-//! quota and the balancer what it asks. The lab itself (its clients and every Fulcrum it starts)
+//! on the papers' separate machines. The hosts' cgroups also carry the largest CPU weight, so a
+//! machine busy with other work still gives each host its quota. The lab itself (its clients and every Fulcrum it starts)
 //! runs in a network namespace of its own too ([`enter_own_network`]), so every packet of a run
 //! stays in namespaces the run made. Hosts are made with `ip` and removed when dropped.
 
@@ -71,7 +70,7 @@ pub fn enter_own_network() -> anyhow::Result<()> {
 }
 
 /// Sets how this run isolates its servers; without a call, servers run unconfined on loopback.
-/// Makes the run's cgroup folder now and moves the lab into it, before it starts any child.
+/// Makes the run's cgroup folder now, so a machine without one fails before the run starts.
 pub fn isolate(how: Isolation) -> anyhow::Result<()> {
     let _ = ISOLATION.set(how);
     cgroups().map(|_| ())
@@ -214,15 +213,9 @@ pub fn kernel_addresses() -> anyhow::Result<(Ipv4Addr, Vec<std::net::IpAddr>)> {
     Ok((Ipv4Addr::new(10, 63, 255, 1), (11..=20).map(|h| std::net::IpAddr::from([10, 63, 255, h])).collect()))
 }
 
-/// Moves the lab (and whatever it still runs) back to the cgroup it came from and removes the
-/// run's cgroup folder once every host is gone.
+/// Removes the run's cgroup folder once every host is gone.
 pub fn finish() {
     if let Some(Ok(c)) = CGROUPS.get() {
-        let lab = c.dir.join(LAB);
-        for pid in std::fs::read_to_string(lab.join("cgroup.procs")).unwrap_or_default().split_whitespace() {
-            let _ = std::fs::write(c.home.join("cgroup.procs"), pid);
-        }
-        let _ = std::fs::remove_dir(&lab);
         let _ = std::fs::remove_dir(&c.dir);
     }
 }
@@ -231,22 +224,17 @@ pub fn finish() {
 struct Cgroups {
     dir: PathBuf,
     v2: bool,
-    /// The lab's cgroup before the run, where [`finish`] puts it back.
-    home: PathBuf,
 }
 
 /// The run folder's CPU weight, the largest each version takes (v1 `cpu.shares`, v2
 /// `cpu.weight`). A quota only caps a host: on a machine busy with other work (the test
 /// suite's other tiers beside the lab's tests) a host would get less than its quota, and a
-/// server would be slow for reasons that are not the run's. With this weight the run's hosts,
-/// its clients and its balancers get what they ask for first, each host still no more than
-/// its quota; on an idle machine it changes nothing.
+/// server would be slow for reasons that are not the run's. With this weight the hosts get up
+/// to their quotas first; on an idle machine it changes nothing. The lab's own process (its
+/// clients and balancers) keeps its usual weight: with the same priority, a heavy
+/// scenario would take both cores from whatever else the machine runs.
 const V1_SHARES: u64 = 262_144;
 const V2_WEIGHT: u64 = 10_000;
-
-/// The run folder's cgroup for the lab itself (its clients, and every balancer it starts,
-/// which inherit it): a leaf beside the hosts', as v2 wants processes only in leaves.
-const LAB: &str = "lab";
 
 fn cgroups() -> anyhow::Result<&'static Cgroups> {
     CGROUPS.get_or_init(|| Cgroups::open().map_err(|e| format!("{e:#}"))).as_ref().map_err(|e| anyhow::anyhow!("{e}"))
@@ -276,11 +264,7 @@ impl Cgroups {
         } else {
             set("cpu.shares", V1_SHARES.to_string())?;
         }
-        let home = home(v2)?;
-        let lab = dir.join(LAB);
-        std::fs::create_dir_all(&lab).with_context(|| format!("cannot create the cgroup {}", lab.display()))?;
-        std::fs::write(lab.join("cgroup.procs"), std::process::id().to_string()).with_context(|| format!("cannot move the lab into {}", lab.display()))?;
-        Ok(Cgroups { dir, v2, home })
+        Ok(Cgroups { dir, v2 })
     }
 
     /// Host `n`'s cgroup with a quota of `cores` per 100 ms period.
@@ -298,20 +282,6 @@ impl Cgroups {
         }
         Ok(dir)
     }
-}
-
-/// This process's CPU cgroup folder, from /proc/self/cgroup: v2's `0::PATH` line, or the v1
-/// line whose controllers include `cpu` (`3:cpu,cpuacct:PATH`).
-fn home(v2: bool) -> anyhow::Result<PathBuf> {
-    let text = std::fs::read_to_string("/proc/self/cgroup").context("cannot read /proc/self/cgroup")?;
-    let path = text.lines().find_map(|l| {
-        let mut parts = l.splitn(3, ':');
-        let (_, controllers, path) = (parts.next()?, parts.next()?, parts.next()?);
-        let ours = if v2 { controllers.is_empty() } else { controllers.split(',').any(|c| c == "cpu") };
-        ours.then(|| path.trim_start_matches('/').to_string())
-    });
-    let path = path.with_context(|| format!("no CPU cgroup in /proc/self/cgroup: {text}"))?;
-    Ok(Path::new(if v2 { "/sys/fs/cgroup" } else { "/sys/fs/cgroup/cpu" }).join(path))
 }
 
 fn ip(args: &[&str]) -> anyhow::Result<()> {
