@@ -708,26 +708,28 @@ mod tests {
             .map(|t| {
                 let t = Arc::clone(t);
                 tokio::spawn(async move {
-                    let mut admitted = Vec::new();
+                    let (mut offered, mut admitted) = (Vec::new(), Vec::new());
                     for _ in 0..1000 {
                         let now = super::super::now_ns();
                         if now - began > 3 * SECOND + SECOND / 5 {
                             break;
                         }
+                        offered.push(now);
                         if !t.check(k(key), now, 1).limited() {
                             admitted.push(now);
                         }
                         tokio::time::sleep(Duration::from_millis(10)).await;
                     }
-                    admitted
+                    (offered, admitted)
                 })
             })
             .collect();
-        let mut admitted = Vec::new();
+        let (mut offered, mut admitted) = (Vec::new(), Vec::new());
         let mut each = Vec::new();
         for run in runs {
-            let mine = run.await.unwrap();
+            let (tried, mine) = run.await.unwrap();
             each.push(mine.len());
+            offered.extend(tried);
             admitted.extend(mine);
         }
         let ended = super::super::now_ns();
@@ -737,21 +739,27 @@ mod tests {
         // burst (it takes the last window's requests as spread evenly over it).
         let (first, _) = fleet[0].at(began);
         let (last, _) = fleet[0].at(ended);
-        let windows: Vec<usize> = (first..=last).map(|w| admitted.iter().filter(|&&a| fleet[0].at(a).0 == w).count()).collect();
+        let in_window = |times: &[u64], w| times.iter().filter(|&&a| fleet[0].at(a).0 == w).count();
+        let windows: Vec<usize> = (first..=last).map(|w| in_window(&admitted, w)).collect();
+        let tries: Vec<usize> = (first..=last).map(|w| in_window(&offered, w)).collect();
         admitted.sort_unstable();
         let sliding = admitted.iter().enumerate().map(|(i, &a)| admitted[i..].partition_point(|&b| b < a + SECOND)).max().unwrap_or(0);
         println!(
-            "fleet of 3, limit 100/s, offered 300/s, synced every 100 ms: {} admitted in {:.2} s ({each:?} by instance); per window {windows:?} (the first and last in part, the run began {:.2} s into the first); most in any 1 s: {sliding}; syncs {:?}",
+            "fleet of 3, limit 100/s, offered 300/s, synced every 100 ms: {} admitted in {:.2} s ({each:?} by instance); per window {windows:?} of {tries:?} offered (the first and last in part, the run began {:.2} s into the first); most in any 1 s: {sliding}; syncs {:?}",
             admitted.len(),
             (ended - began) as f64 / 1e9,
             fleet[0].at(began).1 as f64 / 1e9,
             fleet.iter().map(|t| t.status().syncs).collect::<Vec<_>>()
         );
         // At most the limit, plus what the others admit within one interval, plus a little for
-        // the estimate and the batches' own time; at least most of the limit in a whole window.
+        // the estimate and the batches' own time; at least most of the limit in a whole window,
+        // or half of what was offered in it when a busy machine kept the offers near the limit
+        // (the loops sleep 10 ms between offers; beside the lab's tests a whole window once
+        // admitted only 63, its offers not counted then).
         let most = 100 + 300 / 10 + 10;
         assert!(windows.len() >= 3 && windows.iter().all(|&n| n <= most), "{windows:?}");
-        assert!(windows[1..windows.len() - 1].iter().all(|&n| n >= 80), "{windows:?}");
+        let whole = 1..windows.len() - 1;
+        assert!(whole.clone().all(|w| windows[w] >= 80.min(tries[w] / 2)), "{windows:?} of {tries:?} offered");
         assert!(each.iter().all(|&n| n > 0), "every instance admits some: {each:?}");
     }
 
