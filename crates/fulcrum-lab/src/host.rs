@@ -4,9 +4,10 @@
 //! Fulcrum and the servers would otherwise share the same cores, and a server could never be
 //! slower than another: with a quota each server saturates before the clients or Fulcrum do, as
 //! on the papers' separate machines. The hosts' cgroups also carry the largest CPU weight, so a
-//! machine busy with other work still gives each host its quota. The lab itself (its clients and every Fulcrum it starts)
-//! runs in a network namespace of its own too ([`enter_own_network`]), so every packet of a run
-//! stays in namespaces the run made. Hosts are made with `ip` and removed when dropped.
+//! machine busy with other work still gives each host its quota. The lab itself (its clients
+//! and every Fulcrum it starts) runs in a network namespace of its own too
+//! ([`enter_own_network`]), so every packet of a run stays in namespaces the run made. Hosts are
+//! made with `ip` and removed when dropped.
 
 use std::net::Ipv4Addr;
 use std::os::unix::process::CommandExt;

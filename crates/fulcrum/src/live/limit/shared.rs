@@ -758,8 +758,7 @@ mod tests {
         // admitted only 63, its offers not counted then).
         let most = 100 + 300 / 10 + 10;
         assert!(windows.len() >= 3 && windows.iter().all(|&n| n <= most), "{windows:?}");
-        let whole = 1..windows.len() - 1;
-        assert!(whole.clone().all(|w| windows[w] >= 80.min(tries[w] / 2)), "{windows:?} of {tries:?} offered");
+        assert!((1..windows.len() - 1).all(|w| windows[w] >= 80.min(tries[w] / 2)), "{windows:?} of {tries:?} offered");
         assert!(each.iter().all(|&n| n > 0), "every instance admits some: {each:?}");
     }
 
