@@ -266,14 +266,16 @@ impl Ctx {
 /// The `[[service]]` TOML of a lab run: `mode`, `algorithm`, the servers with their weights,
 /// and `extra` lines for the service table.
 pub fn service_toml(mode: &str, algorithm: &str, servers: &[(std::net::SocketAddr, u32)], extra: &str) -> String {
-    let mut s = format!(
+    let s = format!(
         "[[service]]\nname = \"lab\"\nlisten = \"{{LISTEN}}\"\nmode = \"{mode}\"\nalgorithm = \"{algorithm}\"\n\
          connect_timeout = \"5s\"\nfailure_limit = 0\n{extra}\n[service.health]\nkind = \"none\"\n"
     );
-    for (addr, weight) in servers {
-        s.push_str(&format!("\n[[service.server]]\naddress = \"{addr}\"\nweight = {weight}\n"));
-    }
-    s
+    s + &servers_toml(servers)
+}
+
+/// The `[[service.server]]` tables of `servers`, each with its weight.
+pub fn servers_toml(servers: &[(std::net::SocketAddr, u32)]) -> String {
+    servers.iter().map(|(addr, weight)| format!("\n[[service.server]]\naddress = \"{addr}\"\nweight = {weight}\n")).collect()
 }
 
 /// How many samples each real server answered, by the name in `X-Served-By`.

@@ -274,15 +274,12 @@ async fn one_degradation(ctx: &Ctx, plan: &Plan<'_>, degradation: Degradation, r
 /// The kernel configuration's service: `passive-ratio` steering nftables on `vip`, the same
 /// window as the proxy's.
 fn kernel_toml(name: &str, vip: std::net::SocketAddr, servers: &[(std::net::SocketAddr, u32)], plan: &Plan<'_>) -> String {
-    let mut s = format!(
+    let service = format!(
         "[[service]]\nname = \"{name}\"\nlisten = \"{vip}\"\nmode = \"kernel\"\nalgorithm = \"passive-ratio\"\n\
          [service.passive]\nslot = \"{}s\"\nwindow_slots = {}\nmin_samples = 10\n[service.health]\nkind = \"none\"\n",
         plan.slot, plan.window
     );
-    for (addr, weight) in servers {
-        s.push_str(&format!("\n[[service.server]]\naddress = \"{addr}\"\nweight = {weight}\n"));
-    }
-    s
+    service + &super::servers_toml(servers)
 }
 
 /// The controller's ratio of each server, read from the admin API each second.

@@ -203,9 +203,7 @@ impl App {
         socket.follow(&app.live.current().config).await?;
         // Last of what can fail, so a refused start leaves no table behind.
         app.kernel.start(&app.live).await?;
-        if generation.services.iter().any(|s| s.config().mode == crate::mode::Mode::Kernel)
-            && let Some(note) = kernel::forwarding()
-        {
+        if let Some(note) = kernel::forwarding(&generation.config) {
             warn!("{note}");
         }
         if let (Some(fleet), Some(installs)) = (fleet, installs) {

@@ -2,9 +2,10 @@
 //!
 //! A client connection arrives on a **listener**, its **service** asks a **balancer** for a
 //! **server** among the healthy ones, the **proxy** connects and forwards bytes both ways, and
-//! every step bumps **stats**; or, in kernel mode, nftables places it and Fulcrum steers nftables. Health checks and the admin API change server state on the side; a
-//! config reload builds a new generation of that state and swaps it in without touching
-//! connections in flight.
+//! every step bumps **stats**; or, in kernel mode, nftables places it and Fulcrum steers
+//! nftables. Health checks and the admin API change server state on the side; a config reload
+//! builds a new generation of that state and swaps it in without touching connections in
+//! flight.
 //!
 //! # Layout
 //! - [`config`]: the TOML schema, defaults, the range of every number (`config::range`),

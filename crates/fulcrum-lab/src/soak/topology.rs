@@ -108,7 +108,7 @@ impl Addrs {
         };
         let servers = |list: &[SocketAddr], names: &[&str]| {
             let weight = |name: &str| if name == "h2" || name == "f1" { w } else { 1 };
-            list.iter().zip(names).map(|(a, n)| format!("\n[[service.server]]\naddress = \"{a}\"\nweight = {}\n", weight(n))).collect::<String>()
+            crate::servers_toml(&list.iter().zip(names).map(|(a, n)| (*a, weight(n))).collect::<Vec<_>>())
         };
         let service = |name: &str, listen: SocketAddr, extra: &str, kind: &str, (list, names): (&[SocketAddr], &[&str])| {
             format!(

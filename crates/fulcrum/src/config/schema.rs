@@ -441,6 +441,11 @@ impl Service {
         self.enabled && self.mode != Mode::Kernel
     }
 
+    /// Whether nftables serves it: an enabled `kernel` service, whose table Fulcrum keeps.
+    pub fn in_kernel(&self) -> bool {
+        self.enabled && self.mode == Mode::Kernel
+    }
+
     /// How long a connection or request waits in the queue for a server place.
     pub fn queue_timeout(&self) -> Duration {
         self.http.queue_timeout.unwrap_or(self.queue_timeout)

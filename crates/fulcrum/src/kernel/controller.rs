@@ -28,7 +28,6 @@ use super::nft::{self, NftError, Ruleset, counter_names, table_name};
 use super::plan;
 use crate::balance::events::{Listener, Subscribers};
 use crate::live::{Live, Service};
-use crate::mode::Mode;
 
 /// A running controller, as `Kernel` holds it.
 pub(super) struct Controller {
@@ -115,7 +114,7 @@ impl Loop {
     /// The service in the current generation, while it is an enabled kernel-mode one.
     fn service(&self) -> Option<Arc<Service>> {
         let generation = self.live.upgrade()?.current();
-        generation.services.iter().find(|s| s.config().name == self.name && s.config().mode == Mode::Kernel && s.config().enabled).cloned()
+        generation.services.iter().find(|s| s.config().name == self.name && s.config().in_kernel()).cloned()
     }
 
     /// Hears the service's server events (its hub is the same across generations, unless the

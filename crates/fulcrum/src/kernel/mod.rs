@@ -75,8 +75,7 @@ impl Kernel {
     /// services whose table could not be written (their controllers try again every slot).
     pub async fn follow(&self, live: &Arc<Live>) -> Vec<KernelError> {
         let generation = live.current();
-        let wanted: HashMap<&str, &Arc<Service>> =
-            generation.services.iter().filter(|s| s.config().enabled && s.config().mode == Mode::Kernel).map(|s| (s.config().name.as_str(), s)).collect();
+        let wanted: HashMap<&str, &Arc<Service>> = generation.services.iter().filter(|s| s.config().in_kernel()).map(|s| (s.config().name.as_str(), s)).collect();
         let mut running = self.running.lock().await;
         // Gone first: a renamed service's old table leaves before its new one comes.
         let gone: Vec<String> = running.keys().filter(|name| !wanted.contains_key(name.as_str())).cloned().collect();
@@ -146,8 +145,7 @@ async fn retire(name: &str, controller: Controller, remove: bool) {
 /// kernel: CAP_NET_ADMIN). Errors, then notes.
 pub async fn check(config: &Config) -> (Vec<String>, Vec<String>) {
     let (mut errors, mut notes) = (Vec::new(), Vec::new());
-    let kernel = config.services.iter().filter(|s| s.enabled && s.mode == Mode::Kernel);
-    for service in kernel {
+    for service in config.services.iter().filter(|s| s.in_kernel()) {
         let checked = match plan::of_config(service) {
             Ok(r) => nft::apply(&r.fresh(), true).await.map_err(|e| e.to_string()),
             Err(e) => Err(e),
@@ -156,17 +154,17 @@ pub async fn check(config: &Config) -> (Vec<String>, Vec<String>) {
             errors.push(format!("service {} (mode = \"kernel\"): {e}", service.name));
         }
     }
-    if config.services.iter().any(|s| s.mode == Mode::Kernel)
-        && let Some(note) = forwarding()
-    {
-        notes.push(note);
-    }
+    notes.extend(forwarding(config));
     (errors, notes)
 }
 
-/// A word when this host does not forward IPv4: clients on the host itself are served, clients
-/// elsewhere are not (their packets are never routed on to the servers).
-pub fn forwarding() -> Option<String> {
+/// A word when `config` has a kernel-mode service and this host does not forward IPv4: clients
+/// on the host itself are served, clients elsewhere are not (their packets are never routed on
+/// to the servers).
+pub fn forwarding(config: &Config) -> Option<String> {
+    if !config.services.iter().any(|s| s.mode == Mode::Kernel) {
+        return None;
+    }
     let on = std::fs::read_to_string("/proc/sys/net/ipv4/ip_forward").ok()?;
     (on.trim() == "0").then(|| {
         "net.ipv4.ip_forward is 0: mode = \"kernel\" serves clients on this host only; set it to 1 (sysctl -w net.ipv4.ip_forward=1) to serve forwarded clients".to_string()
