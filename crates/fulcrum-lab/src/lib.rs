@@ -32,7 +32,7 @@ mod syn_time;
 use std::path::PathBuf;
 use std::time::Duration;
 
-use anyhow::Context;
+use anyhow::{Context, bail};
 use indicatif::{ProgressBar, ProgressStyle};
 
 pub use report::{Report, compare};
@@ -168,6 +168,14 @@ pub async fn run(args: LabArgs) -> anyhow::Result<bool> {
     // Absolute, since child processes (vsftpd's anon_root) get paths inside it.
     let dir = std::fs::canonicalize(&dir).with_context(|| format!("cannot resolve {}", dir.display()))?;
     procs::check_sources(&client::sources(10))?;
+    // A full run's figures are published as Fulcrum's; a quick one checks that the scenario runs.
+    let build = procs::Build::read()?;
+    if let Some(which) = build.unoptimised().filter(|_| !run.quick) {
+        bail!(
+            "{which} was built without optimisation (opt-level 0), and a full run measures Fulcrum's CPU, memory and speed: \
+             build both with `cargo build --release --workspace` (or run `cargo run --release -- lab {name}`); --quick runs any build"
+        );
+    }
     // A thousand concurrent clients (haproxy's paper setup) need more descriptors than a shell's
     // usual 1,024; the children (Fulcrum, the servers) inherit the raised limit.
     if let Ok((_, hard)) = rlimit::getrlimit(rlimit::Resource::NOFILE) {
@@ -217,6 +225,7 @@ pub async fn run(args: LabArgs) -> anyhow::Result<bool> {
             "the default"
         },
     );
+    report.condition("build", build.describe());
     report.condition("real servers", host::isolation().map_or("on loopback beside the clients and Fulcrum, no quota (--shared)".to_string(), |i| i.describe()));
     headroom.await?.report(&mut report);
     report.write(&dir)?;

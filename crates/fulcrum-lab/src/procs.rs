@@ -147,6 +147,40 @@ pub fn exe() -> anyhow::Result<PathBuf> {
     Ok(exe)
 }
 
+/// The optimisation levels a run measures: the `fulcrum` binary's (its `--version` says it, as
+/// "0.1.0 (opt-level 3)") and the lab's own, whose clients share the machine with it.
+pub struct Build {
+    pub fulcrum: String,
+    pub lab: String,
+}
+
+impl Build {
+    pub fn read() -> anyhow::Result<Build> {
+        let exe = exe()?;
+        let out = Command::new(&exe).arg("--version").output().with_context(|| format!("cannot run {} --version", exe.display()))?;
+        let text = String::from_utf8_lossy(&out.stdout);
+        let level = text.split_once("(opt-level ").and_then(|(_, rest)| rest.split_once(')')).map(|(level, _)| level.to_string());
+        let fulcrum = level.with_context(|| format!("{} --version does not name its opt-level: {:?}", exe.display(), text.trim()))?;
+        Ok(Build { fulcrum, lab: env!("OPT_LEVEL").to_string() })
+    }
+
+    /// Which of the two was built without optimisation, if any: its CPU, memory and speed would
+    /// be a debug build's, not a release's.
+    pub fn unoptimised(&self) -> Option<&'static str> {
+        if self.fulcrum == "0" {
+            Some("fulcrum")
+        } else if self.lab == "0" {
+            Some("fulcrum-lab")
+        } else {
+            None
+        }
+    }
+
+    pub fn describe(&self) -> String {
+        format!("Fulcrum at opt-level {}, the lab's clients at opt-level {}", self.fulcrum, self.lab)
+    }
+}
+
 /// Fails with a clear message if a source address the clients need cannot be bound.
 pub fn check_sources(sources: &[std::net::IpAddr]) -> anyhow::Result<()> {
     for ip in sources {

@@ -13,7 +13,9 @@ use crate::shutdown::Shutdown;
 use realserver::BackendArgs;
 
 #[derive(Debug, Parser)]
-#[command(name = "fulcrum", version, about = "A TCP, HTTP and FTP server load balancer")]
+// `--version` names the optimisation level the binary was built at, which the lab records: a
+// measurement of an unoptimised build says little about a release.
+#[command(name = "fulcrum", version, long_version = concat!(env!("CARGO_PKG_VERSION"), " (opt-level ", env!("OPT_LEVEL"), ")"), about = "A TCP, HTTP and FTP server load balancer")]
 pub struct Cli {
     /// Log filter (error, warn, info, debug, trace, or a tracing filter); RUST_LOG overrides it.
     #[arg(long, global = true, default_value = "info")]

@@ -39,6 +39,7 @@ fn lab_with(scenario: &str, args: &[&str]) -> (PathBuf, Value) {
     // The head names the commit the lab ran, its conditions and its deviations from the paper.
     assert!(report.contains(" at commit `") && results["commit"]["hash"].as_str().is_some_and(|h| h.len() == 40), "{}", results["commit"]);
     assert!(report.contains("Run conditions:\n") && report.contains("Deviations from the paper:\n"), "{report}");
+    assert!(report.contains("\n- build: Fulcrum at opt-level "), "the head names the build it measured: {report}");
     assert!(results["checks"].as_array().unwrap().iter().all(|c| c["passed"] == true), "{}", results["checks"]);
     (out, results)
 }
@@ -281,6 +282,14 @@ fn bad_input_gets_a_clear_error() {
     assert!(!err.contains("panicked"), "{err}");
     let (code, err) = run(&["lab", "nonsense"]);
     assert_eq!(code, Some(2), "{err}");
+    // The tests' profile builds fulcrum unoptimised (Cargo.toml), whose CPU and memory a full
+    // run would publish as Fulcrum's: it is refused before anything starts.
+    let version = Command::new(env!("CARGO_BIN_EXE_fulcrum")).arg("--version").output().unwrap();
+    assert_eq!(String::from_utf8_lossy(&version.stdout).trim(), concat!("fulcrum ", env!("CARGO_PKG_VERSION"), " (opt-level 0)"));
+    let (code, err) = run(&["lab", "haproxy", "--out", missing.join("full").to_str().unwrap()]);
+    assert_eq!(code, Some(1), "{err}");
+    assert!(err.contains("fulcrum was built without optimisation (opt-level 0)") && err.contains("--quick runs any build"), "{err}");
+    assert!(!missing.join("full").join("report.md").exists());
     assert!(Path::new(env!("CARGO_BIN_EXE_fulcrum")).exists());
 }
 
