@@ -160,6 +160,15 @@ pub async fn run(args: LabArgs) -> anyhow::Result<bool> {
         LabCommand::Haproxy(r) => ("haproxy", r),
         LabCommand::Scaling(r) => ("scaling", r),
     };
+    // A full run's figures are published as Fulcrum's; a quick one checks that the scenario runs.
+    // Refused before the result folder is made.
+    let build = procs::Build::read()?;
+    if let Some(which) = build.unoptimised().filter(|_| !run.quick) {
+        bail!(
+            "{which} was built without optimisation (opt-level 0), and a full run measures Fulcrum's CPU, memory and speed: \
+             build both with `cargo build --release --workspace` (or run `cargo run --release -- lab {name}`); --quick runs any build"
+        );
+    }
     let dir = run.out.clone().unwrap_or_else(|| {
         let stamp = humantime::format_rfc3339_seconds(std::time::SystemTime::now()).to_string().replace(':', "");
         PathBuf::from("lab-results").join(format!("{name}-{stamp}"))
@@ -168,14 +177,6 @@ pub async fn run(args: LabArgs) -> anyhow::Result<bool> {
     // Absolute, since child processes (vsftpd's anon_root) get paths inside it.
     let dir = std::fs::canonicalize(&dir).with_context(|| format!("cannot resolve {}", dir.display()))?;
     procs::check_sources(&client::sources(10))?;
-    // A full run's figures are published as Fulcrum's; a quick one checks that the scenario runs.
-    let build = procs::Build::read()?;
-    if let Some(which) = build.unoptimised().filter(|_| !run.quick) {
-        bail!(
-            "{which} was built without optimisation (opt-level 0), and a full run measures Fulcrum's CPU, memory and speed: \
-             build both with `cargo build --release --workspace` (or run `cargo run --release -- lab {name}`); --quick runs any build"
-        );
-    }
     // A thousand concurrent clients (haproxy's paper setup) need more descriptors than a shell's
     // usual 1,024; the children (Fulcrum, the servers) inherit the raised limit.
     if let Ok((_, hard)) = rlimit::getrlimit(rlimit::Resource::NOFILE) {

@@ -359,6 +359,28 @@ mod tests {
         assert_eq!(commit_text(&Value::Null), "unknown");
     }
 
+    /// The reports in docs/lab/ are published as Fulcrum's figures: each is a full run of a
+    /// committed tree, Fulcrum and the lab's clients built optimised.
+    #[test]
+    fn the_published_reports_are_full_runs_of_an_optimised_build() {
+        let docs = Path::new(env!("CARGO_MANIFEST_DIR")).join("../../docs/lab");
+        let mut scenarios = Vec::new();
+        for entry in std::fs::read_dir(&docs).unwrap() {
+            let results = entry.unwrap().path().join("results.json");
+            if !results.exists() {
+                continue;
+            }
+            let json: Value = serde_json::from_str(&std::fs::read_to_string(&results).unwrap()).unwrap();
+            let at = results.display();
+            assert_eq!(json["mode"], "full", "{at}");
+            assert_eq!(json["commit"]["dirty"], false, "{at}: made from a tree with changes not committed");
+            assert_eq!(json["conditions"]["build"], "Fulcrum at opt-level 3, the lab's clients at opt-level 3", "{at}");
+            scenarios.push(json["scenario"].as_str().unwrap().to_string());
+        }
+        scenarios.sort();
+        assert_eq!(scenarios, ["haproxy", "java-slb", "passive", "scaling"]);
+    }
+
     #[test]
     fn summary_of_known_values() {
         let s = Summary::of(&[1.0, 2.0, 3.0, 4.0]);
